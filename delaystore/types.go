@@ -1,0 +1,135 @@
+package delaystore
+
+import (
+	"errors"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Config configures a Store. Env tags are read by package config (prefix BRIDGE_).
+type Config struct {
+	// KeyPrefix namespaces every Redis key of the store.
+	KeyPrefix string `env:"KEY_PREFIX" envDefault:"delay"`
+	// Shards is the number of shards; it must be equal on every replica (checked at Init).
+	Shards int `env:"SHARDS" envDefault:"16"`
+	// Lease is how long a claimed message may stay unconfirmed before another replica may
+	// claim it again.
+	Lease time.Duration `env:"LEASE" envDefault:"30s"`
+}
+
+// Sentinel errors.
+var (
+	// ErrNotFound: no pending message has that id.
+	ErrNotFound = errors.New("delaystore: message not found")
+	// ErrShardMismatch: the shard count recorded in Redis differs from Config.Shards.
+	ErrShardMismatch = errors.New("delaystore: shard count differs from the one recorded in redis")
+	// ErrCorrupt: a stored envelope could not be decoded.
+	ErrCorrupt = errors.New("delaystore: corrupt envelope")
+)
+
+// Envelope is what the store keeps of a message besides its schedule.
+type Envelope struct {
+	// Target is where the message goes when due, with its broker: "nats:orders.timeout".
+	Target string
+	// Source is where it came from: "nats:delay.in", "kafka:delay.in" or "http".
+	Source string
+	// Headers are the headers to forward (control and bridge headers already removed).
+	Headers headers.List
+	// Key is the Kafka record key; nil means none (distinct from an empty key).
+	Key []byte
+	// Payload is the message body, byte for byte.
+	Payload []byte
+}
+
+// ParkRequest asks the store to hold a message until it is due.
+type ParkRequest struct {
+	// ID identifies the message; it selects the shard.
+	ID string
+	// Replace: when a message with this ID is already parked, replace it (reschedule, with a
+	// new version). When false the existing one is kept (idempotent redelivery).
+	Replace bool
+	// Absolute selects At (unix ms) as the due time; otherwise due = Redis time + Delay.
+	Absolute bool
+	// Delay is the relative delay (>= 0) when !Absolute; millisecond resolution.
+	Delay time.Duration
+	// At is the absolute due time in unix ms when Absolute.
+	At int64
+	// Envelope is the message.
+	Envelope Envelope
+}
+
+// Parked is the outcome of one ParkRequest.
+type Parked struct {
+	ID string
+	// Due is the scheduled due time, unix ms (Redis clock).
+	Due int64
+	// Existed: the ID was already parked and was kept (Replace=false) or replaced.
+	Existed bool
+}
+
+// Receipt identifies one claim of one message; it fences Ack and Retry, so a stale claim
+// (lease expired and re-claimed, or message rescheduled or cancelled) changes nothing.
+type Receipt struct {
+	ID      string
+	Shard   int
+	Version int64
+	Token   int64
+}
+
+// Claimed is a message handed to a claimer under a lease.
+type Claimed struct {
+	Receipt
+	// Due is the due time as scheduled, unix ms.
+	Due int64
+	// Attempts counts failed deliveries so far.
+	Attempts int
+	Envelope Envelope
+}
+
+// Claim is the result of one claim call on one shard.
+type Claim struct {
+	// Now is the Redis server time of the claim, unix ms.
+	Now int64
+	// Messages are the claimed messages (at most the requested count).
+	Messages []Claimed
+	// Next is the shard's earliest score after the claim (unix ms), or -1 when empty. It
+	// includes the lease expiry of claimed messages.
+	Next int64
+}
+
+// RetryRequest re-schedules a claimed message after a failed delivery.
+type RetryRequest struct {
+	Receipt
+	// Backoff is how long from now (Redis time) until the next attempt.
+	Backoff time.Duration
+}
+
+// Message is a pending message as Get returns it.
+type Message struct {
+	ID       string
+	Shard    int
+	Due      int64
+	Attempts int
+	Version  int64
+	Envelope Envelope
+}
+
+// Stats describes the store.
+type Stats struct {
+	// Parked is the number of messages in the store (pending and claimed).
+	Parked int64
+	// PerShard is Parked by shard.
+	PerShard []int64
+	// NextDue is the earliest score over all shards (unix ms), or -1 when empty.
+	NextDue int64
+	// Now is the Redis server time, unix ms.
+	Now int64
+}
+
+// Wake tells that a shard's head became earlier (a message due at Due was parked).
+// Shard -1 means "resync every shard": wake-ups may have been missed (reconnect).
+type Wake struct {
+	Shard int
+	Due   int64
+}

@@ -1,0 +1,7 @@
+// Package headers is the ordered, repeatable header list that delaybridge carries from a
+// source message to its target, and its lossless mapping onto watermill's
+// message.Metadata (a map, which cannot hold a repeated header on its own).
+//
+// Keys starting with [ReservedPrefix] are the bridge's internal metadata: adapters never
+// put them on the wire and [FromMetadata] never returns them.
+package headers

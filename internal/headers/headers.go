@@ -1,0 +1,131 @@
+package headers
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+)
+
+// ReservedPrefix starts every metadata key that is internal to the bridge.
+const ReservedPrefix = "_delaybridge_"
+
+// Reserved metadata keys. They travel only inside the process, between an adapter and
+// ingress or egress; adapters never send them to a broker.
+const (
+	// MetaHeaders holds the whole header list, JSON-encoded as [[key, value], ...], when a
+	// key repeats; it is then authoritative over the plain map entries.
+	MetaHeaders = ReservedPrefix + "headers"
+	// MetaSourceID is the stable identity of a source message, set by a subscriber that
+	// has one (JetStream: "js:<stream>:<seq>"; Kafka: "kafka:<topic>:<partition>:<offset>").
+	MetaSourceID = ReservedPrefix + "source_id"
+	// MetaReply is the body a subscriber sends as the reply to a request (core NATS) when
+	// the message is acked. Ingress sets it before Ack.
+	MetaReply = ReservedPrefix + "reply"
+	// MetaKafkaKey carries a Kafka record key.
+	MetaKafkaKey = ReservedPrefix + "kafka_key"
+)
+
+// Header is one header field.
+type Header struct {
+	Key   string
+	Value string
+}
+
+// List is an ordered header list; a key may repeat. The zero value is empty and usable.
+type List []Header
+
+// Add appends a field.
+func (l *List) Add(key, value string) { *l = append(*l, Header{Key: key, Value: value}) }
+
+// Values returns the values of key, matched case-insensitively, in order.
+func (l List) Values(key string) []string {
+	var out []string
+	for _, h := range l {
+		if strings.EqualFold(h.Key, key) {
+			out = append(out, h.Value)
+		}
+	}
+	return out
+}
+
+// Get returns the first value of key (case-insensitive) and whether it was present.
+func (l List) Get(key string) (string, bool) {
+	for _, h := range l {
+		if strings.EqualFold(h.Key, key) {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
+
+// Without returns a new list without the fields for which drop returns true.
+func (l List) Without(drop func(key string) bool) List {
+	out := make(List, 0, len(l))
+	for _, h := range l {
+		if !drop(h.Key) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// IsReserved reports whether key is internal bridge metadata.
+func IsReserved(key string) bool { return strings.HasPrefix(key, ReservedPrefix) }
+
+// ToMetadata maps l onto a watermill metadata map: each key gets its last value, and when a
+// key repeats, the whole list is also stored under [MetaHeaders]. extra (reserved keys, may
+// be nil) is copied in as is.
+func ToMetadata(l List, extra map[string]string) map[string]string {
+	md := make(map[string]string, len(l)+len(extra)+1)
+	repeated := false
+	for _, h := range l {
+		if _, ok := md[h.Key]; ok {
+			repeated = true
+		}
+		md[h.Key] = h.Value
+	}
+	if repeated {
+		pairs := make([][2]string, len(l))
+		for i, h := range l {
+			pairs[i] = [2]string{h.Key, h.Value}
+		}
+		b, _ := json.Marshal(pairs) // [][2]string always marshals
+		md[MetaHeaders] = string(b)
+	}
+	for k, v := range extra {
+		md[k] = v
+	}
+	return md
+}
+
+// FromMetadata is the inverse of [ToMetadata]: the header list without reserved keys. When
+// [MetaHeaders] is present and valid it is authoritative; keys of md that it does not
+// mention (set after ToMetadata) are appended. Plain map keys come out sorted, so the
+// result is deterministic.
+func FromMetadata(md map[string]string) List {
+	var out List
+	seen := map[string]bool{}
+	if enc, ok := md[MetaHeaders]; ok {
+		var pairs [][2]string
+		if err := json.Unmarshal([]byte(enc), &pairs); err == nil {
+			for _, p := range pairs {
+				if IsReserved(p[0]) {
+					continue
+				}
+				out = append(out, Header{Key: p[0], Value: p[1]})
+				seen[p[0]] = true
+			}
+		}
+	}
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		if !IsReserved(k) && !seen[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, Header{Key: k, Value: md[k]})
+	}
+	return out
+}
