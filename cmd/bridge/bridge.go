@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/egress"
+	"github.com/delaybridge/delaybridge/ingress"
+	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// runBridge is `bridge run`: configuration from the environment, then serve.
+func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
+	cfg, err := config.Load(config.EnvMap(environ))
+	if err == nil {
+		err = cfg.ValidateForRun()
+	}
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	logger, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, logger, listeners{})
+}
+
+func newLogger(cfg config.Config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("BRIDGE_LOG_LEVEL: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// listeners lets `bridge dev` and tests hand over already-open listeners; nil fields are
+// opened from the configured addresses.
+type listeners struct {
+	ops, api net.Listener
+	// ready, if set, is called once the bridge consumes and delivers.
+	ready func()
+}
+
+// serve runs the bridge until ctx is cancelled, then drains in order: ingress stops
+// consuming, egress finishes the batches in flight, publishers flush, NATS drains, Redis
+// closes. It returns nil after a clean drain.
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
+	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
+	rdb := newRedisClient(cfg)
+	defer rdb.Close()
+	store, err := delaystore.New(rdb, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("delay store: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	inMetrics, err := ingress.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	outMetrics, err := egress.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(newStoreCollector(store))
+
+	var storeReady atomic.Bool
+	checks := []httpapi.Check{{Name: "redis", Probe: func(ctx context.Context) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		if !storeReady.Load() {
+			return errors.New("delay store not initialised yet")
+		}
+		return nil
+	}}}
+
+	publishers := map[string]message.Publisher{}
+	var sources []ingress.Source
+	defaultBroker := ""
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	if cfg.NATS.URL != "" {
+		nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger)
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		closers = append(closers, func() {
+			if err := nc.Drain(); err != nil {
+				nc.Close()
+			}
+		})
+		pub, err := natsbroker.NewPublisher(nc, natsbroker.PublisherConfig{}, logger)
+		if err != nil {
+			return fmt.Errorf("nats publisher: %w", err)
+		}
+		closers = append(closers, func() { _ = pub.Close() })
+		consumer := cfg.NATS.Consumer
+		sub, err := natsbroker.NewSubscriber(nc, natsbroker.SubscriberConfig{
+			Stream: cfg.NATS.Stream,
+			Queue:  cfg.NATS.Queue,
+			ConsumerName: func(topic string) string {
+				if topic == cfg.NATS.Subject {
+					return consumer
+				}
+				return consumer + "-cancel"
+			},
+		}, logger)
+		if err != nil {
+			return fmt.Errorf("nats subscriber: %w", err)
+		}
+		closers = append(closers, func() { _ = sub.Close() })
+		publishers["nats"] = pub
+		sources = append(sources,
+			ingress.Source{Broker: "nats", Topic: cfg.NATS.Subject, Kind: ingress.Delayed, Subscriber: sub},
+			ingress.Source{Broker: "nats", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub})
+		defaultBroker = "nats"
+		checks = append(checks, httpapi.Check{Name: "nats", Probe: func(context.Context) error {
+			if s := nc.Status(); s != natsgo.CONNECTED {
+				return fmt.Errorf("connection %s", s)
+			}
+			return nil
+		}})
+	}
+	if len(publishers) == 0 {
+		return errors.New("no broker configured: set BRIDGE_NATS_URL")
+	}
+
+	rules := ingress.Rules{
+		MaxDelay:   cfg.MaxDelay,
+		MaxPayload: cfg.MaxPayload,
+		Targets:    targetPolicy(cfg),
+	}
+	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject}, store, sources, publishers, logger, inMetrics)
+	if err != nil {
+		return err
+	}
+	out, err := egress.New(egress.Config{
+		DLQSubject:   cfg.DLQSubject,
+		MaxAttempts:  cfg.MaxAttempts,
+		DrainTimeout: cfg.ShutdownTimeout,
+	}, store, publishers, logger, outMetrics)
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	ops := httpapi.NewOps(checks, reg)
+	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
+	if cfg.APIAddr != "" || ls.api != nil {
+		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken}, store, logger)
+		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })
+	}
+	g.Go(func() error {
+		if err := initStore(gctx, store, logger); err != nil {
+			return err
+		}
+		storeReady.Store(true)
+		w, wctx := errgroup.WithContext(gctx)
+		w.Go(func() error { return in.Run(wctx) })
+		w.Go(func() error { return out.Run(wctx) })
+		logger.Info("delaybridge running", "brokers", strings.Join(cfg.Brokers(), ","),
+			"http", cfg.HTTPAddr, "api", cfg.APIAddr)
+		if ls.ready != nil {
+			ls.ready()
+		}
+		return w.Wait()
+	})
+	err = g.Wait()
+	if err != nil {
+		return err
+	}
+	logger.Info("delaybridge stopped")
+	return nil
+}
+
+func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler, logger *slog.Logger) error {
+	if ln != nil {
+		return httpapi.ServeListener(ctx, ln, h, logger)
+	}
+	return httpapi.Serve(ctx, addr, h, logger)
+}
+
+// initStore records or checks the shard count, retrying while Redis is unreachable. A
+// shard-count mismatch is fatal.
+func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger) error {
+	wait := 200 * time.Millisecond
+	for {
+		err := store.Init(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, delaystore.ErrShardMismatch) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		logger.Warn("redis not ready; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func newRedisClient(cfg config.Config) redis.UniversalClient {
+	if len(cfg.Redis.ClusterAddrs) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs})
+	}
+	opts, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
+	return redis.NewClient(opts)
+}
+
+func targetPolicy(cfg config.Config) ingress.TargetPolicy {
+	p := ingress.TargetPolicy{Brokers: map[string]bool{}, Allow: cfg.TargetAllow, Own: map[string][]string{}}
+	if cfg.NATS.URL != "" {
+		p.Brokers["nats"] = true
+		p.Own["nats"] = []string{cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject}
+	}
+	if len(cfg.Kafka.Brokers) > 0 {
+		p.Brokers["kafka"] = true
+		p.Own["kafka"] = []string{cfg.Kafka.Topic, cfg.CancelSubject, cfg.DLQSubject}
+	}
+	return p
+}
+
+// storeCollector exports delaybridge_parked_messages from the store's stats at scrape time.
+type storeCollector struct {
+	store  *delaystore.Store
+	parked *prometheus.Desc
+}
+
+func newStoreCollector(s *delaystore.Store) *storeCollector {
+	return &storeCollector{store: s, parked: prometheus.NewDesc("delaybridge_parked_messages",
+		"Messages in the delay store (pending and claimed), by shard.", []string{"shard"}, nil)}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.parked }
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := c.store.Stats(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.parked, err)
+		return
+	}
+	for i, n := range st.PerShard {
+		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), fmt.Sprint(i))
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/config"
+)
+
+// devStream is the JetStream stream `bridge dev` creates for its own subjects.
+const devStream = "DELAYBRIDGE"
+
+// runDev is `bridge dev`: an embedded nats-server with JetStream and an in-memory
+// Redis-compatible store, the bridge wired to both, and a printer of everything that
+// arrives on demo.>. Nothing is durable.
+func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsPort := fs.Int("nats-port", 4223, "port of the embedded NATS server (a free one if taken or <= 0)")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return errUsage
+	}
+
+	env := config.EnvMap(environ)
+	env["BRIDGE_NATS_URL"] = "nats://placeholder:4222" // replaced below; makes Load accept NATS
+	cfg, err := config.Load(env)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	if _, set := env["BRIDGE_LOG_FORMAT"]; !set {
+		cfg.LogFormat = "text"
+	}
+	logger, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+
+	storeDir, err := os.MkdirTemp("", "delaybridge-dev-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(storeDir)
+	ns, err := startDevNATS(*natsPort, storeDir)
+	if err != nil {
+		return err
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("in-memory redis: %w", err)
+	}
+	defer mr.Close()
+
+	cfg.NATS.URL = ns.ClientURL()
+	cfg.NATS.Stream = devStream
+	cfg.Redis.URL = "redis://" + mr.Addr() + "/0"
+	cfg.Redis.ClusterAddrs = nil
+
+	nc, err := natsgo.Connect(cfg.NATS.URL, natsgo.Name("delaybridge-dev"))
+	if err != nil {
+		return fmt.Errorf("connect embedded nats: %w", err)
+	}
+	defer nc.Close()
+	if err := createDevStream(ctx, nc, cfg); err != nil {
+		return err
+	}
+	printer := &arrivalPrinter{w: stdout}
+	demo, err := nc.Subscribe("demo.>", printer.print)
+	if err != nil {
+		return fmt.Errorf("subscribe demo.>: %w", err)
+	}
+	defer demo.Unsubscribe()
+
+	var ls listeners
+	if ls.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	if cfg.APIAddr != "" {
+		if ls.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+			ls.ops.Close()
+			return fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
+		}
+	}
+	ls.ready = func() { printDevBanner(stdout, cfg, ls) }
+	return serve(ctx, cfg, logger, ls)
+}
+
+func startDevNATS(port int, storeDir string) (*server.Server, error) {
+	opts := &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true}
+	if port <= 0 {
+		opts.Port = server.RANDOM_PORT
+	} else if ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(port))); err != nil {
+		opts.Port = server.RANDOM_PORT
+	} else {
+		ln.Close()
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded nats did not start within 10s")
+	}
+	return ns, nil
+}
+
+// createDevStream creates the stream capturing the bridge's ingress, cancel and
+// dead-letter subjects (in run mode the bridge never creates streams).
+func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:     devStream,
+		Subjects: []string{cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject},
+		Storage:  jetstream.MemoryStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("create dev stream %s: %w", devStream, err)
+	}
+	return nil
+}
+
+func printDevBanner(w io.Writer, cfg config.Config, ls listeners) {
+	api := "(off)"
+	if ls.api != nil {
+		api = "http://" + ls.api.Addr().String() + "/v1/messages"
+	}
+	fmt.Fprintf(w, `
+delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream.
+
+  NATS      %s   stream %s captures %s, %s, %s
+  metrics   http://%s/metrics
+  API       %s
+
+Try it from another terminal:
+  bridge send --delay 5s --target demo.hello hi
+  nats --server %s pub %s hi -H x-delay:5s -H x-target:demo.hello
+
+Messages arriving on demo.> are printed here. Ctrl-C stops.
+
+`, cfg.NATS.URL, devStream, cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject,
+		ls.ops.Addr(), api, cfg.NATS.URL, cfg.NATS.Subject)
+}
+
+// arrivalPrinter prints messages delivered to demo.> with their lateness.
+type arrivalPrinter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *arrivalPrinter) print(m *natsgo.Msg) {
+	now := time.Now()
+	late := ""
+	if due, err := strconv.ParseInt(m.Header.Get("x-delay-due"), 10, 64); err == nil {
+		late = fmt.Sprintf(" (%s after due)", now.Sub(time.UnixMilli(due)).Round(time.Millisecond))
+	}
+	keys := make([]string, 0, len(m.Header))
+	for k := range m.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var hs []string
+	for _, k := range keys {
+		for _, v := range m.Header[k] {
+			hs = append(hs, k+"="+v)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "%s  arrived on %s%s: %q  [%s]\n", now.Format("15:04:05.000"), m.Subject, late,
+		m.Data, strings.Join(hs, " "))
+}

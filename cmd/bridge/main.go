@@ -1,0 +1,67 @@
+// Command bridge is delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
+//
+//	bridge [run]         run from the environment (BRIDGE_* variables)
+//	bridge dev           self-contained, not durable: embedded NATS (JetStream) + in-memory Redis
+//	bridge send ...      schedule a message through a running bridge's message API
+//	bridge stats         show the delay store statistics
+//	bridge cancel ID     cancel a pending message
+//	bridge version       print the version
+//
+// See `bridge --help` for every variable.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command and returns the process exit code.
+func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = runBridge(ctx, environ, stderr)
+	case "dev":
+		err = runDev(ctx, args, environ, stdout, stderr)
+	case "send":
+		err = runSend(ctx, args, environ, stdin, stdout, stderr)
+	case "stats":
+		err = runStats(ctx, args, environ, stdout, stderr)
+	case "cancel":
+		err = runCancel(ctx, args, environ, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "delaybridge", version)
+	case "help", "--help", "-h", "-help":
+		printHelp(stdout)
+	default:
+		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n", cmd)
+		printHelp(stderr)
+		return 2
+	}
+	if err != nil {
+		if err == errUsage {
+			return 2
+		}
+		fmt.Fprintln(stderr, "bridge:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// errUsage: a command line error already explained to the user.
+var errUsage = errors.New("usage")
+
+// apiClient builds a message API client from BRIDGE_API_ADDR / BRIDGE_API_TOKEN, or the
+// --api / --token flags.
+func apiFlags(fs *flag.FlagSet, environ []string) (*string, *string) {
+	env := config.EnvMap(environ)
+	addr := env["BRIDGE_API_ADDR"]
+	if _, set := env["BRIDGE_API_ADDR"]; !set {
+		addr = config.DefaultAPIAddr
+	}
+	api := fs.String("api", addr, "message API address of the running bridge (BRIDGE_API_ADDR)")
+	token := fs.String("token", env["BRIDGE_API_TOKEN"], "bearer token (BRIDGE_API_TOKEN)")
+	return api, token
+}
+
+func newClient(addr, token string) (*httpapi.Client, error) {
+	if addr == "" {
+		return nil, errors.New("the message API is off (BRIDGE_API_ADDR is empty); pass --api host:port")
+	}
+	base := addr
+	if !strings.Contains(base, "://") {
+		if strings.HasPrefix(base, ":") {
+			base = "127.0.0.1" + base
+		}
+		base = "http://" + base
+	}
+	return &httpapi.Client{Base: base, Token: token}, nil
+}
+
+type headerFlags []string
+
+func (h *headerFlags) String() string     { return strings.Join(*h, ",") }
+func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
+
+func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge send", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	target := fs.String("target", "", "target: subject, nats:subject or kafka:topic (required)")
+	delay := fs.String("delay", "", "delay: 1500 (ms), 30s, 1h30m or PT30S")
+	at := fs.String("deliver-at", "", "absolute due time: RFC 3339 or unix ms")
+	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
+	var hdrs headerFlags
+	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--id ID] [--header k=v]... PAYLOAD|-")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() != 1 || *target == "" {
+		fs.Usage()
+		return errUsage
+	}
+	payload := fs.Arg(0)
+	if payload == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("read payload from stdin: %w", err)
+		}
+		payload = string(b)
+	}
+	req := httpapi.PostRequest{Target: *target, ID: *id, Payload: &payload}
+	if *delay != "" {
+		req.Delay, _ = json.Marshal(*delay)
+	}
+	if *at != "" {
+		req.DeliverAt, _ = json.Marshal(*at)
+	}
+	if len(hdrs) > 0 {
+		req.Headers = map[string]string{}
+		for _, h := range hdrs {
+			k, v, ok := strings.Cut(h, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("--header %q: want key=value", h)
+			}
+			req.Headers[k] = v
+		}
+	}
+	c, err := newClient(*api, *token)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Send(ctx, req)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	due := time.UnixMilli(resp.Due)
+	fmt.Fprintf(stdout, "parked %s, due %s (in %s)\n", resp.ID, due.UTC().Format(time.RFC3339Nano),
+		time.Until(due).Round(time.Millisecond))
+	return nil
+}
+
+func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge stats", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return errUsage
+	}
+	c, err := newClient(*api, *token)
+	if err != nil {
+		return err
+	}
+	s, err := c.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(s)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "parked\t%d\n", s.Parked)
+	if s.NextDue != nil {
+		fmt.Fprintf(tw, "next due\t%s (in %s)\n", time.UnixMilli(*s.NextDue).UTC().Format(time.RFC3339Nano),
+			time.Duration(*s.NextDue-s.Now)*time.Millisecond)
+	} else {
+		fmt.Fprintf(tw, "next due\t-\n")
+	}
+	for i, n := range s.PerShard {
+		fmt.Fprintf(tw, "shard %d\t%d\n", i, n)
+	}
+	return tw.Flush()
+}
+
+func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge cancel", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: bridge cancel [--api host:port] ID")
+		return errUsage
+	}
+	c, err := newClient(*api, *token)
+	if err != nil {
+		return err
+	}
+	ok, err := c.Cancel(ctx, fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	if !ok {
+		fmt.Fprintf(stdout, "%s: no pending message with that id\n", fs.Arg(0))
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s: cancelled\n", fs.Arg(0))
+	return nil
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
+
+Usage:
+  bridge [run]                 run from the environment (variables below)
+  bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
+                               in-memory Redis; NOT durable; prints how to try it
+  bridge send --target T [--delay D | --deliver-at T] [--id ID] [--header k=v]... PAYLOAD|-
+                               schedule a message through a running bridge's message API
+  bridge stats [--json]        delay store statistics (through the message API)
+  bridge cancel ID             cancel a pending message (through the message API)
+  bridge version               print the version
+  bridge --help                this help
+
+Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
+  x-delay       1500 (ms) | 1500ms, 30s, 1h30m | PT30S, P1DT2H
+  x-deliver-at  2026-11-21T15:04:05.123Z | unix ms
+  x-target      orders.timeout | nats:orders.timeout | kafka:orders.timeout
+  x-delay-id    optional identity: same id again reschedules; cancel by id
+
+Environment:
+`)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, v := range config.Variables() {
+		def := v.Default
+		if def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, def, v.Doc)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,507 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Output header names (SPEC section 2), and the error header of dead letters.
+const (
+	HeaderID       = "x-delay-id"
+	HeaderDue      = "x-delay-due"
+	HeaderSource   = "x-delay-source"
+	HeaderError    = "x-delay-error"
+	HeaderTarget   = "x-target"
+	HeaderKafkaKey = "x-kafka-key"
+)
+
+// Claimer is the part of the delay store egress needs. Implementations must be safe for
+// concurrent use. Ack and Retry are fenced by the receipt: a stale receipt changes nothing.
+type Claimer interface {
+	Shards() int
+	Claim(ctx context.Context, shard, max int) (delaystore.Claim, error)
+	Ack(ctx context.Context, receipts []delaystore.Receipt) (delaystore.Applied, error)
+	Retry(ctx context.Context, reqs []delaystore.RetryRequest) (delaystore.Applied, error)
+	Heads(ctx context.Context) (heads []int64, now int64, err error)
+	Wakeups(ctx context.Context) (<-chan delaystore.Wake, error)
+}
+
+// PartialFailure is implemented by a publish error that knows which messages of the call
+// failed (keyed by message UUID); messages not in the map were confirmed. Any other
+// publish error fails every message of the call.
+type PartialFailure interface {
+	error
+	FailedMessages() map[string]error
+}
+
+// Config configures egress.
+type Config struct {
+	// DLQSubject is the dead-letter subject, on the source broker of the message.
+	DLQSubject string
+	// BatchSize is the most messages claimed per shard in one call (default 256).
+	BatchSize int
+	// MaxAttempts is how many failed publishes a message may have before it is
+	// dead-lettered (default 10).
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the delay before a failed message is tried again:
+	// BackoffMin * 2^(attempts-1), capped (defaults 1s and 5m).
+	BackoffMin, BackoffMax time.Duration
+	// ResyncInterval is how often every shard's head is re-read, a safety net for missed
+	// wake-ups (default 5s).
+	ResyncInterval time.Duration
+	// DrainTimeout bounds the completion of batches in flight once Run's ctx is
+	// cancelled (default 20s).
+	DrainTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = time.Second
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(5*time.Minute, c.BackoffMin)
+	}
+	if c.ResyncInterval <= 0 {
+		c.ResyncInterval = 5 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 20 * time.Second
+	}
+}
+
+// Egress publishes due messages. Create with New, then Run once.
+type Egress struct {
+	cfg        Config
+	store      Claimer
+	publishers map[string]message.Publisher
+	log        *slog.Logger
+	metrics    *Metrics
+	clock      redisClock
+	workers    []*worker
+}
+
+// New returns an Egress publishing through publishers, keyed by broker name ("nats",
+// "kafka"). metrics may be nil.
+func New(cfg Config, store Claimer, publishers map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Egress, error) {
+	cfg.defaults()
+	if store == nil {
+		return nil, errors.New("egress: nil store")
+	}
+	if len(publishers) == 0 {
+		return nil, errors.New("egress: no publishers")
+	}
+	if cfg.DLQSubject == "" {
+		return nil, errors.New("egress: empty dead-letter subject")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Egress{cfg: cfg, store: store, publishers: publishers, log: logger.With("component", "egress"), metrics: metrics}
+	for s := range store.Shards() {
+		e.workers = append(e.workers, newWorker(s))
+	}
+	return e, nil
+}
+
+// Run delivers due messages until ctx is cancelled, then finishes the batches in flight
+// (bounded by DrainTimeout) and returns nil. It returns an error only if the wake-up
+// subscription cannot be set up.
+func (e *Egress) Run(ctx context.Context) error {
+	wakes, err := e.store.Wakeups(ctx)
+	if err != nil {
+		return fmt.Errorf("egress wake-ups: %w", err)
+	}
+	var wg sync.WaitGroup
+	for _, w := range e.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.runWorker(ctx, w)
+		}()
+	}
+	e.resync(ctx)
+	ticker := time.NewTicker(e.cfg.ResyncInterval)
+	defer ticker.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case w, ok := <-wakes:
+			if !ok {
+				break loop
+			}
+			if w.Shard < 0 {
+				e.resync(ctx)
+			} else if w.Shard < len(e.workers) {
+				e.workers[w.Shard].offer(w.Due)
+			}
+		case <-ticker.C:
+			e.resync(ctx)
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// resync reads every shard's head and offers it to its worker.
+func (e *Egress) resync(ctx context.Context) {
+	heads, now, err := e.store.Heads(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Debug("resync heads", "err", err)
+		}
+		return
+	}
+	e.clock.observe(now, time.Now())
+	for s, h := range heads {
+		if h >= 0 && s < len(e.workers) {
+			e.workers[s].offer(h)
+		}
+	}
+}
+
+// worker owns one shard: it sleeps until the shard's head is due and claims it.
+type worker struct {
+	shard   int
+	offered atomic.Int64 // earliest due offered since the worker last looked; MaxInt64 = none
+	kick    chan struct{}
+}
+
+func newWorker(shard int) *worker {
+	w := &worker{shard: shard, kick: make(chan struct{}, 1)}
+	w.offered.Store(math.MaxInt64)
+	return w
+}
+
+// offer tells the worker that something may be due at due (Redis ms). Safe for concurrent
+// use; never blocks.
+func (w *worker) offer(due int64) {
+	for {
+		cur := w.offered.Load()
+		if due >= cur || w.offered.CompareAndSwap(cur, due) {
+			break
+		}
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Egress) runWorker(ctx context.Context, w *worker) {
+	next := int64(-1) // the shard's head as last known; -1: empty, wait for an offer
+	errWait := 100 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if o := w.offered.Swap(math.MaxInt64); o != math.MaxInt64 && (next < 0 || o < next) {
+			next = o
+		}
+		var fire <-chan time.Time
+		if next >= 0 {
+			if d := time.Until(e.clock.local(next)); d > 0 {
+				timer.Reset(d)
+				fire = timer.C
+			} else {
+				fire = closedTime
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+			timer.Stop()
+			continue
+		case <-fire:
+		}
+		c, err := e.store.Claim(ctx, w.shard, e.cfg.BatchSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.Warn("claim", "shard", w.shard, "err", err)
+			if !sleep(ctx, errWait) {
+				return
+			}
+			errWait = min(2*errWait, 5*time.Second)
+			continue
+		}
+		errWait = 100 * time.Millisecond
+		e.clock.observe(c.Now, time.Now())
+		next = c.Next
+		if len(c.Corrupt) > 0 {
+			e.quarantine(ctx, c.Corrupt)
+		}
+		if len(c.Messages) > 0 {
+			if head, ok := e.deliver(ctx, w.shard, c.Messages); ok {
+				next = head // the claimed messages' lease scores are gone from the head
+			}
+			if len(c.Messages) == e.cfg.BatchSize {
+				next = c.Now // more may be due: claim again at once
+			}
+		}
+	}
+}
+
+var closedTime = func() chan time.Time { c := make(chan time.Time); close(c); return c }()
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// outgoing is one claimed message on its way to a broker.
+type outgoing struct {
+	claimed delaystore.Claimed
+	broker  string
+	topic   string
+	msg     *message.Message
+	err     error
+}
+
+// quarantine handles entries whose envelope could not be decoded: they cannot be
+// published or dead-lettered, so they stay in Redis for an operator, tried again only
+// every BackoffMax, and are logged at Error.
+func (e *Egress) quarantine(ctx context.Context, corrupt []delaystore.Receipt) {
+	reqs := make([]delaystore.RetryRequest, len(corrupt))
+	for i, r := range corrupt {
+		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: e.cfg.BackoffMax}
+		e.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
+	}
+	if _, err := e.store.Retry(ctx, reqs); err != nil {
+		e.log.Error("reschedule corrupt entries", "err", err)
+	}
+}
+
+// deliver publishes a claimed batch of one shard grouped by target and settles every
+// message in the store: ack when confirmed, retry (or dead-letter) when not. It uses a
+// context detached from ctx, bounded by DrainTimeout, so a batch claimed before shutdown
+// is finished. It returns the shard's head after settling, when the store reported it.
+func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Claimed) (head int64, known bool) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
+	defer cancel()
+	out := make([]*outgoing, len(claimed))
+	groups := map[string][]*outgoing{}
+	for i, c := range claimed {
+		o := &outgoing{claimed: c}
+		o.broker, o.topic, _ = strings.Cut(c.Envelope.Target, ":")
+		o.msg = outputMessage(c)
+		o.msg.SetContext(dctx)
+		out[i] = o
+		groups[c.Envelope.Target] = append(groups[c.Envelope.Target], o)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.publish(g)
+		}()
+	}
+	wg.Wait()
+	confirmedAt := e.clock.redisNow(time.Now())
+
+	var acks []delaystore.Receipt
+	var retries []delaystore.RetryRequest
+	for _, o := range out {
+		switch {
+		case o.err == nil:
+			acks = append(acks, o.claimed.Receipt)
+			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
+			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
+		case o.claimed.Attempts+1 >= e.cfg.MaxAttempts && e.deadLetter(o) == nil:
+			acks = append(acks, o.claimed.Receipt)
+		default:
+			backoff := e.backoff(o.claimed.Attempts + 1)
+			retries = append(retries, delaystore.RetryRequest{Receipt: o.claimed.Receipt, Backoff: backoff})
+			e.metrics.out(o.broker, "retried")
+			e.log.Warn("publish failed; will retry", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+				"attempt", o.claimed.Attempts+1, "backoff", backoff, "err", o.err)
+		}
+	}
+	known = true
+	if len(acks) > 0 {
+		applied, err := e.store.Ack(dctx, acks)
+		if err != nil {
+			// The lease expires and the messages are published again (same x-delay-id and
+			// Nats-Msg-Id): a duplicate, never a loss.
+			e.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", err)
+			known = false
+		}
+		head, known = mergeHead(head, applied.Heads, shard, known)
+	}
+	if len(retries) > 0 {
+		applied, err := e.store.Retry(dctx, retries)
+		if err != nil {
+			e.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", err)
+			known = false
+		}
+		head, known = mergeHead(head, applied.Heads, shard, known)
+	}
+	return head, known
+}
+
+// mergeHead keeps the latest report of shard's head: the last call's answer wins, since
+// it saw the state after every earlier call.
+func mergeHead(head int64, heads map[int]int64, shard int, known bool) (int64, bool) {
+	h, ok := heads[shard]
+	if !ok {
+		return head, false
+	}
+	return h, known
+}
+
+// publish sends one group (same target) in one Publish call and records per-message
+// outcomes in the group's entries.
+func (e *Egress) publish(group []*outgoing) {
+	first := group[0]
+	pub := e.publishers[first.broker]
+	if pub == nil {
+		err := fmt.Errorf("broker %q of target %q is not configured", first.broker, first.claimed.Envelope.Target)
+		for _, o := range group {
+			o.err = err
+		}
+		return
+	}
+	msgs := make([]*message.Message, len(group))
+	for i, o := range group {
+		msgs[i] = o.msg
+	}
+	err := pub.Publish(first.topic, msgs...)
+	if err == nil {
+		return
+	}
+	var partial PartialFailure
+	if errors.As(err, &partial) {
+		failed := partial.FailedMessages()
+		for _, o := range group {
+			o.err = failed[o.msg.UUID]
+		}
+		return
+	}
+	for _, o := range group {
+		o.err = err
+	}
+}
+
+// deadLetter publishes a message that ran out of attempts to the dead-letter subject of
+// its source broker (for the HTTP source: of its target broker).
+func (e *Egress) deadLetter(o *outgoing) error {
+	broker, _, _ := strings.Cut(o.claimed.Envelope.Source, ":")
+	pub := e.publishers[broker]
+	if pub == nil {
+		broker = o.broker
+		pub = e.publishers[broker]
+	}
+	if pub == nil {
+		return fmt.Errorf("no publisher for dead letters of %s", o.claimed.ID)
+	}
+	dead := message.NewMessage(o.msg.UUID+":dlq", o.msg.Payload)
+	for k, v := range o.msg.Metadata {
+		dead.Metadata.Set(k, v)
+	}
+	dead.Metadata.Set(HeaderTarget, o.claimed.Envelope.Target)
+	dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+	dead.SetContext(o.msg.Context())
+	if err := pub.Publish(e.cfg.DLQSubject, dead); err != nil {
+		e.log.Warn("dead-letter publish", "id", o.claimed.ID, "err", err)
+		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
+	}
+	e.metrics.out(o.broker, "dead_lettered")
+	e.log.Warn("dead-lettered after failed publishes", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+		"attempts", o.claimed.Attempts+1, "err", o.err)
+	return nil
+}
+
+func (e *Egress) backoff(attempt int) time.Duration {
+	d := e.cfg.BackoffMin
+	for i := 1; i < attempt && d < e.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, e.cfg.BackoffMax)
+}
+
+// outputMessage builds the message for the target: the stored headers plus x-delay-id,
+// x-delay-due and x-delay-source. Its UUID "<id>:<version>" is unique per scheduled
+// firing (the NATS adapter sends it as Nats-Msg-Id).
+func outputMessage(c delaystore.Claimed) *message.Message {
+	env := c.Envelope
+	hs := make(headers.List, 0, len(env.Headers)+3)
+	hs = append(hs, env.Headers...)
+	hs.Add(HeaderID, c.ID)
+	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
+	hs.Add(HeaderSource, env.Source)
+	var extra map[string]string
+	if env.Key != nil {
+		if strings.HasPrefix(env.Target, "kafka:") {
+			extra = map[string]string{headers.MetaKafkaKey: string(env.Key)}
+		} else {
+			hs.Add(HeaderKafkaKey, string(env.Key)) // SPEC: a Kafka key travels to NATS as x-kafka-key
+		}
+	}
+	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)
+	msg.Metadata = headers.ToMetadata(hs, extra)
+	return msg
+}
+
+// redisClock maps Redis server time (unix ms) onto the local monotonic clock, from the
+// last observed pair. Safe for concurrent use.
+type redisClock struct {
+	mu    sync.Mutex
+	at    time.Time
+	redis int64
+}
+
+// observe records that the Redis time was redisMs at (or just before) local.
+func (c *redisClock) observe(redisMs int64, local time.Time) {
+	c.mu.Lock()
+	c.at, c.redis = local, redisMs
+	c.mu.Unlock()
+}
+
+// local is the local time at which the Redis clock reads redisMs. Before the first
+// observation it assumes the clocks agree.
+func (c *redisClock) local(redisMs int64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return time.UnixMilli(redisMs)
+	}
+	return c.at.Add(time.Duration(redisMs-c.redis) * time.Millisecond)
+}
+
+// redisNow estimates the Redis time at local time t.
+func (c *redisClock) redisNow(t time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return t.UnixMilli()
+	}
+	return c.redis + t.Sub(c.at).Milliseconds()
+}

@@ -1,0 +1,50 @@
+package egress
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the egress metrics. A nil *Metrics records nothing.
+type Metrics struct {
+	messages *prometheus.CounterVec
+	lateness prometheus.Histogram
+}
+
+// NewMetrics registers the egress metrics with reg:
+// delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered) and
+// delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
+// the Redis clock).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delaybridge_messages_out_total",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered).",
+		}, []string{"broker", "result"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaybridge_delivery_lateness_seconds",
+			Help:    "Time from a message's due time to its target's publish confirmation.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.messages, m.lateness} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register egress metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) out(broker, result string) {
+	if m != nil {
+		m.messages.WithLabelValues(broker, result).Inc()
+	}
+}
+
+func (m *Metrics) published(broker string, latenessMs int64) {
+	if m != nil {
+		m.messages.WithLabelValues(broker, "published").Inc()
+		m.lateness.Observe(float64(max(latenessMs, 0)) / 1000)
+	}
+}

@@ -1,0 +1,9 @@
+// Package ingress takes messages from watermill subscribers (the bridge's ingress and
+// cancel subjects on each broker), parses the delay contract once at the edge, parks valid
+// messages in the delay store in batches, and only then acknowledges the source.
+//
+// Every message ends in exactly one of: acked after it was parked (or cancelled), acked
+// after it was dead-lettered on its source broker (invalid input), or nacked for
+// redelivery (store unavailable at shutdown). Ingress imports no broker package; it sees
+// brokers as message.Subscriber / message.Publisher and the store as a Parker.
+package ingress

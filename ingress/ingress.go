@@ -1,0 +1,359 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Parker is the part of the delay store ingress needs. Implementations must be safe for
+// concurrent use; Park returns one result per request, in order.
+type Parker interface {
+	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
+	Cancel(ctx context.Context, id string) (bool, error)
+}
+
+// Kind tells what a subscription carries.
+type Kind int
+
+const (
+	// Delayed messages to park.
+	Delayed Kind = iota
+	// Cancels: messages whose x-delay-id names a pending message to remove.
+	Cancels
+)
+
+// Source is one subscription ingress consumes.
+type Source struct {
+	// Broker is "nats" or "kafka": it resolves unprefixed targets and selects the
+	// dead-letter publisher.
+	Broker string
+	// Topic is the subject or topic subscribed to.
+	Topic string
+	// Kind is Delayed or Cancels.
+	Kind Kind
+	// Subscriber delivers the messages. Ingress acks or nacks every message it receives.
+	Subscriber message.Subscriber
+}
+
+// Config configures ingress.
+type Config struct {
+	Rules
+	// DLQSubject is where invalid messages go, on their source broker.
+	DLQSubject string
+	// BatchSize is the most messages parked in one store call (default 256).
+	BatchSize int
+	// Linger is how long a batch waits for more messages after its first (default 1ms).
+	Linger time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts when the store or a
+	// dead-letter publish fails (defaults 50ms and 5s).
+	RetryMin, RetryMax time.Duration
+}
+
+// Ingress consumes sources and parks their messages. Create with New, then Run once.
+type Ingress struct {
+	cfg     Config
+	store   Parker
+	sources []Source
+	dlq     map[string]message.Publisher
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+}
+
+// New checks the wiring and returns an Ingress. dlq maps a broker name to the publisher
+// used for its dead-letter subject; every source broker needs one. metrics may be nil.
+func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Ingress, error) {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 256
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = time.Millisecond
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 50 * time.Millisecond
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(5*time.Second, cfg.RetryMin)
+	}
+	if cfg.DLQSubject == "" {
+		return nil, errors.New("ingress: empty dead-letter subject")
+	}
+	if store == nil {
+		return nil, errors.New("ingress: nil store")
+	}
+	for _, s := range sources {
+		if s.Subscriber == nil || s.Topic == "" {
+			return nil, fmt.Errorf("ingress: source %s:%s has no subscriber or topic", s.Broker, s.Topic)
+		}
+		if dlq[s.Broker] == nil {
+			return nil, fmt.Errorf("ingress: no dead-letter publisher for broker %q", s.Broker)
+		}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Ingress{
+		cfg: cfg, store: store, sources: sources, dlq: dlq,
+		log: logger.With("component", "ingress"), metrics: metrics, now: time.Now,
+	}, nil
+}
+
+// Run subscribes to every source and processes messages until ctx is cancelled; it then
+// returns nil once every received message has been acked or nacked. A subscribe error is
+// returned at once. Messages in a batch that could not be parked before ctx ended are
+// nacked (the source redelivers them; core NATS cannot, see README).
+func (in *Ingress) Run(ctx context.Context) error {
+	type sub struct {
+		src Source
+		ch  <-chan *message.Message
+	}
+	subs := make([]sub, 0, len(in.sources))
+	for _, s := range in.sources {
+		ch, err := s.Subscriber.Subscribe(ctx, s.Topic)
+		if err != nil {
+			return fmt.Errorf("subscribe %s:%s: %w", s.Broker, s.Topic, err)
+		}
+		subs = append(subs, sub{s, ch})
+		in.log.Info("consuming", "broker", s.Broker, "topic", s.Topic, "kind", kindName(s.Kind))
+	}
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in.consume(ctx, s.src, s.ch)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func kindName(k Kind) string {
+	if k == Cancels {
+		return "cancel"
+	}
+	return "delayed"
+}
+
+// received is a message with the moment ingress read it.
+type received struct {
+	msg *message.Message
+	at  time.Time
+}
+
+// consume batches messages from ch: a batch closes at BatchSize messages or Linger after
+// its first message, whichever comes first.
+func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.Message) {
+	batch := make([]received, 0, in.cfg.BatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		if len(batch) > 0 {
+			in.process(ctx, src, batch)
+			batch = batch[:0]
+		}
+		timer.Stop()
+	}
+	for {
+		var timeout <-chan time.Time
+		if len(batch) > 0 {
+			timeout = timer.C
+		}
+		select {
+		case msg, ok := <-ch:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(in.cfg.Linger)
+			}
+			batch = append(batch, received{msg: msg, at: in.now()})
+			if len(batch) >= in.cfg.BatchSize {
+				flush()
+			}
+		case <-timeout:
+			flush()
+		}
+	}
+}
+
+// process handles one batch: every message is acked or nacked before it returns.
+func (in *Ingress) process(ctx context.Context, src Source, batch []received) {
+	if src.Kind == Cancels {
+		for _, r := range batch {
+			in.cancel(ctx, src, r.msg)
+		}
+		return
+	}
+	now := in.now()
+	reqs := make([]delaystore.ParkRequest, 0, len(batch))
+	valid := make([]*message.Message, 0, len(batch))
+	for _, r := range batch {
+		req, err := in.cfg.Prepare(in.incoming(src, r), now)
+		if err != nil {
+			in.reject(ctx, src, r.msg, err)
+			continue
+		}
+		reqs = append(reqs, req)
+		valid = append(valid, r.msg)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	var parked []delaystore.Parked
+	err := in.retry(ctx, "park", func(opCtx context.Context) error {
+		var err error
+		parked, err = in.store.Park(opCtx, reqs)
+		return err
+	})
+	if err != nil {
+		for _, m := range valid {
+			m.Nack()
+		}
+		in.metrics.in(src.Broker, "nacked", len(valid))
+		return
+	}
+	for i, m := range valid {
+		p := parked[i]
+		body, _ := json.Marshal(struct {
+			ID  string `json:"id"`
+			Due int64  `json:"due"`
+		}{p.ID, p.Due})
+		m.Metadata.Set(headers.MetaReply, string(body))
+		m.Ack()
+		in.log.Debug("parked", "id", p.ID, "due", p.Due, "target", reqs[i].Envelope.Target, "existed", p.Existed)
+	}
+	in.metrics.in(src.Broker, "parked", len(valid))
+}
+
+// incoming extracts what Prepare needs from a watermill message.
+func (in *Ingress) incoming(src Source, r received) Incoming {
+	md := r.msg.Metadata
+	var key []byte
+	if k, ok := md[headers.MetaKafkaKey]; ok {
+		key = []byte(k)
+	}
+	return Incoming{
+		Headers:  headers.FromMetadata(md),
+		Payload:  r.msg.Payload,
+		Key:      key,
+		Broker:   src.Broker,
+		Source:   src.Broker + ":" + src.Topic,
+		SourceID: md[headers.MetaSourceID],
+		NewID:    watermill.NewULID,
+		Received: r.at,
+	}
+}
+
+// cancel removes the pending message named by msg's x-delay-id and acks msg.
+func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message) {
+	ids := headers.FromMetadata(msg.Metadata).Values(HeaderID)
+	if len(ids) != 1 {
+		err := errCancelWithoutID
+		if len(ids) > 1 {
+			err = fmt.Errorf("%w: %s given %d times", ErrInvalidID, HeaderID, len(ids))
+		}
+		in.reject(ctx, src, msg, err)
+		return
+	}
+	id := ids[0]
+	var cancelled bool
+	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
+		var err error
+		cancelled, err = in.store.Cancel(opCtx, id)
+		return err
+	})
+	if err != nil {
+		msg.Nack()
+		in.metrics.in(src.Broker, "nacked", 1)
+		return
+	}
+	body, _ := json.Marshal(struct {
+		ID        string `json:"id"`
+		Cancelled bool   `json:"cancelled"`
+	}{id, cancelled})
+	msg.Metadata.Set(headers.MetaReply, string(body))
+	msg.Ack()
+	in.log.Debug("cancel", "id", id, "cancelled", cancelled)
+	in.metrics.in(src.Broker, "cancelled", 1)
+}
+
+// reject sends msg to the dead-letter subject of its broker, with all its headers and
+// x-delay-error, then acks it (with an error reply for a request). If the dead-letter
+// publish cannot be done before ctx ends, msg is nacked instead.
+func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message, cause error) {
+	text := ErrorText(cause)
+	dead := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		if k != headers.MetaReply && k != headers.MetaSourceID {
+			dead.Metadata.Set(k, v)
+		}
+	}
+	dead.Metadata.Set(HeaderError, text)
+	err := in.retry(ctx, "dead-letter", func(opCtx context.Context) error {
+		dead.SetContext(opCtx)
+		return in.dlq[src.Broker].Publish(in.cfg.DLQSubject, dead)
+	})
+	if err != nil {
+		msg.Nack()
+		in.metrics.in(src.Broker, "nacked", 1)
+		return
+	}
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{text})
+	msg.Metadata.Set(headers.MetaReply, string(body))
+	msg.Ack()
+	in.log.Debug("rejected", "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
+	in.metrics.rejected(src.Broker, Reason(cause))
+}
+
+// opTimeout bounds one store call or dead-letter publish.
+const opTimeout = 10 * time.Second
+
+// retry calls op until it succeeds or ctx ends, with capped exponential backoff; the
+// first failure of a streak is logged at Warn, recovery at Info. op gets a context that
+// is not cancelled with ctx (bounded by opTimeout), so a batch read before shutdown is
+// still parked and acked during the drain.
+func (in *Ingress) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	wait := in.cfg.RetryMin
+	failed := false
+	for {
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		err := op(opCtx)
+		cancel()
+		if err == nil {
+			if failed {
+				in.log.Info(what + " recovered")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		if !failed {
+			in.log.Warn(what+" failed; retrying, sources are not acked meanwhile", "err", err)
+			failed = true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, in.cfg.RetryMax)
+	}
+}

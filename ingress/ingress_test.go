@@ -1,0 +1,235 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+func newStore(t *testing.T) *delaystore.Store {
+	t.Helper()
+	opts, err := redis.ParseURL(testredis.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Init(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// broker is an in-process watermill Pub/Sub that redelivers nacked messages.
+func newBroker(t *testing.T) *gochannel.GoChannel {
+	t.Helper()
+	gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000}, watermill.NopLogger{})
+	t.Cleanup(func() { gc.Close() })
+	return gc
+}
+
+func testRules() Rules {
+	return Rules{
+		MaxDelay:   24 * time.Hour,
+		MaxPayload: 1 << 20,
+		Targets: TargetPolicy{
+			Brokers: map[string]bool{BrokerNATS: true},
+			Allow:   []string{"*"},
+			Own:     map[string][]string{BrokerNATS: {"delay.in", "delay.cancel", "delay.dlq"}},
+		},
+	}
+}
+
+// send publishes a message with headers hs and reserved metadata extra.
+func send(t *testing.T, gc *gochannel.GoChannel, topic string, payload string, hs headers.List, extra map[string]string) *message.Message {
+	t.Helper()
+	m := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	m.Metadata = headers.ToMetadata(hs, extra)
+	if err := gc.Publish(topic, m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func runIngress(t *testing.T, st Parker, gc *gochannel.GoChannel) {
+	t.Helper()
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
+		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
+		{Broker: BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
+	}, map[string]message.Publisher{BrokerNATS: gc}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	time.Sleep(50 * time.Millisecond) // gochannel drops messages published before Subscribe
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ingress Run: %v", err)
+		}
+	})
+}
+
+func waitGet(t *testing.T, st *delaystore.Store, id string) delaystore.Message {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m, err := st.Get(context.Background(), id)
+		if err == nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not parked: %v", id, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestParksWithForwardedHeaders(t *testing.T) {
+	st := newStore(t)
+	gc := newBroker(t)
+	runIngress(t, st, gc)
+	before := time.Now()
+	send(t, gc, "delay.in", "hello", headers.List{
+		{Key: "X-Delay", Value: "PT2S"}, {Key: "X-Target", Value: "orders.timeout"}, {Key: "x-delay-id", Value: "o-1"},
+		{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}, {Key: "Nats-Rollup", Value: "all"},
+		{Key: "x-delay-due", Value: "1"}, {Key: "x-delay-source", Value: "forged"},
+	}, nil)
+	m := waitGet(t, st, "o-1")
+	if m.Envelope.Target != "nats:orders.timeout" || m.Envelope.Source != "nats:delay.in" || string(m.Envelope.Payload) != "hello" {
+		t.Fatalf("envelope = %+v", m.Envelope)
+	}
+	want := headers.List{{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}}
+	if len(m.Envelope.Headers) != 2 || m.Envelope.Headers[0] != want[0] || m.Envelope.Headers[1] != want[1] {
+		t.Fatalf("forwarded headers = %v, want %v", m.Envelope.Headers, want)
+	}
+	if d := time.UnixMilli(m.Due).Sub(before); d < 1900*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("due %s after sending, want ~2s", d)
+	}
+}
+
+func TestInvalidToDeadLetterAndAcked(t *testing.T) {
+	st := newStore(t)
+	gc := newBroker(t)
+	dctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dlq, err := gc.Subscribe(dctx, "delay.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIngress(t, st, gc)
+	send(t, gc, "delay.in", "bad", headers.List{{Key: "x-delay", Value: "1d"}, {Key: "x-target", Value: "a.b"}, {Key: "k", Value: "v"}}, nil)
+	select {
+	case m := <-dlq:
+		m.Ack()
+		hs := headers.FromMetadata(m.Metadata)
+		e, _ := hs.Get(HeaderError)
+		if !strings.HasPrefix(e, "invalid_delay: ") {
+			t.Fatalf("x-delay-error = %q", e)
+		}
+		if v, _ := hs.Get("x-delay"); v != "1d" {
+			t.Fatalf("original header lost: %v", hs)
+		}
+		if string(m.Payload) != "bad" {
+			t.Fatalf("payload %q", m.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	s, err := st.Stats(context.Background())
+	if err != nil || s.Parked != 0 {
+		t.Fatalf("invalid message parked: %+v %v", s, err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	st := newStore(t)
+	gc := newBroker(t)
+	runIngress(t, st, gc)
+	send(t, gc, "delay.in", "x", headers.List{{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "a.b"}, {Key: "x-delay-id", Value: "c-1"}}, nil)
+	waitGet(t, st, "c-1")
+	send(t, gc, "delay.cancel", "", headers.List{{Key: "X-Delay-Id", Value: "c-1"}}, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := st.Get(context.Background(), "c-1"); errors.Is(err, delaystore.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not cancelled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// flakyParker fails the first fail calls; with crashAfterPark it applies the park and
+// still reports an error (the process "died" after Redis had the message, before the ack).
+type flakyParker struct {
+	*delaystore.Store
+	fail           atomic.Int64
+	crashAfterPark bool
+	calls          atomic.Int64
+}
+
+func (f *flakyParker) Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error) {
+	f.calls.Add(1)
+	if f.fail.Add(-1) >= 0 {
+		if f.crashAfterPark {
+			if _, err := f.Store.Park(ctx, reqs); err != nil {
+				return nil, err
+			}
+		}
+		return nil, errors.New("redis unavailable")
+	}
+	return f.Store.Park(ctx, reqs)
+}
+
+// TestStoreOutageNeitherAcksNorLoses: while the store fails nothing is acked; after it
+// recovers the message is parked exactly once, even when the failure happened after
+// Redis applied the park (idempotent by source id).
+func TestStoreOutageNeitherAcksNorLoses(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		name := "store down"
+		if crash {
+			name = "crash between park and ack"
+		}
+		t.Run(name, func(t *testing.T) {
+			st := newStore(t)
+			gc := newBroker(t)
+			f := &flakyParker{Store: st, crashAfterPark: crash}
+			f.fail.Store(3)
+			runIngress(t, f, gc)
+			send(t, gc, "delay.in", "x", headers.List{{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "a.b"}},
+				map[string]string{headers.MetaSourceID: "js:IN:42"})
+			deadline := time.Now().Add(10 * time.Second)
+			for f.calls.Load() < 4 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d park calls, want retries until the store answers", f.calls.Load())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			waitGet(t, st, "js:IN:42")
+			s, err := st.Stats(context.Background())
+			if err != nil || s.Parked != 1 {
+				t.Fatalf("parked %d, want exactly 1 (%v)", s.Parked, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,40 @@
+package ingress
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the ingress counters. A nil *Metrics records nothing.
+type Metrics struct {
+	messages *prometheus.CounterVec
+}
+
+// NewMetrics registers the ingress metrics with reg:
+// delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled,
+// invalid (reason = the x-delay-error code) or nacked.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delaybridge_messages_in_total",
+			Help: "Messages taken from a source, by broker and result (parked, cancelled, invalid, nacked); reason is set for invalid.",
+		}, []string{"broker", "result", "reason"}),
+	}
+	if err := reg.Register(m.messages); err != nil {
+		return nil, fmt.Errorf("register ingress metrics: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Metrics) in(broker, result string, n int) {
+	if m != nil {
+		m.messages.WithLabelValues(broker, result, "").Add(float64(n))
+	}
+}
+
+func (m *Metrics) rejected(broker, reason string) {
+	if m != nil {
+		m.messages.WithLabelValues(broker, "invalid", reason).Inc()
+	}
+}

@@ -1,0 +1,123 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Rules are the validation settings shared by every way a message enters the bridge
+// (broker subscriptions and the HTTP message API).
+type Rules struct {
+	// MaxDelay is the longest accepted delay (BRIDGE_MAX_DELAY); it bounds x-deliver-at too.
+	MaxDelay time.Duration
+	// MaxPayload is the largest accepted payload in bytes (BRIDGE_MAX_PAYLOAD).
+	MaxPayload int
+	// Targets validates x-target.
+	Targets TargetPolicy
+}
+
+// Incoming is a message as it arrived, before validation.
+type Incoming struct {
+	// Headers are all headers of the message, control headers included.
+	Headers headers.List
+	Payload []byte
+	// Key is the Kafka record key, nil when none.
+	Key []byte
+	// Broker is the source broker ("nats" or "kafka"); it resolves unprefixed targets.
+	Broker string
+	// Source is the x-delay-source value: "nats:delay.in", "kafka:delay.in" or "http".
+	Source string
+	// SourceID is a stable identity of the source message ("" when it has none); used as
+	// the id when x-delay-id is absent, and makes a redelivery keep the parked copy.
+	SourceID string
+	// NewID makes an id when neither x-delay-id nor SourceID is present.
+	NewID func() string
+	// Received is when the bridge received the message; x-delay counts from it.
+	Received time.Time
+}
+
+// isDropped reports whether a header is not forwarded as given: control headers, the
+// bridge's own output headers and every Nats-* header.
+func isDropped(key string) bool {
+	switch strings.ToLower(key) {
+	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource:
+		return true
+	}
+	return len(key) >= 5 && strings.EqualFold(key[:5], "nats-")
+}
+
+// Prepare validates in and turns it into a park request, with a due-time computation that
+// the store finishes with its own clock. It is pure and safe for concurrent use. now is
+// the local time, used only to bound x-deliver-at by MaxDelay; the relative delay is
+// reduced by the time elapsed since in.Received.
+func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, error) {
+	var req delaystore.ParkRequest
+	if len(in.Payload) > r.MaxPayload {
+		return req, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(in.Payload), r.MaxPayload)
+	}
+	ids := in.Headers.Values(HeaderID)
+	switch {
+	case len(ids) > 1:
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidID, HeaderID, len(ids))
+	case len(ids) == 1:
+		if err := ValidateID(ids[0]); err != nil {
+			return req, err
+		}
+		req.ID, req.Replace = ids[0], true
+	case in.SourceID != "":
+		req.ID = in.SourceID
+	default:
+		req.ID = in.NewID()
+	}
+	sched, err := ParseSchedule(in.Headers, r.MaxDelay, now)
+	if err != nil {
+		return req, err
+	}
+	targets := in.Headers.Values(HeaderTarget)
+	switch len(targets) {
+	case 0:
+		return req, fmt.Errorf("%w: no %s header", ErrMissingTarget, HeaderTarget)
+	case 1:
+	default:
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidTarget, HeaderTarget, len(targets))
+	}
+	target, err := r.Targets.ParseTarget(targets[0], in.Broker)
+	if err != nil {
+		return req, err
+	}
+	if sched.Absolute {
+		req.Absolute, req.At = true, sched.At
+	} else {
+		req.Delay = sched.Delay
+		if !in.Received.IsZero() {
+			req.Delay -= now.Sub(in.Received)
+		}
+		req.Delay = max(req.Delay, 0)
+	}
+	req.Envelope = delaystore.Envelope{
+		Target:  target.String(),
+		Source:  in.Source,
+		Headers: in.Headers.Without(isDropped),
+		Key:     in.Key,
+		Payload: in.Payload,
+	}
+	return req, nil
+}
+
+// ErrorText is the x-delay-error value (and the reply's "error") for a rejected message:
+// "<reason code>: <detail>".
+func ErrorText(err error) string {
+	var b strings.Builder
+	b.WriteString(Reason(err))
+	b.WriteString(": ")
+	b.WriteString(err.Error())
+	return b.String()
+}
+
+// errCancelWithoutID: a message on the cancel subject had no x-delay-id.
+var errCancelWithoutID = errors.New("cancel without " + HeaderID)

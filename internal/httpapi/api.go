@@ -1,0 +1,278 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Store is what the message API needs of the delay store. Safe for concurrent use.
+type Store interface {
+	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
+	Get(ctx context.Context, id string) (delaystore.Message, error)
+	Cancel(ctx context.Context, id string) (bool, error)
+	Stats(ctx context.Context) (delaystore.Stats, error)
+}
+
+// APIConfig configures the message API.
+type APIConfig struct {
+	// Rules validate messages exactly as ingress does.
+	Rules ingress.Rules
+	// DefaultBroker resolves an unprefixed target: "nats" when NATS is configured, else "kafka".
+	DefaultBroker string
+	// Token, when set, is the bearer token every request must carry.
+	Token string
+}
+
+// NewAPI returns the message API handler (SPEC section 6):
+// POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
+func NewAPI(cfg APIConfig, store Store, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &api{cfg: cfg, store: store, log: logger.With("component", "api")}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/messages", a.post)
+	mux.HandleFunc("GET /v1/messages/{id}", a.get)
+	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
+	mux.HandleFunc("GET /v1/stats", a.stats)
+	return a.auth(mux)
+}
+
+type api struct {
+	cfg   APIConfig
+	store Store
+	log   *slog.Logger
+}
+
+func (a *api) auth(next http.Handler) http.Handler {
+	if a.cfg.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + a.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// PostRequest is the body of POST /v1/messages.
+type PostRequest struct {
+	Target        string            `json:"target"`
+	Delay         json.RawMessage   `json:"delay,omitempty"`
+	DeliverAt     json.RawMessage   `json:"deliver_at,omitempty"`
+	ID            string            `json:"id,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+}
+
+// PostResponse is the 201 body of POST /v1/messages.
+type PostResponse struct {
+	ID  string `json:"id"`
+	Due int64  `json:"due"`
+}
+
+// MessageResponse is the 200 body of GET /v1/messages/{id}.
+type MessageResponse struct {
+	ID            string            `json:"id"`
+	Target        string            `json:"target"`
+	Due           int64             `json:"due"`
+	Source        string            `json:"source"`
+	Headers       map[string]string `json:"headers"`
+	PayloadBase64 string            `json:"payload_base64"`
+	Attempts      int               `json:"attempts"`
+}
+
+// StatsResponse is the 200 body of GET /v1/stats.
+type StatsResponse struct {
+	Parked   int64   `json:"parked"`
+	PerShard []int64 `json:"per_shard"`
+	// NextDue is the earliest due (or lease expiry) in unix ms, null when empty.
+	NextDue *int64 `json:"next_due"`
+	Now     int64  `json:"now"`
+}
+
+func (a *api) post(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
+	limit := int64(a.cfg.Rules.MaxPayload)*2 + 64<<10 // base64 and JSON escaping room
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	var req PostRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	in, err := a.incoming(req, received)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	park, err := a.cfg.Rules.Prepare(in, time.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, ingress.ErrorText(err))
+		return
+	}
+	parked, err := a.store.Park(r.Context(), []delaystore.ParkRequest{park})
+	if err != nil {
+		a.log.Warn("park from api", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
+	writeJSON(w, http.StatusCreated, PostResponse{ID: parked[0].ID, Due: parked[0].Due})
+}
+
+// incoming turns a POST body into the header form ingress validates, so the API and the
+// brokers share one grammar.
+func (a *api) incoming(req PostRequest, received time.Time) (ingress.Incoming, error) {
+	var hs headers.List
+	keys := make([]string, 0, len(req.Headers))
+	for k := range req.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		hs.Add(k, req.Headers[k])
+	}
+	if req.Target != "" {
+		hs.Add(ingress.HeaderTarget, req.Target)
+	}
+	if req.ID != "" {
+		hs.Add(ingress.HeaderID, req.ID)
+	}
+	for _, f := range []struct {
+		name, header string
+		raw          json.RawMessage
+	}{{"delay", ingress.HeaderDelay, req.Delay}, {"deliver_at", ingress.HeaderDeliverAt, req.DeliverAt}} {
+		if len(f.raw) == 0 || bytes.Equal(f.raw, []byte("null")) {
+			continue
+		}
+		v, err := stringOrInt(f.raw)
+		if err != nil {
+			return ingress.Incoming{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+		hs.Add(f.header, v)
+	}
+	var payload []byte
+	switch {
+	case req.Payload != nil && req.PayloadBase64 != nil:
+		return ingress.Incoming{}, errors.New("give payload or payload_base64, not both")
+	case req.Payload != nil:
+		payload = []byte(*req.Payload)
+	case req.PayloadBase64 != nil:
+		p, err := base64.StdEncoding.DecodeString(*req.PayloadBase64)
+		if err != nil {
+			return ingress.Incoming{}, fmt.Errorf("payload_base64: %w", err)
+		}
+		payload = p
+	}
+	return ingress.Incoming{
+		Headers:  hs,
+		Payload:  payload,
+		Broker:   a.cfg.DefaultBroker,
+		Source:   "http",
+		NewID:    watermill.NewULID,
+		Received: received,
+	}, nil
+}
+
+// stringOrInt accepts a JSON string or a JSON integer and returns its text.
+func stringOrInt(raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var n json.Number
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&n); err != nil {
+		return "", errors.New("must be a string or an integer")
+	}
+	if _, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
+		return "", fmt.Errorf("must be a string or an integer, got %s", n)
+	}
+	return n.String(), nil
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	m, err := a.store.Get(r.Context(), r.PathValue("id"))
+	if errors.Is(err, delaystore.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no pending message with that id")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	hs := map[string]string{}
+	for _, h := range m.Envelope.Headers {
+		if v, ok := hs[h.Key]; ok {
+			hs[h.Key] = v + ", " + h.Value // repeated header: combined as HTTP does
+		} else {
+			hs[h.Key] = h.Value
+		}
+	}
+	writeJSON(w, http.StatusOK, MessageResponse{
+		ID: m.ID, Target: m.Envelope.Target, Due: m.Due, Source: m.Envelope.Source,
+		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
+		Attempts: m.Attempts,
+	})
+}
+
+func (a *api) delete(w http.ResponseWriter, r *http.Request) {
+	ok, err := a.store.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "no pending message with that id")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	s, err := a.store.Stats(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	resp := StatsResponse{Parked: s.Parked, PerShard: s.PerShard, Now: s.Now}
+	if s.NextDue >= 0 {
+		resp.NextDue = &s.NextDue
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": strings.TrimSpace(msg)})
+}

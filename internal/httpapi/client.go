@@ -1,0 +1,110 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Client calls a running bridge's message API. Safe for concurrent use.
+type Client struct {
+	// Base is the API root, e.g. "http://127.0.0.1:8081".
+	Base string
+	// Token is sent as a bearer token when set.
+	Token string
+	// HTTP is the client used; nil means http.DefaultClient.
+	HTTP *http.Client
+}
+
+// Send schedules a message (POST /v1/messages).
+func (c *Client) Send(ctx context.Context, req PostRequest) (PostResponse, error) {
+	var out PostResponse
+	err := c.do(ctx, http.MethodPost, "/v1/messages", req, http.StatusCreated, &out)
+	return out, err
+}
+
+// Stats returns the store statistics (GET /v1/stats).
+func (c *Client) Stats(ctx context.Context) (StatsResponse, error) {
+	var out StatsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/stats", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Get returns a pending message (GET /v1/messages/{id}).
+func (c *Client) Get(ctx context.Context, id string) (MessageResponse, error) {
+	var out MessageResponse
+	err := c.do(ctx, http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Cancel removes a pending message; it reports false when the id was unknown.
+func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
+	err := c.do(ctx, http.MethodDelete, "/v1/messages/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
+	if apiErr, ok := err.(*APIError); ok && apiErr.Status == http.StatusNotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// APIError is a non-success answer of the API.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("api: %d %s", e.Status, e.Message) }
+
+func (c *Client) do(ctx context.Context, method, path string, body any, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read body: %w", method, path, err)
+	}
+	if resp.StatusCode != want {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return &APIError{Status: resp.StatusCode, Message: msg}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
