@@ -96,6 +96,10 @@ type Claim struct {
 	// Next is the shard's earliest score after the claim (unix ms), or -1 when empty. It
 	// includes the lease expiry of claimed messages.
 	Next int64
+	// Corrupt are claimed entries whose stored envelope could not be decoded (Version is 0
+	// when even the stored prefix is unreadable). They are leased like Messages and come
+	// back after every lease until removed: log them and Cancel them by ID.
+	Corrupt []Receipt
 }
 
 // RetryRequest re-schedules a claimed message after a failed delivery.

@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -120,4 +119,4 @@ func ErrorText(err error) string {
 }
 
 // errCancelWithoutID: a message on the cancel subject had no x-delay-id.
-var errCancelWithoutID = errors.New("cancel without " + HeaderID)
+var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", ErrInvalidID, HeaderID)

@@ -1,0 +1,387 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits checked by Load.
+const (
+	// MaxShards is the largest accepted BRIDGE_SHARDS.
+	MaxShards = 4096
+	// MaxMaxDelay is the largest accepted BRIDGE_MAX_DELAY: 100 years of 365.25 days.
+	MaxMaxDelay = 100 * 8766 * time.Hour
+	// MaxMaxPayload is the largest accepted BRIDGE_MAX_PAYLOAD: Redis' limit on a value.
+	MaxMaxPayload = 512 << 20
+)
+
+// validate returns every semantic problem of c (already normalized). vars are the raw
+// BRIDGE_* variables, to tell set from defaulted.
+func (c *Config) validate(vars map[string]string) []*VarError {
+	var ps []*VarError
+	add := func(name, format string, args ...any) {
+		ps = append(ps, &VarError{Var: Prefix + name, Problem: fmt.Sprintf(format, args...)})
+	}
+
+	// Redis.
+	if c.Redis.Cluster() {
+		if vars[Prefix+"REDIS_URL"] != "" {
+			add("REDIS_URL", "set only one of BRIDGE_REDIS_URL and BRIDGE_REDIS_CLUSTER_ADDRS")
+		}
+		for _, a := range c.Redis.ClusterAddrs {
+			if p := checkDialAddr(a); p != "" {
+				add("REDIS_CLUSTER_ADDRS", "%s: %s", quoteValue(a), p)
+			}
+		}
+	} else if p := checkRedisURL(c.Redis.URL); p != "" {
+		add("REDIS_URL", "%s", p)
+	}
+
+	// Store.
+	switch kp := c.Store.KeyPrefix; {
+	case kp == "":
+		add("KEY_PREFIX", "must not be empty")
+	case len(kp) > 64:
+		add("KEY_PREFIX", "longer than 64 bytes")
+	case strings.ContainsAny(kp, "{}"):
+		add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", quoteValue(kp))
+	case hasSpaceOrControl(kp) || !utf8.ValidString(kp):
+		add("KEY_PREFIX", "%s: must not contain whitespace or control characters", quoteValue(kp))
+	}
+	if s := c.Store.Shards; s < 1 || s > MaxShards {
+		add("SHARDS", "%d: must be 1 to %d", s, MaxShards)
+	}
+	checkPositiveDuration(add, "LEASE", c.Store.Lease, time.Millisecond)
+
+	// NATS.
+	if c.NATS.URL != "" {
+		for i, u := range strings.Split(c.NATS.URL, ",") {
+			if p := checkNATSURL(strings.TrimSpace(u)); p != "" {
+				add("NATS_URL", "server %d: %s", i+1, p)
+			}
+		}
+	}
+	natsSubjectOK := checkSubject(c.NATS.Subject, true) == ""
+	if !natsSubjectOK {
+		add("NATS_SUBJECT", "%s: %s", quoteValue(c.NATS.Subject), checkSubject(c.NATS.Subject, true))
+	}
+	if c.NATS.Queue == "" || hasSpaceOrControl(c.NATS.Queue) {
+		add("NATS_QUEUE", "%s: must be non-empty, without whitespace", quoteValue(c.NATS.Queue))
+	}
+	if c.NATS.Stream != "" {
+		if p := checkJSName(c.NATS.Stream); p != "" {
+			add("NATS_STREAM", "%s: %s", quoteValue(c.NATS.Stream), p)
+		}
+	}
+	if p := checkJSName(c.NATS.Consumer); p != "" {
+		add("NATS_CONSUMER", "%s: %s", quoteValue(c.NATS.Consumer), p)
+	}
+
+	// Kafka.
+	for _, b := range c.Kafka.Brokers {
+		if p := checkDialAddr(b); p != "" {
+			add("KAFKA_BROKERS", "%s: %s", quoteValue(b), p)
+		}
+	}
+	kafkaTopicOK := checkTopic(c.Kafka.Topic) == ""
+	if !kafkaTopicOK {
+		add("KAFKA_TOPIC", "%s: %s", quoteValue(c.Kafka.Topic), checkTopic(c.Kafka.Topic))
+	}
+	if c.Kafka.Group == "" || hasSpaceOrControl(c.Kafka.Group) || len(c.Kafka.Group) > 255 {
+		add("KAFKA_GROUP", "%s: must be 1-255 bytes, without whitespace", quoteValue(c.Kafka.Group))
+	}
+
+	// Cancel and dead-letter names serve both brokers, and must not overlap the names the
+	// bridge consumes (overlaps are only checked against names that are valid themselves,
+	// so one mistake gives one line).
+	kafkaOn := len(c.Kafka.Brokers) > 0
+	cancelOK := false
+	if p := checkSubject(c.CancelSubject, true); p != "" {
+		add("CANCEL_SUBJECT", "%s: %s", quoteValue(c.CancelSubject), p)
+	} else if p := checkTopic(c.CancelSubject); kafkaOn && p != "" {
+		add("CANCEL_SUBJECT", "%s: as a Kafka topic: %s", quoteValue(c.CancelSubject), p)
+	} else if natsSubjectOK && subjectsOverlap(c.CancelSubject, c.NATS.Subject) {
+		add("CANCEL_SUBJECT", "%s overlaps BRIDGE_NATS_SUBJECT %s", quoteValue(c.CancelSubject), quoteValue(c.NATS.Subject))
+	} else if kafkaTopicOK && c.CancelSubject == c.Kafka.Topic {
+		add("CANCEL_SUBJECT", "%s equals BRIDGE_KAFKA_TOPIC", quoteValue(c.CancelSubject))
+	} else {
+		cancelOK = true
+	}
+	if p := checkSubject(c.DLQSubject, false); p != "" {
+		add("DLQ_SUBJECT", "%s: %s", quoteValue(c.DLQSubject), p)
+	} else if p := checkTopic(c.DLQSubject); kafkaOn && p != "" {
+		add("DLQ_SUBJECT", "%s: as a Kafka topic: %s", quoteValue(c.DLQSubject), p)
+	} else {
+		for _, own := range []struct {
+			name, value string
+			ok          bool
+		}{
+			{"BRIDGE_NATS_SUBJECT", c.NATS.Subject, natsSubjectOK},
+			{"BRIDGE_CANCEL_SUBJECT", c.CancelSubject, cancelOK},
+			{"BRIDGE_KAFKA_TOPIC", c.Kafka.Topic, kafkaTopicOK},
+		} {
+			if own.ok && subjectsOverlap(c.DLQSubject, own.value) {
+				add("DLQ_SUBJECT", "%s overlaps %s %s: dead letters would be consumed again", quoteValue(c.DLQSubject), own.name, quoteValue(own.value))
+				break
+			}
+		}
+	}
+
+	// Targets.
+	if len(c.TargetAllow) == 0 {
+		add("TARGET_ALLOW", "no pattern given (leave it unset to allow every target)")
+	}
+	for _, pat := range c.TargetAllow {
+		if p := checkPattern(pat); p != "" {
+			add("TARGET_ALLOW", "%s: %s", quoteValue(pat), p)
+		}
+	}
+
+	// Limits.
+	if checkPositiveDuration(add, "MAX_DELAY", c.MaxDelay, time.Millisecond) && c.MaxDelay > MaxMaxDelay {
+		add("MAX_DELAY", "%s: must be at most %s (100 years)", formatDuration(c.MaxDelay), formatDuration(MaxMaxDelay))
+	}
+	if c.MaxPayload <= 0 {
+		add("MAX_PAYLOAD", "%d: must be > 0", c.MaxPayload)
+	} else if c.MaxPayload > MaxMaxPayload {
+		add("MAX_PAYLOAD", "%d: must be at most %d (Redis' limit)", c.MaxPayload, MaxMaxPayload)
+	}
+
+	// Listeners.
+	if c.HTTPAddr == "" {
+		add("HTTP_ADDR", "must not be empty")
+	} else if p := checkListenAddr(c.HTTPAddr); p != "" {
+		add("HTTP_ADDR", "%s: %s", quoteValue(c.HTTPAddr), p)
+	}
+	if c.APIAddr != "" {
+		if p := checkListenAddr(c.APIAddr); p != "" {
+			add("API_ADDR", "%s: %s", quoteValue(c.APIAddr), p)
+		}
+	}
+	if hasSpaceOrControl(c.APIToken) {
+		add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
+	}
+
+	// Logging and lifecycle.
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("LOG_LEVEL", "%s: must be debug, info, warn or error", quoteValue(c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "json", "text":
+	default:
+		add("LOG_FORMAT", "%s: must be json or text", quoteValue(c.LogFormat))
+	}
+	checkPositiveDuration(add, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
+	if c.MaxAttempts < 1 {
+		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
+	}
+	return ps
+}
+
+// checkPositiveDuration adds a problem unless d > 0 and >= min; it reports whether d
+// passed.
+func checkPositiveDuration(add func(string, string, ...any), name string, d, min time.Duration) bool {
+	switch {
+	case d <= 0:
+		add(name, "%s: must be > 0", formatDuration(d))
+	case d < min:
+		add(name, "%s: must be at least %s", formatDuration(d), formatDuration(min))
+	default:
+		return true
+	}
+	return false
+}
+
+// checkRedisURL returns why s is not a usable standalone Redis URL, or "". It never
+// echoes s, which may hold a password.
+func checkRedisURL(s string) string {
+	if !strings.Contains(s, "://") {
+		return "scheme must be redis:// or rediss:// (TLS)"
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "not a valid URL"
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return "scheme must be redis:// or rediss:// (TLS)"
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return "missing host (redis://host:6379/0)"
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "port must be 1-65535"
+		}
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return "the path must be a database number (/0)"
+		}
+	}
+	return ""
+}
+
+// checkNATSURL returns why one NATS server address is unusable, or "". It never echoes
+// the address, which may hold credentials.
+func checkNATSURL(s string) string {
+	if s == "" {
+		return "empty"
+	}
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s // as nats.go does
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "not a valid URL"
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return "scheme must be nats://, tls://, ws:// or wss://"
+	}
+	if u.Hostname() == "" {
+		return "missing host"
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "port must be 1-65535"
+		}
+	}
+	return ""
+}
+
+// checkDialAddr checks a host:port to connect to.
+func checkDialAddr(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want host:port"
+	}
+	if host == "" {
+		return "missing host"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "port must be 1-65535"
+	}
+	return ""
+}
+
+// checkListenAddr checks a [host]:port to listen on (port 0: any free port).
+func checkListenAddr(s string) string {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want [host]:port"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "port must be 0-65535"
+	}
+	return ""
+}
+
+// checkSubject returns why s is not a valid NATS subject for the bridge's own use, or "".
+// With wildcards, "*" and ">" are allowed as whole tokens (">" last).
+func checkSubject(s string, wildcards bool) string {
+	if s == "" {
+		return "empty subject"
+	}
+	if !utf8.ValidString(s) || hasSpaceOrControl(s) {
+		return "subject must not contain whitespace or control characters"
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return "subject has an empty token"
+		case t == "*" || t == ">":
+			if !wildcards {
+				return "subject must not contain wildcards"
+			}
+			if t == ">" && i != len(toks)-1 {
+				return "> must be the last token"
+			}
+		case strings.ContainsAny(t, "*>"):
+			return "* and > may only be whole tokens"
+		}
+	}
+	return ""
+}
+
+// checkTopic returns why s is not a valid Kafka topic name, or "".
+func checkTopic(s string) string {
+	if s == "" || len(s) > 249 {
+		return "topic must be 1-249 characters"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "topic may contain only a-z A-Z 0-9 . _ -"
+		}
+	}
+	if s == "." || s == ".." {
+		return "topic may not be . or .."
+	}
+	return ""
+}
+
+// checkJSName checks a JetStream stream or consumer name.
+func checkJSName(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if len(s) > 255 {
+		return "longer than 255 bytes"
+	}
+	if !utf8.ValidString(s) || hasSpaceOrControl(s) || strings.ContainsAny(s, ".*>/\\") {
+		return "must not contain whitespace, control characters or . * > / \\"
+	}
+	return ""
+}
+
+// checkPattern checks a BRIDGE_TARGET_ALLOW pattern.
+func checkPattern(p string) string {
+	if _, err := path.Match(p, ""); err != nil {
+		return "malformed glob (path.Match syntax: * ? [...] \\)"
+	}
+	if strings.Contains(p, ">") {
+		return "can never match: a target never contains > (use * which matches dots too: orders.*)"
+	}
+	if broker, _, ok := strings.Cut(p, ":"); ok && !strings.ContainsAny(broker, "*?[\\") && broker != "nats" && broker != "kafka" {
+		return "can never match: the part before : must be nats or kafka"
+	}
+	return ""
+}
+
+// subjectsOverlap reports whether some subject matches both a and b (NATS wildcard
+// semantics; without wildcards it is equality, as for Kafka topics).
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(at) || i == len(bt):
+			return len(at) == len(bt)
+		case at[i] == ">":
+			return len(bt) > i
+		case bt[i] == ">":
+			return len(at) > i
+		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
+			return false
+		}
+	}
+}
+
+func hasSpaceOrControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,190 @@
+package delaystore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// bodyFormat is the first byte of every encoded body; a new layout gets a new byte.
+const bodyFormat = 1
+
+// Key flag values.
+const (
+	keyAbsent  = 0
+	keyPresent = 1
+)
+
+// encodeBody encodes the Go-owned part of a stored envelope: format byte, then
+// uvarint-length-prefixed target and source, key flag (+ key), header count + (key, value)
+// pairs, and the payload up to the end.
+func encodeBody(e Envelope) []byte {
+	n := 1 + 2*binary.MaxVarintLen64 + len(e.Target) + len(e.Source) +
+		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
+	for _, h := range e.Headers {
+		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, bodyFormat)
+	b = appendString(b, e.Target)
+	b = appendString(b, e.Source)
+	if e.Key == nil {
+		b = append(b, keyAbsent)
+	} else {
+		b = append(b, keyPresent)
+		b = binary.AppendUvarint(b, uint64(len(e.Key)))
+		b = append(b, e.Key...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
+	for _, h := range e.Headers {
+		b = appendString(b, h.Key)
+		b = appendString(b, h.Value)
+	}
+	return append(b, e.Payload...)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeBody is the inverse of encodeBody. It never panics: malformed input yields an error
+// wrapping ErrCorrupt. The returned Key and Payload alias b.
+func decodeBody(b []byte) (Envelope, error) {
+	var e Envelope
+	if len(b) == 0 {
+		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
+	}
+	if b[0] != bodyFormat {
+		return e, fmt.Errorf("%w: unknown body format %d", ErrCorrupt, b[0])
+	}
+	d := decoder{b: b[1:]}
+	e.Target = string(d.bytes("target"))
+	e.Source = string(d.bytes("source"))
+	switch flag := d.byte("key flag"); {
+	case d.err != nil:
+	case flag == keyPresent:
+		e.Key = d.bytes("key")
+	case flag != keyAbsent:
+		d.fail(fmt.Sprintf("key flag %d", flag))
+	}
+	count := d.uvarint("header count")
+	// Every header takes at least two bytes: bound the allocation by the input.
+	if d.err == nil && count > uint64(len(d.b))/2 {
+		d.fail(fmt.Sprintf("header count %d exceeds the body", count))
+	}
+	if d.err == nil && count > 0 {
+		e.Headers = make(headers.List, 0, count)
+		for i := uint64(0); i < count && d.err == nil; i++ {
+			k := d.bytes("header key")
+			v := d.bytes("header value")
+			e.Headers = append(e.Headers, headers.Header{Key: string(k), Value: string(v)})
+		}
+	}
+	if d.err != nil {
+		return Envelope{}, d.err
+	}
+	e.Payload = d.b
+	return e, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+}
+
+func (d *decoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated " + what)
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	// n > 1 with a last byte of zero is an overlong encoding: rejected, so that every body
+	// has exactly one encoding.
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
+		d.fail("bad length of " + what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(what string) []byte {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(fmt.Sprintf("%s of %d bytes exceeds the body", what, n))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// stored is a stored envelope split into the Lua-owned prefix and the Go-owned body.
+type stored struct {
+	version  int64
+	attempts int
+	due      int64
+	body     string
+}
+
+var errPrefix = errors.New("bad stored prefix")
+
+// parseStored splits "<version>,<attempts>,<due>,<body>".
+func parseStored(s string) (stored, error) {
+	var st stored
+	var fields [3]string
+	rest := s
+	for i := range fields {
+		j := strings.IndexByte(rest, ',')
+		if j < 0 {
+			return st, fmt.Errorf("%w: %w", ErrCorrupt, errPrefix)
+		}
+		fields[i], rest = rest[:j], rest[j+1:]
+	}
+	var err1, err2, err3 error
+	st.version, err1 = strconv.ParseInt(fields[0], 10, 64)
+	attempts, err2 := strconv.ParseInt(fields[1], 10, 32)
+	st.due, err3 = strconv.ParseInt(fields[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return stored{}, fmt.Errorf("%w: %w: %w", ErrCorrupt, errPrefix, err)
+	}
+	st.attempts = int(attempts)
+	st.body = rest
+	return st, nil
+}
+
+// decodeStored parses a whole stored envelope.
+func decodeStored(s string) (stored, Envelope, error) {
+	st, err := parseStored(s)
+	if err != nil {
+		return st, Envelope{}, err
+	}
+	env, err := decodeBody([]byte(st.body))
+	return st, env, err
+}

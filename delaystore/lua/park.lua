@@ -1,0 +1,82 @@
+-- park: hold messages of one shard until they are due.
+-- KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
+--       3 = {P:s}:seq (version counter)
+-- ARGV: 1 = wake channel (P:wake), 2 = shard number, then per message 5 values:
+--       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
+-- returns: per message, in ARGV order, {due ms, existed (0 | 1)}
+-- An existing id with replace = 0 is kept as is (idempotent redelivery); otherwise the entry
+-- gets a new version (from seq), attempts 0 and due = now + delay or at. A wake
+-- "<shard>:<due>" is published when the batch's earliest new due is earlier than the head.
+-- Reads and writes are batched (HMGET, INCRBY, variadic HSET / ZADD) in chunks that stay
+-- below Lua's unpack limit.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local z, m = KEYS[1], KEYS[2]
+local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
+
+local function chunked(cmd, key, list)
+  for i = 1, #list, CHUNK do
+    redis.call(cmd, key, unpack(list, i, math.min(i + CHUNK - 1, #list)))
+  end
+end
+
+local ids = {}
+for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local olds = {}
+for i = 1, #ids, CHUNK do
+  local part = redis.call('HMGET', m, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+  for j = 1, #part do olds[i + j - 1] = part[j] end
+end
+
+-- cur[id] = due of the entry as it stands while the batch is applied (nil: absent).
+local cur = {}
+local out = {}
+local writes = {} -- indexes into ids of the messages to write, in order
+local dues = {}
+for k = 1, #ids do
+  local id = ids[k]
+  local a = 3 + (k - 1) * 5
+  local existing = cur[id]
+  if existing == nil and olds[k] then
+    existing = tonumber(string.match(olds[k], '^%d+,%d+,(%d+),')) or 0
+  end
+  if existing ~= nil and ARGV[a + 2] == '0' then
+    cur[id] = existing
+    out[k] = {existing, 1}
+  else
+    local due
+    if ARGV[a + 1] == 'a' then
+      due = tonumber(ARGV[a + 3])
+    else
+      due = now + tonumber(ARGV[a + 3])
+    end
+    cur[id] = due
+    writes[#writes + 1] = k
+    dues[k] = due
+    if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
+  end
+end
+
+if #writes > 0 then
+  local version = redis.call('INCRBY', KEYS[3], #writes) - #writes
+  local hset, zadd = {}, {}
+  local earliest = nil
+  for _, k in ipairs(writes) do
+    version = version + 1
+    local id = ids[k]
+    local dueStr = string.format('%d', dues[k])
+    hset[#hset + 1] = id
+    hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * 5 + 4]
+    zadd[#zadd + 1] = dueStr
+    zadd[#zadd + 1] = id
+    if earliest == nil or dues[k] < earliest then earliest = dues[k] end
+  end
+  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  chunked('HSET', m, hset)
+  chunked('ZADD', z, zadd)
+  if head[2] == nil or earliest < tonumber(head[2]) then
+    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
+  end
+end
+return out

@@ -1,0 +1,627 @@
+package delaystore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/park.lua
+	parkSrc string
+	//go:embed lua/claim.lua
+	claimSrc string
+	//go:embed lua/ack.lua
+	ackSrc string
+	//go:embed lua/retry.lua
+	retrySrc string
+	//go:embed lua/cancel.lua
+	cancelSrc string
+)
+
+// MaxShards is the largest accepted Config.Shards.
+const MaxShards = 4096
+
+// Store is the Redis delay store. Create it with New and call Init once before use.
+// All methods are safe for concurrent use; every method that talks to Redis blocks until
+// Redis answered or ctx is done. The caller owns the Redis client and closes it.
+type Store struct {
+	rdb         redis.UniversalClient
+	shards      int
+	leaseMS     int64
+	shardsKey   string
+	wakeChannel string
+	keys        []shardKeys
+
+	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
+	// Load), so sharing them between goroutines is safe.
+	park, claim, ack, retry, cancel *redis.Script
+}
+
+// shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
+// them.
+type shardKeys struct {
+	z, m    string
+	zm      []string // z, m
+	zmSeq   []string // z, m, seq
+	shardID string   // the shard number as a decimal string
+}
+
+// Applied is the outcome of Ack or Retry.
+type Applied struct {
+	// N counts the receipts that were applied; stale receipts (fenced) are not counted.
+	N int
+	// Heads maps every shard the call touched to its earliest score after the call (unix
+	// ms, Redis clock), or -1 when the shard is empty.
+	Heads map[int]int64
+}
+
+// New validates cfg and returns a Store over rdb (a *redis.Client, *redis.ClusterClient,
+// ...). It does no I/O; call Init before use.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	var errs []error
+	if rdb == nil {
+		errs = append(errs, errors.New("redis client is nil"))
+	}
+	if cfg.KeyPrefix == "" {
+		errs = append(errs, errors.New("key prefix is empty"))
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("key prefix %q contains { or } (reserved for hash tags)", cfg.KeyPrefix))
+	}
+	if cfg.Shards < 1 || cfg.Shards > MaxShards {
+		errs = append(errs, fmt.Errorf("shards %d not in 1..%d", cfg.Shards, MaxShards))
+	}
+	if cfg.Lease < time.Millisecond {
+		errs = append(errs, fmt.Errorf("lease %s is shorter than 1ms", cfg.Lease))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("delaystore config: %w", err)
+	}
+	p := cfg.KeyPrefix
+	s := &Store{
+		rdb:         rdb,
+		shards:      cfg.Shards,
+		leaseMS:     ceilMS(cfg.Lease),
+		shardsKey:   p + ":shards",
+		wakeChannel: p + ":wake",
+		keys:        make([]shardKeys, cfg.Shards),
+		park:        redis.NewScript(parkSrc),
+		claim:       redis.NewScript(claimSrc),
+		ack:         redis.NewScript(ackSrc),
+		retry:       redis.NewScript(retrySrc),
+		cancel:      redis.NewScript(cancelSrc),
+	}
+	for i := range s.keys {
+		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
+		z, m, seq := tag+":z", tag+":m", tag+":seq"
+		s.keys[i] = shardKeys{
+			z: z, m: m,
+			zm:      []string{z, m},
+			zmSeq:   []string{z, m, seq},
+			shardID: strconv.Itoa(i),
+		}
+	}
+	return s, nil
+}
+
+// Init records the shard count in Redis (SET NX on "<prefix>:shards") and checks it: a
+// different recorded count is an error wrapping ErrShardMismatch. It also loads the
+// scripts (SCRIPT LOAD) so the first calls run by SHA. Call it once at start; it blocks
+// until Redis answered, and is safe to call concurrently and repeatedly.
+func (s *Store) Init(ctx context.Context) error {
+	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
+		return fmt.Errorf("init: record shard count: %w", err)
+	}
+	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
+	if err != nil {
+		return fmt.Errorf("init: read shard count: %w", err)
+	}
+	recorded, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("init: redis key %s holds %q, not a shard count: %w", s.shardsKey, v, ErrShardMismatch)
+	}
+	if recorded != s.shards {
+		return fmt.Errorf("init: redis key %s records %d shards but BRIDGE_SHARDS is %d: %w",
+			s.shardsKey, recorded, s.shards, ErrShardMismatch)
+	}
+	for name, sc := range map[string]*redis.Script{
+		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
+	} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("init: load script %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Shards returns the configured shard count. It does not block.
+func (s *Store) Shards() int { return s.shards }
+
+// ShardOf returns the shard of a message id in this store. It does not block.
+func (s *Store) ShardOf(id string) int { return ShardOf(id, s.shards) }
+
+// ShardOf returns fnv32a(id) mod shards, the shard of a message id; shards < 1 yields 0.
+// This mapping must never change: entries of existing ids would become unreachable by
+// Cancel and Get. It is a pure function.
+func ShardOf(id string, shards int) int {
+	if shards < 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// Park stores the messages until they are due. It sends one script call per shard, all
+// in one pipelined round trip, and returns one Parked per request, in request order. A
+// relative Delay is rounded up to the next millisecond (never early) and counted from the
+// Redis time. When Park returns an error some shards may have been written: calling it again
+// with the same requests is safe when Replace is false (idempotent). An empty batch does
+// no I/O. Park blocks until Redis answered or ctx is done.
+func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	byShard := make(map[int][]int)
+	var order []int // shards in first-seen order, for deterministic calls
+	for i, r := range reqs {
+		if r.ID == "" {
+			return nil, fmt.Errorf("park request %d: empty id", i)
+		}
+		if !r.Absolute && r.Delay < 0 {
+			return nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
+		}
+		sh := s.ShardOf(r.ID)
+		if _, ok := byShard[sh]; !ok {
+			order = append(order, sh)
+		}
+		byShard[sh] = append(byShard[sh], i)
+	}
+	calls := make([]call, len(order))
+	for ci, sh := range order {
+		idx := byShard[sh]
+		args := make([]any, 0, 2+5*len(idx))
+		args = append(args, s.wakeChannel, s.keys[sh].shardID)
+		for _, i := range idx {
+			r := &reqs[i]
+			mode, when := "r", ceilMS(r.Delay)
+			if r.Absolute {
+				mode, when = "a", r.At
+			}
+			replace := "0"
+			if r.Replace {
+				replace = "1"
+			}
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope))
+		}
+		calls[ci] = call{keys: s.keys[sh].zmSeq, args: args}
+	}
+	cmds := s.evalPipelined(ctx, s.park, calls)
+	out := make([]Parked, len(reqs))
+	for ci, sh := range order {
+		idx := byShard[sh]
+		res, err := cmds[ci].Slice()
+		if err != nil {
+			return nil, fmt.Errorf("park shard %d: %w", sh, err)
+		}
+		if len(res) != len(idx) {
+			return nil, fmt.Errorf("park shard %d: %d results for %d messages", sh, len(res), len(idx))
+		}
+		for k, i := range idx {
+			pair, ok := res[k].([]any)
+			if !ok || len(pair) != 2 {
+				return nil, fmt.Errorf("park shard %d: unexpected result %v", sh, res[k])
+			}
+			due, err1 := toInt64(pair[0])
+			existed, err2 := toInt64(pair[1])
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, fmt.Errorf("park shard %d: %w", sh, err)
+			}
+			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed == 1}
+		}
+	}
+	return out, nil
+}
+
+// Claim leases up to limit due messages of one shard (score <= Redis time): each is
+// re-scored to Now + Lease, the token of its Receipt. Nothing is ever returned before its
+// due time. Entries whose envelope cannot be decoded are leased too and reported in
+// Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
+// concurrent claims on one shard never return the same message under the same lease.
+func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
+	if err := s.checkShard(shard); err != nil {
+		return Claim{}, fmt.Errorf("claim: %w", err)
+	}
+	if limit < 1 {
+		return Claim{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
+	}
+	res, err := s.claim.Run(ctx, s.rdb, s.keys[shard].zm, s.leaseMS, limit).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+	}
+	if len(res) < 3 || len(res)%2 != 1 {
+		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
+	}
+	now, err1 := toInt64(res[0])
+	token, err2 := toInt64(res[1])
+	next, err3 := toInt64(res[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+	}
+	c := Claim{Now: now, Next: next}
+	if n := (len(res) - 3) / 2; n > 0 {
+		c.Messages = make([]Claimed, 0, n)
+	}
+	for i := 3; i < len(res); i += 2 {
+		id, ok1 := res[i].(string)
+		raw, ok2 := res[i+1].(string)
+		if !ok1 || !ok2 {
+			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
+		}
+		rc := Receipt{ID: id, Shard: shard, Token: token}
+		st, env, err := decodeStored(raw)
+		rc.Version = st.version
+		if err != nil {
+			c.Corrupt = append(c.Corrupt, rc)
+			continue
+		}
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Attempts: st.attempts, Envelope: env})
+	}
+	return c, nil
+}
+
+// Ack deletes delivered messages. A receipt applies only while its claim is current (same
+// token and version); a stale or repeated one changes nothing and is not counted. It sends
+// one script call per shard in one pipelined round trip and blocks until Redis answered or
+// ctx is done. On error, Applied still reports the shards that succeeded; acking the same
+// receipts again is harmless.
+func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
+	return s.fenced(ctx, "ack", s.ack, len(rs), func(i int) (Receipt, []any, error) {
+		r := rs[i]
+		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
+	})
+}
+
+// Retry reschedules claimed messages after a failed delivery: attempts + 1, next claim at
+// Redis time + Backoff, rounded up to the millisecond and at least 1ms (so the next claim's
+// token is always larger than the retried one's). Same fence, batching, blocking and
+// partial results as Ack.
+func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
+	return s.fenced(ctx, "retry", s.retry, len(rs), func(i int) (Receipt, []any, error) {
+		r := rs[i]
+		if r.Backoff < 0 {
+			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
+		}
+		return r.Receipt, []any{
+			r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10),
+			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10),
+		}, nil
+	})
+}
+
+// fenced runs ack or retry: item(i) returns the receipt and script arguments of entry i.
+func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
+	item func(i int) (Receipt, []any, error)) (Applied, error) {
+	if n == 0 {
+		return Applied{}, nil
+	}
+	args := make(map[int][]any)
+	var order []int
+	for i := range n {
+		r, a, err := item(i)
+		if err == nil {
+			err = s.checkShard(r.Shard)
+		}
+		if err != nil {
+			return Applied{}, fmt.Errorf("%s %s: %w", op, r.ID, err)
+		}
+		if _, ok := args[r.Shard]; !ok {
+			order = append(order, r.Shard)
+		}
+		args[r.Shard] = append(args[r.Shard], a...)
+	}
+	calls := make([]call, len(order))
+	for ci, sh := range order {
+		calls[ci] = call{keys: s.keys[sh].zm, args: args[sh]}
+	}
+	cmds := s.evalPipelined(ctx, sc, calls)
+	out := Applied{Heads: make(map[int]int64, len(order))}
+	var errs []error
+	for ci, sh := range order {
+		res, err := cmds[ci].Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply of %d values", len(res))
+		}
+		var applied, head int64
+		if err == nil {
+			var err1, err2 error
+			applied, err1 = toInt64(res[0])
+			head, err2 = toInt64(res[1])
+			err = errors.Join(err1, err2)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s shard %d: %w", op, sh, err))
+			continue
+		}
+		out.N += int(applied)
+		out.Heads[sh] = head
+	}
+	// Shards that succeeded are reported even when others failed.
+	return out, errors.Join(errs...)
+}
+
+// Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
+// then fenced). It reports whether the message existed, and blocks until Redis answered or
+// ctx is done.
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, errors.New("cancel: empty id")
+	}
+	sh := s.ShardOf(id)
+	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zm, id).Int64()
+	if err != nil {
+		return false, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Get returns the parked message with this id (pending or claimed), or an error wrapping
+// ErrNotFound. It blocks until Redis answered or ctx is done.
+func (s *Store) Get(ctx context.Context, id string) (Message, error) {
+	sh := s.ShardOf(id)
+	raw, err := s.rdb.HGet(ctx, s.keys[sh].m, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Message{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	st, env, err := decodeStored(raw)
+	if err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return Message{ID: id, Shard: sh, Due: st.due, Attempts: st.attempts, Version: st.version, Envelope: env}, nil
+}
+
+// Stats counts the parked messages per shard and finds the earliest score, in one
+// pipelined round trip (ZCARD and ZRANGE 0 0 per shard, plus TIME). The counts are not
+// one atomic snapshot across shards. It blocks until Redis answered or ctx is done.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	pipe := s.rdb.Pipeline()
+	cards := make([]*redis.IntCmd, s.shards)
+	heads := make([]*redis.ZSliceCmd, s.shards)
+	for i := range s.keys {
+		cards[i] = pipe.ZCard(ctx, s.keys[i].z)
+		heads[i] = pipe.ZRangeWithScores(ctx, s.keys[i].z, 0, 0)
+	}
+	tm := pipe.Time(ctx)
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	st := Stats{PerShard: make([]int64, s.shards), NextDue: -1}
+	for i := range s.keys {
+		n, err := cards[i].Result()
+		if err != nil {
+			return Stats{}, fmt.Errorf("stats shard %d: %w", i, err)
+		}
+		st.PerShard[i] = n
+		st.Parked += n
+		h, err := headOf(heads[i])
+		if err != nil {
+			return Stats{}, fmt.Errorf("stats shard %d: %w", i, err)
+		}
+		if h >= 0 && (st.NextDue < 0 || h < st.NextDue) {
+			st.NextDue = h
+		}
+	}
+	now, err := tm.Result()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats time: %w", err)
+	}
+	st.Now = now.UnixMilli()
+	return st, nil
+}
+
+// Heads returns every shard's earliest score (unix ms, -1 when the shard is empty) and
+// the Redis time, in one pipelined round trip. It blocks until Redis answered or ctx is
+// done.
+func (s *Store) Heads(ctx context.Context) ([]int64, int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, s.shards)
+	for i := range s.keys {
+		cmds[i] = pipe.ZRangeWithScores(ctx, s.keys[i].z, 0, 0)
+	}
+	tm := pipe.Time(ctx)
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	heads := make([]int64, s.shards)
+	for i, c := range cmds {
+		h, err := headOf(c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("heads shard %d: %w", i, err)
+		}
+		heads[i] = h
+	}
+	now, err := tm.Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("heads time: %w", err)
+	}
+	return heads, now.UnixMilli(), nil
+}
+
+func headOf(c *redis.ZSliceCmd) (int64, error) {
+	zs, err := c.Result()
+	if err != nil {
+		return 0, err
+	}
+	if len(zs) == 0 {
+		return -1, nil
+	}
+	return int64(zs[0].Score), nil
+}
+
+// wakeBuffer is the capacity of the channel returned by Wakeups.
+const wakeBuffer = 64
+
+// Wakeups subscribes to the wake channel ("<prefix>:wake") and returns a channel of
+// wake-ups: Wake{Shard, Due} when a park made a shard's head earlier, and Wake{Shard: -1}
+// (resync every shard) once the subscription is active and again after every reconnect,
+// since wake-ups may have been missed meanwhile. It blocks until the first subscription is
+// confirmed (or ctx is done) and returns its error. The channel is closed when ctx is done
+// or the Redis client is closed; the caller must keep reading it (a reader stalled for a
+// minute loses wake-ups). Each call makes its own subscription; safe for concurrent use.
+func (s *Store) Wakeups(ctx context.Context) (<-chan Wake, error) {
+	ps := s.rdb.Subscribe(ctx, s.wakeChannel)
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	// The first reply is the subscription confirmation: a failed connection shows here.
+	msg, err := ps.ReceiveTimeout(ctx, 10*time.Second)
+	if err == nil {
+		if _, ok := msg.(*redis.Subscription); !ok {
+			err = fmt.Errorf("unexpected first message %T", msg)
+		}
+	}
+	if err != nil {
+		stop()
+		_ = ps.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("subscribe %s: %w", s.wakeChannel, err)
+	}
+	in := ps.ChannelWithSubscriptions() // go-redis pings and re-subscribes by itself
+	out := make(chan Wake, wakeBuffer)
+	go func() {
+		defer close(out)
+		defer func() {
+			stop()
+			_ = ps.Close()
+			for range in { // let go-redis's receive goroutine finish
+			}
+		}()
+		send := func(w Wake) bool {
+			select {
+			case out <- w:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if !send(Wake{Shard: -1}) {
+			return
+		}
+		for {
+			var m any
+			var ok bool
+			select {
+			case m, ok = <-in:
+				if !ok {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+			var w Wake
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind != "subscribe" {
+					continue
+				}
+				w = Wake{Shard: -1}
+			case *redis.Message:
+				var ok bool
+				if w, ok = s.parseWake(m.Payload); !ok {
+					continue // not ours; the periodic resync covers any gap
+				}
+			default:
+				continue
+			}
+			if !send(w) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// parseWake parses "<shard>:<due ms>".
+func (s *Store) parseWake(p string) (Wake, bool) {
+	a, b, ok := strings.Cut(p, ":")
+	if !ok {
+		return Wake{}, false
+	}
+	sh, err1 := strconv.Atoi(a)
+	due, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || sh < 0 || sh >= s.shards {
+		return Wake{}, false
+	}
+	return Wake{Shard: sh, Due: due}, true
+}
+
+func (s *Store) checkShard(sh int) error {
+	if sh < 0 || sh >= s.shards {
+		return fmt.Errorf("shard %d not in 0..%d", sh, s.shards-1)
+	}
+	return nil
+}
+
+// call is one script invocation.
+type call struct {
+	keys []string
+	args []any
+}
+
+// evalPipelined runs sc once per call, all in one pipeline, by SHA; the calls that got
+// NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
+// sent again with EVAL in a second pipeline. Errors are left in the returned commands.
+func (s *Store) evalPipelined(ctx context.Context, sc *redis.Script, calls []call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds
+	}
+	pipe = s.rdb.Pipeline()
+	for _, i := range again {
+		cmds[i] = sc.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// ceilMS converts d to whole milliseconds, rounding up.
+func ceilMS(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+func toInt64(v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case string:
+		return strconv.ParseInt(n, 10, 64)
+	default:
+		return 0, fmt.Errorf("unexpected reply type %T", v)
+	}
+}

@@ -1,0 +1,359 @@
+package ingress
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Broker names, as used in target prefixes ("nats:orders.timeout") and in
+// [TargetPolicy.Brokers].
+const (
+	BrokerNATS  = "nats"
+	BrokerKafka = "kafka"
+)
+
+// Name limits of targets.
+const (
+	// MaxSubjectLen is the longest accepted NATS target subject, in bytes. NATS itself has
+	// no fixed limit (only the 4 KiB protocol line); 255 keeps targets sane and
+	// comparable to Kafka's limit.
+	MaxSubjectLen = 255
+	// MaxTopicLen is Kafka's limit on topic names.
+	MaxTopicLen = 249
+)
+
+// Target is a validated destination of a delayed message.
+type Target struct {
+	// Broker is BrokerNATS or BrokerKafka.
+	Broker string
+	// Name is the subject (NATS) or topic (Kafka).
+	Name string
+}
+
+// String returns "broker:name", the normalized form stored with the message.
+func (t Target) String() string { return t.Broker + ":" + t.Name }
+
+// TargetPolicy decides which targets are valid. The zero value accepts nothing. It is
+// read-only once built and safe for concurrent use.
+type TargetPolicy struct {
+	// Brokers are the configured brokers: BrokerNATS and/or BrokerKafka mapped to true.
+	Brokers map[string]bool
+	// Allow are the BRIDGE_TARGET_ALLOW glob patterns: "*" matches any run of characters
+	// (dots included), "?" one character, "[...]" a class and "\" escapes, with path.Match
+	// syntax. A pattern containing ":" is matched against "broker:name" (broker in lower
+	// case), any other against the bare name. An empty list allows nothing (config
+	// defaults to ["*"]); a malformed pattern matches nothing.
+	Allow []string
+	// Own are, per broker, the bridge's own subjects/topics (ingress, cancel, DLQ), which
+	// are never valid targets. NATS entries may contain wildcards ("delay.>"); a target
+	// overlapping them is rejected.
+	Own map[string][]string
+}
+
+// targetError is a target rejection; it wraps ErrInvalidTarget and, when set, kind.
+type targetError struct {
+	kind   error // nil or a more specific sentinel
+	value  string
+	detail string
+}
+
+func (e *targetError) Error() string {
+	if e.kind == ErrMissingTarget {
+		return "missing target: " + e.detail
+	}
+	return "invalid target " + quote(e.value) + ": " + e.detail
+}
+
+func (e *targetError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{ErrInvalidTarget}
+	}
+	return []error{ErrInvalidTarget, e.kind}
+}
+
+// ParseTarget validates an x-target value (also the HTTP API's "target") and returns it
+// normalized. Forms: "name" (on sourceBroker), "nats:name", "kafka:name"; the prefix is
+// matched case-insensitively and the first ":" always ends it, so an unprefixed NATS
+// subject cannot contain ":" (write "nats:a:b"). sourceBroker is the broker the message
+// came from; "" (the HTTP API) means NATS when NATS is configured, else Kafka.
+//
+// Rejected, with an error wrapping [ErrInvalidTarget]: an empty value (also
+// [ErrMissingTarget]); an unknown prefix; a broker that is not configured (also
+// [ErrBrokerNotConfigured]); a NATS subject that is longer than [MaxSubjectLen], not
+// UTF-8, has whitespace or control characters, an empty token, "*" or ">" anywhere, or is
+// reserved ("$..." such as $JS.API/$SYS/$KV, or starting "_INBOX"); a Kafka topic not
+// matching [a-zA-Z0-9._-]{1,249}, "." or "..", or starting "__"; a target overlapping
+// one of the bridge's own subjects/topics of the same broker (also [ErrTargetLoop]); a
+// target matching no Allow pattern (also [ErrTargetNotAllowed]).
+func (p TargetPolicy) ParseTarget(value string, sourceBroker string) (Target, error) {
+	if value == "" {
+		return Target{}, &targetError{kind: ErrMissingTarget, detail: HeaderTarget + " is empty"}
+	}
+	var t Target
+	if i := strings.IndexByte(value, ':'); i >= 0 {
+		t.Broker, t.Name = strings.ToLower(value[:i]), value[i+1:]
+		if t.Broker != BrokerNATS && t.Broker != BrokerKafka {
+			return Target{}, &targetError{value: value, detail: "unknown broker prefix " + quote(value[:i]) + " (want nats: or kafka:)"}
+		}
+		if t.Name == "" {
+			return Target{}, &targetError{value: value, detail: "empty name after the broker prefix"}
+		}
+	} else {
+		t.Name = value
+		switch sourceBroker {
+		case BrokerNATS, BrokerKafka:
+			t.Broker = sourceBroker
+		case "":
+			t.Broker = BrokerNATS
+			if !p.Brokers[BrokerNATS] && p.Brokers[BrokerKafka] {
+				t.Broker = BrokerKafka
+			}
+		default:
+			return Target{}, &targetError{value: value, detail: "unknown source broker " + quote(sourceBroker)}
+		}
+	}
+	if !p.Brokers[t.Broker] {
+		return Target{}, &targetError{kind: ErrBrokerNotConfigured, value: value, detail: "broker " + t.Broker + " is not configured"}
+	}
+	if t.Broker == BrokerNATS {
+		if detail := checkSubject(t.Name); detail != "" {
+			return Target{}, &targetError{value: value, detail: detail}
+		}
+		for _, own := range p.Own[BrokerNATS] {
+			if subjectsOverlap(t.Name, own) {
+				return Target{}, &targetError{kind: ErrTargetLoop, value: value, detail: "overlaps the bridge's own subject " + quote(own)}
+			}
+		}
+	} else {
+		if detail := checkTopic(t.Name); detail != "" {
+			return Target{}, &targetError{value: value, detail: detail}
+		}
+		for _, own := range p.Own[BrokerKafka] {
+			if t.Name == own {
+				return Target{}, &targetError{kind: ErrTargetLoop, value: value, detail: "is the bridge's own topic " + quote(own)}
+			}
+		}
+	}
+	if !p.allowed(t) {
+		return Target{}, &targetError{kind: ErrTargetNotAllowed, value: value, detail: "matches no allowed pattern"}
+	}
+	return t, nil
+}
+
+// allowed reports whether t matches an Allow pattern.
+func (p TargetPolicy) allowed(t Target) bool {
+	full := t.String()
+	for _, pat := range p.Allow {
+		name := t.Name
+		if strings.IndexByte(pat, ':') >= 0 {
+			name = full
+		}
+		if globMatch(pat, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkSubject returns why s is not a valid literal NATS target subject, or "".
+func checkSubject(s string) string {
+	switch {
+	case len(s) > MaxSubjectLen:
+		return fmt.Sprintf("subject longer than %d bytes", MaxSubjectLen)
+	case !utf8.ValidString(s):
+		return "subject is not valid UTF-8"
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return "subject contains whitespace or a control character"
+		}
+	}
+	if strings.ContainsAny(s, "*>") {
+		return "subject contains a wildcard (* or >)"
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" {
+			return "subject has an empty token"
+		}
+	}
+	switch {
+	case s[0] == '$':
+		return "reserved subject ($...: JetStream, system and KV API)"
+	case strings.HasPrefix(s, "_INBOX"):
+		return "reserved subject (_INBOX...: request replies)"
+	}
+	return ""
+}
+
+// checkTopic returns why s is not a valid Kafka target topic, or "".
+func checkTopic(s string) string {
+	if len(s) > MaxTopicLen {
+		return fmt.Sprintf("topic longer than %d bytes", MaxTopicLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "topic may contain only a-z A-Z 0-9 . _ -"
+		}
+	}
+	switch {
+	case s == "." || s == "..":
+		return "topic may not be . or .."
+	case strings.HasPrefix(s, "__"):
+		return "reserved topic (__...: Kafka internal)"
+	}
+	return ""
+}
+
+// subjectsOverlap reports whether some literal subject matches both NATS subjects a and
+// b, each of which may contain the wildcards "*" (one token) and ">" (one or more
+// trailing tokens).
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(at) || i == len(bt):
+			return len(at) == len(bt)
+		case at[i] == ">":
+			return len(bt) > i
+		case bt[i] == ">":
+			return len(at) > i
+		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
+			return false
+		}
+	}
+}
+
+// globTok is one element of a compiled glob: a star, or a matcher of one character.
+type globTok struct {
+	star   bool
+	any    bool      // "?"
+	lit    rune      // literal when !star && !any && ranges == nil
+	ranges [][2]rune // class "[...]"
+	neg    bool      // "[^...]"
+}
+
+func (t globTok) matches(r rune) bool {
+	switch {
+	case t.any:
+		return true
+	case t.ranges != nil:
+		in := false
+		for _, rg := range t.ranges {
+			if rg[0] <= r && r <= rg[1] {
+				in = true
+				break
+			}
+		}
+		return in != t.neg
+	}
+	return r == t.lit
+}
+
+// globMatch reports whether name matches pattern, with path.Match syntax except that "*"
+// also matches "/". A malformed pattern matches nothing. It runs in O(len(pattern) *
+// len(name)) time: no exponential backtracking on hostile patterns.
+func globMatch(pattern, name string) bool {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return false
+	}
+	toks, ok := compileGlob(pattern)
+	if !ok {
+		return false
+	}
+	s := []rune(name)
+	ti, si := 0, 0
+	starTi, starSi := -1, 0
+	for si < len(s) {
+		switch {
+		case ti < len(toks) && toks[ti].star:
+			starTi, starSi = ti, si
+			ti++
+		case ti < len(toks) && toks[ti].matches(s[si]):
+			ti++
+			si++
+		case starTi >= 0:
+			starSi++
+			ti, si = starTi+1, starSi
+		default:
+			return false
+		}
+	}
+	for ti < len(toks) && toks[ti].star {
+		ti++
+	}
+	return ti == len(toks)
+}
+
+// compileGlob turns a pattern (already accepted by path.Match) into tokens.
+func compileGlob(p string) ([]globTok, bool) {
+	var toks []globTok
+	for p != "" {
+		switch p[0] {
+		case '*':
+			toks = append(toks, globTok{star: true})
+			p = p[1:]
+		case '?':
+			toks = append(toks, globTok{any: true})
+			p = p[1:]
+		case '[':
+			p = p[1:]
+			tok := globTok{ranges: [][2]rune{}}
+			if p != "" && p[0] == '^' {
+				tok.neg = true
+				p = p[1:]
+			}
+			for {
+				if p == "" {
+					return nil, false
+				}
+				if p[0] == ']' && len(tok.ranges) > 0 {
+					p = p[1:]
+					break
+				}
+				var lo, hi rune
+				var ok bool
+				if lo, p, ok = globChar(p); !ok {
+					return nil, false
+				}
+				hi = lo
+				if p != "" && p[0] == '-' {
+					if hi, p, ok = globChar(p[1:]); !ok {
+						return nil, false
+					}
+				}
+				tok.ranges = append(tok.ranges, [2]rune{lo, hi})
+			}
+			toks = append(toks, tok)
+		default:
+			r, rest, ok := globChar(p)
+			if !ok && p[0] != ']' && p[0] != '-' {
+				return nil, false
+			}
+			if !ok { // "]" and "-" are literals outside a class
+				r, rest = rune(p[0]), p[1:]
+			}
+			toks = append(toks, globTok{lit: r})
+			p = rest
+		}
+	}
+	return toks, true
+}
+
+// globChar reads one possibly escaped character of a pattern.
+func globChar(p string) (rune, string, bool) {
+	if p == "" || p[0] == '-' || p[0] == ']' {
+		return 0, p, false
+	}
+	if p[0] == '\\' {
+		p = p[1:]
+		if p == "" {
+			return 0, p, false
+		}
+	}
+	r, n := utf8.DecodeRuneInString(p)
+	return r, p[n:], true
+}
