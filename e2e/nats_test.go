@@ -98,8 +98,8 @@ func TestCoreRequestDelayedDelivery(t *testing.T) {
 	hdr.Set("X-Delay", "700ms") // header names are case-insensitive
 	hdr.Set("x-target", "orders.timeout")
 	hdr["trace"] = []string{"a", "b"} // repeated header keeps its values in order
-	hdr.Set("Nats-Rollup", "all")    // Nats-* never forwarded as given
-	hdr.Set("x-delay-due", "1")      // the bridge's own output headers are set by the bridge
+	hdr.Set("Nats-Rollup", "all")     // Nats-* never forwarded as given
+	hdr.Set("x-delay-due", "1")       // the bridge's own output headers are set by the bridge
 	sent := time.Now()
 	reply := request(t, s.nc, "delay.in", hdr, "payload \x00 bytes")
 	id, _ := reply["id"].(string)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -36,23 +37,19 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	logger, err := newLogger(cfg, stderr)
-	if err != nil {
-		return err
+	logger := newLogger(cfg, stderr)
+	if unknown := config.Unknown(config.EnvMap(environ)); len(unknown) > 0 {
+		logger.Warn("unknown BRIDGE_ variables ignored (typo?)", "names", strings.Join(unknown, ","))
 	}
 	return serve(ctx, cfg, logger, listeners{})
 }
 
-func newLogger(cfg config.Config, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return nil, fmt.Errorf("BRIDGE_LOG_LEVEL: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: level}
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.Level()}
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts)), nil
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // listeners lets `bridge dev` and tests hand over already-open listeners; nil fields are
@@ -117,6 +114,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 				nc.Close()
 			}
 		})
+		if err := checkIngressStream(ctx, nc, cfg.NATS); err != nil {
+			return err
+		}
 		pub, err := natsbroker.NewPublisher(nc, natsbroker.PublisherConfig{}, logger)
 		if err != nil {
 			return fmt.Errorf("nats publisher: %w", err)
@@ -199,6 +199,34 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	}
 	logger.Info("delaybridge stopped")
 	return nil
+}
+
+// checkIngressStream: with BRIDGE_NATS_STREAM set, the stream must exist and capture the
+// ingress subject (the bridge never creates or alters streams).
+func checkIngressStream(ctx context.Context, nc *natsgo.Conn, cfg config.NATS) error {
+	if cfg.Stream == "" {
+		return nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(sctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("BRIDGE_NATS_STREAM: jetstream stream %q not found: create it (capturing %q); the bridge never creates streams", cfg.Stream, cfg.Subject)
+	}
+	if err != nil {
+		return fmt.Errorf("BRIDGE_NATS_STREAM %q: %w", cfg.Stream, err)
+	}
+	for _, subj := range st.CachedInfo().Config.Subjects {
+		if natsbroker.SubjectMatches(subj, cfg.Subject) {
+			return nil
+		}
+	}
+	return fmt.Errorf("BRIDGE_NATS_STREAM: stream %q does not capture BRIDGE_NATS_SUBJECT %q (its subjects: %s)",
+		cfg.Stream, cfg.Subject, strings.Join(st.CachedInfo().Config.Subjects, ", "))
 }
 
 func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler, logger *slog.Logger) error {

@@ -45,10 +45,7 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	if _, set := env["BRIDGE_LOG_FORMAT"]; !set {
 		cfg.LogFormat = "text"
 	}
-	logger, err := newLogger(cfg, stderr)
-	if err != nil {
-		return err
-	}
+	logger := newLogger(cfg, stderr)
 
 	storeDir, err := os.MkdirTemp("", "delaybridge-dev-")
 	if err != nil {
