@@ -96,6 +96,9 @@ type NATS struct {
 	Stream string `env:"NATS_STREAM" envDoc:"consume the ingress subject through this JetStream stream; empty: core NATS"`
 	// Consumer is the durable pull consumer on Stream.
 	Consumer string `env:"NATS_CONSUMER" envDefault:"delaybridge" envDoc:"durable consumer name"`
+	// AckWait is how long JetStream waits for the bridge's ack before redelivering a
+	// message of the ingress stream (extension, not in SPEC).
+	AckWait time.Duration `env:"NATS_ACK_WAIT" envDefault:"30s" envDoc:"JetStream redelivery delay of unacked ingress messages (extension)"`
 }
 
 // Kafka configures the Kafka side.

@@ -38,6 +38,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_LOG_FORMAT", "json"},
 	// Extensions.
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
+	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 }
 
@@ -116,7 +117,7 @@ func TestDefaultsTyped(t *testing.T) {
 		want := Config{
 			Redis:           Redis{URL: "redis://127.0.0.1:6379/0"},
 			Store:           delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second},
-			NATS:            NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge"},
+			NATS:            NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge", AckWait: 30 * time.Second},
 			Kafka:           Kafka{Topic: "delay.in", Group: "delaybridge"},
 			CancelSubject:   "delay.cancel",
 			DLQSubject:      "delay.dlq",
@@ -152,6 +153,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_NATS_QUEUE":          "q1",
 		"BRIDGE_NATS_STREAM":         "SCHED",
 		"BRIDGE_NATS_CONSUMER":       "c1",
+		"BRIDGE_NATS_ACK_WAIT":       "2s",
 		"BRIDGE_KAFKA_BROKERS":       "k1:9092,k2:9092",
 		"BRIDGE_KAFKA_TOPIC":         "sched-in",
 		"BRIDGE_KAFKA_GROUP":         "g1",
@@ -174,7 +176,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	want := Config{
 		Redis:           Redis{URL: "rediss://user:pw@redis.example:6380/3"},
 		Store:           delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second},
-		NATS:            NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1"},
+		NATS:            NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second},
 		Kafka:           Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1"},
 		CancelSubject:   "sched.cancel",
 		DLQSubject:      "sched.dlq",
@@ -314,6 +316,7 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_LOG_LEVEL", "warning", "debug, info, warn or error"},
 		{"BRIDGE_LOG_FORMAT", "xml", "json or text"},
 		{"BRIDGE_SHUTDOWN_TIMEOUT", "0s", "must be > 0"},
+		{"BRIDGE_NATS_ACK_WAIT", "0s", "must be > 0"},
 		{"BRIDGE_SHUTDOWN_TIMEOUT", "soon", "not a duration"},
 		{"BRIDGE_MAX_ATTEMPTS", "0", "must be >= 1"},
 		{"BRIDGE_MAX_ATTEMPTS", "x", "not an integer"},

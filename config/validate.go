@@ -181,6 +181,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("LOG_FORMAT", "%s: must be json or text", quoteValue(c.LogFormat))
 	}
 	checkPositiveDuration(add, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
+	checkPositiveDuration(add, "NATS_ACK_WAIT", c.NATS.AckWait, time.Millisecond)
 	if c.MaxAttempts < 1 {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
 	}
