@@ -1,0 +1,332 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrClosed is returned by Publish and Subscribe after Close.
+var ErrClosed = errors.New("closed")
+
+// Publisher defaults.
+const (
+	DefaultPublishTimeout = 5 * time.Second
+	DefaultStreamCacheTTL = 30 * time.Second
+)
+
+// maxStreamCacheEntries bounds the stream lookup cache; past it, expired entries are
+// dropped, and if that is not enough, all of them.
+const maxStreamCacheEntries = 10_000
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// PublisherConfig configures a [Publisher]. The zero value is valid.
+type PublisherConfig struct {
+	// PublishTimeout bounds one Publish call: the stream lookup, and the wait for every
+	// JetStream publish acknowledgement or for the flush of core publishes.
+	// Default [DefaultPublishTimeout] (5s).
+	PublishTimeout time.Duration
+	// StreamCacheTTL is how long the answer to "which JetStream stream captures this
+	// subject" is reused, whether a stream or none. A stream created later is noticed
+	// within this time; until then the subject gets core publishes, which the stream
+	// stores but does not confirm or deduplicate. Default [DefaultStreamCacheTTL] (30s).
+	StreamCacheTTL time.Duration
+}
+
+func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
+	if c.PublishTimeout < 0 || c.StreamCacheTTL < 0 {
+		return c, errors.New("nats publisher config: durations must not be negative")
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.StreamCacheTTL == 0 {
+		c.StreamCacheTTL = DefaultStreamCacheTTL
+	}
+	return c, nil
+}
+
+// Publisher is a watermill message.Publisher over a NATS connection it does not own.
+// It is safe for concurrent use.
+type Publisher struct {
+	nc  *natsgo.Conn
+	js  jetstream.JetStream
+	cfg PublisherConfig
+	log *slog.Logger
+
+	mu       sync.RWMutex // guards closed against inflight.Add
+	closed   bool
+	inflight sync.WaitGroup
+
+	cacheMu sync.Mutex
+	cache   map[string]streamEntry
+}
+
+type streamEntry struct {
+	stream  string // "" when no stream captures the subject
+	expires time.Time
+}
+
+// NewPublisher returns a Publisher on nc. logger (nil: discarded) gets a component
+// attribute; the Publisher logs per-message events at Debug only and never payloads.
+func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+	if nc == nil {
+		return nil, errors.New("new nats publisher: nil connection")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	// The async timeout lets nats.go forget acknowledgements that never come.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("new nats publisher: %w", err)
+	}
+	return &Publisher{
+		nc:    nc,
+		js:    js,
+		cfg:   cfg,
+		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
+		cache: make(map[string]streamEntry),
+	}, nil
+}
+
+// Publish publishes msgs to the subject topic and returns when every message is
+// confirmed, or PublishTimeout after the call began.
+//
+// Every message carries the header Nats-Msg-Id = msg.UUID. When a JetStream stream
+// captures topic (looked up once per StreamCacheTTL; a server without JetStream means
+// none), the messages are published asynchronously, then Publish waits for all the
+// publish acknowledgements (a duplicate within the stream's window counts as
+// confirmed). Otherwise each message is a core publish, and a single flush confirms that
+// the server has them all (core NATS drops a message nobody subscribes to: that is not
+// an error).
+//
+// A message whose Context is done before it is sent, or while its acknowledgement is
+// awaited, fails. When some messages fail, the error is a [*PublishError] naming them
+// (the others are confirmed); when the call fails as a whole (closed publisher or
+// connection, stream lookup, flush), a plain error. Messages are not modified.
+//
+// Safe for concurrent use; returns [ErrClosed] after Close.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
+	}
+	p.inflight.Add(1)
+	p.mu.RUnlock()
+	defer p.inflight.Done()
+
+	if len(msgs) == 0 {
+		return nil
+	}
+	if p.nc.IsClosed() {
+		return fmt.Errorf("publish to %s: %w", topic, natsgo.ErrConnectionClosed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PublishTimeout)
+	defer cancel()
+
+	stream, err := p.streamFor(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("publish to %s: look up jetstream stream: %w", topic, err)
+	}
+	if stream != "" {
+		return p.publishJetStream(ctx, topic, stream, msgs)
+	}
+	return p.publishCore(ctx, topic, msgs)
+}
+
+func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
+	perr := newPublishError(topic, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, msg := range msgs {
+		if err := msg.Context().Err(); err != nil {
+			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			continue
+		}
+		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait(ctx))}
+		if msg.UUID != "" {
+			opts = append(opts, jetstream.WithMsgID(msg.UUID))
+		}
+		f, err := p.js.PublishMsgAsync(toNATS(topic, msg), opts...)
+		if err != nil {
+			perr.add(msg.UUID, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		msg := msgs[i]
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.UUID, "stream", ack.Stream, "seq", ack.Sequence)
+			}
+		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				p.forget(topic) // the stream may be gone: look it up again next time
+			}
+			perr.add(msg.UUID, err)
+		case <-msg.Context().Done():
+			perr.add(msg.UUID, fmt.Errorf("message context: %w", msg.Context().Err()))
+		case <-ctx.Done():
+			perr.add(msg.UUID, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout))
+		}
+	}
+	if len(perr.failed) == 0 {
+		return nil
+	}
+	p.log.Debug("jetstream publish incomplete", "topic", topic, "stream", stream, "failed", len(perr.failed), "total", len(msgs))
+	return perr
+}
+
+func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*message.Message) error {
+	perr := newPublishError(topic, len(msgs))
+	sent := 0
+	for _, msg := range msgs {
+		if err := msg.Context().Err(); err != nil {
+			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			continue
+		}
+		if err := p.nc.PublishMsg(toNATS(topic, msg)); err != nil {
+			perr.add(msg.UUID, err)
+			continue
+		}
+		sent++
+	}
+	if sent > 0 {
+		if err := p.nc.FlushWithContext(ctx); err != nil {
+			return fmt.Errorf("publish to %s: flush %d messages: %w", topic, sent, err)
+		}
+	}
+	if len(perr.failed) == 0 {
+		return nil
+	}
+	p.log.Debug("core publish incomplete", "topic", topic, "failed", len(perr.failed), "total", len(msgs))
+	return perr
+}
+
+// stallWait is how long PublishMsgAsync may wait for room among the pending async
+// publishes: the rest of the call's time.
+func stallWait(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if w := time.Until(d); w > time.Millisecond {
+			return w
+		}
+	}
+	return time.Millisecond
+}
+
+// streamFor returns the stream that captures subject, "" when none does, using the cache.
+func (p *Publisher) streamFor(ctx context.Context, subject string) (string, error) {
+	now := time.Now()
+	p.cacheMu.Lock()
+	e, ok := p.cache[subject]
+	p.cacheMu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.stream, nil
+	}
+
+	stream, err := p.js.StreamNameBySubject(ctx, subject)
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		stream = ""
+	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		// No JetStream on this server or account: every subject is core.
+		stream = ""
+	default:
+		return "", err
+	}
+
+	p.cacheMu.Lock()
+	defer p.cacheMu.Unlock()
+	if len(p.cache) >= maxStreamCacheEntries {
+		maps.DeleteFunc(p.cache, func(_ string, e streamEntry) bool { return !now.Before(e.expires) })
+		if len(p.cache) >= maxStreamCacheEntries {
+			clear(p.cache)
+		}
+	}
+	p.cache[subject] = streamEntry{stream: stream, expires: now.Add(p.cfg.StreamCacheTTL)}
+	return stream, nil
+}
+
+func (p *Publisher) forget(subject string) {
+	p.cacheMu.Lock()
+	delete(p.cache, subject)
+	p.cacheMu.Unlock()
+}
+
+// Close makes later Publish calls fail with [ErrClosed] and waits for the calls in
+// progress (each bounded by PublishTimeout). It does not close the connection.
+// Idempotent; always returns nil.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.inflight.Wait()
+	return nil
+}
+
+// PublishError reports the messages of one Publish call that were not confirmed; the
+// others of the call were. The egress package recognises it by its FailedMessages
+// method.
+type PublishError struct {
+	// Topic is the subject of the Publish call.
+	Topic string
+	// Total is the number of messages of the call.
+	Total int
+
+	failed map[string]error
+	order  []string
+}
+
+func newPublishError(topic string, total int) *PublishError {
+	return &PublishError{Topic: topic, Total: total, failed: map[string]error{}}
+}
+
+func (e *PublishError) add(uuid string, err error) {
+	if _, ok := e.failed[uuid]; !ok {
+		e.order = append(e.order, uuid)
+	}
+	e.failed[uuid] = err
+}
+
+// FailedMessages returns the cause per failed message, keyed by message UUID. The map
+// is a copy.
+func (e *PublishError) FailedMessages() map[string]error {
+	return maps.Clone(e.failed)
+}
+
+// Error summarises the failures, naming the first.
+func (e *PublishError) Error() string {
+	if len(e.order) == 0 {
+		return fmt.Sprintf("publish to %s: no message failed", e.Topic)
+	}
+	first := e.order[0]
+	return fmt.Sprintf("publish to %s: %d of %d messages not confirmed (first %s: %v)",
+		e.Topic, len(e.order), e.Total, first, e.failed[first])
+}
+
+// Unwrap returns the causes, in message order, for errors.Is and errors.As.
+func (e *PublishError) Unwrap() []error {
+	errs := make([]error, 0, len(e.order))
+	for _, id := range e.order {
+		errs = append(errs, e.failed[id])
+	}
+	return errs
+}

@@ -1,0 +1,522 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Subscriber defaults.
+const (
+	DefaultQueue         = "delaybridge"
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxAckPending = 1000
+	DefaultMaxInFlight   = 1000
+)
+
+const (
+	// maxPullBatch caps how many JetStream messages the client buffers ahead.
+	maxPullBatch = 500
+	// pullExpiry is the life of one pull request. The server sends idle heartbeats at half
+	// of it; two missed ones end the pull and the subscription resumes with a fresh one
+	// (and the consumer created again, should it be gone).
+	pullExpiry = 10 * time.Second
+	// ackTimeout bounds the wait for the server's confirmation of a JetStream ack.
+	ackTimeout = 5 * time.Second
+	// drainTimeout bounds, on stop, the handing back (Nak) of JetStream messages that the
+	// client had buffered but never handed out.
+	drainTimeout = 2 * time.Second
+	// setupTimeout bounds the subscription set-up calls (stream info, consumer, flush).
+	setupTimeout = 10 * time.Second
+	// resumeWait is the pause before a JetStream consumer that ended (deleted, leader
+	// lost) is created again.
+	resumeWait = time.Second
+)
+
+// ErrStreamNotFound is matched (errors.Is) by the error of Subscribe when the configured
+// stream does not exist. The adapter never creates streams.
+var ErrStreamNotFound = errors.New("jetstream stream not found")
+
+type streamNotFoundError struct{ stream string }
+
+func (e *streamNotFoundError) Error() string {
+	return fmt.Sprintf("jetstream stream %q not found: the bridge never creates streams", e.stream)
+}
+
+func (e *streamNotFoundError) Is(target error) bool { return target == ErrStreamNotFound }
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// SubscriberConfig configures a [Subscriber]. The zero value is valid: core queue
+// subscriptions in group [DefaultQueue].
+type SubscriberConfig struct {
+	// Stream, when set, is the JetStream stream through which the topics it captures are
+	// consumed (a durable pull consumer per topic). It must exist: Subscribe fails when it
+	// does not. Topics it does not capture, and all topics when Stream is empty, get a
+	// core queue subscription.
+	Stream string
+	// ConsumerName names the durable consumer of a topic; it must give distinct topics
+	// distinct names. Default [DefaultConsumerName].
+	ConsumerName func(topic string) string
+	// Queue is the queue group of core subscriptions, so that replicas share the work.
+	// Default [DefaultQueue] ("delaybridge").
+	Queue string
+	// AckWait is how long JetStream waits for a message's Ack before redelivering it.
+	// Default [DefaultAckWait] (30s).
+	AckWait time.Duration
+	// MaxAckPending bounds the JetStream messages handed out and not yet acked, per
+	// consumer (server side) and per subscription (client side). Default
+	// [DefaultMaxAckPending] (1000).
+	MaxAckPending int
+	// MaxInFlight bounds the core messages handed out and not yet acked or nacked, per
+	// subscription. Default [DefaultMaxInFlight] (1000).
+	MaxInFlight int
+}
+
+// DefaultConsumerName is the topic with `.`, `*` and `>` replaced by `_`.
+func DefaultConsumerName(topic string) string {
+	return consumerNameReplacer.Replace(topic)
+}
+
+var consumerNameReplacer = strings.NewReplacer(".", "_", "*", "_", ">", "_")
+
+func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
+	if c.AckWait < 0 || c.MaxAckPending < 0 || c.MaxInFlight < 0 {
+		return c, errors.New("nats subscriber config: AckWait, MaxAckPending and MaxInFlight must not be negative")
+	}
+	if c.ConsumerName == nil {
+		c.ConsumerName = DefaultConsumerName
+	}
+	if c.Queue == "" {
+		c.Queue = DefaultQueue
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = DefaultMaxAckPending
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	return c, nil
+}
+
+// Subscriber is a watermill message.Subscriber over a NATS connection it does not own.
+// It is safe for concurrent use.
+//
+// Messages are handed out without waiting for the previous one's Ack (up to
+// MaxAckPending or MaxInFlight outstanding per subscription), so order is not
+// guaranteed across redeliveries. The receiver acks or nacks each message:
+//
+//   - JetStream: Ack is a JetStream ack, confirmed by the server (double ack); Nack is
+//     a Nak, and JetStream redelivers at once. A message neither acked nor nacked is
+//     redelivered after AckWait. The metadata carries [headers.MetaSourceID]
+//     ("js:<stream>:<stream sequence>").
+//   - Core: Ack sends metadata [headers.MetaReply], when set and the message is a
+//     request, as the reply. Nack sends nothing: core NATS has no redelivery, the
+//     message is gone (a requester times out).
+type Subscriber struct {
+	nc  *natsgo.Conn
+	js  jetstream.JetStream
+	cfg SubscriberConfig
+	log *slog.Logger
+
+	mu     sync.Mutex // guards closed against wg.Add
+	closed bool
+	wg     sync.WaitGroup // subscription loops and message watchers
+
+	closeCtx    context.Context // cancelled by Close
+	closeCancel context.CancelFunc
+}
+
+// NewSubscriber returns a Subscriber on nc. logger (nil: discarded) gets a component
+// attribute; the Subscriber logs per-message events at Debug only and never payloads.
+func NewSubscriber(nc *natsgo.Conn, cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, error) {
+	if nc == nil {
+		return nil, errors.New("new nats subscriber: nil connection")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("new nats subscriber: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Subscriber{
+		nc:          nc,
+		js:          js,
+		cfg:         cfg,
+		log:         loggerOrDiscard(logger).With("component", "nats.subscriber"),
+		closeCtx:    ctx,
+		closeCancel: cancel,
+	}, nil
+}
+
+// Subscribe starts consuming topic (a subject, wildcards allowed) and returns the
+// channel of its messages. It blocks until the subscription is in place (consumer
+// created or updated, or core interest registered at the server), so that a message
+// published after it returns is received.
+//
+// The channel is closed when ctx is cancelled or Close is called; ctx does not cancel
+// the messages already handed out, which can still be acked or nacked until Close.
+// Every message's Context derives from ctx and is cancelled by its Ack or Nack, ctx's
+// cancellation, or Close.
+//
+// Fails when Stream is set but does not exist (errors.Is [ErrStreamNotFound]), when
+// the consumer cannot be created, or after Close ([ErrClosed]).
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subscribe to %s: subscriber %w", topic, ErrClosed)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	stopOnClose := context.AfterFunc(s.closeCtx, cancel)
+	run, err := s.setup(runCtx, topic)
+	if err != nil {
+		stopOnClose()
+		cancel()
+		s.wg.Done()
+		return nil, fmt.Errorf("subscribe to %s: %w", topic, err)
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		defer stopOnClose()
+		run(runCtx, out)
+	}()
+	return out, nil
+}
+
+// setup prepares the subscription of topic and returns its loop, which closes out.
+func (s *Subscriber) setup(ctx context.Context, topic string) (func(context.Context, chan *message.Message), error) {
+	if s.cfg.Stream != "" {
+		sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+		defer cancel()
+		st, err := s.js.Stream(sctx, s.cfg.Stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, &streamNotFoundError{stream: s.cfg.Stream}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jetstream stream %q: %w", s.cfg.Stream, err)
+		}
+		if captures(st.CachedInfo().Config, topic) {
+			return s.setupJetStream(sctx, topic)
+		}
+	}
+	return s.setupCore(ctx, topic)
+}
+
+// captures reports whether the stream stores every subject of topic.
+func captures(cfg jetstream.StreamConfig, topic string) bool {
+	subjects := cfg.Subjects
+	if len(subjects) == 0 && cfg.Mirror == nil && len(cfg.Sources) == 0 {
+		subjects = []string{cfg.Name} // a plain stream without subjects listens on its name
+	}
+	for _, p := range subjects {
+		if SubjectMatches(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Subscriber) consumerConfig(topic string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       s.cfg.ConsumerName(topic),
+		FilterSubject: topic,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: s.cfg.MaxAckPending,
+	}
+}
+
+func (s *Subscriber) setupJetStream(ctx context.Context, topic string) (func(context.Context, chan *message.Message), error) {
+	cc := s.consumerConfig(topic)
+	if cc.Durable == "" {
+		return nil, errors.New("empty consumer name")
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("create or update consumer %q on stream %q: %w", cc.Durable, s.cfg.Stream, err)
+	}
+	log := s.log.With("topic", topic, "stream", s.cfg.Stream, "consumer", cc.Durable)
+	log.Info("subscribed through jetstream")
+	return func(ctx context.Context, out chan *message.Message) {
+		s.runJetStream(ctx, out, topic, cons, log)
+	}, nil
+}
+
+func (s *Subscriber) setupCore(ctx context.Context, topic string) (func(context.Context, chan *message.Message), error) {
+	sub, err := s.nc.QueueSubscribeSync(topic, s.cfg.Queue)
+	if err != nil {
+		return nil, fmt.Errorf("core queue subscribe %q: %w", s.cfg.Queue, err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if err := s.nc.FlushWithContext(fctx); err != nil { // the server has our interest when this returns
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("core queue subscribe %q: flush: %w", s.cfg.Queue, err)
+	}
+	log := s.log.With("topic", topic, "queue", s.cfg.Queue)
+	log.Info("subscribed through core nats")
+	return func(ctx context.Context, out chan *message.Message) {
+		s.runCore(ctx, out, sub, log)
+	}, nil
+}
+
+// runJetStream hands out the consumer's messages until ctx is done, resuming with a
+// fresh pull (and the consumer created again) when the server ends one.
+func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message, topic string, cons jetstream.Consumer, log *slog.Logger) {
+	closeOut := sync.OnceFunc(func() { close(out) })
+	defer closeOut()
+	sem := make(chan struct{}, s.cfg.MaxAckPending)
+	batch := min(s.cfg.MaxAckPending, maxPullBatch)
+	for {
+		it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(pullExpiry))
+		if err == nil {
+			stopIter := context.AfterFunc(ctx, it.Drain) // unblocks Next
+			err = s.deliverJetStream(ctx, it, out, sem, log)
+			stopIter()
+			if ctx.Err() != nil {
+				closeOut() // promptly: the hand-back below may take a moment
+			}
+			s.handBack(it, log)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if s.nc.IsClosed() {
+			log.Warn("jetstream subscription ended: connection closed")
+			return
+		}
+		log.Warn("jetstream consume interrupted, resuming", "error", err)
+		for attempt := 0; ; attempt++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(resumeWait):
+			}
+			cctx, cancel := context.WithTimeout(ctx, setupTimeout)
+			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, s.consumerConfig(topic))
+			cancel()
+			if err == nil {
+				log.Info("jetstream consume resumed")
+				break
+			}
+			if s.nc.IsClosed() {
+				log.Warn("jetstream subscription ended: connection closed")
+				return
+			}
+			level := slog.LevelDebug // logged once at Warn, then quietly retried
+			if attempt == 0 {
+				level = slog.LevelWarn
+			}
+			log.Log(ctx, level, "jetstream consumer not available, retrying every second", "error", err)
+		}
+	}
+}
+
+// deliverJetStream hands out messages of it until ctx is done or it ends.
+func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, log *slog.Logger) error {
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		jm, err := it.Next()
+		if err != nil {
+			<-sem
+			return err
+		}
+		if ctx.Err() != nil {
+			nak(jm, log)
+			<-sem
+			return ctx.Err()
+		}
+		var extra map[string]string
+		if md, err := jm.Metadata(); err == nil {
+			extra = map[string]string{headers.MetaSourceID: sourceID(md.Stream, md.Sequence.Stream)}
+		} else {
+			log.Debug("jetstream message without metadata", "error", err)
+		}
+		wm := fromNATS(jm.Headers(), jm.Data(), extra)
+		msgCtx, cancelMsg := context.WithCancel(ctx)
+		wm.SetContext(msgCtx)
+		select {
+		case out <- wm:
+			s.wg.Add(1) // the loop holds a count: no race with Close's Wait
+			go s.watch(wm, cancelMsg, sem,
+				func() error { return doubleAck(jm) },
+				jm.Nak, log)
+		case <-ctx.Done():
+			cancelMsg()
+			nak(jm, log)
+			<-sem
+			return ctx.Err()
+		}
+	}
+}
+
+// handBack stops it and naks the messages it still buffers: they were never handed
+// out, so another subscriber may have them at once rather than after AckWait. Bounded
+// by drainTimeout; what is left then is redelivered after AckWait.
+func (s *Subscriber) handBack(it jetstream.MessagesContext, log *slog.Logger) {
+	it.Drain()
+	deadline := time.Now().Add(drainTimeout)
+	n := 0
+	for {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			it.Stop()
+			break
+		}
+		jm, err := it.Next(jetstream.NextMaxWait(wait))
+		if err != nil {
+			if errors.Is(err, natsgo.ErrTimeout) {
+				it.Stop()
+			}
+			break
+		}
+		nak(jm, log)
+		n++
+	}
+	if n > 0 {
+		log.Debug("handed back buffered jetstream messages", "count", n)
+	}
+}
+
+func doubleAck(jm jetstream.Msg) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	return jm.DoubleAck(ctx)
+}
+
+func nak(jm jetstream.Msg, log *slog.Logger) {
+	if err := jm.Nak(); err != nil {
+		log.Debug("jetstream nak", "error", err)
+	}
+}
+
+// runCore hands out the core subscription's messages until ctx is done.
+func (s *Subscriber) runCore(ctx context.Context, out chan *message.Message, sub *natsgo.Subscription, log *slog.Logger) {
+	defer close(out)
+	defer func() {
+		// Messages the client buffered are dropped: core NATS has no redelivery.
+		if err := sub.Unsubscribe(); err != nil && !s.nc.IsClosed() {
+			log.Debug("core unsubscribe", "error", err)
+		}
+	}()
+	sem := make(chan struct{}, s.cfg.MaxInFlight)
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, natsgo.ErrSlowConsumer) {
+				log.Warn("core subscription is a slow consumer: the server or client dropped messages")
+				continue
+			}
+			log.Warn("core subscription ended", "error", err)
+			return
+		}
+		wm := fromNATS(m.Header, m.Data, nil)
+		msgCtx, cancelMsg := context.WithCancel(ctx)
+		wm.SetContext(msgCtx)
+		select {
+		case out <- wm:
+			s.wg.Add(1)
+			go s.watch(wm, cancelMsg, sem,
+				func() error { return reply(m, wm) },
+				func() error { return nil }, // no redelivery in core NATS
+				log)
+		case <-ctx.Done():
+			cancelMsg()
+			<-sem
+			return
+		}
+	}
+}
+
+// reply answers a core request with the metadata reply body, when both are present.
+func reply(m *natsgo.Msg, wm *message.Message) error {
+	body := wm.Metadata.Get(headers.MetaReply)
+	if body == "" || m.Reply == "" {
+		return nil
+	}
+	return m.Respond([]byte(body))
+}
+
+// watch waits for wm's Ack or Nack and runs onAck or onNack. On Close it gives up,
+// unless the Ack or Nack had already come: an unacked JetStream message is then
+// redelivered after AckWait; a core message is gone.
+func (s *Subscriber) watch(wm *message.Message, cancelMsg context.CancelFunc, sem chan struct{}, onAck, onNack func() error, log *slog.Logger) {
+	defer s.wg.Done()
+	defer func() { <-sem }()
+	var acked bool
+	select {
+	case <-wm.Acked():
+		acked = true
+	case <-wm.Nacked():
+	case <-s.closeCtx.Done():
+		select {
+		case <-wm.Acked():
+			acked = true
+		case <-wm.Nacked():
+		default:
+			cancelMsg()
+			return
+		}
+	}
+	cancelMsg()
+	if acked {
+		if err := onAck(); err != nil {
+			log.Debug("ack", "uuid", wm.UUID, "error", err)
+		}
+		return
+	}
+	if err := onNack(); err != nil {
+		log.Debug("nack", "uuid", wm.UUID, "error", err)
+	}
+}
+
+// Close stops every subscription, closes their channels and waits for the adapter's
+// goroutines. Messages handed out and not yet acked or nacked are left so: JetStream
+// redelivers them after AckWait (they are never acked on Close); core ones are gone.
+// JetStream messages buffered but not handed out are nacked for prompt redelivery.
+// Close blocks for at most a few seconds (an ack awaiting the server's confirmation, the
+// hand-back of buffered messages), usually milliseconds. It does not close the
+// connection. Idempotent and safe to call concurrently; always returns nil.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeCancel()
+	s.wg.Wait()
+	return nil
+}
