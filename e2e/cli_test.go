@@ -98,6 +98,10 @@ func TestDevQuickStart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	time.Sleep(300 * time.Millisecond) // a duplicate publish would arrive within this
+	if n := strings.Count(b.out.String(), "arrived on demo.hello"); n != 1 {
+		t.Fatalf("demo.hello arrived %d times, want once:\n%s", n, b.out.String())
+	}
 	if err, _ := b.stop(t, 30*time.Second); err != nil {
 		t.Fatalf("dev exit after SIGTERM: %v", err)
 	}

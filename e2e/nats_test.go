@@ -133,6 +133,11 @@ func TestCoreRequestDelayedDelivery(t *testing.T) {
 	if got := h.Values("trace"); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("repeated header = %v, want [a b]", got)
 	}
+	select {
+	case a := <-out:
+		t.Fatalf("delivered a second time: %v", a.msg.Header)
+	case <-time.After(300 * time.Millisecond):
+	}
 }
 
 // TestJetStreamInJetStreamOut: many messages through a JetStream ingress stream to a
@@ -171,6 +176,9 @@ func TestJetStreamInJetStreamOut(t *testing.T) {
 	var lateness []time.Duration
 	for len(seen) < n {
 		a := receive(t, out, 20*time.Second)
+		if seen[a.msg.Header.Get("seq")] {
+			t.Fatalf("seq %s delivered twice without any fault", a.msg.Header.Get("seq"))
+		}
 		due, err := strconv.ParseInt(a.msg.Header.Get("x-delay-due"), 10, 64)
 		if err != nil {
 			t.Fatalf("x-delay-due: %v", err)
@@ -181,6 +189,11 @@ func TestJetStreamInJetStreamOut(t *testing.T) {
 		}
 		lateness = append(lateness, late)
 		seen[a.msg.Header.Get("seq")] = true
+	}
+	select {
+	case a := <-out:
+		t.Fatalf("extra delivery of seq %s without any fault", a.msg.Header.Get("seq"))
+	case <-time.After(300 * time.Millisecond):
 	}
 	// JetStream dedup and exactly-once-per-firing: the stream holds n messages.
 	str, err := js.Stream(ctx, "OUT")
