@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
 // Limits checked by Load.
@@ -107,7 +109,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("CANCEL_SUBJECT", "%s: %s", quoteValue(c.CancelSubject), p)
 	} else if p := checkTopic(c.CancelSubject); kafkaOn && p != "" {
 		add("CANCEL_SUBJECT", "%s: as a Kafka topic: %s", quoteValue(c.CancelSubject), p)
-	} else if natsSubjectOK && subjectsOverlap(c.CancelSubject, c.NATS.Subject) {
+	} else if natsSubjectOK && subject.Overlap(c.CancelSubject, c.NATS.Subject) {
 		add("CANCEL_SUBJECT", "%s overlaps BRIDGE_NATS_SUBJECT %s", quoteValue(c.CancelSubject), quoteValue(c.NATS.Subject))
 	} else if kafkaTopicOK && c.CancelSubject == c.Kafka.Topic {
 		add("CANCEL_SUBJECT", "%s equals BRIDGE_KAFKA_TOPIC", quoteValue(c.CancelSubject))
@@ -127,7 +129,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			{"BRIDGE_CANCEL_SUBJECT", c.CancelSubject, cancelOK},
 			{"BRIDGE_KAFKA_TOPIC", c.Kafka.Topic, kafkaTopicOK},
 		} {
-			if own.ok && subjectsOverlap(c.DLQSubject, own.value) {
+			if own.ok && subject.Overlap(c.DLQSubject, own.value) {
 				add("DLQ_SUBJECT", "%s overlaps %s %s: dead letters would be consumed again", quoteValue(c.DLQSubject), own.name, quoteValue(own.value))
 				break
 			}
@@ -358,24 +360,6 @@ func checkPattern(p string) string {
 		return "can never match: the part before : must be nats or kafka"
 	}
 	return ""
-}
-
-// subjectsOverlap reports whether some subject matches both a and b (NATS wildcard
-// semantics; without wildcards it is equality, as for Kafka topics).
-func subjectsOverlap(a, b string) bool {
-	at, bt := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; ; i++ {
-		switch {
-		case i == len(at) || i == len(bt):
-			return len(at) == len(bt)
-		case at[i] == ">":
-			return len(bt) > i
-		case bt[i] == ">":
-			return len(at) > i
-		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
-			return false
-		}
-	}
 }
 
 func hasSpaceOrControl(s string) bool {

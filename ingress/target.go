@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
 // Broker names, as used in target prefixes ("nats:orders.timeout") and in
@@ -123,7 +125,7 @@ func (p TargetPolicy) ParseTarget(value string, sourceBroker string) (Target, er
 			return Target{}, &targetError{value: value, detail: detail}
 		}
 		for _, own := range p.Own[BrokerNATS] {
-			if subjectsOverlap(t.Name, own) {
+			if subject.Overlap(t.Name, own) {
 				return Target{}, &targetError{kind: ErrTargetLoop, value: value, detail: "overlaps the bridge's own subject " + quote(own)}
 			}
 		}
@@ -206,25 +208,6 @@ func checkTopic(s string) string {
 		return "reserved topic (__...: Kafka internal)"
 	}
 	return ""
-}
-
-// subjectsOverlap reports whether some literal subject matches both NATS subjects a and
-// b, each of which may contain the wildcards "*" (one token) and ">" (one or more
-// trailing tokens).
-func subjectsOverlap(a, b string) bool {
-	at, bt := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; ; i++ {
-		switch {
-		case i == len(at) || i == len(bt):
-			return len(at) == len(bt)
-		case at[i] == ">":
-			return len(bt) > i
-		case bt[i] == ">":
-			return len(at) > i
-		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
-			return false
-		}
-	}
 }
 
 // globTok is one element of a compiled glob: a star, or a matcher of one character.

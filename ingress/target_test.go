@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
 var own = []string{"delay.in", "delay.cancel", "delay.dlq"}
@@ -240,45 +242,6 @@ func TestTargetErrorText(t *testing.T) {
 	}
 }
 
-func TestSubjectsOverlap(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want bool
-	}{
-		{"a.b", "a.b", true},
-		{"a.b", "a.c", false},
-		{"a.*", "a.b", true},
-		{"a.>", "a.b", true},
-		{"a.>", "a.b.c", true},
-		{"a.>", "a", false},
-		{">", "a", true},
-		{">", "a.b.c", true},
-		{"*", "a", true},
-		{"*", "a.b", false},
-		{"*.b", "a.*", true},
-		{"*.b", "a.c", false},
-		{"a.*.c", "a.>", true},
-		{"a.*.c", "a.b", false},
-		{"a.b", "a.b.c", false},
-		{"*.*", ">", true},
-		{"*.>", "a", false},
-		{"delay.>", "delay.in", true},
-		{"delay.>", "delay", false},
-		{"a.>", "b.>", false},
-		{"a.>", "*.b", true},
-		{"a", "a", true},
-		{"a", "b", false},
-	}
-	for _, tt := range tests {
-		if got := subjectsOverlap(tt.a, tt.b); got != tt.want {
-			t.Errorf("subjectsOverlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
-		}
-		if got := subjectsOverlap(tt.b, tt.a); got != tt.want {
-			t.Errorf("subjectsOverlap(%q, %q) = %v, want %v (symmetry)", tt.b, tt.a, got, tt.want)
-		}
-	}
-}
-
 func TestGlobMatch(t *testing.T) {
 	tests := []struct {
 		pattern, name string
@@ -383,7 +346,7 @@ func FuzzParseTarget(f *testing.F) {
 			}
 		}
 		for _, o := range p.Own[got.Broker] {
-			if subjectsOverlap(n, o) {
+			if subject.Overlap(n, o) {
 				t.Fatalf("ParseTarget(%q, %q) = %q overlaps own %q", value, source, got, o)
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
 // runBridge is `bridge run`: configuration from the environment, then serve.
@@ -222,7 +223,7 @@ func checkIngressStream(ctx context.Context, nc *natsgo.Conn, cfg config.NATS) e
 		return fmt.Errorf("BRIDGE_NATS_STREAM %q: %w", cfg.Stream, err)
 	}
 	for _, subj := range st.CachedInfo().Config.Subjects {
-		if natsbroker.SubjectMatches(subj, cfg.Subject) {
+		if subject.Matches(subj, cfg.Subject) {
 			return nil
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
@@ -23,12 +22,7 @@ import (
 
 func newAPI(t *testing.T, token string) (*Client, *delaystore.Store) {
 	t.Helper()
-	opts, err := redis.ParseURL(testredis.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testredis.Client(t)
 	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // EnvURL names the environment variable that points the tests at an existing server.
@@ -98,6 +100,18 @@ func URL(t testing.TB) string {
 		return u
 	}
 	return Start(t).URL()
+}
+
+// Client returns a go-redis client for URL(t), closed in t.Cleanup.
+func Client(t testing.TB) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(URL(t))
+	if err != nil {
+		t.Fatalf("testredis: parse url: %v", err)
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // Prefix returns a random key prefix ("t" + 10 hex characters) so that tests never collide

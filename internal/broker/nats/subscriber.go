@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
 // Subscriber defaults.
@@ -231,7 +232,7 @@ func captures(cfg jetstream.StreamConfig, topic string) bool {
 		subjects = []string{cfg.Name} // a plain stream without subjects listens on its name
 	}
 	for _, p := range subjects {
-		if SubjectMatches(p, topic) {
+		if subject.Matches(p, topic) {
 			return true
 		}
 	}

@@ -1,8 +1,8 @@
-package nats
+package subject
 
 import "testing"
 
-func TestSubjectMatches(t *testing.T) {
+func TestMatches(t *testing.T) {
 	tests := []struct {
 		pattern, subject string
 		want             bool
@@ -47,14 +47,14 @@ func TestSubjectMatches(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern+" ~ "+tt.subject, func(t *testing.T) {
-			if got := SubjectMatches(tt.pattern, tt.subject); got != tt.want {
-				t.Fatalf("SubjectMatches(%q, %q) = %v, want %v", tt.pattern, tt.subject, got, tt.want)
+			if got := Matches(tt.pattern, tt.subject); got != tt.want {
+				t.Fatalf("Matches(%q, %q) = %v, want %v", tt.pattern, tt.subject, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestSubjectsOverlap(t *testing.T) {
+func TestOverlap(t *testing.T) {
 	tests := []struct {
 		a, b string
 		want bool
@@ -83,12 +83,51 @@ func TestSubjectsOverlap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.a+" ~ "+tt.b, func(t *testing.T) {
-			if got := SubjectsOverlap(tt.a, tt.b); got != tt.want {
-				t.Fatalf("SubjectsOverlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+			if got := Overlap(tt.a, tt.b); got != tt.want {
+				t.Fatalf("Overlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
 			}
-			if got := SubjectsOverlap(tt.b, tt.a); got != tt.want {
-				t.Fatalf("SubjectsOverlap(%q, %q) = %v, want %v (not symmetric)", tt.b, tt.a, got, tt.want)
+			if got := Overlap(tt.b, tt.a); got != tt.want {
+				t.Fatalf("Overlap(%q, %q) = %v, want %v (not symmetric)", tt.b, tt.a, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestOverlapLoopCases(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{"a.*", "a.b", true},
+		{"a.>", "a.b", true},
+		{"a.>", "a.b.c", true},
+		{"a.>", "a", false},
+		{">", "a", true},
+		{">", "a.b.c", true},
+		{"*", "a", true},
+		{"*", "a.b", false},
+		{"*.b", "a.*", true},
+		{"*.b", "a.c", false},
+		{"a.*.c", "a.>", true},
+		{"a.*.c", "a.b", false},
+		{"a.b", "a.b.c", false},
+		{"*.*", ">", true},
+		{"*.>", "a", false},
+		{"delay.>", "delay.in", true},
+		{"delay.>", "delay", false},
+		{"a.>", "b.>", false},
+		{"a.>", "*.b", true},
+		{"a", "a", true},
+		{"a", "b", false},
+	}
+	for _, tt := range tests {
+		if got := Overlap(tt.a, tt.b); got != tt.want {
+			t.Errorf("Overlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+		if got := Overlap(tt.b, tt.a); got != tt.want {
+			t.Errorf("Overlap(%q, %q) = %v, want %v (symmetry)", tt.b, tt.a, got, tt.want)
+		}
 	}
 }

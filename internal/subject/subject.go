@@ -1,15 +1,19 @@
-package nats
+// Package subject implements NATS subject wildcard semantics ("*" matches one token, a
+// final ">" one or more), shared by the target policy, the configuration checks and the
+// NATS adapter. Without wildcards, matching is equality, which is also what Kafka topic
+// names need.
+package subject
 
 import "strings"
 
-// SubjectMatches reports whether pattern matches subject, with NATS wildcard semantics:
+// Matches reports whether pattern matches subject, with NATS wildcard semantics:
 // a `*` token matches exactly one token, a final `>` token matches one or more tokens.
 //
-// When subject itself contains wildcards, SubjectMatches reports whether pattern matches
+// When subject itself contains wildcards, Matches reports whether pattern matches
 // every concrete subject that subject matches (subject is a subset of pattern); this is
 // what "a stream with subject pattern captures a subscription" means. Invalid subjects or
 // patterns (empty, an empty token, `>` not in last position) match nothing.
-func SubjectMatches(pattern, subject string) bool {
+func Matches(pattern, subject string) bool {
 	pt, ok := tokens(pattern)
 	if !ok {
 		return false
@@ -38,9 +42,9 @@ func SubjectMatches(pattern, subject string) bool {
 	return len(pt) == len(st)
 }
 
-// SubjectsOverlap reports whether some concrete subject matches both patterns a and b
-// (NATS wildcard semantics, as in [SubjectMatches]). Invalid patterns overlap nothing.
-func SubjectsOverlap(a, b string) bool {
+// Overlap reports whether some concrete subject matches both patterns a and b
+// (NATS wildcard semantics, as in [Matches]). Invalid patterns overlap nothing.
+func Overlap(a, b string) bool {
 	at, ok := tokens(a)
 	if !ok {
 		return false
