@@ -211,6 +211,7 @@ func (w *worker) offer(due int64) {
 func (e *Egress) runWorker(ctx context.Context, w *worker) {
 	next := int64(-1) // the shard's head as last known; -1: empty, wait for an offer
 	errWait := 100 * time.Millisecond
+	failing := false // in a streak of claim errors: logged once at Warn
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -239,12 +240,21 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			if ctx.Err() != nil {
 				return
 			}
-			e.log.Warn("claim", "shard", w.shard, "err", err)
+			if !failing {
+				e.log.Warn("claim failed; retrying with backoff", "shard", w.shard, "err", err)
+				failing = true
+			} else {
+				e.log.Debug("claim failed", "shard", w.shard, "err", err)
+			}
 			if !sleep(ctx, errWait) {
 				return
 			}
 			errWait = min(2*errWait, 5*time.Second)
 			continue
+		}
+		if failing {
+			e.log.Info("claim recovered", "shard", w.shard)
+			failing = false
 		}
 		errWait = 100 * time.Millisecond
 		e.clock.observe(c.Now, time.Now())
@@ -329,6 +339,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 
 	var acks []delaystore.Receipt
 	var retries []delaystore.RetryRequest
+	var firstErr error
 	for _, o := range out {
 		switch {
 		case o.err == nil:
@@ -341,9 +352,16 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 			backoff := e.backoff(o.claimed.Attempts + 1)
 			retries = append(retries, delaystore.RetryRequest{Receipt: o.claimed.Receipt, Backoff: backoff})
 			e.metrics.out(o.broker, "retried")
-			e.log.Warn("publish failed; will retry", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+			e.log.Debug("publish failed; will retry", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 				"attempt", o.claimed.Attempts+1, "backoff", backoff, "err", o.err)
+			if firstErr == nil {
+				firstErr = o.err
+			}
 		}
+	}
+	if len(retries) > 0 {
+		e.log.Warn("publishes failed; retrying with backoff", "shard", shard, "failed", len(retries),
+			"batch", len(claimed), "first_err", firstErr)
 	}
 	known = true
 	if len(acks) > 0 {
