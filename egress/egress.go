@@ -475,12 +475,21 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 	hs.Add(HeaderID, c.ID)
 	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
 	hs.Add(HeaderSource, env.Source)
+	// SPEC section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
+	// and a message from NATS gets its x-kafka-key header as the record key.
 	var extra map[string]string
-	if env.Key != nil {
-		if strings.HasPrefix(env.Target, "kafka:") {
-			extra = map[string]string{headers.MetaKafkaKey: string(env.Key)}
-		} else {
-			hs.Add(HeaderKafkaKey, string(env.Key)) // SPEC: a Kafka key travels to NATS as x-kafka-key
+	key := env.Key
+	toKafka := strings.HasPrefix(env.Target, "kafka:")
+	if key == nil && toKafka {
+		if v, ok := env.Headers.Get(HeaderKafkaKey); ok {
+			key = []byte(v)
+		}
+	}
+	if key != nil {
+		if toKafka {
+			extra = map[string]string{headers.MetaKafkaKey: string(key)}
+		} else if _, ok := env.Headers.Get(HeaderKafkaKey); !ok {
+			hs.Add(HeaderKafkaKey, string(key))
 		}
 	}
 	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)

@@ -316,3 +316,41 @@ func TestCrashBetweenPublishAndAck(t *testing.T) {
 	}
 	waitEmpty(t, st)
 }
+
+// TestKafkaKeyMapping: SPEC section 1 key rules, on the message egress hands to a publisher.
+func TestKafkaKeyMapping(t *testing.T) {
+	tests := []struct {
+		name       string
+		target     string
+		key        []byte
+		hs         headers.List
+		wantMeta   string // MetaKafkaKey, "-" for absent
+		wantHeader string // x-kafka-key header, "-" for absent
+	}{
+		{"kafka to kafka keeps the key", "kafka:t", []byte("k1"), nil, "k1", "-"},
+		{"kafka to kafka keeps an empty key", "kafka:t", []byte{}, nil, "", "-"},
+		{"kafka to nats: key as header", "nats:s", []byte("k1"), nil, "-", "k1"},
+		{"nats to kafka: header becomes the key", "kafka:t", nil, headers.List{{Key: "X-Kafka-Key", Value: "h1"}}, "h1", "h1"},
+		{"nats to kafka without header: no key", "kafka:t", nil, nil, "-", "-"},
+		{"nats to nats: nothing added", "nats:s", nil, nil, "-", "-"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := outputMessage(delaystore.Claimed{
+				Receipt:  delaystore.Receipt{ID: "i", Version: 1},
+				Envelope: delaystore.Envelope{Target: tt.target, Source: "x", Key: tt.key, Headers: tt.hs},
+			})
+			meta, ok := m.Metadata[headers.MetaKafkaKey]
+			if !ok {
+				meta = "-"
+			}
+			h, ok := headers.FromMetadata(m.Metadata).Get(HeaderKafkaKey)
+			if !ok {
+				h = "-"
+			}
+			if meta != tt.wantMeta || h != tt.wantHeader {
+				t.Fatalf("key metadata %q header %q, want %q %q", meta, h, tt.wantMeta, tt.wantHeader)
+			}
+		})
+	}
+}
