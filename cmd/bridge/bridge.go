@@ -24,6 +24,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
 	"github.com/delaybridge/delaybridge/ingress"
+	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/subject"
@@ -151,8 +152,31 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			return nil
 		}})
 	}
+	if len(cfg.Kafka.Brokers) > 0 {
+		pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{Brokers: cfg.Kafka.Brokers}, logger)
+		if err != nil {
+			return fmt.Errorf("kafka publisher: %w", err)
+		}
+		closers = append(closers, func() { _ = pub.Close() })
+		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group}, logger)
+		if err != nil {
+			return fmt.Errorf("kafka subscriber: %w", err)
+		}
+		closers = append(closers, func() { _ = sub.Close() })
+		publishers["kafka"] = pub
+		sources = append(sources,
+			ingress.Source{Broker: "kafka", Topic: cfg.Kafka.Topic, Kind: ingress.Delayed, Subscriber: sub},
+			ingress.Source{Broker: "kafka", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub})
+		if defaultBroker == "" {
+			defaultBroker = "kafka"
+		}
+		brokers := cfg.Kafka.Brokers
+		checks = append(checks, httpapi.Check{Name: "kafka", Probe: func(ctx context.Context) error {
+			return kafkabroker.Ping(ctx, brokers)
+		}})
+	}
 	if len(publishers) == 0 {
-		return errors.New("no broker configured: set BRIDGE_NATS_URL")
+		return errors.New("no broker configured: set BRIDGE_NATS_URL and/or BRIDGE_KAFKA_BROKERS")
 	}
 
 	rules := ingress.Rules{

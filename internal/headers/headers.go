@@ -1,7 +1,7 @@
 package headers
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"sort"
 	"strings"
 )
@@ -12,8 +12,8 @@ const ReservedPrefix = "_delaybridge_"
 // Reserved metadata keys. They travel only inside the process, between an adapter and
 // ingress or egress; adapters never send them to a broker.
 const (
-	// MetaHeaders holds the whole header list, JSON-encoded as [[key, value], ...], when a
-	// key repeats; it is then authoritative over the plain map entries.
+	// MetaHeaders holds the whole header list when a key repeats (a binary-safe
+	// length-prefixed encoding); it is then authoritative over the plain map entries.
 	MetaHeaders = ReservedPrefix + "headers"
 	// MetaSourceID is the stable identity of a source message, set by a subscriber that
 	// has one (JetStream: "js:<stream>:<seq>"; Kafka: "kafka:<topic>:<partition>:<offset>").
@@ -85,12 +85,7 @@ func ToMetadata(l List, extra map[string]string) map[string]string {
 		md[h.Key] = h.Value
 	}
 	if repeated {
-		pairs := make([][2]string, len(l))
-		for i, h := range l {
-			pairs[i] = [2]string{h.Key, h.Value}
-		}
-		b, _ := json.Marshal(pairs) // [][2]string always marshals
-		md[MetaHeaders] = string(b)
+		md[MetaHeaders] = encodeList(l)
 	}
 	for k, v := range extra {
 		md[k] = v
@@ -106,14 +101,13 @@ func FromMetadata(md map[string]string) List {
 	var out List
 	seen := map[string]bool{}
 	if enc, ok := md[MetaHeaders]; ok {
-		var pairs [][2]string
-		if err := json.Unmarshal([]byte(enc), &pairs); err == nil {
-			for _, p := range pairs {
-				if IsReserved(p[0]) {
+		if l, ok := decodeList(enc); ok {
+			for _, h := range l {
+				if IsReserved(h.Key) {
 					continue
 				}
-				out = append(out, Header{Key: p[0], Value: p[1]})
-				seen[p[0]] = true
+				out = append(out, h)
+				seen[h.Key] = true
 			}
 		}
 	}
@@ -128,4 +122,49 @@ func FromMetadata(md map[string]string) List {
 		out = append(out, Header{Key: k, Value: md[k]})
 	}
 	return out
+}
+
+// encodeList writes l as uvarint count, then uvarint-length-prefixed key and value of each
+// field: binary-safe, so header values need not be UTF-8.
+func encodeList(l List) string {
+	b := binary.AppendUvarint(nil, uint64(len(l)))
+	for _, h := range l {
+		b = binary.AppendUvarint(b, uint64(len(h.Key)))
+		b = append(b, h.Key...)
+		b = binary.AppendUvarint(b, uint64(len(h.Value)))
+		b = append(b, h.Value...)
+	}
+	return string(b)
+}
+
+// decodeList is the inverse of encodeList; it reports false on malformed input.
+func decodeList(s string) (List, bool) {
+	b := []byte(s)
+	next := func() (string, bool) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return "", false
+		}
+		v := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return v, true
+	}
+	count, k := binary.Uvarint(b)
+	if k <= 0 || count > uint64(len(b)) {
+		return nil, false
+	}
+	b = b[k:]
+	l := make(List, 0, count)
+	for range count {
+		key, ok := next()
+		if !ok {
+			return nil, false
+		}
+		val, ok := next()
+		if !ok {
+			return nil, false
+		}
+		l = append(l, Header{Key: key, Value: val})
+	}
+	return l, len(b) == 0
 }

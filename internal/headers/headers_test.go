@@ -16,6 +16,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 		{name: "repeated keys keep order", in: List{{"x", "1"}, {"a", "z"}, {"x", "2"}, {"x", "3"}}},
 		{name: "case differs", in: List{{"X-Delay", "1"}, {"x-delay", "2"}}, want: List{{"X-Delay", "1"}, {"x-delay", "2"}}},
 		{name: "empty value", in: List{{"k", ""}, {"k", ""}}},
+		{name: "binary values in repeated keys", in: List{{"x", "1"}, {"x", "\xfe\x00\xff"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,5 +70,28 @@ func TestValuesCaseInsensitive(t *testing.T) {
 	}
 	if _, ok := l.Get("missing"); ok {
 		t.Fatal("Get found a missing key")
+	}
+}
+
+func FuzzMetadataRoundTrip(f *testing.F) {
+	f.Add("x", "1", "x", "\xfe")
+	f.Add("a", "", "b", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		if IsReserved(k1) || IsReserved(k2) {
+			return
+		}
+		in := List{{k1, v1}, {k2, v2}, {k1, v2}} // k1 repeats: the encoded list is used
+		got := FromMetadata(ToMetadata(in, nil))
+		if !reflect.DeepEqual(got, in) {
+			t.Fatalf("round trip %q -> %q", in, got)
+		}
+	})
+}
+
+func TestDecodeListRejectsGarbage(t *testing.T) {
+	for _, s := range []string{"", "\x05", "\x01\x09a", "\x01\x01a\x05b", "\x01\x01a\x01bEXTRA"} {
+		if _, ok := decodeList(s); ok {
+			t.Errorf("decodeList(%q) accepted", s)
+		}
 	}
 }

@@ -1,0 +1,109 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// ErrClosed is returned by Publish and Subscribe after Close.
+var ErrClosed = errors.New("closed")
+
+// DefaultClientID is the client id sent to the brokers when none is configured.
+const DefaultClientID = "delaybridge"
+
+// dialTimeout bounds establishing one broker connection.
+const dialTimeout = 10 * time.Second
+
+// pingTimeout bounds a [Ping] whose context has no deadline.
+const pingTimeout = 5 * time.Second
+
+// Ping reports whether the cluster answers: it connects to the brokers in turn until
+// one answers a metadata request, and returns nil then, else the last error. It opens
+// and closes one connection per broker tried; ctx (or, without a deadline, 5 s) bounds
+// the whole call. Meant for readiness probes.
+func Ping(ctx context.Context, brokers []string) error {
+	if err := checkBrokers(brokers); err != nil {
+		return fmt.Errorf("kafka ping: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pingTimeout)
+		defer cancel()
+	}
+	d := newDialer(DefaultClientID)
+	var err error
+	for _, b := range brokers {
+		if err = pingOne(ctx, d, b); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("kafka ping: %w", err)
+}
+
+func pingOne(ctx context.Context, d *kafkago.Dialer, broker string) error {
+	conn, err := d.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(dl); err != nil {
+			return err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) }) // cancel unblocks
+	defer stop()
+	if _, err := conn.Brokers(); err != nil {
+		return fmt.Errorf("%s: %w", broker, err)
+	}
+	return nil
+}
+
+// The connection set-up lives here, shared by the publisher (a kafka-go Transport) and
+// the subscriber (a kafka-go Dialer), so that TLS and SASL, when they come, are added in
+// one place.
+
+func newTransport(clientID string) *kafkago.Transport {
+	return &kafkago.Transport{ClientID: clientID, DialTimeout: dialTimeout}
+}
+
+func newDialer(clientID string) *kafkago.Dialer {
+	return &kafkago.Dialer{ClientID: clientID, Timeout: dialTimeout, DualStack: true}
+}
+
+func checkBrokers(brokers []string) error {
+	if len(brokers) == 0 {
+		return errors.New("no brokers")
+	}
+	for _, b := range brokers {
+		if b == "" {
+			return errors.New("empty broker address")
+		}
+	}
+	return nil
+}
+
+// kafkaLogger turns kafka-go's printf logging into Debug records on log: kafka-go logs
+// every retry, and the adapter reports what matters itself.
+func kafkaLogger(log *slog.Logger) kafkago.Logger {
+	return kafkago.LoggerFunc(func(format string, args ...any) {
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("kafka-go: " + fmt.Sprintf(format, args...))
+		}
+	})
+}
+
+func loggerOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

@@ -1,0 +1,298 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// Publisher defaults.
+const (
+	DefaultBatchTimeout = 2 * time.Millisecond
+	DefaultBatchSize    = 1000
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// maxRecordBytes is the writer's batch limit in bytes (kafka-go's default, just under
+// the brokers' default message.max.bytes); a larger record cannot be sent.
+const maxRecordBytes = 1 << 20
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// PublisherConfig configures a [Publisher]. Brokers is required; the other fields have
+// defaults.
+type PublisherConfig struct {
+	// Brokers are the bootstrap addresses (host:port) of the cluster. Required.
+	Brokers []string
+	// ClientID names the client to the brokers. Default [DefaultClientID].
+	ClientID string
+	// BatchTimeout is how long the writer waits for more messages to fill a partition's
+	// batch before sending it. Messages of one Publish call are all queued at once, so
+	// this only delays the last, partial batch of each partition. kafka-go's own
+	// default is one second: far too long for a synchronous Publish. Default
+	// [DefaultBatchTimeout] (2ms).
+	BatchTimeout time.Duration
+	// BatchSize is the most messages sent to one partition in one produce request; a
+	// Publish call with more messages for a partition sends several requests, one after
+	// the other. Default [DefaultBatchSize] (1000).
+	BatchSize int
+	// WriteTimeout bounds one Publish call (and each network read or write of the
+	// writer). Default [DefaultWriteTimeout] (10s).
+	WriteTimeout time.Duration
+	// AllowAutoTopicCreation asks the brokers to create a missing topic (when they
+	// allow it). Default false: publishing to a missing topic fails.
+	AllowAutoTopicCreation bool
+	// UUIDHeader, when set, is the record header that carries the message UUID (set on
+	// every record, replacing a header of that name in the metadata). Empty (the
+	// default): the UUID is not sent.
+	UUIDHeader string
+}
+
+func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
+	if err := checkBrokers(c.Brokers); err != nil {
+		return c, fmt.Errorf("kafka publisher config: %w", err)
+	}
+	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.BatchSize < 0 {
+		return c, errors.New("kafka publisher config: BatchTimeout, BatchSize and WriteTimeout must not be negative")
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	return c, nil
+}
+
+// Publisher is a watermill message.Publisher over a kafka-go Writer it owns. Records
+// are produced with acks from all in-sync replicas (RequiredAcks = all) and partitioned
+// by key with murmur2, as Java's default partitioner does (records without a key go to
+// a random partition).
+//
+// kafka-go has no idempotent producer: a Publish that failed or timed out may still
+// have written some of its records, and a retry writes them again. Such duplicates carry
+// the same message (for egress: the same x-delay-id).
+//
+// It is safe for concurrent use.
+type Publisher struct {
+	cfg       PublisherConfig
+	log       *slog.Logger
+	transport *kafkago.Transport
+	writer    *kafkago.Writer
+
+	mu       sync.RWMutex // guards closed against inflight.Add
+	closed   bool
+	inflight sync.WaitGroup
+	close    sync.Once
+}
+
+// NewPublisher returns a Publisher for the cluster at cfg.Brokers. It does not connect:
+// the first Publish does. logger (nil: discarded) gets a component attribute; the
+// Publisher logs per-message events at Debug only and never payloads.
+func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := loggerOrDiscard(logger).With("component", "kafka.publisher")
+	tr := newTransport(cfg.ClientID)
+	w := &kafkago.Writer{
+		Addr:                   kafkago.TCP(cfg.Brokers...),
+		Balancer:               &kafkago.Murmur2Balancer{},
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             maxRecordBytes,
+		BatchTimeout:           cfg.BatchTimeout,
+		ReadTimeout:            cfg.WriteTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		RequiredAcks:           kafkago.RequireAll,
+		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
+		Transport:              tr,
+		Logger:                 kafkaLogger(log),
+		ErrorLogger:            kafkaLogger(log),
+	}
+	return &Publisher{cfg: cfg, log: log, transport: tr, writer: w}, nil
+}
+
+// Publish writes msgs to topic in one kafka-go WriteMessages call and returns when
+// every record is acknowledged by all in-sync replicas, or WriteTimeout after the call
+// began. Every call takes at least BatchTimeout: kafka-go sends the last, partial batch
+// of each partition only then.
+//
+// A record's key is the metadata [headers.MetaKafkaKey] (absent: a null key), its
+// headers the non-reserved metadata (repeated keys in order, see
+// [headers.FromMetadata]), plus UUIDHeader when configured. Reserved metadata never
+// goes on the wire.
+//
+// A message whose Context is done before the write is not sent and fails. When some
+// messages fail (kafka-go reports errors per partition batch, so per message), the
+// error is a [*PublishError] naming them by UUID; the others are written. When the
+// call fails as a whole (closed publisher, unknown topic, timeout), a plain error: a
+// timed-out call may still have written some records. A record larger than the
+// writer's batch limit (1 MiB, headers and key included) fails alone. Messages are not
+// modified.
+//
+// Safe for concurrent use; returns [ErrClosed] after Close.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
+	}
+	p.inflight.Add(1)
+	p.mu.RUnlock()
+	defer p.inflight.Done()
+
+	if len(msgs) == 0 {
+		return nil
+	}
+	perr := newPublishError(topic, len(msgs))
+	records := make([]kafkago.Message, 0, len(msgs))
+	uuids := make([]string, 0, len(msgs))
+	for _, msg := range msgs {
+		if err := msg.Context().Err(); err != nil {
+			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			continue
+		}
+		km := toKafka(topic, msg, p.cfg.UUIDHeader)
+		if n := recordSize(&km); n > maxRecordBytes {
+			perr.add(msg.UUID, fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge))
+			continue
+		}
+		records = append(records, km)
+		uuids = append(uuids, msg.UUID)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
+	defer cancel()
+	if err := p.write(ctx, topic, records, uuids, perr); err != nil {
+		return err
+	}
+	if p.log.Enabled(ctx, slog.LevelDebug) {
+		for _, id := range uuids {
+			if _, failed := perr.failed[id]; !failed {
+				p.log.Debug("published", "topic", topic, "uuid", id)
+			}
+		}
+	}
+	if len(perr.failed) == 0 {
+		return nil
+	}
+	p.log.Debug("publish incomplete", "topic", topic, "failed", len(perr.failed), "total", len(msgs))
+	return perr
+}
+
+// write sends records in one WriteMessages call and records per-message failures in
+// perr. It returns an error only when the call failed as a whole.
+func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.Message, uuids []string, perr *PublishError) error {
+	if len(records) == 0 {
+		return nil
+	}
+	err := p.writer.WriteMessages(ctx, records...)
+	if err == nil {
+		return nil
+	}
+	var werrs kafkago.WriteErrors
+	if errors.As(err, &werrs) && len(werrs) == len(records) {
+		for i, e := range werrs {
+			if e != nil {
+				perr.add(uuids[i], e)
+			}
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("publish %d messages to %s: no acknowledgement within %s: %w", len(records), topic, p.cfg.WriteTimeout, err)
+	}
+	return fmt.Errorf("publish %d messages to %s: %w", len(records), topic, err)
+}
+
+// recordSize is an upper bound of the size kafka-go gives a record when it checks it
+// against the batch limit (it refuses a whole WriteMessages call for one record over
+// it): varints counted at their largest.
+func recordSize(km *kafkago.Message) int {
+	n := 4 + 1 + 1 + 4 + len(km.Key) + 4 + len(km.Value) + 8 + 5
+	for _, h := range km.Headers {
+		n += 5 + len(h.Key) + 5 + len(h.Value)
+	}
+	return n
+}
+
+// Close makes later Publish calls fail with [ErrClosed], waits for the calls in
+// progress (each bounded by WriteTimeout), then closes the writer and its connections.
+// Idempotent and safe to call concurrently; returns the writer's close error, if any.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	var err error
+	p.close.Do(func() {
+		p.inflight.Wait()
+		if e := p.writer.Close(); e != nil {
+			err = fmt.Errorf("close kafka writer: %w", e)
+		}
+		p.transport.CloseIdleConnections()
+	})
+	return err
+}
+
+// PublishError reports the messages of one Publish call that were not confirmed; the
+// others of the call were. The egress package recognises it by its FailedMessages
+// method.
+type PublishError struct {
+	// Topic is the topic of the Publish call.
+	Topic string
+	// Total is the number of messages of the call.
+	Total int
+
+	failed map[string]error
+	order  []string
+}
+
+func newPublishError(topic string, total int) *PublishError {
+	return &PublishError{Topic: topic, Total: total, failed: map[string]error{}}
+}
+
+func (e *PublishError) add(uuid string, err error) {
+	if _, ok := e.failed[uuid]; !ok {
+		e.order = append(e.order, uuid)
+	}
+	e.failed[uuid] = err
+}
+
+// FailedMessages returns the cause per failed message, keyed by message UUID. The map
+// is a copy.
+func (e *PublishError) FailedMessages() map[string]error {
+	return maps.Clone(e.failed)
+}
+
+// Error summarises the failures, naming the first.
+func (e *PublishError) Error() string {
+	if len(e.order) == 0 {
+		return fmt.Sprintf("publish to %s: no message failed", e.Topic)
+	}
+	first := e.order[0]
+	return fmt.Sprintf("publish to %s: %d of %d messages not confirmed (first %s: %v)",
+		e.Topic, len(e.order), e.Total, first, e.failed[first])
+}
+
+// Unwrap returns the causes, in message order, for errors.Is and errors.As.
+func (e *PublishError) Unwrap() []error {
+	errs := make([]error, 0, len(e.order))
+	for _, id := range e.order {
+		errs = append(errs, e.failed[id])
+	}
+	return errs
+}

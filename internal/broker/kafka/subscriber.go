@@ -1,0 +1,347 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// Subscriber defaults.
+const (
+	DefaultMaxInFlight       = 1000
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultRebalanceTimeout  = 30 * time.Second
+	DefaultDrainTimeout      = 5 * time.Second
+	DefaultNackResendDelay   = 100 * time.Millisecond
+	DefaultCommitInterval    = 100 * time.Millisecond
+)
+
+const (
+	// joinGroupBackoff is the pause before the group is joined again after an error
+	// (kafka-go's default is 5 s).
+	joinGroupBackoff = time.Second
+	// partitionWatchInterval is how often the group checks the topic's partition count;
+	// a change (a topic created later, partitions added) starts a rebalance.
+	partitionWatchInterval = 5 * time.Second
+	// coordinatorTimeout bounds each request to the group coordinator (join and sync
+	// wait longer: up to the rebalance or session timeout on top of it), and so every
+	// offset commit.
+	coordinatorTimeout = 5 * time.Second
+	// fetchMaxWait is the longest a fetch request waits at the broker for new records.
+	fetchMaxWait = time.Second
+	// fetchErrorPause is the pause after a fetch error that kafka-go reports (it retries
+	// with its own backoff as well).
+	fetchErrorPause = 100 * time.Millisecond
+)
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// SubscriberConfig configures a [Subscriber]. Brokers and GroupID are required; the
+// other fields have defaults.
+type SubscriberConfig struct {
+	// Brokers are the bootstrap addresses (host:port) of the cluster. Required.
+	Brokers []string
+	// ClientID names the client to the brokers. Default [DefaultClientID].
+	ClientID string
+	// GroupID is the consumer group. Every topic subscribed through this Subscriber
+	// joins this one group, as its own member. Required.
+	GroupID string
+	// MaxInFlight bounds, per partition, the records fetched and not yet committed:
+	// handed out and awaiting Ack or Nack, or acked behind one that is not. When a
+	// partition reaches it, fetching pauses (a record that is never acked stops its
+	// partition after MaxInFlight more). Default [DefaultMaxInFlight] (1000).
+	MaxInFlight int
+	// SessionTimeout is how long the group coordinator waits for a heartbeat (or commit)
+	// before it removes the member and rebalances. The brokers bound it (Kafka's minimum
+	// is 6s by default). Default [DefaultSessionTimeout] (10s).
+	SessionTimeout time.Duration
+	// HeartbeatInterval is the time between heartbeats: a rebalance is noticed within it.
+	// Must be below SessionTimeout. Default [DefaultHeartbeatInterval] (500ms).
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long the coordinator waits for every member to rejoin
+	// during a rebalance. Default [DefaultRebalanceTimeout] (30s).
+	RebalanceTimeout time.Duration
+	// DrainTimeout bounds the wait, when a partition is revoked or the subscription
+	// ends, for the Ack or Nack of the records handed out; then contiguous acks are
+	// committed and later acks of that partition are ignored (the next owner gets those
+	// records again). Must be below SessionTimeout and RebalanceTimeout (no heartbeats
+	// are sent meanwhile). Default [DefaultDrainTimeout] (5s).
+	DrainTimeout time.Duration
+	// NackResendDelay is the pause before a nacked record is handed out again.
+	// Default [DefaultNackResendDelay] (100ms).
+	NackResendDelay time.Duration
+	// CommitInterval is the least time between two offset commits of a partition: acks
+	// that come within it are committed together, at its end (the first ack after a
+	// quiet spell is committed at once). A failed commit is retried at this pace too.
+	// Default [DefaultCommitInterval] (100ms).
+	CommitInterval time.Duration
+	// StartOffset is where a partition without a committed offset for the group is
+	// read from: [kafkago.FirstOffset] (the default, so records produced before the
+	// group's first start are not skipped) or [kafkago.LastOffset].
+	StartOffset int64
+	// UUIDHeader, when set, is the record header whose value becomes the message UUID
+	// (the header is then not metadata). Empty (the default), or a record without it: a
+	// new ULID.
+	UUIDHeader string
+}
+
+func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
+	if err := checkBrokers(c.Brokers); err != nil {
+		return c, fmt.Errorf("kafka subscriber config: %w", err)
+	}
+	if c.GroupID == "" {
+		return c, errors.New("kafka subscriber config: GroupID is required")
+	}
+	if c.MaxInFlight < 0 || c.SessionTimeout < 0 || c.HeartbeatInterval < 0 || c.RebalanceTimeout < 0 ||
+		c.DrainTimeout < 0 || c.NackResendDelay < 0 || c.CommitInterval < 0 {
+		return c, errors.New("kafka subscriber config: MaxInFlight and durations must not be negative")
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.NackResendDelay == 0 {
+		c.NackResendDelay = DefaultNackResendDelay
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	switch c.StartOffset {
+	case 0:
+		c.StartOffset = kafkago.FirstOffset
+	case kafkago.FirstOffset, kafkago.LastOffset:
+	default:
+		return c, fmt.Errorf("kafka subscriber config: StartOffset %d is neither FirstOffset (%d) nor LastOffset (%d)",
+			c.StartOffset, kafkago.FirstOffset, kafkago.LastOffset)
+	}
+	if c.HeartbeatInterval >= c.SessionTimeout {
+		return c, fmt.Errorf("kafka subscriber config: HeartbeatInterval %s must be below SessionTimeout %s", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.DrainTimeout >= c.SessionTimeout || c.DrainTimeout >= c.RebalanceTimeout {
+		return c, fmt.Errorf("kafka subscriber config: DrainTimeout %s must be below SessionTimeout %s and RebalanceTimeout %s",
+			c.DrainTimeout, c.SessionTimeout, c.RebalanceTimeout)
+	}
+	return c, nil
+}
+
+// hooks observe partition consumers; set by tests only (export_test.go). Each is
+// called from the partition's goroutine and must not block.
+type hooks struct {
+	// resolved follows the processing of an Ack or Nack.
+	resolved func(topic string, partition int, offset int64, acked bool)
+	// committed follows every offset commit attempt.
+	committed func(topic string, partition int, offset int64, err error)
+}
+
+// Subscriber is a watermill message.Subscriber over kafka-go's consumer-group API. It
+// is safe for concurrent use.
+//
+// Each Subscribe joins the consumer group GroupID as one member subscribed to that
+// topic; the group's partitions of the topic are spread over its members (range
+// assignment), and a rebalance of the group (a member joins or leaves, partitions are
+// added) pauses all of its members, as in any Kafka consumer group.
+//
+// Per assigned partition, records are read from the committed offset (StartOffset
+// without one) and handed out without waiting for the previous one's Ack (up to
+// MaxInFlight per partition), so the receiver can batch. The receiver acks or nacks
+// each message:
+//
+//   - Ack: the offset is committed, synchronously (at most once per CommitInterval),
+//     once every earlier record of the partition handed out in this generation is acked
+//     too: the committed offset only moves over contiguous acked records, so a crash or
+//     rebalance redelivers, never skips.
+//   - Nack: the same record is handed out again after NackResendDelay (same UUID and
+//     metadata); nothing after it is committed until it is acked. Messages are thus not
+//     delivered in order across redeliveries.
+//
+// On a rebalance (or when the subscription ends) each partition stops handing out
+// records, waits up to DrainTimeout for the Acks and Nacks of those handed out, commits
+// what is contiguous and is released; an Ack that comes later does not count (the
+// partition's next owner hands the record out again). Commits carry the generation, so
+// the coordinator refuses those of a member that lost its partitions.
+//
+// Every message carries metadata [headers.MetaSourceID] ("kafka:<topic>:<partition>:<offset>"),
+// [headers.MetaKafkaKey] when the record has a key, and [MetaKafkaTimestamp].
+type Subscriber struct {
+	cfg    SubscriberConfig
+	log    *slog.Logger
+	dialer *kafkago.Dialer
+	hooks  hooks
+
+	mu     sync.Mutex // guards closed against wg.Add
+	closed bool
+	wg     sync.WaitGroup // subscriptions
+
+	closeCtx    context.Context // cancelled by Close
+	closeCancel context.CancelFunc
+}
+
+// NewSubscriber returns a Subscriber for the cluster at cfg.Brokers. It does not
+// connect: each Subscribe does. logger (nil: discarded) gets a component attribute; the
+// Subscriber logs per-message events at Debug only and never payloads.
+func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Subscriber{
+		cfg:         cfg,
+		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
+		dialer:      newDialer(cfg.ClientID),
+		closeCtx:    ctx,
+		closeCancel: cancel,
+	}, nil
+}
+
+// Subscribe joins the consumer group for topic and returns the channel of its
+// messages. It returns at once: joining, and the assignment of partitions, happen in
+// the background (and again after every rebalance); no record is missed meanwhile,
+// since reading starts from the group's committed offsets (StartOffset for a partition
+// without one).
+//
+// The channel is closed when ctx is cancelled or Close is called, after the
+// subscription has left the group: its partitions are drained (up to DrainTimeout)
+// and their contiguous acks committed first. Every message's Context derives from ctx
+// and is cancelled by its Ack or Nack, by ctx's cancellation, or when its partition is
+// released (after a rebalance or Close).
+//
+// Fails on an empty topic, or after Close ([ErrClosed]).
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if topic == "" {
+		return nil, errors.New("subscribe: empty topic")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subscribe to %s: subscriber %w", topic, ErrClosed)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	log := s.log.With("topic", topic)
+	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
+		ID:                     s.cfg.GroupID,
+		Brokers:                s.cfg.Brokers,
+		Dialer:                 s.dialer,
+		Topics:                 []string{topic},
+		HeartbeatInterval:      s.cfg.HeartbeatInterval,
+		SessionTimeout:         s.cfg.SessionTimeout,
+		RebalanceTimeout:       s.cfg.RebalanceTimeout,
+		JoinGroupBackoff:       joinGroupBackoff,
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: partitionWatchInterval,
+		StartOffset:            s.cfg.StartOffset,
+		Timeout:                coordinatorTimeout,
+		Logger:                 kafkaLogger(log),
+		ErrorLogger:            kafkaLogger(log),
+	})
+	if err != nil {
+		s.wg.Done()
+		return nil, fmt.Errorf("subscribe to %s: %w", topic, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	stopOnClose := context.AfterFunc(s.closeCtx, cancel)
+	sub := &subscription{s: s, topic: topic, out: make(chan *message.Message), log: log}
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		defer stopOnClose()
+		sub.run(runCtx, cg)
+	}()
+	log.Info("joining kafka consumer group")
+	return sub.out, nil
+}
+
+// subscription is one Subscribe call: one member of the group.
+type subscription struct {
+	s     *Subscriber
+	topic string
+	out   chan *message.Message
+	log   *slog.Logger
+}
+
+// run takes the group's generations until ctx is done, consuming the partitions of
+// each; then it leaves the group and closes out.
+func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
+	var parts sync.WaitGroup
+	defer close(sub.out)
+	defer parts.Wait() // partitions started on a generation that had already ended
+	defer func() {
+		// Ends the current generation: its partitions drain and commit, then the member
+		// leaves the group. Blocks until then.
+		if err := cg.Close(); err != nil {
+			sub.log.Warn("leave kafka consumer group", "error", err)
+		}
+		sub.log.Info("left kafka consumer group")
+	}()
+
+	failures := 0
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
+				return
+			}
+			level := slog.LevelDebug // logged once at Warn, then quietly retried
+			if failures == 0 {
+				level = slog.LevelWarn
+			}
+			failures++
+			sub.log.Log(ctx, level, "kafka consumer group: no generation, retrying", "error", err)
+			continue
+		}
+		failures = 0
+		assigned := gen.Assignments[sub.topic]
+		ids := make([]int, len(assigned))
+		for i, pa := range assigned {
+			ids[i] = pa.ID
+		}
+		sub.log.Info("kafka consumer group generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+		for _, pa := range assigned {
+			pc := newPartitionConsumer(sub, gen, pa)
+			parts.Add(1)
+			gen.Start(func(genCtx context.Context) {
+				defer parts.Done()
+				pc.run(ctx, genCtx)
+			})
+		}
+	}
+}
+
+// Close ends every subscription: each one's partitions drain (up to DrainTimeout) and
+// commit their contiguous acks, the member leaves the group, and its channel is closed.
+// Close then returns, having waited for every goroutine of the Subscriber. It can take
+// up to DrainTimeout, longer when a rebalance is under way (a join in progress is
+// awaited, bounded by RebalanceTimeout). Idempotent and safe to call concurrently;
+// always returns nil.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeCancel()
+	s.wg.Wait()
+	return nil
+}
