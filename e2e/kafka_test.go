@@ -125,7 +125,10 @@ func headerValues(r *kgo.Record, key string) []string {
 func TestKafkaInKafkaOut(t *testing.T) {
 	s, cl := kafkaStack(t, false)
 	brokers := strings.Split(s.env["BRIDGE_KAFKA_BROKERS"], ",")
-	startBridge(t, s.env)
+	for _, topic := range []string{"orders.timeout", "rate.out"} {
+		testkafka.CreateTopic(t, brokers, topic, 3)
+	}
+	b := startBridge(t, s.env)
 	out := consume(t, brokers, "orders.timeout")
 
 	sent := time.Now()
@@ -198,6 +201,34 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	t.Logf("kafka->kafka %d records: produced in %s, all delivered %s after the first produce; lateness p50 %s p99 %s max %s",
 		n, produced.Round(time.Millisecond), total.Round(time.Millisecond),
 		percentile(lateness, .5), percentile(lateness, .99), lateness[len(lateness)-1])
+
+	// Rate: m records due at once, through ingress, Redis and egress.
+	const m = 10000
+	batch := make([]*kgo.Record, m)
+	for i := range batch {
+		batch[i] = &kgo.Record{Topic: "delay.in", Value: []byte("r"), Headers: []kgo.RecordHeader{
+			{Key: "x-target", Value: []byte("rate.out")}, {Key: "seq", Value: []byte(strconv.Itoa(i))},
+		}}
+	}
+	rate := consume(t, brokers, "rate.out")
+	t.Cleanup(func() {
+		if strings.Contains(b.out.String(), "publishes failed") {
+			t.Logf("bridge retried publishes:\n%s", b.out.String())
+		}
+	})
+	start := time.Now()
+	if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < m {
+		r := receiveRecord(t, rate, 60*time.Second)
+		seq, _ := header(r.rec, "seq")
+		got[seq] = true
+	}
+	took := time.Since(start)
+	t.Logf("kafka->kafka rate: %d records due at once delivered in %s (%.0f records/s end to end)",
+		m, took.Round(time.Millisecond), float64(m)/took.Seconds())
 }
 
 func mustHeader(t *testing.T, r *kgo.Record, key string) string {
@@ -301,5 +332,67 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 	case r := <-out:
 		t.Fatalf("unexpected record %q", r.rec.Value)
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestKafkaBrokerRestart: the Kafka cluster restarts (same ports, same data) while the
+// bridge runs with records parked and more arriving: the bridge reconnects, resumes its
+// group from the committed offsets and delivers everything, none early.
+func TestKafkaBrokerRestart(t *testing.T) {
+	s := newStack(t)
+	delete(s.env, "BRIDGE_NATS_URL")
+	kc := testkafka.Start(t)
+	brokers := kc.Brokers()
+	for _, topic := range []string{"delay.in", "delay.cancel", "delay.dlq", "restart.out"} {
+		testkafka.CreateTopic(t, brokers, topic, 3)
+	}
+	s.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(brokers, ",")
+	s.env["BRIDGE_LOG_LEVEL"] = "info"
+	b := startBridge(t, s.env)
+	out := consume(t, brokers, "restart.out")
+
+	produceN := func(from, n int, delay string) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			recs[i] = &kgo.Record{Topic: "delay.in", Value: []byte("v"), Headers: []kgo.RecordHeader{
+				{Key: "x-delay", Value: []byte(delay)}, {Key: "x-target", Value: []byte("restart.out")},
+				{Key: "seq", Value: []byte(strconv.Itoa(from + i))},
+			}}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	const n = 300
+	produceN(0, n, "1500ms")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if code, body := httpGet("http://" + b.apiAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":300`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first records not parked")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kc.Restart(t)
+	produceN(n, n, "200ms")
+
+	seen := map[string]bool{}
+	for len(seen) < 2*n {
+		r := receiveRecord(t, out, 60*time.Second)
+		due, _ := strconv.ParseInt(mustHeader(t, r.rec, "x-delay-due"), 10, 64)
+		if r.at.UnixMilli() < due {
+			t.Fatalf("delivered %dms early", due-r.at.UnixMilli())
+		}
+		seq, _ := header(r.rec, "seq")
+		seen[seq] = true
 	}
 }

@@ -153,7 +153,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}})
 	}
 	if len(cfg.Kafka.Brokers) > 0 {
-		pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{Brokers: cfg.Kafka.Brokers}, logger)
+		pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
+			Brokers: cfg.Kafka.Brokers,
+			// As a Java producer: the broker's auto.create.topics.enable decides.
+			AllowAutoTopicCreation: true,
+		}, logger)
 		if err != nil {
 			return fmt.Errorf("kafka publisher: %w", err)
 		}
