@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,11 +228,10 @@ func (in *Ingress) process(ctx context.Context, src Source, batch []received) {
 	}
 	for i, m := range valid {
 		p := parked[i]
-		body, _ := json.Marshal(struct {
+		m.Metadata.Set(headers.MetaReply, replyJSON(struct {
 			ID  string `json:"id"`
 			Due int64  `json:"due"`
-		}{p.ID, p.Due})
-		m.Metadata.Set(headers.MetaReply, string(body))
+		}{p.ID, p.Due}))
 		m.Ack()
 		in.log.Debug("parked", "id", p.ID, "due", p.Due, "target", reqs[i].Envelope.Target, "existed", p.Existed)
 	}
@@ -280,11 +280,10 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 		in.metrics.in(src.Broker, "nacked", 1)
 		return
 	}
-	body, _ := json.Marshal(struct {
+	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
 		ID        string `json:"id"`
 		Cancelled bool   `json:"cancelled"`
-	}{id, cancelled})
-	msg.Metadata.Set(headers.MetaReply, string(body))
+	}{id, cancelled}))
 	msg.Ack()
 	in.log.Debug("cancel", "id", id, "cancelled", cancelled)
 	in.metrics.in(src.Broker, "cancelled", 1)
@@ -311,13 +310,22 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 		in.metrics.in(src.Broker, "nacked", 1)
 		return
 	}
-	body, _ := json.Marshal(struct {
+	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
 		Error string `json:"error"`
-	}{text})
-	msg.Metadata.Set(headers.MetaReply, string(body))
+	}{text}))
 	msg.Ack()
 	in.log.Debug("rejected", "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
 	in.metrics.rejected(src.Broker, Reason(cause))
+}
+
+// replyJSON encodes a reply body without HTML escaping (error texts quote subjects such
+// as orders.> verbatim). The reply structs always encode.
+func replyJSON(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // opTimeout bounds one store call or dead-letter publish.

@@ -270,7 +270,9 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // error texts name subjects like orders.> verbatim
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
