@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/delaybridge/delaybridge/internal/broker"
 	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
@@ -761,7 +762,7 @@ func TestPublishErrorPerMessage(t *testing.T) {
 	msgs = append(msgs, dead, big)
 
 	err := pub.Publish("perr", msgs...)
-	var perr *wmkafka.PublishError
+	var perr *broker.PublishError
 	if !errors.As(err, &perr) {
 		t.Fatalf("err = %v, want *PublishError", err)
 	}
@@ -820,7 +821,7 @@ func TestPublishToMissingTopicFailsWhole(t *testing.T) {
 	e := newEnv(t)
 	pub := e.publisher(t, wmkafka.PublisherConfig{WriteTimeout: 2 * time.Second})
 	err := pub.Publish("missing", message.NewMessage(watermill.NewUUID(), []byte("x")))
-	var perr *wmkafka.PublishError
+	var perr *broker.PublishError
 	if err == nil || errors.As(err, &perr) {
 		t.Fatalf("err = %v, want a plain error", err)
 	}

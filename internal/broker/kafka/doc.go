@@ -4,7 +4,7 @@
 // Publishing: all messages of one Publish call go to kafka-go in one WriteMessages
 // call, with acks from all in-sync replicas, partitioned by record key (murmur2, as
 // Java's default partitioner). Publish returns when every record is acknowledged;
-// per-message failures come back as a [*PublishError]. kafka-go has no idempotent
+// per-message failures come back as a [*broker.PublishError]. kafka-go has no idempotent
 // producer, so a retried Publish may write a record twice.
 //
 // Subscribing: each Subscribe is a member of the consumer group, driven through

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/delaybridge/delaybridge/internal/broker"
 )
 
 // Publisher defaults.
@@ -138,7 +139,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 //
 // A message whose Context is done before the write is not sent and fails. When some
 // messages fail (kafka-go reports errors per partition batch, so per message), the
-// error is a [*PublishError] naming them by UUID; the others are written. When the
+// error is a [*broker.PublishError] naming them by UUID; the others are written. When the
 // call fails as a whole (closed publisher, unknown topic, timeout), a plain error: a
 // timed-out call may still have written some records. A record larger than the
 // writer's batch limit (1 MiB, headers and key included) fails alone. Messages are not
@@ -158,17 +159,17 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	perr := newPublishError(topic, len(msgs))
+	perr := broker.NewPublishError(topic, len(msgs))
 	records := make([]kafkago.Message, 0, len(msgs))
 	uuids := make([]string, 0, len(msgs))
 	for _, msg := range msgs {
 		if err := msg.Context().Err(); err != nil {
-			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
 			continue
 		}
 		km := toKafka(topic, msg, p.cfg.UUIDHeader)
 		if n := recordSize(&km); n > maxRecordBytes {
-			perr.add(msg.UUID, fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge))
+			perr.Add(msg.UUID, fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge))
 			continue
 		}
 		records = append(records, km)
@@ -182,21 +183,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	if p.log.Enabled(ctx, slog.LevelDebug) {
 		for _, id := range uuids {
-			if _, failed := perr.failed[id]; !failed {
+			if !perr.Failed(id) {
 				p.log.Debug("published", "topic", topic, "uuid", id)
 			}
 		}
 	}
-	if len(perr.failed) == 0 {
+	if perr.Len() == 0 {
 		return nil
 	}
-	p.log.Debug("publish incomplete", "topic", topic, "failed", len(perr.failed), "total", len(msgs))
+	p.log.Debug("publish incomplete", "topic", topic, "failed", perr.Len(), "total", len(msgs))
 	return perr
 }
 
 // write sends records in one WriteMessages call and records per-message failures in
 // perr. It returns an error only when the call failed as a whole.
-func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.Message, uuids []string, perr *PublishError) error {
+func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.Message, uuids []string, perr *broker.PublishError) error {
 	if len(records) == 0 {
 		return nil
 	}
@@ -208,7 +209,7 @@ func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.M
 	if errors.As(err, &werrs) && len(werrs) == len(records) {
 		for i, e := range werrs {
 			if e != nil {
-				perr.add(uuids[i], e)
+				perr.Add(uuids[i], e)
 			}
 		}
 		return nil
@@ -246,53 +247,4 @@ func (p *Publisher) Close() error {
 		p.transport.CloseIdleConnections()
 	})
 	return err
-}
-
-// PublishError reports the messages of one Publish call that were not confirmed; the
-// others of the call were. The egress package recognises it by its FailedMessages
-// method.
-type PublishError struct {
-	// Topic is the topic of the Publish call.
-	Topic string
-	// Total is the number of messages of the call.
-	Total int
-
-	failed map[string]error
-	order  []string
-}
-
-func newPublishError(topic string, total int) *PublishError {
-	return &PublishError{Topic: topic, Total: total, failed: map[string]error{}}
-}
-
-func (e *PublishError) add(uuid string, err error) {
-	if _, ok := e.failed[uuid]; !ok {
-		e.order = append(e.order, uuid)
-	}
-	e.failed[uuid] = err
-}
-
-// FailedMessages returns the cause per failed message, keyed by message UUID. The map
-// is a copy.
-func (e *PublishError) FailedMessages() map[string]error {
-	return maps.Clone(e.failed)
-}
-
-// Error summarises the failures, naming the first.
-func (e *PublishError) Error() string {
-	if len(e.order) == 0 {
-		return fmt.Sprintf("publish to %s: no message failed", e.Topic)
-	}
-	first := e.order[0]
-	return fmt.Sprintf("publish to %s: %d of %d messages not confirmed (first %s: %v)",
-		e.Topic, len(e.order), e.Total, first, e.failed[first])
-}
-
-// Unwrap returns the causes, in message order, for errors.Is and errors.As.
-func (e *PublishError) Unwrap() []error {
-	errs := make([]error, 0, len(e.order))
-	for _, id := range e.order {
-		errs = append(errs, e.failed[id])
-	}
-	return errs
 }

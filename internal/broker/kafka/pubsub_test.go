@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
+	"github.com/delaybridge/delaybridge/internal/broker/brokertest"
 	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 )
@@ -24,57 +25,6 @@ import (
 // uuidHeader carries the watermill UUID in the conformance runs (the suite matches
 // messages by UUID); the bridge sets none.
 const uuidHeader = "watermill-uuid"
-
-type runFunc func(t *testing.T, tctx tests.TestContext)
-
-// runSuite runs every test of tests.TestPubSub; special replaces the run of the named
-// tests.
-func runSuite(t *testing.T, features tests.Features, newPubSub tests.PubSubConstructor,
-	newGroupPubSub tests.ConsumerGroupPubSubConstructor, special map[string]runFunc) {
-	t.Helper()
-	plain := func(fn func(*testing.T, tests.TestContext, tests.PubSubConstructor)) runFunc {
-		return func(t *testing.T, tctx tests.TestContext) { fn(t, tctx, newPubSub) }
-	}
-	suite := []struct {
-		name     string
-		run      runFunc
-		parallel bool
-	}{
-		{"TestPublishSubscribe", plain(tests.TestPublishSubscribe), true},
-		{"TestConcurrentSubscribe", plain(tests.TestConcurrentSubscribe), true},
-		{"TestConcurrentSubscribeMultipleTopics", plain(tests.TestConcurrentSubscribeMultipleTopics), true},
-		{"TestResendOnError", plain(tests.TestResendOnError), true},
-		{"TestNoAck", plain(tests.TestNoAck), true},
-		{"TestContinueAfterSubscribeClose", plain(tests.TestContinueAfterSubscribeClose), true},
-		{"TestConcurrentClose", plain(tests.TestConcurrentClose), true},
-		{"TestContinueAfterErrors", plain(tests.TestContinueAfterErrors), true},
-		{"TestPublishSubscribeInOrder", plain(tests.TestPublishSubscribeInOrder), true},
-		{"TestPublisherClose", plain(tests.TestPublisherClose), true},
-		{"TestTopic", plain(tests.TestTopic), true},
-		{"TestMessageCtx", plain(tests.TestMessageCtx), true},
-		{"TestSubscribeCtx", plain(tests.TestSubscribeCtx), true},
-		{"TestNewSubscriberReceivesOldMessages", plain(tests.TestNewSubscriberReceivesOldMessages), true},
-		{"TestReconnect", plain(tests.TestReconnect), false},
-		{"TestConsumerGroups", func(t *testing.T, tctx tests.TestContext) {
-			tests.TestConsumerGroups(t, tctx, newGroupPubSub)
-		}, true},
-	}
-	for _, st := range suite {
-		run := st.run
-		if r, ok := special[st.name]; ok {
-			run = r
-		}
-		t.Run(st.name, func(t *testing.T) {
-			if st.parallel {
-				t.Parallel()
-			}
-			id := tests.NewTestID()
-			t.Run(id.String(), func(t *testing.T) {
-				run(t, tests.TestContext{TestID: id, Features: features})
-			})
-		})
-	}
-}
 
 // conformanceSubscriber is the subscriber configuration of the conformance runs: the
 // defaults, with the UUID header and shorter times, which change no guarantee: heartbeats
@@ -151,12 +101,12 @@ func TestConformance(t *testing.T) {
 			return "conformance-" + tctx.TestID.String()
 		},
 	}
-	runSuite(t, features,
+	brokertest.RunSuite(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) { return newPubSub(t, brokers, testGroup(t)) },
 		func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 			return newPubSub(t, brokers, group)
 		},
-		map[string]runFunc{"TestReconnect": reconnect},
+		map[string]brokertest.RunFunc{"TestReconnect": reconnect},
 	)
 }
 

@@ -17,6 +17,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/internal/broker"
 	wmnats "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testnats"
@@ -404,7 +405,7 @@ func TestPublishErrorPerMessage(t *testing.T) {
 	ok2 := message.NewMessage(watermill.NewUUID(), []byte("fits too"))
 	err := e.publisher(t, wmnats.PublisherConfig{}).Publish("small.x", ok1, big, ok2)
 
-	var perr *wmnats.PublishError
+	var perr *broker.PublishError
 	if !errors.As(err, &perr) {
 		t.Fatalf("err = %v, want *PublishError", err)
 	}
@@ -434,7 +435,7 @@ func TestPublishHonoursMessageContext(t *testing.T) {
 			dead := message.NewMessage(watermill.NewUUID(), []byte("x"))
 			dead.SetContext(ctx)
 			err := e.publisher(t, wmnats.PublisherConfig{}).Publish(mode.prefix+"ctx", live, dead)
-			var perr *wmnats.PublishError
+			var perr *broker.PublishError
 			if !errors.As(err, &perr) || len(perr.FailedMessages()) != 1 || !errors.Is(perr.FailedMessages()[dead.UUID], context.Canceled) {
 				t.Fatalf("err = %v, want only %s failed with context.Canceled", err, dead.UUID)
 			}
@@ -702,7 +703,7 @@ func TestPublishInvalidHeaderFailsAlone(t *testing.T) {
 			bad := message.NewMessage(watermill.NewUUID(), []byte("x"))
 			bad.Metadata.Set("bad:key", "v")
 			err := e.publisher(t, wmnats.PublisherConfig{}).Publish(mode.prefix+"hdr", good, bad)
-			var perr *wmnats.PublishError
+			var perr *broker.PublishError
 			if !errors.As(err, &perr) {
 				t.Fatalf("err = %v, want *PublishError", err)
 			}

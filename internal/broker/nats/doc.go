@@ -5,7 +5,7 @@
 // acknowledgement and the message UUID as Nats-Msg-Id (JetStream drops a repeat within
 // its duplicate window); any other subject gets a core publish and a flush. Publish
 // returns only when every message of the call is confirmed; per-message failures come
-// back as a [*PublishError].
+// back as a [*broker.PublishError].
 //
 // Subscribing: a topic captured by the configured stream is consumed through a durable
 // pull consumer (created or updated by the adapter; streams are never created or

@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/broker"
 )
 
 // ErrClosed is returned by Publish and Subscribe after Close.
@@ -112,7 +114,7 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // an error).
 //
 // A message whose Context is done before it is sent, or while its acknowledgement is
-// awaited, fails. When some messages fail, the error is a [*PublishError] naming them
+// awaited, fails. When some messages fail, the error is a [*broker.PublishError] naming them
 // (the others are confirmed); when the call fails as a whole (closed publisher or
 // connection, stream lookup, flush), a plain error. Messages are not modified.
 //
@@ -147,11 +149,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
-	perr := newPublishError(topic, len(msgs))
+	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
 		if err := msg.Context().Err(); err != nil {
-			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
 			continue
 		}
 		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait(ctx))}
@@ -160,7 +162,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		}
 		f, err := p.js.PublishMsgAsync(toNATS(topic, msg), opts...)
 		if err != nil {
-			perr.add(msg.UUID, err)
+			perr.Add(msg.UUID, err)
 			continue
 		}
 		futures[i] = f
@@ -179,30 +181,30 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				p.forget(topic) // the stream may be gone: look it up again next time
 			}
-			perr.add(msg.UUID, err)
+			perr.Add(msg.UUID, err)
 		case <-msg.Context().Done():
-			perr.add(msg.UUID, fmt.Errorf("message context: %w", msg.Context().Err()))
+			perr.Add(msg.UUID, fmt.Errorf("message context: %w", msg.Context().Err()))
 		case <-ctx.Done():
-			perr.add(msg.UUID, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout))
+			perr.Add(msg.UUID, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout))
 		}
 	}
-	if len(perr.failed) == 0 {
+	if perr.Len() == 0 {
 		return nil
 	}
-	p.log.Debug("jetstream publish incomplete", "topic", topic, "stream", stream, "failed", len(perr.failed), "total", len(msgs))
+	p.log.Debug("jetstream publish incomplete", "topic", topic, "stream", stream, "failed", perr.Len(), "total", len(msgs))
 	return perr
 }
 
 func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*message.Message) error {
-	perr := newPublishError(topic, len(msgs))
+	perr := broker.NewPublishError(topic, len(msgs))
 	sent := 0
 	for _, msg := range msgs {
 		if err := msg.Context().Err(); err != nil {
-			perr.add(msg.UUID, fmt.Errorf("message context: %w", err))
+			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
 			continue
 		}
 		if err := p.nc.PublishMsg(toNATS(topic, msg)); err != nil {
-			perr.add(msg.UUID, err)
+			perr.Add(msg.UUID, err)
 			continue
 		}
 		sent++
@@ -212,10 +214,10 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 			return fmt.Errorf("publish to %s: flush %d messages: %w", topic, sent, err)
 		}
 	}
-	if len(perr.failed) == 0 {
+	if perr.Len() == 0 {
 		return nil
 	}
-	p.log.Debug("core publish incomplete", "topic", topic, "failed", len(perr.failed), "total", len(msgs))
+	p.log.Debug("core publish incomplete", "topic", topic, "failed", perr.Len(), "total", len(msgs))
 	return perr
 }
 
@@ -280,53 +282,4 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	p.inflight.Wait()
 	return nil
-}
-
-// PublishError reports the messages of one Publish call that were not confirmed; the
-// others of the call were. The egress package recognises it by its FailedMessages
-// method.
-type PublishError struct {
-	// Topic is the subject of the Publish call.
-	Topic string
-	// Total is the number of messages of the call.
-	Total int
-
-	failed map[string]error
-	order  []string
-}
-
-func newPublishError(topic string, total int) *PublishError {
-	return &PublishError{Topic: topic, Total: total, failed: map[string]error{}}
-}
-
-func (e *PublishError) add(uuid string, err error) {
-	if _, ok := e.failed[uuid]; !ok {
-		e.order = append(e.order, uuid)
-	}
-	e.failed[uuid] = err
-}
-
-// FailedMessages returns the cause per failed message, keyed by message UUID. The map
-// is a copy.
-func (e *PublishError) FailedMessages() map[string]error {
-	return maps.Clone(e.failed)
-}
-
-// Error summarises the failures, naming the first.
-func (e *PublishError) Error() string {
-	if len(e.order) == 0 {
-		return fmt.Sprintf("publish to %s: no message failed", e.Topic)
-	}
-	first := e.order[0]
-	return fmt.Sprintf("publish to %s: %d of %d messages not confirmed (first %s: %v)",
-		e.Topic, len(e.order), e.Total, first, e.failed[first])
-}
-
-// Unwrap returns the causes, in message order, for errors.Is and errors.As.
-func (e *PublishError) Unwrap() []error {
-	errs := make([]error, 0, len(e.order))
-	for _, id := range e.order {
-		errs = append(errs, e.failed[id])
-	}
-	return errs
 }

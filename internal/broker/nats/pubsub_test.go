@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
+	"github.com/delaybridge/delaybridge/internal/broker/brokertest"
 	wmnats "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/testnats"
 )
@@ -17,57 +18,6 @@ import (
 // The conformance runs use watermill's suite (pubsub/tests) test by test, in the order
 // and with the parallelism of tests.TestPubSub, because each mode has one suite test
 // that cannot run as tests.TestPubSub would run it (see the two tests below).
-
-type runFunc func(t *testing.T, tctx tests.TestContext)
-
-// runSuite runs every test of tests.TestPubSub; special replaces the run of the named
-// tests (it may skip them).
-func runSuite(t *testing.T, features tests.Features, newPubSub tests.PubSubConstructor,
-	newGroupPubSub tests.ConsumerGroupPubSubConstructor, special map[string]runFunc) {
-	t.Helper()
-	plain := func(fn func(*testing.T, tests.TestContext, tests.PubSubConstructor)) runFunc {
-		return func(t *testing.T, tctx tests.TestContext) { fn(t, tctx, newPubSub) }
-	}
-	suite := []struct {
-		name     string
-		run      runFunc
-		parallel bool
-	}{
-		{"TestPublishSubscribe", plain(tests.TestPublishSubscribe), true},
-		{"TestConcurrentSubscribe", plain(tests.TestConcurrentSubscribe), true},
-		{"TestConcurrentSubscribeMultipleTopics", plain(tests.TestConcurrentSubscribeMultipleTopics), true},
-		{"TestResendOnError", plain(tests.TestResendOnError), true},
-		{"TestNoAck", plain(tests.TestNoAck), true},
-		{"TestContinueAfterSubscribeClose", plain(tests.TestContinueAfterSubscribeClose), true},
-		{"TestConcurrentClose", plain(tests.TestConcurrentClose), true},
-		{"TestContinueAfterErrors", plain(tests.TestContinueAfterErrors), true},
-		{"TestPublishSubscribeInOrder", plain(tests.TestPublishSubscribeInOrder), true},
-		{"TestPublisherClose", plain(tests.TestPublisherClose), true},
-		{"TestTopic", plain(tests.TestTopic), true},
-		{"TestMessageCtx", plain(tests.TestMessageCtx), true},
-		{"TestSubscribeCtx", plain(tests.TestSubscribeCtx), true},
-		{"TestNewSubscriberReceivesOldMessages", plain(tests.TestNewSubscriberReceivesOldMessages), true},
-		{"TestReconnect", plain(tests.TestReconnect), false},
-		{"TestConsumerGroups", func(t *testing.T, tctx tests.TestContext) {
-			tests.TestConsumerGroups(t, tctx, newGroupPubSub)
-		}, true},
-	}
-	for _, st := range suite {
-		run := st.run
-		if r, ok := special[st.name]; ok {
-			run = r
-		}
-		t.Run(st.name, func(t *testing.T) {
-			if st.parallel {
-				t.Parallel()
-			}
-			id := tests.NewTestID()
-			t.Run(id.String(), func(t *testing.T) {
-				run(t, tests.TestContext{TestID: id, Features: features})
-			})
-		})
-	}
-}
 
 // newPubSub returns a publisher and a subscriber, each on its own connection, as two
 // separate processes would have. group is the consumer group: the durable consumer name
@@ -140,10 +90,10 @@ func TestConformanceJetStream(t *testing.T) {
 			return pub, &perStreamSubscriber{t: t, url: srv.URL(), streams: streams}
 		})
 	}
-	runSuite(t, features,
+	brokertest.RunSuite(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) { return newPubSub(t, srv.URL(), cfg, "") },
 		newGroupPubSub,
-		map[string]runFunc{"TestConcurrentSubscribeMultipleTopics": multiTopics},
+		map[string]brokertest.RunFunc{"TestConcurrentSubscribeMultipleTopics": multiTopics},
 	)
 }
 
@@ -204,19 +154,19 @@ func TestConformanceCore(t *testing.T) {
 			return "core." + tctx.TestID.String()
 		},
 	}
-	skip := func(reason string) runFunc {
+	skip := func(reason string) brokertest.RunFunc {
 		return func(t *testing.T, _ tests.TestContext) { t.Skip(reason) }
 	}
 	const first = "publishes before it subscribes: core NATS drops messages that no subscription wants"
 	const noRedelivery = first + "; and core NATS does not redeliver after Nack"
-	runSuite(t, features,
+	brokertest.RunSuite(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return newPubSub(t, srv.URL(), wmnats.SubscriberConfig{}, "")
 		},
 		func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 			return newPubSub(t, srv.URL(), wmnats.SubscriberConfig{}, group)
 		},
-		map[string]runFunc{
+		map[string]brokertest.RunFunc{
 			"TestPublishSubscribe":                  skip(first),
 			"TestConcurrentSubscribe":               skip(first),
 			"TestConcurrentSubscribeMultipleTopics": skip(first),

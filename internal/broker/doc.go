@@ -1,0 +1,3 @@
+// Package broker holds what the broker adapters (internal/broker/nats,
+// internal/broker/kafka) share: the per-message publish error that egress recognises.
+package broker
