@@ -23,9 +23,14 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
+# bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline; prints one
+# table and writes docs/benchmarks.md. ~13 min. Quick look (~2 min, does not touch the docs):
+# `go run ./e2e/bench -quick`. Other flags: -runs N, -workloads uniform,steady,burst,parked,
+# -systems delaybridge,asynq, -variants x3-everysec,x1-always, -kafka=false, -out FILE.
+BENCHFLAGS ?=
 bench:
-	@echo "make bench: the end-to-end benchmark (ingest/release rates, lateness, Redis memory and CPU,"
-	@echo "side by side with asynq) arrives with the performance issue (#4). Nothing is measured yet."
+	$(GO) run ./e2e/bench -out docs/benchmarks.md $(BENCHFLAGS)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// dbSystem: redis-server + embedded NATS JetStream + `replicas` bridge processes.
+// Input: JetStream stream IN on delay.in; output: stream OUT on bench.out.>, observed by a
+// core subscription on a separate connection.
+type dbSystem struct {
+	rp      *redisProc
+	np      *natsProc
+	bridges []*bridgeProc
+	pubNC   *nats.Conn
+	subNC   *nats.Conn
+	js      jetstream.JetStream
+	cons    jetstream.Consumer
+	r       *recorder
+	pubErrs atomic.Int64
+	ks      *kafkaSource // Kafka variant: the source is kfake, the target still NATS
+}
+
+func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool) (_ *dbSystem, err error) {
+	s := &dbSystem{r: newRecorder(capacity)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.rp, err = startRedis(fsync); err != nil {
+		return nil, err
+	}
+	if s.np, err = startNATS(); err != nil {
+		return nil, err
+	}
+	if s.pubNC, err = nats.Connect(s.np.url()); err != nil {
+		return nil, err
+	}
+	if s.subNC, err = nats.Connect(s.np.url()); err != nil {
+		return nil, err
+	}
+	s.js, err = jetstream.New(s.pubNC, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.pubErrs.Add(1) }))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"delay.in", "delay.cancel"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("stream IN: %w", err)
+	}
+	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"bench.out.>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("stream OUT: %w", err)
+	}
+	sub, err := s.subNC.Subscribe("bench.out.>", func(m *nats.Msg) {
+		now := time.Now().UnixNano()
+		due, perr := strconv.ParseInt(headerValue(m.Header, "x-delay-due"), 10, 64)
+		if perr != nil {
+			s.r.bad.Add(1)
+			return
+		}
+		s.r.arrive(now, due*1e6)
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err = s.subNC.Flush(); err != nil {
+		return nil, err
+	}
+	env := map[string]string{
+		"BRIDGE_REDIS_URL":   "redis://" + s.rp.addr + "/0",
+		"BRIDGE_NATS_URL":    s.np.url(),
+		"BRIDGE_NATS_STREAM": "IN",
+		"BRIDGE_KEY_PREFIX":  "bench",
+	}
+	if kafka {
+		if s.ks, err = startKafka(); err != nil {
+			return nil, err
+		}
+		env["BRIDGE_KAFKA_BROKERS"] = s.ks.brokers()
+	}
+	for range replicas {
+		b, err := startBridge(bin, env)
+		if err != nil {
+			return nil, err
+		}
+		s.bridges = append(s.bridges, b)
+	}
+	if s.cons, err = s.js.Consumer(ctx, "IN", "delaybridge"); err != nil {
+		return nil, fmt.Errorf("bridge consumer: %w", err)
+	}
+	return s, nil
+}
+
+func headerValue(h nats.Header, key string) string {
+	if v, ok := h[key]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && len(k) == len(key) && equalFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func equalFold(a, b string) bool {
+	for i := range len(a) {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *dbSystem) name() string {
+	if s.ks != nil {
+		return "delaybridge/kafka"
+	}
+	return "delaybridge"
+}
+
+func (s *dbSystem) rec() *recorder    { return s.r }
+func (s *dbSystem) redis() *redisProc { return s.rp }
+func (s *dbSystem) workerCPU() float64 {
+	var c float64
+	for _, b := range s.bridges {
+		c += b.cpuSeconds()
+	}
+	return c
+}
+
+var benchPayload = func() []byte {
+	b := make([]byte, payloadSize)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}()
+
+func (s *dbSystem) send(n int, gen func(int) sched, rate float64) error {
+	if s.ks != nil {
+		return s.ks.send(n, gen, rate)
+	}
+	start := time.Now()
+	for i := range n {
+		if rate > 0 {
+			if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > time.Millisecond {
+				time.Sleep(wait)
+			}
+		}
+		sc := gen(i)
+		m := nats.NewMsg("delay.in")
+		m.Data = benchPayload
+		m.Header["x-target"] = []string{"bench.out.w"}
+		if sc.abs {
+			m.Header["x-deliver-at"] = []string{strconv.FormatInt(sc.at.UnixMilli(), 10)}
+		} else {
+			m.Header["x-delay"] = []string{strconv.FormatInt(sc.delay.Milliseconds(), 10)}
+		}
+		if _, err := s.js.PublishMsgAsync(m); err != nil {
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return errors.New("publishes not acknowledged by the stream within 2 min")
+	}
+	if e := s.pubErrs.Load(); e > 0 {
+		return fmt.Errorf("%d publishes failed", e)
+	}
+	return nil
+}
+
+// waitIngested polls the bridge's durable consumer until its ack floor covers total
+// stream sequences (a fresh stream holds only benchmark messages, from sequence 1).
+func (s *dbSystem) waitIngested(total int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for s.ks != nil {
+		got, err := parkedFromMetrics(s.bridges, "kafka")
+		now := time.Now()
+		if err == nil && got >= int64(total) {
+			return now, nil
+		}
+		if now.After(deadline) {
+			return now, fmt.Errorf("bridge parked %d of %d within %s (err %v)", got, total, timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := s.cons.Info(ctx)
+		cancel()
+		now := time.Now()
+		if err == nil && info.AckFloor.Stream >= uint64(total) {
+			return now, nil
+		}
+		if now.After(deadline) {
+			if err == nil {
+				return now, fmt.Errorf("bridge acked %d of %d within %s", info.AckFloor.Stream, total, timeout)
+			}
+			return now, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *dbSystem) close() {
+	for _, b := range s.bridges {
+		b.stop()
+	}
+	if s.pubNC != nil {
+		s.pubNC.Close()
+	}
+	if s.subNC != nil {
+		s.subNC.Close()
+	}
+	if s.ks != nil {
+		s.ks.close()
+	}
+	if s.np != nil {
+		s.np.stop()
+	}
+	if s.rp != nil {
+		s.rp.stop()
+	}
+}

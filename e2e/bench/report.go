@@ -1,0 +1,261 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// row is the median over the runs of one (variant, workload).
+type row struct {
+	result
+	runs int
+	errs []string
+}
+
+func median(xs []float64) float64 {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func key(r result) string {
+	return fmt.Sprintf("%s|%d|%s|%s", r.system, r.replicas, r.aof, r.workload)
+}
+
+func medians(all []result) []row {
+	var order []string
+	groups := map[string][]result{}
+	for _, r := range all {
+		k := key(r)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	var rows []row
+	for _, k := range order {
+		g := groups[k]
+		m := g[0]
+		f := func(get func(result) float64) float64 {
+			xs := make([]float64, len(g))
+			for i, r := range g {
+				xs[i] = get(r)
+			}
+			return median(xs)
+		}
+		m.ingest = f(func(r result) float64 { return r.ingest })
+		m.release = f(func(r result) float64 { return r.release })
+		m.p50 = f(func(r result) float64 { return r.p50 })
+		m.p99 = f(func(r result) float64 { return r.p99 })
+		m.p999 = f(func(r result) float64 { return r.p999 })
+		m.max = f(func(r result) float64 { return r.max })
+		m.bytesBeyond = f(func(r result) float64 { return r.bytesBeyond })
+		m.redisCPUk = f(func(r result) float64 { return r.redisCPUk })
+		m.workerCPUk = f(func(r result) float64 { return r.workerCPUk })
+		m.redisUtil = f(func(r result) float64 { return r.redisUtil })
+		m.workerUtil = f(func(r result) float64 { return r.workerUtil })
+		m.harnessUtil = f(func(r result) float64 { return r.harnessUtil })
+		m.releasedIn = f(func(r result) float64 { return r.releasedIn })
+		m.ingRedis = f(func(r result) float64 { return r.ingRedis })
+		m.ingWorker = f(func(r result) float64 { return r.ingWorker })
+		m.ingHarness = f(func(r result) float64 { return r.ingHarness })
+		m.relRedis = f(func(r result) float64 { return r.relRedis })
+		m.relWorker = f(func(r result) float64 { return r.relWorker })
+		m.relHarness = f(func(r result) float64 { return r.relHarness })
+		rw := row{result: m, runs: len(g)}
+		m.missing, m.early = 0, 0
+		for _, r := range g {
+			rw.missing += r.missing
+			rw.early += r.early
+			if r.err != "" {
+				rw.errs = append(rw.errs, r.err)
+			}
+		}
+		rows = append(rows, rw)
+	}
+	// release with a backlog relative to the burst on an empty store of the same variant.
+	for i := range rows {
+		if !strings.Contains(rows[i].workload, "parked") {
+			continue
+		}
+		for _, b := range rows {
+			if b.system == rows[i].system && b.replicas == rows[i].replicas && b.aof == rows[i].aof && strings.HasPrefix(b.workload, "burst") {
+				rows[i].releaseVsEmpty = rows[i].release / b.release
+			}
+		}
+	}
+	return rows
+}
+
+func renderReport(rows []row, runs int, p params, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| system | replicas | AOF | workload | runs | ingest msgs/s | release msgs/s | lateness p50 ms | p99 ms | p99.9 ms | max ms | Redis B/msg beyond 100 B payload | Redis CPU s/1k msgs | bridge CPU s/1k msgs | Redis / bridge / harness CPU (cores) | notes |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		rep := fmt.Sprint(r.replicas)
+		if r.system == "asynq" {
+			rep = fmt.Sprintf("%d workers", asynqConcurrency)
+		}
+		var notes []string
+		if !math.IsNaN(r.releasedIn) {
+			notes = append(notes, fmt.Sprintf("last released %.2f s after due", r.releasedIn))
+		}
+		if !math.IsNaN(r.ingRedis) {
+			h := func(x float64) string {
+				if r.system == "asynq" {
+					return "-"
+				}
+				return fnum(x, 2)
+			}
+			notes = append(notes, fmt.Sprintf("cores while parking %s / %s / %s, while releasing %s / %s / %s",
+				fnum(r.ingRedis, 2), fnum(r.ingWorker, 2), h(r.ingHarness), fnum(r.relRedis, 2), fnum(r.relWorker, 2), h(r.relHarness)))
+		}
+		if !math.IsNaN(r.releaseVsEmpty) {
+			notes = append(notes, fmt.Sprintf("release vs empty store %.2f", r.releaseVsEmpty))
+		}
+		if r.system == "asynq" {
+			notes = append(notes, "bridge CPU = asynq client+server in harness")
+		}
+		if r.missing != 0 {
+			notes = append(notes, fmt.Sprintf("MISSING %d", r.missing))
+		}
+		if r.early != 0 {
+			notes = append(notes, fmt.Sprintf("EARLY %d", r.early))
+		}
+		for _, e := range r.errs {
+			notes = append(notes, "error: "+strings.ReplaceAll(e, "|", "/"))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |\n",
+			r.system, rep, r.aof, r.workload, r.runs, fnum(r.ingest, 0), fnum(r.release, 0),
+			fnum(r.p50, 2), fnum(r.p99, 2), fnum(r.p999, 2), fnum(r.max, 2), fnum(r.bytesBeyond, 0),
+			fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.redisUtil, 2), fnum(r.workerUtil, 2), fnum(r.harnessUtil, 2),
+			strings.Join(notes, "; "))
+	}
+
+	// Ratios delaybridge (1 replica, everysec) / asynq, per workload.
+	find := func(sys, wprefix string) *row {
+		for i := range rows {
+			if rows[i].system == sys && rows[i].aof == "everysec" && (sys == "asynq" || rows[i].replicas == 1) &&
+				strings.HasPrefix(rows[i].workload, wprefix) {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	var ratios strings.Builder
+	for _, w := range []string{"uniform", "steady", "burst", ""} {
+		prefix := w
+		if w == "" {
+			prefix = fmt.Sprintf("%dk parked", p.parkedN/1000)
+		}
+		d, a := find("delaybridge", prefix), find("asynq", prefix)
+		if d == nil || a == nil {
+			continue
+		}
+		fmt.Fprintf(&ratios, "| %s | %s | %s | %s | %s | %s | %s |\n", d.workload,
+			fnum(d.ingest/a.ingest, 2), fnum(d.release/a.release, 2), fnum(d.p99/a.p99, 3),
+			fnum(d.max/a.max, 3), fnum((d.bytesBeyond+payloadSize)/(a.bytesBeyond+payloadSize), 2), fnum(d.redisCPUk/a.redisCPUk, 2))
+	}
+	if ratios.Len() > 0 {
+		fmt.Fprintf(&b, "\nRatios delaybridge (1 replica, AOF everysec) / asynq (higher is better for rates, lower for the rest):\n\n")
+		fmt.Fprintf(&b, "| workload | ingest | release | lateness p99 | lateness max | Redis bytes per message | Redis CPU per message |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString(ratios.String())
+	}
+	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady and parked: at most 2); whole run took %s.\n", runs, took.Round(time.Second))
+	return b.String()
+}
+
+func machine() string {
+	sh := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).Output()
+		if err != nil {
+			return "?"
+		}
+		return strings.TrimSpace(string(out))
+	}
+	model := "?"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := sh("free", "-h")
+	for _, l := range strings.Split(mem, "\n") {
+		if strings.HasPrefix(l, "Mem:") {
+			mem = strings.Join(strings.Fields(l)[1:2], "")
+		}
+	}
+	return fmt.Sprintf("- date: %s\n- CPU: %s cores (`nproc`), %s\n- memory: %s total (`free -h`)\n- %s\n- %s, nats-server v2.15.2 (embedded), asynq v0.26.0\n- git: %s",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), sh("nproc"), model, mem,
+		sh("redis-server", "--version"), runtime.Version(), sh("git", "describe", "--always", "--dirty"))
+}
+
+func markdownDoc(table string) string {
+	return `# Benchmarks
+
+Generated by ` + "`make bench`" + ` (` + "`go run ./e2e/bench -out docs/benchmarks.md`" + `); do not edit by hand: re-run it.
+
+## Machine
+
+` + machine() + `
+
+## Set-up
+
+- Every row runs on fresh servers: a spawned ` + "`redis-server --save \"\" --appendonly yes --appendfsync <AOF>`" + `,
+  an embedded nats-server with JetStream (file storage), streams ` + "`IN`" + ` (` + "`delay.in`" + `, read by the
+  bridge's durable consumer) and ` + "`OUT`" + ` (` + "`bench.out.>`" + `, the target: every release is a JetStream
+  publish confirmed by a PubAck), and the bridge binary (` + "`go build`" + `, no race detector,
+  ` + "`BRIDGE_LOG_LEVEL=warn`" + `). Everything on loopback, on the same cores as the harness.
+- Messages: 100 B payload, published with JetStream async publish (4096 in flight) to ` + "`delay.in`" + ` with
+  ` + "`x-delay: <ms>`" + ` or ` + "`x-deliver-at: <unix ms>`" + ` and ` + "`x-target: bench.out.w`" + `.
+- ingest msgs/s: messages / time from the first publish until the bridge's consumer ack floor covers
+  them all (source acked = parked in Redis). asynq: tasks / time until the last ` + "`Enqueue`" + ` returned
+  (64 enqueuing goroutines).
+- release msgs/s: uniform and steady: arrivals / (last arrival - first arrival) (bounded by the offered
+  rate); burst and parked: messages / (last arrival - due time).
+- lateness: arrival at a core subscriber on ` + "`bench.out.>`" + ` (asynq: handler start) minus the due time
+  (` + "`x-delay-due`" + ` for delaybridge; asynq: the time given to ` + "`ProcessIn`/`ProcessAt`" + `, carried in the payload).
+- Redis B/msg beyond payload: (INFO used_memory once all are parked - before) / messages - 100. Measured
+  where all messages are parked before any is due (burst, parked).
+- CPU per 1000 messages: INFO used_cpu_sys+used_cpu_user delta (Redis), /proc/<pid>/stat utime+stime
+  (all bridge processes) over the whole workload, divided by messages handled (parked workload: parked +
+  burst). "Redis / bridge / harness CPU (cores)": the same deltas divided by wall time; the harness
+  process holds the embedded NATS server, the publisher and the subscriber. Burst and parked rows also
+  give these per phase in the notes: while parking (first publish until all acked) and while releasing
+  (due time until the last arrival); for asynq the bridge figure is its client+server, harness "-".
+- workloads: uniform = N messages with delays uniform in 0..1 s, sent as fast as possible; steady = 5k
+  msgs/s paced, delays 0..1 s; burst = N messages with the same ` + "`x-deliver-at`" + ` millisecond, far enough
+  ahead that all are parked first; parked = a backlog parked for an hour (memory, ingest into a growing
+  store), then a burst on top of it ("release vs empty store" = its release rate / the burst row's).
+- asynq baseline (v0.26.0): same workloads, its own identically configured redis-server, client and server
+  in the harness process, ` + "`Concurrency: 64`, `DelayedTaskCheckInterval: 100ms`, `TaskCheckInterval: 10ms`" + `
+  (its defaults, 5 s and 1 s, would add seconds of lateness), tasks deleted on success (no retention).
+  asynq stores due times in whole seconds, so its tasks can run up to 1 s early (column notes: EARLY).
+- delaybridge/kafka rows (only with ` + "`-kafka`" + `): the source is an in-process kfake broker (1 broker,
+  4 partitions of ` + "`delay.in`" + `, kafka-go writer, 1000-record writes, acks=all); records carry
+  ` + "`x-target: nats:bench.out.w`" + `; ingest = the bridges' ` + "`delaybridge_messages_in_total{broker=\"kafka\",result=\"parked\"}`" + `.
+
+## Results
+
+` + table
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+const payloadSize = 100
+
+// sched is when one message is due: relative (delay from the moment it is sent) or absolute.
+type sched struct {
+	delay time.Duration
+	at    time.Time
+	abs   bool
+}
+
+// system is delaybridge (bridge processes + NATS) or asynq, on a spawned Redis.
+type system interface {
+	name() string
+	// send sends n messages, message i scheduled by gen(i); rate > 0 paces them (msgs/s).
+	// It returns when the client has handed off all of them.
+	send(n int, gen func(i int) sched, rate float64) error
+	// waitIngested waits until the source has acknowledged total messages (cumulative over
+	// the life of the system) and returns the moment it saw it.
+	waitIngested(total int, timeout time.Duration) (time.Time, error)
+	rec() *recorder
+	redis() *redisProc
+	// workerCPU is the CPU seconds of the delaying component: the bridge processes, or for
+	// asynq this harness process (its client and server run here).
+	workerCPU() float64
+	close()
+}
+
+// recorder collects arrivals: lateness (arrival minus due) and first/last arrival.
+type recorder struct {
+	late  []int64 // ns
+	n     atomic.Int64
+	first atomic.Int64 // unix ns
+	last  atomic.Int64
+	early atomic.Int64
+	bad   atomic.Int64
+}
+
+func newRecorder(capacity int) *recorder { return &recorder{late: make([]int64, capacity)} }
+
+func (r *recorder) reset() {
+	r.n.Store(0)
+	r.first.Store(0)
+	r.last.Store(0)
+	r.early.Store(0)
+	r.bad.Store(0)
+}
+
+// arrive records one arrival at now (unix ns) of a message due at dueNs. Safe for
+// concurrent use.
+func (r *recorder) arrive(now, dueNs int64) {
+	i := r.n.Add(1) - 1
+	if i == 0 {
+		r.first.Store(now)
+	}
+	for {
+		l := r.last.Load()
+		if now <= l || r.last.CompareAndSwap(l, now) {
+			break
+		}
+	}
+	d := now - dueNs
+	if d < 0 {
+		r.early.Add(1)
+	}
+	if int(i) < len(r.late) {
+		r.late[i] = d
+	}
+}
+
+// waitArrivals waits until n messages arrived, or nothing arrived for stall, or deadline.
+func (r *recorder) waitArrivals(n int, deadline time.Time, stall time.Duration) error {
+	lastN, lastChange := r.n.Load(), time.Now()
+	for {
+		c := r.n.Load()
+		if c >= int64(n) {
+			return nil
+		}
+		if c != lastN {
+			lastN, lastChange = c, time.Now()
+		}
+		if time.Now().After(deadline) || time.Since(lastChange) > stall {
+			return fmt.Errorf("%d of %d messages arrived", c, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// result is one measured run of one workload; NaN = not measured.
+type result struct {
+	system, workload, aof string
+	replicas              int
+	n                     int     // messages that were meant to be released
+	ingest, release       float64 // msgs/s
+	p50, p99, p999, max   float64 // ms
+	bytesBeyond           float64 // Redis bytes per parked message beyond the payload
+	redisCPUk, workerCPUk float64 // CPU seconds per 1000 messages handled
+	redisUtil, workerUtil float64 // fraction of one core over the workload
+	harnessUtil           float64
+	// burst and parked: CPU (cores) of Redis, bridges, harness while parking (first publish
+	// until all acked) and while releasing (due time until the last arrival).
+	ingRedis, ingWorker, ingHarness float64
+	relRedis, relWorker, relHarness float64
+	releasedIn                      float64 // burst: seconds from due to the last arrival
+	releaseVsEmpty                  float64 // parked: release rate / release rate of the burst on an empty store
+	missing, early                  int
+	err                             string
+}
+
+func nan() float64 { return math.NaN() }
+
+func newResult(sys system, w string) result {
+	return result{system: sys.name(), workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
+		p999: nan(), max: nan(), bytesBeyond: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
+		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
+		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan()}
+}
+
+func (res *result) lateness(r *recorder) {
+	n := min(int(r.n.Load()), len(r.late))
+	if n == 0 {
+		return
+	}
+	l := slices.Clone(r.late[:n])
+	slices.Sort(l)
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(float64(n)*p)) - 1
+		return float64(l[max(0, min(i, n-1))]) / 1e6
+	}
+	res.p50, res.p99, res.p999, res.max = pct(0.50), pct(0.99), pct(0.999), float64(l[n-1])/1e6
+	res.early = int(r.early.Load())
+}
+
+// params sizes the workloads.
+type params struct {
+	uniformN    int
+	steadyRate  float64
+	steadyFor   time.Duration
+	burstN      int
+	parkedN     int
+	parkedBurst int
+}
+
+// ingestEstimate (msgs/s, per system name) sizes the lead time of absolute-due workloads so
+// that ingest finishes before the due time; updated with every measured ingest rate.
+var ingestEstimate = map[string]float64{}
+
+// currentVariant keys ingestEstimate (AOF always ingests slower than everysec).
+var currentVariant string
+
+func leadFor(sys system, n int) time.Duration {
+	est := ingestEstimate[currentVariant]
+	if est <= 0 {
+		est = 8000
+	}
+	return time.Duration((1.4*float64(n)/est + 2) * float64(time.Second))
+}
+
+func noteIngest(sys system, rate float64) {
+	if rate > 0 && !math.IsNaN(rate) {
+		if old := ingestEstimate[currentVariant]; old == 0 || rate < old {
+			ingestEstimate[currentVariant] = rate
+		}
+	}
+}
+
+// measure wraps a workload body with the CPU and Redis counters.
+type counters struct {
+	t      time.Time
+	redis  redisStats
+	worker float64
+	self   float64
+}
+
+func snap(sys system) counters {
+	return counters{t: time.Now(), redis: sys.redis().stats(), worker: sys.workerCPU(), self: selfCPU()}
+}
+
+func (res *result) cpu(a, b counters, handled int) {
+	wall := b.t.Sub(a.t).Seconds()
+	rc, wc, hc := b.redis.cpu-a.redis.cpu, b.worker-a.worker, b.self-a.self
+	res.redisCPUk = rc / float64(handled) * 1000
+	res.workerCPUk = wc / float64(handled) * 1000
+	res.redisUtil, res.workerUtil, res.harnessUtil = rc/wall, wc/wall, hc/wall
+	if res.system == "asynq" { // its worker is this process: do not count it twice
+		res.harnessUtil = nan()
+	}
+}
+
+// utils is the CPU (cores) of Redis, the worker and the harness between a and b.
+func utils(a, b counters) (float64, float64, float64) {
+	wall := b.t.Sub(a.t).Seconds()
+	return (b.redis.cpu - a.redis.cpu) / wall, (b.worker - a.worker) / wall, (b.self - a.self) / wall
+}
+
+func uniformDelay(int) sched { return sched{delay: time.Duration(rand.IntN(1001)) * time.Millisecond} }
+
+// runUniform: n messages with delays uniform in 0..1 s, sent as fast as the source takes them.
+func runUniform(sys system, n int) result {
+	res := newResult(sys, "uniform 0..1s")
+	res.n = n
+	r := sys.rec()
+	r.reset()
+	c0 := snap(sys)
+	if err := sys.send(n, uniformDelay, 0); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	tIng, err := sys.waitIngested(n, 5*time.Minute)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	res.ingest = float64(n) / tIng.Sub(c0.t).Seconds()
+	noteIngest(sys, res.ingest)
+	if err := r.waitArrivals(n, time.Now().Add(5*time.Minute), 20*time.Second); err != nil {
+		res.err = err.Error()
+	}
+	c1 := snap(sys)
+	// release: arrivals per second between the first and the last arrival (bounded by ingest here).
+	res.release = float64(r.n.Load()) / (float64(r.last.Load()-r.first.Load()) / 1e9)
+	res.missing = n - int(r.n.Load())
+	res.lateness(r)
+	res.cpu(c0, c1, n)
+	return res
+}
+
+// runSteady: rate msgs/s for d, delays uniform in 0..1 s.
+func runSteady(sys system, rate float64, d time.Duration, base int) result {
+	res := newResult(sys, fmt.Sprintf("steady %.0f/s %s", rate, d))
+	n := int(rate * d.Seconds())
+	res.n = n
+	r := sys.rec()
+	r.reset()
+	c0 := snap(sys)
+	if err := sys.send(n, uniformDelay, rate); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	tIng, err := sys.waitIngested(base+n, 5*time.Minute)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	res.ingest = float64(n) / tIng.Sub(c0.t).Seconds()
+	if err := r.waitArrivals(n, time.Now().Add(2*time.Minute), 20*time.Second); err != nil {
+		res.err = err.Error()
+	}
+	c1 := snap(sys)
+	res.release = float64(r.n.Load()) / (float64(r.last.Load()-r.first.Load()) / 1e9)
+	res.missing = n - int(r.n.Load())
+	res.lateness(r)
+	res.cpu(c0, c1, n)
+	return res
+}
+
+// runBurst: n messages all due at the same millisecond, far enough ahead that all are
+// parked before it. base is the count the source has already acknowledged.
+func runBurst(sys system, n, base int, label string) result {
+	res := newResult(sys, label)
+	res.n = n
+	r := sys.rec()
+	r.reset()
+	c0 := snap(sys)
+	due := time.UnixMilli(time.Now().Add(leadFor(sys, n)).UnixMilli())
+	if err := sys.send(n, func(int) sched { return sched{at: due, abs: true} }, 0); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	tIng, err := sys.waitIngested(base+n, 5*time.Minute)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	res.ingest = float64(n) / tIng.Sub(c0.t).Seconds()
+	noteIngest(sys, res.ingest)
+	mid := snap(sys)
+	res.ingRedis, res.ingWorker, res.ingHarness = utils(c0, mid)
+	if tIng.Before(due) {
+		res.bytesBeyond = float64(mid.redis.usedMemory-c0.redis.usedMemory)/float64(n) - payloadSize
+	} else {
+		res.err = fmt.Sprintf("ingest finished %s after the due time (lead too short)", tIng.Sub(due).Round(time.Millisecond))
+	}
+	if got := r.n.Load(); got > 0 && r.first.Load() < due.UnixNano() {
+		res.err = fmt.Sprintf("%d arrived before due", got)
+	}
+	time.Sleep(time.Until(due))
+	cDue := snap(sys)
+	if err := r.waitArrivals(n, due.Add(5*time.Minute), 20*time.Second); err != nil {
+		res.err = err.Error()
+	}
+	c1 := snap(sys)
+	res.relRedis, res.relWorker, res.relHarness = utils(cDue, c1)
+	from := max(due.UnixNano(), tIng.UnixNano()) // never credit time spent before everything was parked
+	res.release = float64(r.n.Load()) / (float64(r.last.Load()-from) / 1e9)
+	res.releasedIn = float64(r.last.Load()-due.UnixNano()) / 1e9
+	res.missing = n - int(r.n.Load())
+	res.lateness(r)
+	res.cpu(c0, c1, n)
+	return res
+}
+
+// runParked: park m messages due in an hour (memory per parked message and ingest with a
+// growing store), then a burst of burstN due at once on top of that backlog (release rate
+// with a large backlog).
+func runParked(sys system, m, burstN int) result {
+	res := newResult(sys, fmt.Sprintf("%dk parked + %dk burst", m/1000, burstN/1000))
+	r := sys.rec()
+	r.reset()
+	c0 := snap(sys)
+	at := time.Now().Add(time.Hour)
+	if err := sys.send(m, func(int) sched { return sched{at: at, abs: true} }, 0); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	tIng, err := sys.waitIngested(m, 10*time.Minute)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	mid := snap(sys)
+	res.ingest = float64(m) / tIng.Sub(c0.t).Seconds()
+	res.bytesBeyond = float64(mid.redis.usedMemory-c0.redis.usedMemory)/float64(m) - payloadSize
+	b := runBurst(sys, burstN, m, "")
+	res.n = burstN
+	res.release, res.releasedIn, res.missing, res.early = b.release, b.releasedIn, b.missing, b.early
+	res.p50, res.p99, res.p999, res.max = b.p50, b.p99, b.p999, b.max
+	res.ingRedis, res.ingWorker, res.ingHarness = utils(c0, mid)
+	res.relRedis, res.relWorker, res.relHarness = b.relRedis, b.relWorker, b.relHarness
+	if b.err != "" {
+		res.err = b.err
+	}
+	c1 := snap(sys)
+	res.cpu(c0, c1, m+burstN)
+	return res
+}
