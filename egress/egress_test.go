@@ -15,22 +15,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
-
-func newStore(t *testing.T, lease time.Duration) *delaystore.Store {
-	t.Helper()
-	rdb := testredis.Client(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 func newBroker(t *testing.T) *gochannel.GoChannel {
 	t.Helper()
@@ -123,7 +110,7 @@ func waitEmpty(t *testing.T, st *delaystore.Store) {
 // TestDeliversEachOnceNeverEarly: due messages are published once each, with the output
 // headers of SPEC section 2, never before their due time, and removed from the store.
 func TestDeliversEachOnceNeverEarly(t *testing.T) {
-	st := newStore(t, 5*time.Second)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	out := collect(t, gc, "orders.timeout")
 	const n = 300
@@ -166,7 +153,7 @@ func TestDeliversEachOnceNeverEarly(t *testing.T) {
 // TestWokenByParkNotByPolling: with the safety resync an hour away, a message parked after
 // egress went to sleep on an empty store still goes out, so the wake-up channel works.
 func TestWokenByParkNotByPolling(t *testing.T) {
-	st := newStore(t, 5*time.Second)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	out := collect(t, gc, "wake.test")
 	runEgress(t, Config{ResyncInterval: time.Hour}, st, map[string]message.Publisher{"nats": gc})
@@ -222,7 +209,7 @@ func (f *flaky) Publish(topic string, msgs ...*message.Message) error {
 // dead-letter subject of its source broker after MaxAttempts, with x-delay-error and
 // x-target; the store is then empty.
 func TestRetryThenDeadLetter(t *testing.T) {
-	st := newStore(t, 5*time.Second)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	dlq := collect(t, gc, "delay.dlq")
 	f := &flaky{Publisher: gc, failTopic: map[string]bool{"broken": true}}
@@ -248,7 +235,7 @@ func TestRetryThenDeadLetter(t *testing.T) {
 // TestPartialFailureRetriesOnlyFailed: when the publisher reports which messages failed,
 // only those are retried; the others are acked once.
 func TestPartialFailureRetriesOnlyFailed(t *testing.T) {
-	st := newStore(t, 5*time.Second)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	out := collect(t, gc, "mixed")
 	p := park(t, st, "bad", 0, "nats:mixed", nil)
@@ -297,7 +284,7 @@ func (l *lostAcks) Ack(ctx context.Context, rs []delaystore.Receipt) (delaystore
 // TestCrashBetweenPublishAndAck: the message is published again after the lease, with
 // the same x-delay-id and the same UUID (Nats-Msg-Id), then removed: a duplicate, no loss.
 func TestCrashBetweenPublishAndAck(t *testing.T) {
-	st := newStore(t, 300*time.Millisecond)
+	st := storetest.New(t, 300*time.Millisecond)
 	gc := newBroker(t)
 	out := collect(t, gc, "dup")
 	l := &lostAcks{Store: st}

@@ -13,22 +13,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
-
-func newStore(t *testing.T) *delaystore.Store {
-	t.Helper()
-	rdb := testredis.Client(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // broker is an in-process watermill Pub/Sub that redelivers nacked messages.
 func newBroker(t *testing.T) *gochannel.GoChannel {
@@ -98,7 +85,7 @@ func waitGet(t *testing.T, st *delaystore.Store, id string) delaystore.Message {
 }
 
 func TestParksWithForwardedHeaders(t *testing.T) {
-	st := newStore(t)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	runIngress(t, st, gc)
 	before := time.Now()
@@ -121,7 +108,7 @@ func TestParksWithForwardedHeaders(t *testing.T) {
 }
 
 func TestInvalidToDeadLetterAndAcked(t *testing.T) {
-	st := newStore(t)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	dctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -155,7 +142,7 @@ func TestInvalidToDeadLetterAndAcked(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	st := newStore(t)
+	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	runIngress(t, st, gc)
 	send(t, gc, "delay.in", "x", headers.List{{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "a.b"}, {Key: "x-delay-id", Value: "c-1"}}, nil)
@@ -205,7 +192,7 @@ func TestStoreOutageNeitherAcksNorLoses(t *testing.T) {
 			name = "crash between park and ack"
 		}
 		t.Run(name, func(t *testing.T) {
-			st := newStore(t)
+			st := storetest.New(t, 5*time.Second)
 			gc := newBroker(t)
 			f := &flakyParker{Store: st, crashAfterPark: crash}
 			f.fail.Store(3)

@@ -16,20 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/ingress"
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 func newAPI(t *testing.T, token string) (*Client, *delaystore.Store) {
 	t.Helper()
-	rdb := testredis.Client(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t, time.Second)
 	h := NewAPI(APIConfig{
 		Rules: ingress.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: ingress.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
