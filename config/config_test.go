@@ -40,6 +40,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
+	{"BRIDGE_PPROF", "false"},
 }
 
 func mustLoad(t testing.TB, m map[string]string) Config {

@@ -54,6 +54,9 @@ type Config struct {
 	DLQSubject string
 	// BatchSize is the most messages parked in one store call (default 256).
 	BatchSize int
+	// Lanes is how many batches of one source may be parked at the same time (default
+	// 4). Messages with the same id always take the same lane, in order.
+	Lanes int
 	// Linger is how long a batch waits for more messages after its first (default 1ms).
 	Linger time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts when the store or a
@@ -77,6 +80,9 @@ type Ingress struct {
 func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Ingress, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
+	}
+	if cfg.Lanes <= 0 {
+		cfg.Lanes = 4
 	}
 	if cfg.Linger <= 0 {
 		cfg.Linger = time.Millisecond
@@ -153,15 +159,53 @@ type received struct {
 	at  time.Time
 }
 
-// consume batches messages from ch: a batch closes at BatchSize messages or Linger after
-// its first message, whichever comes first.
+// prepared is a valid message on its way to a lane.
+type prepared struct {
+	received
+	req delaystore.ParkRequest
+}
+
+// consume reads ch until it is closed. Cancels are handled one by one. Delayed messages are
+// validated as they arrive (invalid ones are dead-lettered at once) and handed to one of
+// Lanes lanes by their id, so that a lane parks its batches while the others fill or
+// park theirs, and the messages of one id keep their order.
 func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.Message) {
-	batch := make([]received, 0, in.cfg.BatchSize)
+	if src.Kind == Cancels {
+		for msg := range ch {
+			in.cancel(ctx, src, msg)
+		}
+		return
+	}
+	lanes := make([]chan prepared, in.cfg.Lanes)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		lanes[i] = make(chan prepared, in.cfg.BatchSize)
+		wg.Go(func() { in.lane(ctx, src, lanes[i]) })
+	}
+	for msg := range ch {
+		r := received{msg: msg, at: in.now()}
+		req, err := in.cfg.Prepare(in.incoming(src, r), r.at)
+		if err != nil {
+			in.reject(ctx, src, msg, err)
+			continue
+		}
+		lanes[delaystore.ShardOf(req.ID, len(lanes))] <- prepared{received: r, req: req}
+	}
+	for _, l := range lanes {
+		close(l)
+	}
+	wg.Wait()
+}
+
+// lane batches the messages of ch: a batch closes at BatchSize messages or Linger after
+// its first message, whichever comes first; each is parked before the next is read.
+func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
+	batch := make([]prepared, 0, in.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	flush := func() {
 		if len(batch) > 0 {
-			in.process(ctx, src, batch)
+			in.park(ctx, src, batch)
 			batch = batch[:0]
 		}
 		timer.Stop()
@@ -172,7 +216,7 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 			timeout = timer.C
 		}
 		select {
-		case msg, ok := <-ch:
+		case p, ok := <-ch:
 			if !ok {
 				flush()
 				return
@@ -180,7 +224,7 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 			if len(batch) == 0 {
 				timer.Reset(in.cfg.Linger)
 			}
-			batch = append(batch, received{msg: msg, at: in.now()})
+			batch = append(batch, p)
 			if len(batch) >= in.cfg.BatchSize {
 				flush()
 			}
@@ -190,28 +234,17 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 	}
 }
 
-// process handles one batch: every message is acked or nacked before it returns.
-func (in *Ingress) process(ctx context.Context, src Source, batch []received) {
-	if src.Kind == Cancels {
-		for _, r := range batch {
-			in.cancel(ctx, src, r.msg)
-		}
-		return
-	}
+// park parks one batch and then acks its messages, or nacks them all when the store
+// stays unavailable until ctx ends. A relative delay loses the time its message waited
+// in ingress, so that the due time counts from the moment the bridge received it.
+func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 	now := in.now()
-	reqs := make([]delaystore.ParkRequest, 0, len(batch))
-	valid := make([]*message.Message, 0, len(batch))
-	for _, r := range batch {
-		req, err := in.cfg.Prepare(in.incoming(src, r), now)
-		if err != nil {
-			in.reject(ctx, src, r.msg, err)
-			continue
+	reqs := make([]delaystore.ParkRequest, len(batch))
+	for i, p := range batch {
+		reqs[i] = p.req
+		if !p.req.Absolute {
+			reqs[i].Delay = max(p.req.Delay-now.Sub(p.at), 0)
 		}
-		reqs = append(reqs, req)
-		valid = append(valid, r.msg)
-	}
-	if len(reqs) == 0 {
-		return
 	}
 	var parked []delaystore.Parked
 	err := in.retry(ctx, "park", func(opCtx context.Context) error {
@@ -220,22 +253,22 @@ func (in *Ingress) process(ctx context.Context, src Source, batch []received) {
 		return err
 	})
 	if err != nil {
-		for _, m := range valid {
-			m.Nack()
+		for _, p := range batch {
+			p.msg.Nack()
 		}
-		in.metrics.in(src.Broker, "nacked", len(valid))
+		in.metrics.in(src.Broker, "nacked", len(batch))
 		return
 	}
-	for i, m := range valid {
-		p := parked[i]
-		m.Metadata.Set(headers.MetaReply, replyJSON(struct {
+	for i, p := range batch {
+		r := parked[i]
+		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
 			ID  string `json:"id"`
 			Due int64  `json:"due"`
-		}{p.ID, p.Due}))
-		m.Ack()
-		in.log.Debug("parked", "id", p.ID, "due", p.Due, "target", reqs[i].Envelope.Target, "existed", p.Existed)
+		}{r.ID, r.Due}))
+		p.msg.Ack()
+		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
-	in.metrics.in(src.Broker, "parked", len(valid))
+	in.metrics.in(src.Broker, "parked", len(batch))
 }
 
 // incoming extracts what Prepare needs from a watermill message.

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -212,5 +213,71 @@ func TestStoreOutageNeitherAcksNorLoses(t *testing.T) {
 				t.Fatalf("parked %d, want exactly 1 (%v)", s.Parked, err)
 			}
 		})
+	}
+}
+
+// orderedSource is a message.Subscriber that hands out msgs in order on one topic.
+type orderedSource struct{ msgs []*message.Message }
+
+func (o *orderedSource) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	ch := make(chan *message.Message)
+	go func() {
+		defer close(ch)
+		for _, m := range o.msgs {
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+		<-ctx.Done()
+	}()
+	return ch, nil
+}
+
+func (o *orderedSource) Close() error { return nil }
+
+// TestSameIDKeepsOrder: batches are parked in parallel lanes, yet the messages of one id
+// are parked in the order they came, so the last one wins.
+func TestSameIDKeepsOrder(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	const ids, versions = 200, 5
+	src := &orderedSource{}
+	for i := range ids {
+		for v := range versions {
+			m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(v)))
+			m.Metadata = headers.ToMetadata(headers.List{
+				{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "orders.timeout"},
+				{Key: "x-delay-id", Value: fmt.Sprintf("id-%d", i)},
+			}, nil)
+			src.msgs = append(src.msgs, m)
+		}
+	}
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", BatchSize: 16}, st,
+		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	for i, m := range src.msgs {
+		select {
+		case <-m.Acked():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d not acked", i)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint(versions - 1)
+	for i := range ids {
+		m, err := st.Get(context.Background(), fmt.Sprintf("id-%d", i))
+		if err != nil || string(m.Envelope.Payload) != want {
+			t.Fatalf("id-%d: parked %q (err %v), want the last version %q", i, m.Envelope.Payload, err, want)
+		}
 	}
 }

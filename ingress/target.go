@@ -176,10 +176,8 @@ func checkSubject(s string) string {
 	if strings.ContainsAny(s, "*>") {
 		return "subject contains a wildcard (* or >)"
 	}
-	for _, tok := range strings.Split(s, ".") {
-		if tok == "" {
-			return "subject has an empty token"
-		}
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return "subject has an empty token"
 	}
 	switch {
 	case s[0] == '$':

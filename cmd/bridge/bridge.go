@@ -203,6 +203,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 
 	g, gctx := errgroup.WithContext(ctx)
 	ops := httpapi.NewOps(checks, reg)
+	if cfg.Pprof {
+		ops = httpapi.NewOpsWithPprof(checks, reg)
+	}
 	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
 	if cfg.APIAddr != "" || ls.api != nil {
 		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken}, store, logger)

@@ -176,6 +176,9 @@ func startBridge(bin string, env map[string]string) (*bridgeProc, error) {
 	b.cmd = exec.Command(bin)
 	b.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"BRIDGE_HTTP_ADDR=" + b.httpAddr, "BRIDGE_API_ADDR=" + freeAddr(), "BRIDGE_LOG_LEVEL=warn"}
+	if profileDir != "" {
+		b.cmd.Env = append(b.cmd.Env, "BRIDGE_PPROF=true")
+	}
 	for k, v := range env {
 		b.cmd.Env = append(b.cmd.Env, k+"="+v)
 	}
@@ -200,6 +203,26 @@ func startBridge(bin string, env map[string]string) (*bridgeProc, error) {
 			return nil, fmt.Errorf("bridge not ready in 30s:\n%s", b.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cpuProfile fetches a CPU profile of d from the bridge's /debug/pprof (BRIDGE_PPROF) into
+// file; failures are reported on stderr and otherwise ignored.
+func (b *bridgeProc) cpuProfile(file string, d time.Duration) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.httpAddr, int(d.Seconds()))
+	resp, err := http.Get(url)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s", resp.Status)
+	}
+	if err == nil {
+		defer resp.Body.Close()
+		var data []byte
+		if data, err = io.ReadAll(resp.Body); err == nil {
+			err = os.WriteFile(file, data, 0o644)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "profile %s: %v\n", file, err)
 	}
 }
 

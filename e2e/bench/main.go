@@ -53,6 +53,8 @@ func main() {
 	parkedN := flag.Int("parked", 1_000_000, "messages parked in the backlog workload")
 	withKafka := flag.Bool("kafka", true, "also run the Kafka-source variant (kfake in process; uniform, steady and burst); off with -quick unless given")
 	steadyFor := flag.Duration("steady-for", 30*time.Second, "duration of the steady workload")
+	flag.StringVar(&profileDir, "profile", "", "write a CPU profile of every bridge process, the first -profile-for of each workload, into this directory")
+	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
 	flag.Parse()
 
 	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
@@ -175,6 +177,13 @@ func runOne(bin string, v variant, w string, p params) result {
 	}
 	defer sys.close()
 	time.Sleep(200 * time.Millisecond) // let start-up settle (consumers, wake-up subscriptions)
+	if db, ok := sys.(*dbSystem); ok && profileDir != "" {
+		profileSeq++
+		for i, b := range db.bridges {
+			name := filepath.Join(profileDir, fmt.Sprintf("%02d-%s-%s-bridge%d.pprof", profileSeq, strings.ReplaceAll(v.String(), " ", "_"), w, i))
+			go b.cpuProfile(name, profileFor)
+		}
+	}
 	var res result
 	switch w {
 	case "uniform":

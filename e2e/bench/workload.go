@@ -157,6 +157,13 @@ var ingestEstimate = map[string]float64{}
 // currentVariant keys ingestEstimate (AOF always ingests slower than everysec).
 var currentVariant string
 
+// Set by -profile and -profile-for; profileSeq numbers the profiled runs.
+var (
+	profileDir string
+	profileFor time.Duration
+	profileSeq int
+)
+
 func leadFor(sys system, n int) time.Duration {
 	est := ingestEstimate[currentVariant]
 	if est <= 0 {

@@ -183,3 +183,20 @@ func TestOps(t *testing.T) {
 		t.Fatalf("/metrics %d", code)
 	}
 }
+
+// TestOpsPprof: the profiles are served only when asked for (BRIDGE_PPROF).
+func TestOpsPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := NewOps(nil, prometheus.NewRegistry())
+		if on {
+			h = NewOpsWithPprof(nil, prometheus.NewRegistry())
+		}
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			if want := map[bool]int{false: 404, true: 200}[on]; rec.Code != want {
+				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, rec.Code, want)
+			}
+		}
+	}
+}

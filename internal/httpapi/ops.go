@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -24,7 +25,23 @@ type Check struct {
 // GET /readyz (200 when every check passes, else 503 naming each failing part), and
 // GET /metrics (Prometheus exposition of g).
 func NewOps(checks []Check, g prometheus.Gatherer) http.Handler {
+	return newOps(checks, g, false)
+}
+
+// NewOpsWithPprof is NewOps plus Go's profiles under /debug/pprof/ (net/http/pprof).
+func NewOpsWithPprof(checks []Check, g prometheus.Gatherer) http.Handler {
+	return newOps(checks, g, true)
+}
+
+func newOps(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

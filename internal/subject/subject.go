@@ -14,70 +14,65 @@ import "strings"
 // what "a stream with subject pattern captures a subscription" means. Invalid subjects or
 // patterns (empty, an empty token, `>` not in last position) match nothing.
 func Matches(pattern, subject string) bool {
-	pt, ok := tokens(pattern)
-	if !ok {
+	if !valid(pattern) || !valid(subject) {
 		return false
 	}
-	st, ok := tokens(subject)
-	if !ok {
-		return false
-	}
-	for i, p := range pt {
-		if p == ">" {
-			return len(st) > i // one or more tokens, wildcards included
-		}
-		if i >= len(st) {
-			return false
-		}
-		s := st[i]
+	for {
+		// Both have a token here.
+		p, pRest, pMore := strings.Cut(pattern, ".")
+		s, sRest, sMore := strings.Cut(subject, ".")
 		switch {
+		case p == ">":
+			return true // one or more tokens, wildcards included
 		case s == ">":
 			return false // the subject goes on with any tokens; only `>` covers that
-		case p == "*":
-			// covers a literal token or `*`
-		case p != s:
+		case p != "*" && p != s:
 			return false // a literal pattern token never covers `*`
 		}
+		if !pMore || !sMore {
+			return pMore == sMore
+		}
+		pattern, subject = pRest, sRest
 	}
-	return len(pt) == len(st)
 }
 
 // Overlap reports whether some concrete subject matches both patterns a and b
 // (NATS wildcard semantics, as in [Matches]). Invalid patterns overlap nothing.
 func Overlap(a, b string) bool {
-	at, ok := tokens(a)
-	if !ok {
+	if !valid(a) || !valid(b) {
 		return false
 	}
-	bt, ok := tokens(b)
-	if !ok {
-		return false
-	}
-	for i := 0; ; i++ {
-		if i == len(at) || i == len(bt) {
-			return len(at) == len(bt)
-		}
-		x, y := at[i], bt[i]
+	for {
+		// Both have a token here.
+		x, aRest, aMore := strings.Cut(a, ".")
+		y, bRest, bMore := strings.Cut(b, ".")
 		if x == ">" || y == ">" {
-			return true // both have a token here, and `>` absorbs whatever the other needs
+			return true // `>` absorbs whatever the other needs
 		}
 		if x != "*" && y != "*" && x != y {
 			return false
 		}
+		if !aMore || !bMore {
+			return aMore == bMore
+		}
+		a, b = aRest, bRest
 	}
 }
 
-// tokens splits a subject into its tokens and reports whether it is well formed: no
-// empty token, no whitespace, `>` only as the last token.
-func tokens(subject string) ([]string, bool) {
+// valid reports whether a subject is well formed: not empty, no empty token, no
+// whitespace, `>` only as the last token. It does not allocate.
+func valid(subject string) bool {
 	if subject == "" || strings.ContainsAny(subject, " \t\r\n") {
-		return nil, false
+		return false
 	}
-	ts := strings.Split(subject, ".")
-	for i, t := range ts {
-		if t == "" || (t == ">" && i != len(ts)-1) {
-			return nil, false
+	for {
+		t, rest, more := strings.Cut(subject, ".")
+		if t == "" || (t == ">" && more) {
+			return false
 		}
+		if !more {
+			return true
+		}
+		subject = rest
 	}
-	return ts, true
 }

@@ -21,19 +21,17 @@ import (
 const (
 	DefaultQueue         = "delaybridge"
 	DefaultAckWait       = 30 * time.Second
-	DefaultMaxAckPending = 1000
-	DefaultMaxInFlight   = 1000
+	DefaultMaxAckPending = 2048
+	DefaultMaxInFlight   = 2048
 )
 
 const (
 	// maxPullBatch caps how many JetStream messages the client buffers ahead.
-	maxPullBatch = 500
+	maxPullBatch = 1000
 	// pullExpiry is the life of one pull request. The server sends idle heartbeats at half
 	// of it; two missed ones end the pull and the subscription resumes with a fresh one
 	// (and the consumer created again, should it be gone).
 	pullExpiry = 10 * time.Second
-	// ackTimeout bounds the wait for the server's confirmation of a JetStream ack.
-	ackTimeout = 5 * time.Second
 	// drainTimeout bounds, on stop, the handing back (Nak) of JetStream messages that the
 	// client had buffered but never handed out.
 	drainTimeout = 2 * time.Second
@@ -77,10 +75,10 @@ type SubscriberConfig struct {
 	AckWait time.Duration
 	// MaxAckPending bounds the JetStream messages handed out and not yet acked, per
 	// consumer (server side) and per subscription (client side). Default
-	// [DefaultMaxAckPending] (1000).
+	// [DefaultMaxAckPending] (2048).
 	MaxAckPending int
 	// MaxInFlight bounds the core messages handed out and not yet acked or nacked, per
-	// subscription. Default [DefaultMaxInFlight] (1000).
+	// subscription. Default [DefaultMaxInFlight] (2048).
 	MaxInFlight int
 }
 
@@ -120,7 +118,8 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 // MaxAckPending or MaxInFlight outstanding per subscription), so order is not
 // guaranteed across redeliveries. The receiver acks or nacks each message:
 //
-//   - JetStream: Ack is a JetStream ack, confirmed by the server (double ack); Nack is
+//   - JetStream: Ack is a JetStream ack, sent without waiting for the server's
+//     confirmation (a lost ack means a redelivery after AckWait, never a loss); Nack is
 //     a Nak, and JetStream redelivers at once. A message neither acked nor nacked is
 //     redelivered after AckWait. The metadata carries [headers.MetaSourceID]
 //     ("js:<stream>:<stream sequence>").
@@ -289,12 +288,14 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 	closeOut := sync.OnceFunc(func() { close(out) })
 	defer closeOut()
 	sem := make(chan struct{}, s.cfg.MaxAckPending)
+	queue := s.startSettling(sem, log)
+	defer close(queue)
 	batch := min(s.cfg.MaxAckPending, maxPullBatch)
 	for {
 		it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(pullExpiry))
 		if err == nil {
 			stopIter := context.AfterFunc(ctx, it.Drain) // unblocks Next
-			err = s.deliverJetStream(ctx, it, out, sem, log)
+			err = s.deliverJetStream(ctx, it, out, sem, queue, log)
 			stopIter()
 			if ctx.Err() != nil {
 				closeOut() // promptly: the hand-back below may take a moment
@@ -336,7 +337,7 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 }
 
 // deliverJetStream hands out messages of it until ctx is done or it ends.
-func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, log *slog.Logger) error {
+func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, log *slog.Logger) error {
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -364,10 +365,7 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 		wm.SetContext(msgCtx)
 		select {
 		case out <- wm:
-			s.wg.Add(1) // the loop holds a count: no race with Close's Wait
-			go s.watch(wm, cancelMsg, sem,
-				func() error { return doubleAck(jm) },
-				jm.Nak, log)
+			queue <- pending{wm: wm, cancel: cancelMsg, onAck: jm.Ack, onNack: jm.Nak}
 		case <-ctx.Done():
 			cancelMsg()
 			nak(jm, log)
@@ -405,12 +403,6 @@ func (s *Subscriber) handBack(it jetstream.MessagesContext, log *slog.Logger) {
 	}
 }
 
-func doubleAck(jm jetstream.Msg) error {
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	defer cancel()
-	return jm.DoubleAck(ctx)
-}
-
 func nak(jm jetstream.Msg, log *slog.Logger) {
 	if err := jm.Nak(); err != nil {
 		log.Debug("jetstream nak", "error", err)
@@ -427,6 +419,8 @@ func (s *Subscriber) runCore(ctx context.Context, out chan *message.Message, sub
 		}
 	}()
 	sem := make(chan struct{}, s.cfg.MaxInFlight)
+	queue := s.startSettling(sem, log)
+	defer close(queue)
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -451,11 +445,10 @@ func (s *Subscriber) runCore(ctx context.Context, out chan *message.Message, sub
 		wm.SetContext(msgCtx)
 		select {
 		case out <- wm:
-			s.wg.Add(1)
-			go s.watch(wm, cancelMsg, sem,
-				func() error { return reply(m, wm) },
-				func() error { return nil }, // no redelivery in core NATS
-				log)
+			queue <- pending{wm: wm, cancel: cancelMsg,
+				onAck:  func() error { return reply(m, wm) },
+				onNack: func() error { return nil }, // no redelivery in core NATS
+			}
 		case <-ctx.Done():
 			cancelMsg()
 			<-sem
@@ -473,36 +466,60 @@ func reply(m *natsgo.Msg, wm *message.Message) error {
 	return m.Respond([]byte(body))
 }
 
-// watch waits for wm's Ack or Nack and runs onAck or onNack. On Close it gives up,
-// unless the Ack or Nack had already come: an unacked JetStream message is then
-// redelivered after AckWait; a core message is gone.
-func (s *Subscriber) watch(wm *message.Message, cancelMsg context.CancelFunc, sem chan struct{}, onAck, onNack func() error, log *slog.Logger) {
-	defer s.wg.Done()
-	defer func() { <-sem }()
+// pending is a handed-out message awaiting its Ack or Nack.
+type pending struct {
+	wm            *message.Message
+	cancel        context.CancelFunc // the message's context
+	onAck, onNack func() error
+}
+
+// startSettling starts the goroutine that settles the messages of one subscription and
+// returns its queue, which the caller closes when it hands out no more. The caller must
+// hold a count of s.wg (no race with Close's Wait).
+func (s *Subscriber) startSettling(sem chan struct{}, log *slog.Logger) chan pending {
+	queue := make(chan pending, cap(sem))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for p := range queue {
+			s.settle(p, log)
+			<-sem
+		}
+	}()
+	return queue
+}
+
+// settle waits for p's Ack or Nack and runs onAck or onNack. Messages are settled in the
+// order they were handed out, by one goroutine per subscription rather than one per
+// message: an early Ack waits for the messages handed out before it (receivers ack in
+// batches, so the wait is one batch at most). On Close settle gives up, unless the Ack or
+// Nack had already come: an unacked JetStream message is then redelivered after AckWait;
+// a core message is gone.
+func (s *Subscriber) settle(p pending, log *slog.Logger) {
 	var acked bool
 	select {
-	case <-wm.Acked():
+	case <-p.wm.Acked():
 		acked = true
-	case <-wm.Nacked():
+	case <-p.wm.Nacked():
 	case <-s.closeCtx.Done():
 		select {
-		case <-wm.Acked():
+		case <-p.wm.Acked():
 			acked = true
-		case <-wm.Nacked():
+		case <-p.wm.Nacked():
 		default:
-			cancelMsg()
+			p.cancel()
 			return
 		}
 	}
-	cancelMsg()
+	p.cancel()
 	if acked {
-		if err := onAck(); err != nil {
-			log.Debug("ack", "uuid", wm.UUID, "error", err)
+		if err := p.onAck(); err != nil {
+			log.Debug("ack", "uuid", p.wm.UUID, "error", err)
 		}
 		return
 	}
-	if err := onNack(); err != nil {
-		log.Debug("nack", "uuid", wm.UUID, "error", err)
+	if err := p.onNack(); err != nil {
+		log.Debug("nack", "uuid", p.wm.UUID, "error", err)
 	}
 }
 
