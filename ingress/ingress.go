@@ -22,6 +22,9 @@ import (
 type Parker interface {
 	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
 	Cancel(ctx context.Context, id string) (bool, error)
+	// ShardOf is the shard that holds id. Ingress gives each lane whole shards, so that a
+	// lane's batch makes few, large per-shard script calls.
+	ShardOf(id string) int
 }
 
 // Kind tells what a subscription carries.
@@ -55,7 +58,8 @@ type Config struct {
 	// BatchSize is the most messages parked in one store call (default 256).
 	BatchSize int
 	// Lanes is how many batches of one source may be parked at the same time (default
-	// 4). Messages with the same id always take the same lane, in order.
+	// 4). A lane takes whole shards, so messages with the same id always take the same
+	// lane, in order.
 	Lanes int
 	// Linger is how long a batch waits for more messages after its first (default 1ms).
 	Linger time.Duration
@@ -167,8 +171,8 @@ type prepared struct {
 
 // consume reads ch until it is closed. Cancels are handled one by one. Delayed messages are
 // validated as they arrive (invalid ones are dead-lettered at once) and handed to one of
-// Lanes lanes by their id, so that a lane parks its batches while the others fill or
-// park theirs, and the messages of one id keep their order.
+// Lanes lanes by the shard of their id, so that a lane parks its batches while the others
+// fill or park theirs, and the messages of one id keep their order.
 func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.Message) {
 	if src.Kind == Cancels {
 		for msg := range ch {
@@ -189,7 +193,7 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 			in.reject(ctx, src, msg, err)
 			continue
 		}
-		lanes[delaystore.ShardOf(req.ID, len(lanes))] <- prepared{received: r, req: req}
+		lanes[in.store.ShardOf(req.ID)%len(lanes)] <- prepared{received: r, req: req}
 	}
 	for _, l := range lanes {
 		close(l)
