@@ -11,12 +11,31 @@ import (
 )
 
 // BenchmarkParkClaimAck measures one message's full cycle (park, claim, ack) in batches
-// of 1000 messages over 16 shards, 100 B payloads. ns/op is per message.
+// of 1000 messages over 16 shards, 100 B payloads. ns/op is per message. The backlog
+// variants first park that many messages due in an hour, which the cycles never touch:
+// their cost is what a large store adds.
 func BenchmarkParkClaimAck(b *testing.B) {
+	for _, backlog := range []int{0, 1_000_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) { benchParkClaimAck(b, backlog) })
+	}
+}
+
+func benchParkClaimAck(b *testing.B, backlog int) {
 	f := newFixture(b, testredis.Start(b, "--appendfsync", "everysec").URL(), func(c *Config) { c.Shards = 16 })
 	const batch = 1000
 	payload := make([]byte, 100)
 	reqs := make([]ParkRequest, batch)
+	for done := 0; done < backlog; done += batch {
+		for i := range reqs {
+			reqs[i] = ParkRequest{
+				ID: fmt.Sprintf("01K%023d", done+i), Delay: time.Hour,
+				Envelope: Envelope{Target: "nats:orders.timeout", Source: "nats:delay.in", Payload: payload},
+			}
+		}
+		if _, err := f.s.Park(b.Context(), reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cpu0 := redisCPU(b, f)
 	b.ResetTimer()
 	for done := 0; done < b.N; done += batch {

@@ -82,13 +82,14 @@ func (r *redisProc) stop() {
 // redisStats is the part of INFO the benchmark uses.
 type redisStats struct {
 	usedMemory int64
-	cpu        float64 // used_cpu_sys + used_cpu_user, seconds
+	cpu        float64 // used_cpu_sys + used_cpu_user (+ _children: AOF rewrites), seconds
+	forks      int64   // total_forks: AOF rewrites (there are no RDB saves)
 }
 
 func (r *redisProc) stats() redisStats {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := r.rdb.Info(ctx, "memory", "cpu").Result()
+	s, err := r.rdb.Info(ctx, "memory", "cpu", "stats").Result()
 	if err != nil {
 		return redisStats{}
 	}
@@ -101,9 +102,11 @@ func (r *redisProc) stats() redisStats {
 		switch k {
 		case "used_memory":
 			st.usedMemory, _ = strconv.ParseInt(v, 10, 64)
-		case "used_cpu_sys", "used_cpu_user":
+		case "used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children":
 			f, _ := strconv.ParseFloat(v, 64)
 			st.cpu += f
+		case "total_forks":
+			st.forks, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return st

@@ -110,6 +110,7 @@ type result struct {
 	// until all acked) and while releasing (due time until the last arrival).
 	ingRedis, ingWorker, ingHarness float64
 	relRedis, relWorker, relHarness float64
+	forks, relForks                 float64 // AOF rewrites over the workload, and while releasing
 	releasedIn                      float64 // burst: seconds from due to the last arrival
 	releaseVsEmpty                  float64 // parked: release rate / release rate of the burst on an empty store
 	missing, early                  int
@@ -122,7 +123,8 @@ func newResult(sys system, w string) result {
 	return result{system: sys.name(), workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
 		p999: nan(), max: nan(), bytesBeyond: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
-		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan()}
+		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
+		forks: nan(), relForks: nan()}
 }
 
 func (res *result) lateness(r *recorder) {
@@ -307,6 +309,7 @@ func runBurst(sys system, n, base int, label string) result {
 	}
 	c1 := snap(sys)
 	res.relRedis, res.relWorker, res.relHarness = utils(cDue, c1)
+	res.forks, res.relForks = float64(c1.redis.forks-c0.redis.forks), float64(c1.redis.forks-cDue.redis.forks)
 	from := max(due.UnixNano(), tIng.UnixNano()) // never credit time spent before everything was parked
 	res.release = float64(r.n.Load()) / (float64(r.last.Load()-from) / 1e9)
 	res.releasedIn = float64(r.last.Load()-due.UnixNano()) / 1e9
@@ -347,6 +350,7 @@ func runParked(sys system, m, burstN int) result {
 		res.err = b.err
 	}
 	c1 := snap(sys)
+	res.forks, res.relForks = float64(c1.redis.forks-c0.redis.forks), b.relForks
 	res.cpu(c0, c1, m+burstN)
 	return res
 }
