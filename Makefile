@@ -5,7 +5,7 @@ BIN     := bin/bridge
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-short lint bench clean
+.PHONY: build run test test-fault test-short lint bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bridge
@@ -16,18 +16,26 @@ run: build
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# Fault suite (e2e/fault, ../shared/FAULTS.md rows): the bridge built with test-only
+# failpoints, killed, stopped and restarted under load; about a minute. FAULT_SEED=N replays
+# the random kill loop.
+test-fault:
+	$(GO) test -tags fault,failpoints -count=1 -timeout 15m ./e2e/fault/ ./internal/failpoint/
+
 test-short:
 	$(GO) test -count=1 -short ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags fault,failpoints ./e2e/fault/ ./internal/failpoint/
 
 # End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
 # bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline; prints one
-# table and writes docs/benchmarks.md. ~13 min. Quick look (~2 min, does not touch the docs):
+# table and writes docs/benchmarks.md. ~11 min. Quick look (~2 min, does not touch the docs):
 # `go run ./e2e/bench -quick`. Other flags: -runs N, -workloads uniform,steady,burst,parked,
-# -systems delaybridge,asynq, -variants x3-everysec,x1-always, -kafka=false, -out FILE.
+# -systems delaybridge,asynq, -variants x3-everysec,x1-always, -kafka=false, -out FILE,
+# -profile DIR (CPU profiles of the bridges).
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./e2e/bench -out docs/benchmarks.md $(BENCHFLAGS)

@@ -112,11 +112,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Init records the shard count in Redis (SET NX on "<prefix>:shards") and checks it: a
-// different recorded count is an error wrapping ErrShardMismatch. It also loads the
+// Init checks that Redis will not evict parked messages: an allkeys-* maxmemory-policy is
+// an error wrapping ErrEvictionPolicy (noeviction, the default, is right; volatile-* only
+// evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
+// with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
+// it: a different recorded count is an error wrapping ErrShardMismatch. It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA. Call it once at start; it blocks
 // until Redis answered, and is safe to call concurrently and repeatedly.
 func (s *Store) Init(ctx context.Context) error {
+	if err := s.checkEviction(ctx); err != nil {
+		return err
+	}
 	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
@@ -140,6 +146,31 @@ func (s *Store) Init(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkEviction reads maxmemory_policy from INFO memory on every master.
+func (s *Store) checkEviction(ctx context.Context) error {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "memory").Result()
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			return nil // the server does not let us (ACL) or cannot say (miniredis)
+		}
+		if err != nil {
+			return fmt.Errorf("init: read maxmemory-policy: %w", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && strings.HasPrefix(v, "allkeys-") {
+				return fmt.Errorf("init: redis maxmemory-policy is %s, which evicts parked messages when memory is full; "+
+					"set maxmemory-policy noeviction: %w", v, ErrEvictionPolicy)
+			}
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	}
+	return check(ctx, s.rdb)
 }
 
 // Shards returns the configured shard count. It does not block.

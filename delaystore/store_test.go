@@ -677,6 +677,33 @@ func TestShardMismatch(t *testing.T) {
 	}
 }
 
+// TestEvictionPolicy (FAULTS.md B9): Init refuses an allkeys-* policy, which would evict
+// parked messages, and accepts noeviction and volatile-* (the store sets no TTL).
+func TestEvictionPolicy(t *testing.T) {
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, tc := range []struct {
+		policy string
+		ok     bool
+	}{{"noeviction", true}, {"volatile-lru", true}, {"allkeys-lru", false}, {"allkeys-random", false}} {
+		if err := rdb.ConfigSet(t.Context(), "maxmemory-policy", tc.policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Init(t.Context())
+		if tc.ok && err != nil {
+			t.Errorf("%s: %v", tc.policy, err)
+		}
+		if !tc.ok && (!errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), tc.policy)) {
+			t.Errorf("%s: err = %v, want ErrEvictionPolicy naming the policy", tc.policy, err)
+		}
+	}
+}
+
 func TestClaimCorrupt(t *testing.T) {
 	f := setup(t)
 	id := "bad"

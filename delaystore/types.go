@@ -24,6 +24,9 @@ var (
 	ErrNotFound = errors.New("delaystore: message not found")
 	// ErrShardMismatch: the shard count recorded in Redis differs from Config.Shards.
 	ErrShardMismatch = errors.New("delaystore: shard count differs from the one recorded in redis")
+	// ErrEvictionPolicy: Redis runs an allkeys-* maxmemory-policy, which would silently
+	// evict parked messages.
+	ErrEvictionPolicy = errors.New("delaystore: redis maxmemory-policy evicts keys without a TTL")
 	// ErrCorrupt: a stored envelope could not be decoded.
 	ErrCorrupt = errors.New("delaystore: corrupt envelope")
 )

@@ -50,14 +50,14 @@ func TestDevQuickStart(t *testing.T) {
 	env := map[string]string{"BRIDGE_HTTP_ADDR": freeAddr(t), "BRIDGE_API_ADDR": api}
 	b := startProcess(t, env, "dev", "--nats-port", "-1")
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(b.out.String(), "Try it") {
+	for !strings.Contains(b.Out.String(), "Try it") {
 		if time.Now().After(deadline) {
-			t.Fatalf("dev banner not printed:\n%s", b.out.String())
+			t.Fatalf("dev banner not printed:\n%s", b.Out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(b.out.String(), "NOTHING IS DURABLE") {
-		t.Fatalf("dev does not say it is not durable:\n%s", b.out.String())
+	if !strings.Contains(b.Out.String(), "NOTHING IS DURABLE") {
+		t.Fatalf("dev does not say it is not durable:\n%s", b.Out.String())
 	}
 
 	out, err := runCLI(t, "send", "--api", api, "--delay", "1s", "--target", "demo.hello", "hi")
@@ -84,7 +84,7 @@ func TestDevQuickStart(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		found := false
-		sc := bufio.NewScanner(strings.NewReader(b.out.String()))
+		sc := bufio.NewScanner(strings.NewReader(b.Out.String()))
 		for sc.Scan() {
 			if strings.Contains(sc.Text(), "arrived on demo.hello") && strings.Contains(sc.Text(), `"hi"`) {
 				found = true
@@ -94,15 +94,15 @@ func TestDevQuickStart(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("dev did not print the arrival:\n%s", b.out.String())
+			t.Fatalf("dev did not print the arrival:\n%s", b.Out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // a duplicate publish would arrive within this
-	if n := strings.Count(b.out.String(), "arrived on demo.hello"); n != 1 {
-		t.Fatalf("demo.hello arrived %d times, want once:\n%s", n, b.out.String())
+	if n := strings.Count(b.Out.String(), "arrived on demo.hello"); n != 1 {
+		t.Fatalf("demo.hello arrived %d times, want once:\n%s", n, b.Out.String())
 	}
-	if err, _ := b.stop(t, 30*time.Second); err != nil {
+	if err, _ := b.Stop(t, 30*time.Second); err != nil {
 		t.Fatalf("dev exit after SIGTERM: %v", err)
 	}
 }

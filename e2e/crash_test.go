@@ -59,7 +59,7 @@ func TestReplicaKilledLosesNothing(t *testing.T) {
 		publish(i)
 	}
 	time.Sleep(time.Until(due.Add(5 * time.Millisecond)))
-	if err := a.cmd.Process.Kill(); err != nil {
+	if err := a.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	for i := n / 2; i < n; i++ {

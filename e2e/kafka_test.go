@@ -212,8 +212,8 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	}
 	rate := consume(t, brokers, "rate.out")
 	t.Cleanup(func() {
-		if strings.Contains(b.out.String(), "publishes failed") {
-			t.Logf("bridge retried publishes:\n%s", b.out.String())
+		if strings.Contains(b.Out.String(), "publishes failed") {
+			t.Logf("bridge retried publishes:\n%s", b.Out.String())
 		}
 	})
 	start := time.Now()
@@ -315,7 +315,7 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 	produce(t, cl, "delay.in", nil, "kept", "x-delay", "1600ms", "x-target", "cancel.target", "x-delay-id", "c-2")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if code, body := httpGet("http://" + b.apiAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":2`) {
+		if code, body := httpGet("http://" + b.APIAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":2`) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -374,7 +374,7 @@ func TestKafkaBrokerRestart(t *testing.T) {
 	produceN(0, n, "1500ms")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if code, body := httpGet("http://" + b.apiAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":300`) {
+		if code, body := httpGet("http://" + b.APIAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":300`) {
 			break
 		}
 		if time.Now().After(deadline) {

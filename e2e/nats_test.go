@@ -294,7 +294,7 @@ func TestCancelAndReschedule(t *testing.T) {
 	// Nothing else arrives: wait until the store is empty, then a little past the last due.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, body := httpGet("http://" + b.apiAddr + "/v1/stats")
+		code, body := httpGet("http://" + b.APIAddr + "/v1/stats")
 		if code == http.StatusOK && strings.Contains(body, `"parked":0`) {
 			break
 		}
@@ -322,9 +322,9 @@ func TestSigtermDrainsAndRestartDelivers(t *testing.T) {
 		hdr.Set("x-target", "restart.test")
 		request(t, s.nc, "delay.in", hdr, fmt.Sprint(i))
 	}
-	err, took := b.stop(t, 30*time.Second)
+	err, took := b.Stop(t, 30*time.Second)
 	if err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, b.out.String())
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, b.Out.String())
 	}
 	t.Logf("drained and exited %s after SIGTERM", took)
 	startBridge(t, s.env)
@@ -341,12 +341,12 @@ func TestStartupErrors(t *testing.T) {
 	t.Run("bad variables are all named", func(t *testing.T) {
 		env := map[string]string{"BRIDGE_SHARDS": "abc", "BRIDGE_LEASE": "soon", "BRIDGE_NATS_URL": s.nats.URL()}
 		b := startProcess(t, env)
-		if err := b.wait(t, 20*time.Second); err == nil {
+		if err := b.Wait(t, 20*time.Second); err == nil {
 			t.Fatal("bridge started with BRIDGE_SHARDS=abc")
 		}
 		for _, name := range []string{"BRIDGE_SHARDS", "BRIDGE_LEASE"} {
-			if !contains(b.out.String(), name) {
-				t.Fatalf("output does not name %s:\n%s", name, b.out.String())
+			if !contains(b.Out.String(), name) {
+				t.Fatalf("output does not name %s:\n%s", name, b.Out.String())
 			}
 		}
 	})
@@ -357,11 +357,11 @@ func TestStartupErrors(t *testing.T) {
 		}
 		env["BRIDGE_NATS_STREAM"] = "NOPE"
 		b := startProcess(t, env)
-		if err := b.wait(t, 20*time.Second); err == nil {
+		if err := b.Wait(t, 20*time.Second); err == nil {
 			t.Fatal("bridge started without its stream")
 		}
-		if !contains(b.out.String(), "NOPE") {
-			t.Fatalf("output does not name the stream:\n%s", b.out.String())
+		if !contains(b.Out.String(), "NOPE") {
+			t.Fatalf("output does not name the stream:\n%s", b.Out.String())
 		}
 	})
 }
@@ -370,10 +370,10 @@ func TestStartupErrors(t *testing.T) {
 func TestHTTPEndpoints(t *testing.T) {
 	s := newStack(t)
 	b := startBridge(t, s.env)
-	if code, _ := httpGet("http://" + b.httpAddr + "/healthz"); code != http.StatusOK {
+	if code, _ := httpGet("http://" + b.HTTPAddr + "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz = %d", code)
 	}
-	code, body := httpGet("http://" + b.httpAddr + "/metrics")
+	code, body := httpGet("http://" + b.HTTPAddr + "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
@@ -385,7 +385,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	s.redis.Kill()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, body := httpGet("http://" + b.httpAddr + "/readyz")
+		code, body := httpGet("http://" + b.HTTPAddr + "/readyz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "redis") {
 			break
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -314,6 +315,7 @@ func (e *Egress) quarantine(ctx context.Context, corrupt []delaystore.Receipt) {
 // context detached from ctx, bounded by DrainTimeout, so a batch claimed before shutdown
 // is finished. It returns the shard's head after settling, when the store reported it.
 func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Claimed) (head int64, known bool) {
+	failpoint.Inject(failpoint.AfterClaim)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
 	defer cancel()
 	out := make([]*outgoing, len(claimed))
@@ -335,6 +337,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 		}()
 	}
 	wg.Wait()
+	failpoint.Inject(failpoint.AfterPublish)
 	confirmedAt := e.clock.redisNow(time.Now())
 
 	var acks []delaystore.Receipt

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -263,6 +264,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		in.metrics.in(src.Broker, "nacked", len(batch))
 		return
 	}
+	failpoint.Inject(failpoint.AfterPark)
 	for i, p := range batch {
 		r := parked[i]
 		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {

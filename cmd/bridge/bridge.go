@@ -278,7 +278,7 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, delaystore.ErrShardMismatch) {
+		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) {
 			return err
 		}
 		if ctx.Err() != nil {

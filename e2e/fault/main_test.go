@@ -1,0 +1,275 @@
+//go:build fault
+
+// Package fault is the fault suite of ../shared/FAULTS.md: the bridge binary, built with
+// test-only failpoints (-tags failpoints), runs as a subprocess against a spawned
+// redis-server and an embedded nats-server, and is killed, stopped and restarted while
+// messages flow. A checker counts, for every run, the messages lost (acked by the source,
+// never delivered), early (before their due time), duplicated and late.
+//
+// Run with `make test-fault` (go test -tags fault ./e2e/fault/).
+package fault
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/e2etest"
+	"github.com/delaybridge/delaybridge/internal/testnats"
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+// bridgeBin is the failpoints build of the bridge, made once by TestMain.
+var bridgeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "delaybridge-fault-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fault:", err)
+		os.Exit(1)
+	}
+	if bridgeBin, err = e2etest.Build(dir, false, "failpoints"); err != nil {
+		fmt.Fprintln(os.Stderr, "fault: build bridge:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// stack is one test's servers: Redis (AOF always unless args say otherwise), NATS with
+// the streams IN (delay.in, delay.cancel: the bridge's durable consumer reads it) and OUT
+// (out.>: every delivery is a JetStream publish, deduplicated by Nats-Msg-Id).
+type stack struct {
+	redis *testredis.Server
+	nats  *testnats.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	env   map[string]string
+}
+
+func newStack(t *testing.T, redisArgs ...string) *stack {
+	t.Helper()
+	s := &stack{redis: testredis.Start(t, redisArgs...), nats: testnats.Start(t)}
+	s.nc = testnats.Connect(t, s.nats.URL())
+	var err error
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		t.Fatal(err)
+	}
+	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
+	testnats.CreateStream(t, s.nc, "OUT", "out.>")
+	s.env = map[string]string{
+		"BRIDGE_REDIS_URL":        s.redis.URL(),
+		"BRIDGE_NATS_URL":         s.nats.URL(),
+		"BRIDGE_NATS_STREAM":      "IN",
+		"BRIDGE_NATS_ACK_WAIT":    "2s",
+		"BRIDGE_LEASE":            "1s",
+		"BRIDGE_KEY_PREFIX":       testredis.Prefix(t),
+		"BRIDGE_LOG_LEVEL":        "info",
+		"BRIDGE_LOG_FORMAT":       "text",
+		"BRIDGE_SHUTDOWN_TIMEOUT": "10s",
+	}
+	return s
+}
+
+// envWith is a copy of s.env with kv (key, value, key, value...) set.
+func (s *stack) envWith(kv ...string) map[string]string {
+	env := make(map[string]string, len(s.env)+len(kv)/2)
+	for k, v := range s.env {
+		env[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	return env
+}
+
+// checker sends numbered messages to delay.in and watches out.fault with a core
+// subscription (which sees every publish, duplicates included) and the OUT stream (which
+// holds what JetStream kept after Nats-Msg-Id deduplication).
+type checker struct {
+	t  *testing.T
+	s  *stack
+	js jetstream.JetStream // its own connection, so that async publish state is ours
+
+	mu       sync.Mutex
+	earliest map[string]time.Time // seq -> earliest legal arrival
+	copies   map[string]int
+	early    []string
+	lateness []time.Duration
+}
+
+func newChecker(t *testing.T, s *stack) *checker {
+	t.Helper()
+	c := &checker{t: t, s: s, earliest: map[string]time.Time{}, copies: map[string]int{}}
+	nc := testnats.Connect(t, s.nats.URL())
+	var err error
+	if c.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024)); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.nc.Subscribe("out.fault", c.arrive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return c
+}
+
+// tolerance covers the millisecond rounding of due times (Redis TIME in ms, delays in ms).
+const tolerance = 2 * time.Millisecond
+
+func (c *checker) arrive(m *nats.Msg) {
+	now := time.Now()
+	seq := m.Header.Get("seq")
+	due, err := strconv.ParseInt(m.Header.Get("x-delay-due"), 10, 64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.copies[seq]++
+	earliest, known := c.earliest[seq]
+	switch {
+	case !known || err != nil:
+		c.early = append(c.early, fmt.Sprintf("seq %q: unknown or no x-delay-due (%v)", seq, err))
+	case now.UnixMilli() < due:
+		c.early = append(c.early, fmt.Sprintf("seq %s: %d ms before its x-delay-due", seq, due-now.UnixMilli()))
+	case now.Before(earliest.Add(-tolerance)):
+		c.early = append(c.early, fmt.Sprintf("seq %s: %s before send time + delay", seq, earliest.Sub(now)))
+	case c.copies[seq] == 1:
+		c.lateness = append(c.lateness, now.Sub(earliest))
+	}
+}
+
+// send publishes n messages, message i with x-delay delay(i), and waits for every PubAck:
+// from then on each one is the bridge's to deliver. It returns the seqs.
+func (c *checker) send(prefix string, n int, delay func(i int) time.Duration) []string {
+	c.t.Helper()
+	seqs := make([]string, n)
+	for i := range n {
+		seq := fmt.Sprintf("%s-%d", prefix, i)
+		seqs[i] = seq
+		m := nats.NewMsg("delay.in")
+		d := delay(i)
+		m.Header.Set("x-delay", strconv.FormatInt(d.Milliseconds(), 10))
+		m.Header.Set("x-target", "out.fault")
+		m.Header.Set("seq", seq)
+		c.mu.Lock()
+		c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
+		c.mu.Unlock()
+		if _, err := c.js.PublishMsgAsync(m); err != nil {
+			c.t.Fatalf("publish %s: %v", seq, err)
+		}
+	}
+	select {
+	case <-c.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		c.t.Fatal("PubAcks for delay.in did not arrive")
+	}
+	return seqs
+}
+
+// report is what the checker counted for one run.
+type report struct {
+	messages, lost, early, dups, streamExtra int
+	p50, p99, max                            time.Duration
+}
+
+func (r report) String() string {
+	return fmt.Sprintf("messages %d, lost %d, early %d, duplicate publishes %d (OUT stream extra copies %d), lateness p50 %s p99 %s max %s",
+		r.messages, r.lost, r.early, r.dups, r.streamExtra, r.p50, r.p99, r.max)
+}
+
+// await waits up to timeout for every seq to arrive, then 1.5 s more for late copies, and
+// counts. The OUT stream must hold one message per seq: extra ones are duplicates that
+// escaped JetStream's deduplication.
+func (c *checker) await(seqs []string, timeout time.Duration) report {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		c.mu.Lock()
+		missing := 0
+		for _, s := range seqs {
+			if c.copies[s] == 0 {
+				missing++
+			}
+		}
+		c.mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := report{messages: len(seqs), early: len(c.early)}
+	for _, s := range seqs {
+		switch n := c.copies[s]; {
+		case n == 0:
+			r.lost++
+		case n > 1:
+			r.dups += n - 1
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	str, err := c.s.js.Stream(ctx, "OUT")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r.streamExtra = int(info.State.Msgs) - (len(seqs) - r.lost)
+	l := slices.Clone(c.lateness)
+	slices.Sort(l)
+	if len(l) > 0 {
+		r.p50, r.p99, r.max = l[len(l)/2], l[min(len(l)-1, len(l)*99/100)], l[len(l)-1]
+	}
+	for i, e := range c.early {
+		if i == 5 {
+			break
+		}
+		c.t.Errorf("early: %s", e)
+	}
+	return r
+}
+
+// requireSafe fails the test unless nothing was lost and nothing was early: the promise
+// of FAULTS.md. Duplicates are allowed (at-least-once) and reported. Extra copies in the
+// OUT stream are duplicates JetStream could not drop: a source message whose ack was lost
+// in a crash is redelivered after its first copy was already delivered and removed, and is
+// parked again as a new version with a new Nats-Msg-Id (no tombstones yet; see README).
+func requireSafe(t *testing.T, r report) {
+	t.Helper()
+	t.Log(r)
+	if r.lost != 0 || r.early != 0 {
+		t.Fatalf("guarantee broken: %s", r)
+	}
+}
+
+// parked returns the bridge's parked count from the message API.
+func parked(t *testing.T, b *e2etest.Bridge) string {
+	t.Helper()
+	code, body := e2etest.HTTPGet("http://" + b.APIAddr + "/v1/stats")
+	if code != 200 {
+		t.Fatalf("/v1/stats: %d %s", code, body)
+	}
+	return body
+}
+
+// uniform is a delay uniform-ish in 0..max, deterministic in i.
+func uniform(max time.Duration) func(int) time.Duration {
+	return func(i int) time.Duration { return time.Duration(i*7919%1000) * max / 1000 }
+}
