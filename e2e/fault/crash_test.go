@@ -38,50 +38,44 @@ func waitEmpty(t *testing.T, b *e2etest.Bridge) {
 	}
 }
 
+// crashAt runs 2000 messages (delays 0..1 s) through a bridge armed to kill itself the
+// n-th time it reaches point, restarts it unarmed, and checks lost 0 and early 0, and
+// that the store is empty once everything was delivered.
+func crashAt(t *testing.T, point string, n int) report {
+	t.Helper()
+	s := newStack(t)
+	c := newChecker(t, s)
+	a := e2etest.StartReady(t, bridgeBin, s.envWith(failpoint.Env, point+"=crash@"+itoa(n)))
+	seqs := c.send(point, 2000, uniform(time.Second))
+	crashed(t, a, point)
+	b := e2etest.StartReady(t, bridgeBin, s.envWith())
+	r := c.await(seqs, 30*time.Second)
+	requireSafe(t, r)
+	waitEmpty(t, b)
+	return r
+}
+
 // A1: kill -9 after the park, before the source ack. JetStream redelivers after AckWait;
 // the park of the same source id keeps the entry it has while it is still parked, so
 // nothing is parked twice at once and nothing is lost. (A message already delivered before
 // its redelivery is parked and delivered again: reported as OUT stream extra copies.)
 func TestA1CrashAfterParkBeforeAck(t *testing.T) {
-	s := newStack(t)
-	c := newChecker(t, s)
-	a := e2etest.StartReady(t, bridgeBin, s.envWith(failpoint.Env, failpoint.AfterPark+"=crash@4"))
-	seqs := c.send("a1", 2000, uniform(time.Second))
-	crashed(t, a, failpoint.AfterPark)
-	b := e2etest.StartReady(t, bridgeBin, s.envWith())
-	requireSafe(t, c.await(seqs, 30*time.Second))
-	waitEmpty(t, b)
+	crashAt(t, failpoint.AfterPark, 4)
 }
 
 // A3: kill -9 after the target confirmed a batch, before the store was told. The lease
 // expires, the batch is claimed and published again with the same Nats-Msg-Id, and
-// JetStream drops the copies: the OUT stream holds each message once.
+// JetStream drops those copies.
 func TestA3CrashAfterPublishBeforeAck(t *testing.T) {
-	s := newStack(t)
-	c := newChecker(t, s)
-	a := e2etest.StartReady(t, bridgeBin, s.envWith(failpoint.Env, failpoint.AfterPublish+"=crash@3"))
-	seqs := c.send("a3", 2000, uniform(time.Second))
-	crashed(t, a, failpoint.AfterPublish)
-	b := e2etest.StartReady(t, bridgeBin, s.envWith())
-	r := c.await(seqs, 30*time.Second)
-	requireSafe(t, r)
-	if r.dups == 0 {
+	if r := crashAt(t, failpoint.AfterPublish, 3); r.dups == 0 {
 		t.Fatalf("no batch was published twice: the crash did not fall between publish and ack (%s)", r)
 	}
-	waitEmpty(t, b)
 }
 
 // A4: kill -9 between claim and publish. The claimed messages wait out the lease and are
 // then claimed and published by the restarted bridge: late by about the lease, not lost.
 func TestA4CrashAfterClaimBeforePublish(t *testing.T) {
-	s := newStack(t)
-	c := newChecker(t, s)
-	a := e2etest.StartReady(t, bridgeBin, s.envWith(failpoint.Env, failpoint.AfterClaim+"=crash@3"))
-	seqs := c.send("a4", 2000, uniform(time.Second))
-	crashed(t, a, failpoint.AfterClaim)
-	b := e2etest.StartReady(t, bridgeBin, s.envWith())
-	requireSafe(t, c.await(seqs, 30*time.Second))
-	waitEmpty(t, b)
+	crashAt(t, failpoint.AfterClaim, 3)
 }
 
 // A5: a random kill -9 loop over 3 replicas while messages flow in and out. The seed is
