@@ -1,0 +1,27 @@
+//go:build fault
+
+package fault
+
+import (
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/e2etest"
+)
+
+// E1: four replicas race for the same due messages (5000, all due within a few ms of each
+// other). Without faults every message is claimed by exactly one replica: delivered
+// exactly once, none early.
+func TestE1ReplicasRaceForDueShards(t *testing.T) {
+	s := newStack(t)
+	c := newChecker(t, s)
+	for range 4 {
+		e2etest.StartReady(t, bridgeBin, s.envWith())
+	}
+	seqs := c.send("e1", 5000, func(int) time.Duration { return 1500 * time.Millisecond })
+	r := c.await(seqs, 30*time.Second)
+	requireSafe(t, r)
+	if r.dups != 0 || r.streamExtra != 0 {
+		t.Fatalf("a message was delivered more than once without any fault: %s", r)
+	}
+}
