@@ -32,7 +32,7 @@ lint:
 
 # End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
 # bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline; prints one
-# table and writes docs/benchmarks.md. ~11 min. Quick look (~2 min, does not touch the docs):
+# table and writes docs/benchmarks.md. ~11 min. Quick look (~1 min, does not touch the docs):
 # `go run ./e2e/bench -quick`. Other flags: -runs N, -workloads uniform,steady,burst,parked,
 # -systems delaybridge,asynq, -variants x3-everysec,x1-always, -kafka=false, -out FILE,
 # -profile DIR (CPU profiles of the bridges).

@@ -43,7 +43,7 @@ func (v variant) String() string {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants (~3 min)")
+	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants (~1 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
 	workloads := flag.String("workloads", "uniform,steady,burst,parked", "comma-separated: uniform, steady, burst, parked")
 	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
