@@ -173,7 +173,7 @@ func (e *Egress) resync(ctx context.Context) {
 		}
 		return
 	}
-	e.clock.observe(now, time.Now())
+	e.clock.observe(now, failpoint.Now())
 	for s, h := range heads {
 		if h >= 0 && s < len(e.workers) {
 			e.workers[s].offer(h)
@@ -221,7 +221,7 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 		}
 		var fire <-chan time.Time
 		if next >= 0 {
-			if d := time.Until(e.clock.local(next)); d > 0 {
+			if d := e.clock.local(next).Sub(failpoint.Now()); d > 0 {
 				timer.Reset(d)
 				fire = timer.C
 			} else {
@@ -258,7 +258,7 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			failing = false
 		}
 		errWait = 100 * time.Millisecond
-		e.clock.observe(c.Now, time.Now())
+		e.clock.observe(c.Now, failpoint.Now())
 		next = c.Next
 		if len(c.Corrupt) > 0 {
 			e.quarantine(ctx, c.Corrupt)
@@ -338,7 +338,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 	}
 	wg.Wait()
 	failpoint.Inject(failpoint.AfterPublish)
-	confirmedAt := e.clock.redisNow(time.Now())
+	confirmedAt := e.clock.redisNow(failpoint.Now())
 
 	var acks []delaystore.Receipt
 	var retries []delaystore.RetryRequest

@@ -117,7 +117,7 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	}
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
-		log: logger.With("component", "ingress"), metrics: metrics, now: time.Now,
+		log: logger.With("component", "ingress"), metrics: metrics, now: failpoint.Now,
 	}, nil
 }
 

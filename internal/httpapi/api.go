@@ -19,6 +19,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -115,7 +116,7 @@ type StatsResponse struct {
 }
 
 func (a *api) post(w http.ResponseWriter, r *http.Request) {
-	received := time.Now()
+	received := failpoint.Now()
 	limit := int64(a.cfg.Rules.MaxPayload)*2 + 64<<10 // base64 and JSON escaping room
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
@@ -129,7 +130,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	park, err := a.cfg.Rules.Prepare(in, time.Now())
+	park, err := a.cfg.Rules.Prepare(in, failpoint.Now())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, ingress.ErrorText(err))
 		return
