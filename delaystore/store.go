@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +41,9 @@ type Store struct {
 	wakeChannel string
 	keys        []shardKeys
 
+	epochMu sync.Mutex
+	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
+
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load), so sharing them between goroutines is safe.
 	park, claim, ack, retry, cancel *redis.Script
@@ -49,6 +53,7 @@ type Store struct {
 // them.
 type shardKeys struct {
 	z, m    string
+	epoch   string // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
 	zmSeq   []string // z, m, seq
 	shardID string   // the shard number as a decimal string
@@ -103,7 +108,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
 		z, m, seq := tag+":z", tag+":m", tag+":seq"
 		s.keys[i] = shardKeys{
-			z: z, m: m,
+			z: z, m: m, epoch: tag + ":epoch",
 			zm:      []string{z, m},
 			zmSeq:   []string{z, m, seq},
 			shardID: strconv.Itoa(i),
@@ -116,7 +121,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // an error wrapping ErrEvictionPolicy (noeviction, the default, is right; volatile-* only
 // evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
 // with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
-// it: a different recorded count is an error wrapping ErrShardMismatch. It also loads the
+// it: a different recorded count is an error wrapping ErrShardMismatch. It creates or reads
+// every shard's dataset epoch, which CheckDataset compares against. It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA. Call it once at start; it blocks
 // until Redis answered, and is safe to call concurrently and repeatedly.
 func (s *Store) Init(ctx context.Context) error {
@@ -137,6 +143,9 @@ func (s *Store) Init(ctx context.Context) error {
 	if recorded != s.shards {
 		return fmt.Errorf("init: redis key %s records %d shards but BRIDGE_SHARDS is %d: %w",
 			s.shardsKey, recorded, s.shards, ErrShardMismatch)
+	}
+	if err := s.initEpochs(ctx); err != nil {
+		return err
 	}
 	for name, sc := range map[string]*redis.Script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,

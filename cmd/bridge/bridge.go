@@ -85,6 +85,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	reg.MustRegister(newStoreCollector(store))
+	dataset, err := newDatasetWatch(store, logger, reg)
+	if err != nil {
+		return err
+	}
 
 	var storeReady atomic.Bool
 	checks := []httpapi.Check{{Name: "redis", Probe: func(ctx context.Context) error {
@@ -219,6 +223,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		w, wctx := errgroup.WithContext(gctx)
 		w.Go(func() error { return in.Run(wctx) })
 		w.Go(func() error { return out.Run(wctx) })
+		w.Go(func() error { return dataset.Run(wctx) })
 		logger.Info("delaybridge running", "brokers", strings.Join(cfg.Brokers(), ","),
 			"http", cfg.HTTPAddr, "api", cfg.APIAddr)
 		if ls.ready != nil {

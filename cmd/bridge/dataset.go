@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+)
+
+// datasetCheckInterval is how often the dataset epoch is read (FAULTS.md B10): 16 GETs in
+// one pipeline.
+const datasetCheckInterval = 2 * time.Second
+
+// datasetWatch detects a Redis that came back empty under the bridge (FLUSHALL, a restart
+// without persistence, a new pod without its volume). The loss itself cannot be prevented;
+// the watch says so once per reset, with one ERROR line and a counter, and the bridge goes on.
+type datasetWatch struct {
+	store  *delaystore.Store
+	log    *slog.Logger
+	resets prometheus.Counter
+}
+
+func newDatasetWatch(store *delaystore.Store, logger *slog.Logger, reg prometheus.Registerer) (*datasetWatch, error) {
+	resets := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "delaybridge_redis_dataset_reset_total",
+		Help: "Times this replica found the Redis dataset reset (epoch keys gone): messages parked before were lost by Redis.",
+	})
+	if err := reg.Register(resets); err != nil {
+		return nil, err
+	}
+	return &datasetWatch{store: store, log: logger.With("component", "dataset"), resets: resets}, nil
+}
+
+// Run checks every datasetCheckInterval until ctx is cancelled; it returns nil then.
+// Redis errors are left to the components that need Redis (they log and retry).
+func (d *datasetWatch) Run(ctx context.Context) error {
+	tick := time.NewTicker(datasetCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		reset, err := d.store.CheckDataset(ctx)
+		if err != nil {
+			d.log.Debug("dataset check", "err", err)
+			continue
+		}
+		if len(reset) > 0 {
+			d.resets.Inc()
+			d.log.Error("Redis dataset was reset: messages parked before were lost by Redis and will not be delivered "+
+				"(FLUSHALL, a restart without persistence, or a new Redis without its data); going on with an empty store",
+				"shards", len(reset), "of", d.store.Shards())
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package delaystore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The dataset epoch detects a Redis that came back empty (FLUSHALL, a restart without
+// persistence, a new pod without its volume): the bridge cannot prevent that loss, only
+// report it. Every shard has a key {P:s}:epoch, under the shard's hash tag so that on
+// Redis Cluster each master holds the epochs of its own shards and the loss of any one
+// master's data is seen. Init creates the missing ones (SET NX, a random value) and
+// remembers what it read; CheckDataset reads them again: a key that is gone or holds
+// another value means the shard's data was reset under this replica.
+
+// newEpoch returns a random epoch value.
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// initEpochs creates the missing epoch keys and remembers every shard's epoch.
+func (s *Store) initEpochs(ctx context.Context) error {
+	shards := make([]int, s.shards)
+	for i := range shards {
+		shards[i] = i
+	}
+	seen, err := s.establishEpochs(ctx, shards)
+	if err != nil {
+		return fmt.Errorf("init: dataset epoch: %w", err)
+	}
+	s.epochMu.Lock()
+	s.epochs = seen
+	s.epochMu.Unlock()
+	return nil
+}
+
+// establishEpochs sets each listed shard's epoch key unless it exists (SET NX) and returns
+// the values then stored, in the order of shards. One pipeline.
+func (s *Store) establishEpochs(ctx context.Context, shards []int) ([]string, error) {
+	epoch := newEpoch()
+	gets := make([]*redis.StringCmd, len(shards))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sh := range shards {
+			p.SetNX(ctx, s.keys[sh].epoch, epoch, 0)
+			gets[i] = p.Get(ctx, s.keys[sh].epoch)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(shards))
+	for i, g := range gets {
+		out[i] = g.Val()
+	}
+	return out, nil
+}
+
+// CheckDataset reads every shard's epoch key and reports the shards whose key is gone or
+// holds another value than this replica saw: their parked messages were lost in Redis
+// (FLUSHALL, a restart without persistence...). It then re-creates their epochs (and the
+// shard-count record), so a reset is reported once per replica. On error it reports no
+// shard and remembers the old epochs, so the next call sees the reset again. Init must have succeeded first. It blocks until Redis
+// answered or ctx is done; safe for concurrent use.
+func (s *Store) CheckDataset(ctx context.Context) (reset []int, err error) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if len(s.epochs) != s.shards {
+		return nil, errors.New("check dataset: store not initialised")
+	}
+	gets := make([]*redis.StringCmd, s.shards)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range gets {
+			gets[i] = p.Get(ctx, s.keys[i].epoch)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("check dataset: %w", err)
+	}
+	for i, g := range gets {
+		if err := g.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("check dataset: %w", err)
+		}
+		if g.Val() != s.epochs[i] {
+			reset = append(reset, i)
+		}
+	}
+	if len(reset) == 0 {
+		return nil, nil
+	}
+	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
+		return nil, fmt.Errorf("check dataset: record shard count: %w", err)
+	}
+	seen, err := s.establishEpochs(ctx, reset)
+	if err != nil {
+		return nil, fmt.Errorf("check dataset: re-create epoch: %w", err)
+	}
+	for i, sh := range reset {
+		s.epochs[sh] = seen[i]
+	}
+	return reset, nil
+}
