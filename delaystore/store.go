@@ -53,7 +53,7 @@ type Store struct {
 // them.
 type shardKeys struct {
 	z, m    string
-	epoch   string // {P:s}:epoch, the shard's dataset epoch (epoch.go)
+	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
 	zmSeq   []string // z, m, seq
 	shardID string   // the shard number as a decimal string

@@ -375,6 +375,13 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 			e.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", err)
 			known = false
 		}
+		if stale := len(acks) - applied.N; err == nil && stale > 0 {
+			// The lease expired before the target confirmed (a pause, a slow broker): another
+			// replica claimed these messages and the store fenced this ack. The copy just
+			// published is a duplicate with the same Nats-Msg-Id.
+			e.log.Warn("acks fenced: the lease expired before the publish was confirmed; another replica owns these messages",
+				"shard", shard, "stale", stale, "batch", len(acks))
+		}
 		head, known = mergeHead(head, applied.Heads, shard, known)
 	}
 	if len(retries) > 0 {
