@@ -67,7 +67,10 @@ type listeners struct {
 // closes. It returns nil after a clean drain.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
 	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
-	rdb := newRedisClient(cfg)
+	rdb, err := newRedisClient(cfg, logger)
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	store, err := delaystore.New(rdb, cfg.Store)
 	if err != nil {
@@ -281,6 +284,9 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) {
 			return err
 		}
+		if isRedisAuthError(err) {
+			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in the README): %w", err)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -294,12 +300,19 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 	}
 }
 
-func newRedisClient(cfg config.Config) redis.UniversalClient {
-	if len(cfg.Redis.ClusterAddrs) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs})
+func newRedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
+	sec, err := newRedisSecurity(cfg.Redis)
+	if err != nil {
+		return nil, err
 	}
-	opts, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
-	return redis.NewClient(opts)
+	if len(cfg.Redis.ClusterAddrs) > 0 {
+		o := &redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs}
+		sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
+		return redis.NewClusterClient(o), nil
+	}
+	o, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
+	sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
+	return redis.NewClient(o), nil
 }
 
 func targetPolicy(cfg config.Config) ingress.TargetPolicy {

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/internal/tlsfiles"
+)
+
+// redisSecurity is what BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD(_FILE) and the
+// BRIDGE_REDIS_TLS_* files add to the Redis client options, in every mode (URL,
+// cluster). Built once at start: a bad certificate file fails the start.
+type redisSecurity struct {
+	user, pass string
+	tls        *tls.Config // nil: the files do not turn TLS on
+}
+
+func newRedisSecurity(cfg config.Redis) (redisSecurity, error) {
+	s := redisSecurity{user: cfg.Username, pass: cfg.Password}
+	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
+	if files.Set() {
+		conf, err := files.Config("")
+		if err != nil {
+			return redisSecurity{}, fmt.Errorf("redis %w", err)
+		}
+		s.tls = conf
+	}
+	return s, nil
+}
+
+// apply overrides the user and password of a client's options when configured, and
+// turns TLS on with the configured files (keeping the server name of a rediss:// URL).
+// It warns when certificate verification is off (rediss://...?skip_verify=true).
+func (s redisSecurity) apply(tlsConf **tls.Config, user, pass *string, logger *slog.Logger) {
+	if s.user != "" {
+		*user = s.user
+	}
+	if s.pass != "" {
+		*pass = s.pass
+	}
+	if s.tls != nil {
+		conf := s.tls.Clone()
+		if *tlsConf != nil {
+			conf.ServerName = (*tlsConf).ServerName
+			conf.InsecureSkipVerify = (*tlsConf).InsecureSkipVerify
+		}
+		*tlsConf = conf
+	}
+	if *tlsConf != nil && (*tlsConf).InsecureSkipVerify {
+		logger.Warn("redis TLS certificate verification is OFF (skip_verify in BRIDGE_REDIS_URL): anyone on the path can read and change parked messages")
+	}
+}
+
+// isRedisAuthError reports whether err is Redis refusing the credentials or a command
+// (ACL), which retrying does not fix: the bridge stops with a clear error instead of
+// staying not-ready.
+func isRedisAuthError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
