@@ -110,7 +110,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}
 	}()
 	if cfg.NATS.URL != "" {
-		nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger)
+		natsOpts, err := natsSecurity(cfg.NATS)
+		if err != nil {
+			return err
+		}
+		nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger, natsOpts...)
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}

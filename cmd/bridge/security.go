@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"strings"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/config"
+	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/tlsfiles"
 )
 
@@ -72,4 +74,19 @@ func isRedisAuthError(err error) bool {
 		}
 	}
 	return false
+}
+
+// natsSecurity returns the connection options of BRIDGE_NATS_CREDS_FILE,
+// BRIDGE_NATS_NKEY_FILE and the BRIDGE_NATS_TLS_* files.
+func natsSecurity(cfg config.NATS) ([]natsgo.Option, error) {
+	sec := natsbroker.Security{CredsFile: cfg.CredsFile, NKeyFile: cfg.NKeyFile}
+	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
+	if files.Set() {
+		conf, err := files.Config("")
+		if err != nil {
+			return nil, fmt.Errorf("nats %w", err)
+		}
+		sec.TLS = conf
+	}
+	return sec.Options()
 }
