@@ -160,8 +160,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}})
 	}
 	if len(cfg.Kafka.Brokers) > 0 {
+		kafkaSec, err := kafkaSecurity(cfg.Kafka)
+		if err != nil {
+			return err
+		}
+		if err := checkKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
+			return err
+		}
 		pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
-			Brokers: cfg.Kafka.Brokers,
+			Brokers:  cfg.Kafka.Brokers,
+			Security: kafkaSec,
 			// As a Java producer: the broker's auto.create.topics.enable decides.
 			AllowAutoTopicCreation: true,
 		}, logger)
@@ -169,7 +177,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			return fmt.Errorf("kafka publisher: %w", err)
 		}
 		closers = append(closers, func() { _ = pub.Close() })
-		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group}, logger)
+		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group, Security: kafkaSec}, logger)
 		if err != nil {
 			return fmt.Errorf("kafka subscriber: %w", err)
 		}
@@ -183,7 +191,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}
 		brokers := cfg.Kafka.Brokers
 		checks = append(checks, httpapi.Check{Name: "kafka", Probe: func(ctx context.Context) error {
-			return kafkabroker.Ping(ctx, brokers)
+			return kafkabroker.PingWith(ctx, brokers, kafkaSec)
 		}})
 	}
 	if len(publishers) == 0 {

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/config"
+	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/tlsfiles"
 )
@@ -89,4 +92,38 @@ func natsSecurity(cfg config.NATS) ([]natsgo.Option, error) {
 		sec.TLS = conf
 	}
 	return sec.Options()
+}
+
+// kafkaSecurity returns the TLS and SASL of the BRIDGE_KAFKA_TLS* and
+// BRIDGE_KAFKA_SASL_* variables.
+func kafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
+	var sec kafkabroker.Security
+	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
+	if cfg.KafkaTLS || files.Set() {
+		conf, err := files.Config("")
+		if err != nil {
+			return sec, fmt.Errorf("kafka %w", err)
+		}
+		sec.TLS = conf
+	}
+	if cfg.SASLMechanism != "" {
+		m, err := kafkabroker.NewSASL(cfg.SASLMechanism, cfg.SASLUsername, cfg.SASLPassword)
+		if err != nil {
+			return sec, err
+		}
+		sec.SASL = m
+	}
+	return sec, nil
+}
+
+// checkKafkaAuth pings the brokers once at start (bounded by 5 s) and returns an error
+// only when they refuse the credentials: a broker that is down is not fatal (readiness
+// reports it, the clients retry), wrong credentials are.
+func checkKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Security) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := kafkabroker.PingWith(ctx, brokers, sec); kafkabroker.IsAuthError(err) {
+		return fmt.Errorf("kafka refused the bridge's credentials (check BRIDGE_KAFKA_SASL_*): %w", err)
+	}
+	return nil
 }
