@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,31 @@ func TestNATSNkeyTLSLeastPrivilege(t *testing.T) {
 	if strings.Contains(b.Out.String(), "Permissions Violation") {
 		t.Fatalf("the bridge needed more than bridgeNATSPermissions:\n%s", b.Out.String())
 	}
+
+	// A target the bridge may not publish to (allowed by BRIDGE_TARGET_ALLOW, refused by
+	// the server): what becomes of it is logged for the report (row D4), not asserted.
+	var dlqN, deniedN atomic.Int64
+	dsub, err := nc.Subscribe("delay.dlq", func(*nats.Msg) { dlqN.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dsub.Unsubscribe()
+	xsub, err := nc.Subscribe("denied.x", func(*nats.Msg) { deniedN.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xsub.Unsubscribe()
+	dm := nats.NewMsg("delay.in")
+	dm.Header.Set("x-delay", "10")
+	dm.Header.Set("x-target", "denied.x")
+	if err := nc.PublishMsg(dm); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // observation only, nothing asserted on it
+	_, stats := e2etest.HTTPGet("http://" + b.APIAddr + "/v1/stats")
+	stats = strings.TrimSpace(stats)
+	t.Logf("target refused by server permissions: delivered %d, dead-lettered %d, stats %s, bridge logged violation: %v",
+		deniedN.Load(), dlqN.Load(), stats, strings.Contains(b.Out.String(), "Permissions Violation"))
 
 	// The bridge's own credentials cannot reach the JetStream API or other subjects.
 	var violations []string
