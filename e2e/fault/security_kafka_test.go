@@ -40,7 +40,7 @@ func TestKafkaSCRAMTLS(t *testing.T) {
 		"BRIDGE_KAFKA_BROKERS":            strings.Join(c.Brokers(), ","),
 		"BRIDGE_KAFKA_SASL_MECHANISM":     "SCRAM-SHA-256",
 		"BRIDGE_KAFKA_SASL_USERNAME":      "bridge",
-		"BRIDGE_KAFKA_SASL_PASSWORD_FILE": writeFile(t, "kafka-password", pass+"\n"),
+		"BRIDGE_KAFKA_SASL_PASSWORD_FILE": secFile(t, "kafka-password", pass+"\n"),
 		"BRIDGE_KAFKA_TLS_CA_FILE":        certs.CA,
 		"BRIDGE_KAFKA_TLS_CERT_FILE":      certs.ClientCert,
 		"BRIDGE_KAFKA_TLS_KEY_FILE":       certs.ClientKey,
@@ -99,13 +99,13 @@ func TestKafkaSCRAMTLS(t *testing.T) {
 	b.Kill(t)
 
 	const wrong = "wrong-S3cret-0000"
-	fb := e2etest.Start(t, bridgeBin, mergeEnv(env, "BRIDGE_KAFKA_SASL_PASSWORD_FILE", "", "BRIDGE_KAFKA_SASL_PASSWORD", wrong))
+	fb := e2etest.Start(t, bridgeBin, secEnv(env, "BRIDGE_KAFKA_SASL_PASSWORD_FILE", "", "BRIDGE_KAFKA_SASL_PASSWORD", wrong))
 	if err := fb.Wait(t, 20*time.Second); err == nil {
 		t.Fatal("wrong Kafka password: exit 0")
 	}
 	if !strings.Contains(fb.Out.String(), "kafka refused the bridge's credentials") {
 		t.Errorf("no clear error:\n%s", fb.Out.String())
 	}
-	mustNotContain(t, map[string]string{"bridge output": b.Out.String(), "wrong password output": fb.Out.String()}, pass, wrong)
+	secNoSecrets(t, map[string]string{"bridge output": b.Out.String(), "wrong password output": fb.Out.String()}, pass, wrong)
 	t.Logf("H6: messages %d, delivered %d, early 0 over SCRAM-SHA-256 + mTLS; wrong password: start fails, no password in output", n, len(got))
 }

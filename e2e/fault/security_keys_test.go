@@ -19,15 +19,15 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
-// hostile are target names and ids built to steer Redis keys, hash tags, glob patterns
+// secHostile are target names and ids built to steer Redis keys, hash tags, glob patterns
 // or scripts.
-var hostile = []string{
+var secHostile = []string{
 	"a}{b", "*", "?", "[x]", "{", "}", "out.{x}", "out.}{", "out.*", "out.>", "out.[a-z]",
 	"$JS.API.STREAM.DELETE.IN", "_INBOX.x", "__consumer_offsets", "out.%s%d", "out.\\x",
 	"{delay:0}:z", ":shards", "out.a b", "out.é", "]]..redis.call('FLUSHALL')..[[",
 }
 
-// TestRedisKeySetIndependentOfInput is row H1: hostile target names and ids, plus 1000
+// TestRedisKeySetIndependentOfInput is row H1: secHostile target names and ids, plus 1000
 // distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
 // key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq for each shard, and P:shards), whatever
 // was parked, dead-lettered or cancelled.
@@ -57,7 +57,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 		}
 		sent++
 	}
-	for _, h := range hostile {
+	for _, h := range secHostile {
 		send(h, "")
 		send("out.ok", h)
 		send(h, h)
@@ -66,11 +66,11 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 		send(fmt.Sprintf("out.t%d.{tag%d}", i, i), fmt.Sprintf("{%s:%d}:x%d*", prefix, i%shards, i))
 	}
 	api := "http://" + b.APIAddr + "/v1/messages"
-	for _, h := range hostile {
-		apiDo(t, "POST", api, "", fmt.Sprintf(`{"target":%q,"delay":"1h","id":%q,"payload":"x"}`, h, h))
-		apiDo(t, "GET", api+"/"+url.PathEscape(h), "", "")
+	for _, h := range secHostile {
+		secAPI(t, "POST", api, "", fmt.Sprintf(`{"target":%q,"delay":"1h","id":%q,"payload":"x"}`, h, h))
+		secAPI(t, "GET", api+"/"+url.PathEscape(h), "", "")
 	}
-	for _, h := range hostile[:5] {
+	for _, h := range secHostile[:5] {
 		m := nats.NewMsg("delay.cancel")
 		m.Header.Set("x-delay-id", h)
 		if _, err := s.js.PublishMsg(t.Context(), m); err != nil {
@@ -81,7 +81,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	// Wait until the bridge consumed and acked every NATS message (parked, replaced,
 	// cancelled or dead-lettered).
 	deadline := time.Now().Add(20 * time.Second)
-	for !consumed(t, s, "delaybridge") || !consumed(t, s, "delaybridge-cancel") {
+	for !secConsumed(t, s, "delaybridge") || !secConsumed(t, s, "delaybridge-cancel") {
 		if time.Now().After(deadline) {
 			t.Fatal("the bridge did not consume every message within 20s")
 		}
@@ -97,7 +97,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	}
 	admin := redis.NewClient(opts)
 	defer admin.Close()
-	keys := allKeys(t, admin)
+	keys := secKeys(t, admin)
 	var want []string
 	for i := range shards {
 		for _, k := range []string{"m", "seq", "z"} {
@@ -106,7 +106,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	}
 	want = append(want, prefix+":shards")
 	slices.Sort(want)
-	pats := keyPatterns(prefix)
+	pats := secKeyPatterns(prefix)
 	for _, k := range keys {
 		if !slices.ContainsFunc(pats, func(p *regexp.Regexp) bool { return p.MatchString(k) }) {
 			t.Errorf("unexpected key %q", k)
@@ -115,12 +115,12 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys %d, want exactly %d: got %q", len(keys), len(want), keys)
 	}
-	t.Logf("H1: %d NATS messages (%d hostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 3 x %d shards + 1, none from input",
-		sent, len(hostile), 2*len(hostile), parkedN, dlq.Load(), len(keys), shards)
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 3 x %d shards + 1, none from input",
+		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards)
 }
 
-// consumed reports whether the IN stream's consumer has nothing pending or unacked.
-func consumed(t *testing.T, s *stack, consumer string) bool {
+// secConsumed reports whether the IN stream's consumer has nothing pending or unacked.
+func secConsumed(t *testing.T, s *stack, consumer string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

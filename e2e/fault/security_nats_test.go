@@ -31,8 +31,8 @@ var bridgeNATSPermissions = &server.Permissions{
 	Subscribe: &server.SubjectPermission{Allow: []string{"delay.in", "delay.cancel", "_INBOX.>"}},
 }
 
-// newNkey returns a user nkey's public key and a file holding its seed.
-func newNkey(t *testing.T) (string, string, string) {
+// secNkey returns a user nkey's public key and a file holding its seed.
+func secNkey(t *testing.T) (string, string, string) {
 	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -40,7 +40,7 @@ func newNkey(t *testing.T) (string, string, string) {
 	}
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
-	return pub, string(seed), writeFile(t, "user.nk", string(seed)+"\n")
+	return pub, string(seed), secFile(t, "user.nk", string(seed)+"\n")
 }
 
 // TestNATSNkeyTLSLeastPrivilege is row H5: NATS requires mutual TLS and nkey
@@ -51,8 +51,8 @@ func newNkey(t *testing.T) (string, string, string) {
 // bridge's output.
 func TestNATSNkeyTLSLeastPrivilege(t *testing.T) {
 	certs := testcerts.Generate(t)
-	pub, seed, seedFile := newNkey(t)
-	_, otherSeed, otherSeedFile := newNkey(t)
+	pub, seed, seedFile := secNkey(t)
+	_, otherSeed, otherSeedFile := secNkey(t)
 	ns := testnats.Start(t, func(o *server.Options) {
 		o.JetStream = false
 		o.TLSConfig = certs.ServerTLS()
@@ -200,13 +200,13 @@ func TestNATSNkeyTLSLeastPrivilege(t *testing.T) {
 		"unknown nkey":          {"BRIDGE_NATS_NKEY_FILE", otherSeedFile},
 		"no client certificate": {"BRIDGE_NATS_TLS_CERT_FILE", "", "BRIDGE_NATS_TLS_KEY_FILE", ""},
 	} {
-		fb := e2etest.Start(t, bridgeBin, mergeEnv(env, extra...))
+		fb := e2etest.Start(t, bridgeBin, secEnv(env, extra...))
 		if err := fb.Wait(t, 20*time.Second); err == nil {
 			t.Errorf("%s: exit 0", name)
 		}
-		mustNotContain(t, map[string]string{name: fb.Out.String()}, seed, otherSeed)
+		secNoSecrets(t, map[string]string{name: fb.Out.String()}, seed, otherSeed)
 	}
-	mustNotContain(t, map[string]string{"bridge output": b.Out.String()}, seed)
+	secNoSecrets(t, map[string]string{"bridge output": b.Out.String()}, seed)
 	t.Log(fmt.Sprintf("H5: messages %d, delivered %d, early %d; nkey + mTLS + %d publish / %d subscribe permissions; 5 violations refused; unknown nkey and no client certificate: start fails",
 		n, delivered, e, len(bridgeNATSPermissions.Publish.Allow), len(bridgeNATSPermissions.Subscribe.Allow)))
 }

@@ -17,29 +17,29 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
-// aclRedis starts a redis-server whose only users are the README's delaybridge user
+// secACLRedis starts a redis-server whose only users are the README's delaybridge user
 // (password pass, keys of prefix) and an admin for the test; the default user is off.
 // It returns the server and the admin client.
-func aclRedis(t *testing.T, prefix, pass string) (*rawRedis, *redis.Client) {
+func secACLRedis(t *testing.T, prefix, pass string) (*secRedis, *redis.Client) {
 	t.Helper()
-	line := aclUser(t, prefix, pass)
-	want := slices.Clone(bridgeCommands)
+	line := secACLLine(t, prefix, pass)
+	want := slices.Clone(bridgeRedisCommands)
 	slices.Sort(want)
-	if got := aclCommands(line); !slices.Equal(got, want) {
+	if got := secACLCommands(line); !slices.Equal(got, want) {
 		t.Fatalf("README ACL allows %v, the bridge sends %v: update both together", got, want)
 	}
-	acl := writeFile(t, "users.acl", "user default off\n"+line+"\nuser admin on >admin-pw ~* &* +@all\n")
+	acl := secFile(t, "users.acl", "user default off\n"+line+"\nuser admin on >admin-pw ~* &* +@all\n")
 	admin := func(addr string) *redis.Options {
 		return &redis.Options{Addr: addr, Username: "admin", Password: "admin-pw", DialTimeout: time.Second}
 	}
-	r := startRawRedis(t, false, admin, "--aclfile", acl)
+	r := secStartRedis(t, false, admin, "--aclfile", acl)
 	c := redis.NewClient(admin(r.addr()))
 	t.Cleanup(func() { c.Close() })
 	return r, c
 }
 
-// apiDo sends one message API request and returns the status and body.
-func apiDo(t *testing.T, method, url, token, body string) (int, string) {
+// secAPI sends one message API request and returns the status and body.
+func secAPI(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -68,24 +68,24 @@ func TestRedisACLUser(t *testing.T) {
 	s := newStack(t)
 	prefix := s.env["BRIDGE_KEY_PREFIX"]
 	const pass = "acl-Pa55-7f3c91"
-	r, admin := aclRedis(t, prefix, pass)
+	r, admin := secACLRedis(t, prefix, pass)
 	env := s.envWith(
 		"BRIDGE_REDIS_URL", "redis://"+r.addr()+"/0",
 		"BRIDGE_REDIS_USERNAME", "delaybridge",
-		"BRIDGE_REDIS_PASSWORD_FILE", writeFile(t, "redis-password", pass+"\n"))
+		"BRIDGE_REDIS_PASSWORD_FILE", secFile(t, "redis-password", pass+"\n"))
 	b := e2etest.StartReady(t, bridgeBin, env)
 
 	c := newChecker(t, s)
 	seqs := c.send("acl", 200, uniform(500*time.Millisecond))
 	// The API path: park with an id, read it back, cancel it (cancel.lua), stats.
 	api := "http://" + b.APIAddr + "/v1/messages"
-	if code, body := apiDo(t, "POST", api, "", `{"target":"out.other","delay":"1h","id":"acl-api","payload":"x"}`); code != 201 {
+	if code, body := secAPI(t, "POST", api, "", `{"target":"out.other","delay":"1h","id":"acl-api","payload":"x"}`); code != 201 {
 		t.Fatalf("POST: %d %s", code, body)
 	}
-	if code, body := apiDo(t, "GET", api+"/acl-api", "", ""); code != 200 {
+	if code, body := secAPI(t, "GET", api+"/acl-api", "", ""); code != 200 {
 		t.Fatalf("GET: %d %s", code, body)
 	}
-	if code, body := apiDo(t, "DELETE", api+"/acl-api", "", ""); code != 204 {
+	if code, body := secAPI(t, "DELETE", api+"/acl-api", "", ""); code != 204 {
 		t.Fatalf("DELETE: %d %s", code, body)
 	}
 	rep := c.await(seqs, 20*time.Second)
@@ -95,7 +95,7 @@ func TestRedisACLUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
-		t.Fatalf("Redis refused commands of the bridge (ACL LOG %v, %v): the ACL or bridgeCommands is out of date", log, err)
+		t.Fatalf("Redis refused commands of the bridge (ACL LOG %v, %v): the ACL or bridgeRedisCommands is out of date", log, err)
 	}
 
 	user := redis.NewClient(&redis.Options{Addr: r.addr(), Username: "delaybridge", Password: pass})
@@ -126,13 +126,13 @@ func TestRedisACLUser(t *testing.T) {
 	if !strings.Contains(out, "WRONGPASS") {
 		t.Errorf("start error does not say WRONGPASS:\n%s", out)
 	}
-	mustNotContain(t, map[string]string{"bridge output (wrong password)": out, "bridge output": b.Out.String()}, wrong, pass)
+	secNoSecrets(t, map[string]string{"bridge output (wrong password)": out, "bridge output": b.Out.String()}, wrong, pass)
 	t.Logf("H3: %s; ACL LOG empty; %d forbidden commands refused with NOPERM; wrong password: exit with WRONGPASS", rep, 10)
 }
 
-// runTool runs the bridge binary as a command-line tool with env and returns its
+// secTool runs the bridge binary as a command-line tool with env and returns its
 // combined output.
-func runTool(t *testing.T, env map[string]string, args ...string) (string, error) {
+func secTool(t *testing.T, env map[string]string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -159,13 +159,13 @@ func TestSecretsNeverInOutput(t *testing.T) {
 		urlPass   = "url-S3cret-e1e1"
 	)
 	secrets := []string{redisPass, token, urlPass}
-	r, _ := aclRedis(t, prefix, redisPass)
-	tokenFile := writeFile(t, "token", token+"\n")
+	r, _ := secACLRedis(t, prefix, redisPass)
+	tokenFile := secFile(t, "token", token+"\n")
 	env := s.envWith(
 		"BRIDGE_LOG_LEVEL", "debug",
 		"BRIDGE_REDIS_URL", "redis://"+r.addr()+"/0",
 		"BRIDGE_REDIS_USERNAME", "delaybridge",
-		"BRIDGE_REDIS_PASSWORD_FILE", writeFile(t, "redis-password", redisPass),
+		"BRIDGE_REDIS_PASSWORD_FILE", secFile(t, "redis-password", redisPass),
 		"BRIDGE_API_TOKEN_FILE", tokenFile)
 	b := e2etest.StartReady(t, bridgeBin, env)
 	c := newChecker(t, s)
@@ -189,7 +189,7 @@ func TestSecretsNeverInOutput(t *testing.T) {
 		token string
 		want  int
 	}{{"", 401}, {"wrong-" + token[:4], 401}, {token, 200}} {
-		code, body := apiDo(t, "GET", api, tc.token, "")
+		code, body := secAPI(t, "GET", api, tc.token, "")
 		if code != tc.want {
 			t.Errorf("GET /v1/stats with token %q: %d, want %d", tc.token, code, tc.want)
 		}
@@ -197,14 +197,14 @@ func TestSecretsNeverInOutput(t *testing.T) {
 	}
 
 	toolEnv := map[string]string{"BRIDGE_API_ADDR": b.APIAddr, "BRIDGE_API_TOKEN_FILE": tokenFile}
-	out, err := runTool(t, toolEnv, "stats")
+	out, err := secTool(t, toolEnv, "stats")
 	if err != nil {
 		t.Errorf("bridge stats with BRIDGE_API_TOKEN_FILE: %v\n%s", err, out)
 	}
 	texts["bridge stats"] = out
-	out, _ = runTool(t, map[string]string{"BRIDGE_API_ADDR": b.APIAddr, "BRIDGE_API_TOKEN": token}, "stats", "--no-such-flag")
+	out, _ = secTool(t, map[string]string{"BRIDGE_API_ADDR": b.APIAddr, "BRIDGE_API_TOKEN": token}, "stats", "--no-such-flag")
 	texts["bridge stats usage"] = out
-	out, _ = runTool(t, map[string]string{"BRIDGE_API_ADDR": b.APIAddr, "BRIDGE_API_TOKEN": "bad-" + token}, "stats")
+	out, _ = secTool(t, map[string]string{"BRIDGE_API_ADDR": b.APIAddr, "BRIDGE_API_TOKEN": "bad-" + token}, "stats")
 	texts["bridge stats, refused"] = out
 
 	// Failing starts: wrong password, both forms of a secret, a bad URL holding one.
@@ -215,7 +215,7 @@ func TestSecretsNeverInOutput(t *testing.T) {
 		"nats url creds": {"BRIDGE_NATS_URL", "nats://u:" + urlPass + "@127.0.0.1:1", "BRIDGE_NATS_STREAM", ""},
 	} {
 		kv := append([]string{"BRIDGE_LOG_LEVEL", "debug"}, extra...)
-		fb := e2etest.Start(t, bridgeBin, mergeEnv(env, kv...))
+		fb := e2etest.Start(t, bridgeBin, secEnv(env, kv...))
 		if err := fb.Wait(t, 20*time.Second); err == nil {
 			t.Errorf("%s: exit 0", name)
 		}
@@ -226,7 +226,7 @@ func TestSecretsNeverInOutput(t *testing.T) {
 		t.Errorf("stop: %v", err)
 	}
 	texts["bridge log"] = b.Out.String()
-	mustNotContain(t, texts, append(secrets, "bad-"+redisPass)...)
+	secNoSecrets(t, texts, append(secrets, "bad-"+redisPass)...)
 	n := 0
 	for _, v := range texts {
 		n += len(v)
@@ -234,8 +234,8 @@ func TestSecretsNeverInOutput(t *testing.T) {
 	t.Logf("H7/H8: %d outputs (%d bytes) searched for %d secrets: none found; API 401 without token; pprof off", len(texts), n, len(secrets)+1)
 }
 
-// mergeEnv is a copy of env with kv set (an empty value removes the key).
-func mergeEnv(env map[string]string, kv ...string) map[string]string {
+// secEnv is a copy of env with kv set (an empty value removes the key).
+func secEnv(env map[string]string, kv ...string) map[string]string {
 	out := make(map[string]string, len(env))
 	for k, v := range env {
 		out[k] = v

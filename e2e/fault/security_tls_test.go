@@ -11,9 +11,9 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testcerts"
 )
 
-// neverReady starts the bridge with env and requires that it logs want (within 10 s)
+// secNeverReady starts the bridge with env and requires that it logs want (within 10 s)
 // and that /readyz is not 200 then; the bridge is killed afterwards.
-func neverReady(t *testing.T, name string, env map[string]string, want string) {
+func secNeverReady(t *testing.T, name string, env map[string]string, want string) {
 	t.Helper()
 	b := e2etest.Start(t, bridgeBin, env)
 	deadline := time.Now().Add(10 * time.Second)
@@ -37,7 +37,7 @@ func neverReady(t *testing.T, name string, env map[string]string, want string) {
 func TestRedisTLS(t *testing.T) {
 	s := newStack(t)
 	certs := testcerts.Generate(t)
-	r := startRawRedis(t, true, tlsRedisOptions(certs.ClientTLS()),
+	r := secStartRedis(t, true, secTLSOptions(certs.ClientTLS()),
 		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey,
 		"--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "yes")
 	tlsURL := "rediss://" + r.addr() + "/0"
@@ -53,12 +53,12 @@ func TestRedisTLS(t *testing.T) {
 	b.Kill(t)
 
 	other := testcerts.Generate(t)
-	neverReady(t, "plaintext", mergeEnv(good, "BRIDGE_REDIS_URL", "redis://"+r.addr()+"/0",
+	secNeverReady(t, "plaintext", secEnv(good, "BRIDGE_REDIS_URL", "redis://"+r.addr()+"/0",
 		"BRIDGE_REDIS_TLS_CA_FILE", "", "BRIDGE_REDIS_TLS_CERT_FILE", "", "BRIDGE_REDIS_TLS_KEY_FILE", ""), "redis not ready")
-	neverReady(t, "wrong CA", mergeEnv(good, "BRIDGE_REDIS_TLS_CA_FILE", other.CA), "certificate signed by unknown authority")
-	neverReady(t, "no client certificate", mergeEnv(good, "BRIDGE_REDIS_TLS_CERT_FILE", "", "BRIDGE_REDIS_TLS_KEY_FILE", ""), "redis not ready")
+	secNeverReady(t, "wrong CA", secEnv(good, "BRIDGE_REDIS_TLS_CA_FILE", other.CA), "certificate signed by unknown authority")
+	secNeverReady(t, "no client certificate", secEnv(good, "BRIDGE_REDIS_TLS_CERT_FILE", "", "BRIDGE_REDIS_TLS_KEY_FILE", ""), "redis not ready")
 
-	insecure := e2etest.StartReady(t, bridgeBin, mergeEnv(good, "BRIDGE_REDIS_URL", tlsURL+"?skip_verify=true",
+	insecure := e2etest.StartReady(t, bridgeBin, secEnv(good, "BRIDGE_REDIS_URL", tlsURL+"?skip_verify=true",
 		"BRIDGE_REDIS_TLS_CA_FILE", other.CA))
 	if !strings.Contains(insecure.Out.String(), "verification is OFF") {
 		t.Errorf("skip_verify without a warning:\n%s", insecure.Out.String())

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -22,10 +21,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// aclUser is the Redis ACL line of the bridge's user as the README documents it, for the
+// secACLLine is the Redis ACL line of the bridge's user as the README documents it, for the
 // key prefix "delay" and the password CHANGE-ME. The tests read it from the README, so
 // that the documented line is the tested one.
-func aclUser(t *testing.T, prefix, password string) string {
+func secACLLine(t *testing.T, prefix, password string) string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -49,18 +48,18 @@ func aclUser(t *testing.T, prefix, password string) string {
 	return line
 }
 
-// bridgeCommands is every Redis command the bridge sends, from Go or from its Lua
+// bridgeRedisCommands is every Redis command the bridge sends, from Go or from its Lua
 // scripts: exactly the commands the documented ACL allows. A new command in the code
 // must be added here and to the README's ACL line (TestRedisACLUser fails until both
 // agree).
-var bridgeCommands = []string{
+var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hget", "hmget", "hset", "incrby", "info", "ping",
 	"publish", "script|load", "set", "subscribe", "time", "zadd", "zcard", "zrange",
 	"zrangebyscore", "zrem", "zscore",
 }
 
-// aclCommands returns the +commands of an ACL line, sorted.
-func aclCommands(line string) []string {
+// secACLCommands returns the +commands of an ACL line, sorted.
+func secACLCommands(line string) []string {
 	var out []string
 	for _, f := range strings.Fields(line) {
 		if strings.HasPrefix(f, "+") && !strings.HasPrefix(f, "+@") {
@@ -71,9 +70,9 @@ func aclCommands(line string) []string {
 	return out
 }
 
-// keyPatterns are the Redis keys the store may create, for prefix p and n shards:
+// secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
 // {p:i}:z, {p:i}:m, {p:i}:seq and p:shards. Nothing a user sends may add to them.
-func keyPatterns(p string) []*regexp.Regexp {
+func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
 		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq)$`),
@@ -81,25 +80,25 @@ func keyPatterns(p string) []*regexp.Regexp {
 	}
 }
 
-// rawRedis is a redis-server started with arbitrary arguments (ACL file, TLS-only), with
+// secRedis is a redis-server started with arbitrary arguments (ACL file, TLS-only), with
 // its readiness checked through client options that can authenticate and speak TLS.
-type rawRedis struct {
+type secRedis struct {
 	port int
 	dir  string
 }
 
-func (r *rawRedis) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+func (r *secRedis) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
 
-// startRawRedis spawns redis-server on a free port (passed as "--port" unless tlsPort,
+// secStartRedis spawns redis-server on a free port (passed as "--port" unless tlsPort,
 // then as "--tls-port" with "--port 0"), waits until opts can PING it, and kills it in
 // cleanup.
-func startRawRedis(t *testing.T, tlsPort bool, opts func(addr string) *redis.Options, args ...string) *rawRedis {
+func secStartRedis(t *testing.T, tlsPort bool, opts func(addr string) *redis.Options, args ...string) *secRedis {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rawRedis{port: ln.Addr().(*net.TCPAddr).Port, dir: t.TempDir()}
+	r := &secRedis{port: ln.Addr().(*net.TCPAddr).Port, dir: t.TempDir()}
 	ln.Close()
 	portArgs := []string{"--port", strconv.Itoa(r.port)}
 	if tlsPort {
@@ -138,8 +137,8 @@ func startRawRedis(t *testing.T, tlsPort bool, opts func(addr string) *redis.Opt
 	}
 }
 
-// writeFile writes content to a new file in dir and returns its path.
-func writeFile(t *testing.T, name, content string) string {
+// secFile writes content to a new file in dir and returns its path.
+func secFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -148,15 +147,15 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// tlsRedisOptions are go-redis options for a TLS server.
-func tlsRedisOptions(conf *tls.Config) func(string) *redis.Options {
+// secTLSOptions are go-redis options for a TLS server.
+func secTLSOptions(conf *tls.Config) func(string) *redis.Options {
 	return func(addr string) *redis.Options {
 		return &redis.Options{Addr: addr, TLSConfig: conf, DialTimeout: time.Second, MaxRetries: -1}
 	}
 }
 
-// allKeys lists every key of the server (SCAN, the test's own admin client).
-func allKeys(t *testing.T, c *redis.Client) []string {
+// secKeys lists every key of the server (SCAN, the test's own admin client).
+func secKeys(t *testing.T, c *redis.Client) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -172,8 +171,8 @@ func allKeys(t *testing.T, c *redis.Client) []string {
 	return keys
 }
 
-// mustNotContain fails when any secret appears in any of the named texts.
-func mustNotContain(t *testing.T, texts map[string]string, secrets ...string) {
+// secNoSecrets fails when any secret appears in any of the named texts.
+func secNoSecrets(t *testing.T, texts map[string]string, secrets ...string) {
 	t.Helper()
 	for name, text := range texts {
 		for _, s := range secrets {
@@ -183,5 +182,3 @@ func mustNotContain(t *testing.T, texts map[string]string, secrets ...string) {
 		}
 	}
 }
-
-var _ = fmt.Sprint
