@@ -55,6 +55,8 @@ type Config struct {
 	// APIToken is the bearer token the message API requires when non-empty. Secret: never
 	// printed ([Config.Redacted]).
 	APIToken string `env:"API_TOKEN" envDoc:"bearer token the message API requires when set (secret)"`
+	// APITokenFile names a file holding APIToken (trailing newline trimmed).
+	APITokenFile string `env:"API_TOKEN_FILE" envDoc:"file holding BRIDGE_API_TOKEN"`
 	// LogLevel is "debug", "info", "warn" or "error" (given in any case, stored lower case).
 	LogLevel string `env:"LOG_LEVEL" envDefault:"info" envDoc:"debug, info, warn or error"`
 	// LogFormat is "json" or "text" (given in any case, stored lower case).
@@ -79,6 +81,20 @@ type Redis struct {
 	// ClusterAddrs are Redis Cluster seed addresses (host:port); when set, the bridge uses
 	// Redis Cluster. Items are trimmed; empty items are dropped.
 	ClusterAddrs []string `env:"REDIS_CLUSTER_ADDRS" envDoc:"comma-separated host:port seeds: use Redis Cluster (do not set BRIDGE_REDIS_URL too)"`
+	// Username is the Redis ACL user, in every mode; it overrides the URL's.
+	Username string `env:"REDIS_USERNAME" envDoc:"Redis ACL user (overrides the URL's; every mode)"`
+	// Password is the password of Username (or of the default user), in every mode; it
+	// overrides the URL's. Secret: never printed.
+	Password string `env:"REDIS_PASSWORD" envDoc:"Redis password (overrides the URL's; every mode; secret)"`
+	// PasswordFile names a file holding Password (trailing newline trimmed).
+	PasswordFile string `env:"REDIS_PASSWORD_FILE" envDoc:"file holding BRIDGE_REDIS_PASSWORD (e.g. a mounted secret)"`
+	// TLSCAFile is a PEM bundle of the CAs that sign the Redis server certificate; set,
+	// it turns TLS on (as rediss:// does).
+	TLSCAFile string `env:"REDIS_TLS_CA_FILE" envDoc:"PEM CA bundle for Redis TLS; turns TLS on (as rediss:// does)"`
+	// TLSCertFile and TLSKeyFile are the client certificate and key for Redis mutual
+	// TLS (both or neither); re-read at every connection (rotation).
+	TLSCertFile string `env:"REDIS_TLS_CERT_FILE" envDoc:"PEM client certificate for Redis mutual TLS (with BRIDGE_REDIS_TLS_KEY_FILE)"`
+	TLSKeyFile  string `env:"REDIS_TLS_KEY_FILE" envDoc:"PEM client key for Redis mutual TLS"`
 }
 
 // Cluster reports whether Redis Cluster is configured.
@@ -102,6 +118,15 @@ type NATS struct {
 	// AckWait is how long JetStream waits for the bridge's ack before redelivering a
 	// message of the ingress stream (extension, not in SPEC).
 	AckWait time.Duration `env:"NATS_ACK_WAIT" envDefault:"30s" envDoc:"JetStream redelivery delay of unacked ingress messages (extension)"`
+	// CredsFile is a NATS user credentials file (JWT and nkey seed).
+	CredsFile string `env:"NATS_CREDS_FILE" envDoc:"NATS .creds file (user JWT + nkey seed)"`
+	// NKeyFile is a file holding a user nkey seed (SU...), for nkey authentication.
+	NKeyFile string `env:"NATS_NKEY_FILE" envDoc:"file holding a NATS user nkey seed"`
+	// TLSCAFile, TLSCertFile, TLSKeyFile: the CA bundle to trust and the client
+	// certificate and key for NATS (mutual) TLS.
+	TLSCAFile   string `env:"NATS_TLS_CA_FILE" envDoc:"PEM CA bundle for NATS TLS; turns TLS on"`
+	TLSCertFile string `env:"NATS_TLS_CERT_FILE" envDoc:"PEM client certificate for NATS mutual TLS (with BRIDGE_NATS_TLS_KEY_FILE)"`
+	TLSKeyFile  string `env:"NATS_TLS_KEY_FILE" envDoc:"PEM client key for NATS mutual TLS"`
 }
 
 // Kafka configures the Kafka side.
@@ -113,6 +138,19 @@ type Kafka struct {
 	Topic string `env:"KAFKA_TOPIC" envDefault:"delay.in" envDoc:"ingress topic"`
 	// Group is the consumer group.
 	Group string `env:"KAFKA_GROUP" envDefault:"delaybridge" envDoc:"consumer group"`
+	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (given in any case,
+	// stored upper case).
+	SASLMechanism string `env:"KAFKA_SASL_MECHANISM" envDoc:"Kafka SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: none"`
+	// SASLUsername and SASLPassword are the SASL credentials. The password is secret.
+	SASLUsername     string `env:"KAFKA_SASL_USERNAME" envDoc:"Kafka SASL user"`
+	SASLPassword     string `env:"KAFKA_SASL_PASSWORD" envDoc:"Kafka SASL password (secret)"`
+	SASLPasswordFile string `env:"KAFKA_SASL_PASSWORD_FILE" envDoc:"file holding BRIDGE_KAFKA_SASL_PASSWORD"`
+	// KafkaTLS turns TLS on with the system CAs; the TLS file variables turn it on too.
+	KafkaTLS bool `env:"KAFKA_TLS" envDefault:"false" envDoc:"connect to Kafka over TLS (the TLS file variables imply it)"`
+	// TLSCAFile, TLSCertFile, TLSKeyFile: CA bundle, client certificate and key.
+	TLSCAFile   string `env:"KAFKA_TLS_CA_FILE" envDoc:"PEM CA bundle for Kafka TLS"`
+	TLSCertFile string `env:"KAFKA_TLS_CERT_FILE" envDoc:"PEM client certificate for Kafka mutual TLS (with BRIDGE_KAFKA_TLS_KEY_FILE)"`
+	TLSKeyFile  string `env:"KAFKA_TLS_KEY_FILE" envDoc:"PEM client key for Kafka mutual TLS"`
 }
 
 // storeDocs documents the fields of delaystore.Config, whose tags carry no envDoc.
@@ -168,9 +206,13 @@ func Load(environ map[string]string) (Config, error) {
 			vars[k] = v
 		}
 	}
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: vars, Prefix: Prefix})
 	var problems []error
 	failed := map[string]bool{}
+	for _, ve := range readSecretFiles(vars) {
+		failed[ve.Var] = true
+		problems = append(problems, ve)
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: vars, Prefix: Prefix})
 	if err != nil {
 		var agg env.AggregateError
 		if !errors.As(err, &agg) {
@@ -205,6 +247,7 @@ func (c *Config) normalize(vars map[string]string) {
 	}
 	c.LogLevel = strings.ToLower(c.LogLevel)
 	c.LogFormat = strings.ToLower(c.LogFormat)
+	c.Kafka.SASLMechanism = strings.ToUpper(c.Kafka.SASLMechanism)
 	if c.Redis.Cluster() && vars[Prefix+"REDIS_URL"] == "" {
 		c.Redis.URL = ""
 	}

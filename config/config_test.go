@@ -41,6 +41,27 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_PPROF", "false"},
+	// Security extensions (issue 5, rows H3-H7).
+	{"BRIDGE_REDIS_USERNAME", ""},
+	{"BRIDGE_REDIS_PASSWORD", ""},
+	{"BRIDGE_REDIS_PASSWORD_FILE", ""},
+	{"BRIDGE_REDIS_TLS_CA_FILE", ""},
+	{"BRIDGE_REDIS_TLS_CERT_FILE", ""},
+	{"BRIDGE_REDIS_TLS_KEY_FILE", ""},
+	{"BRIDGE_NATS_CREDS_FILE", ""},
+	{"BRIDGE_NATS_NKEY_FILE", ""},
+	{"BRIDGE_NATS_TLS_CA_FILE", ""},
+	{"BRIDGE_NATS_TLS_CERT_FILE", ""},
+	{"BRIDGE_NATS_TLS_KEY_FILE", ""},
+	{"BRIDGE_KAFKA_SASL_MECHANISM", ""},
+	{"BRIDGE_KAFKA_SASL_USERNAME", ""},
+	{"BRIDGE_KAFKA_SASL_PASSWORD", ""},
+	{"BRIDGE_KAFKA_SASL_PASSWORD_FILE", ""},
+	{"BRIDGE_KAFKA_TLS", "false"},
+	{"BRIDGE_KAFKA_TLS_CA_FILE", ""},
+	{"BRIDGE_KAFKA_TLS_CERT_FILE", ""},
+	{"BRIDGE_KAFKA_TLS_KEY_FILE", ""},
+	{"BRIDGE_API_TOKEN_FILE", ""},
 }
 
 func mustLoad(t testing.TB, m map[string]string) Config {

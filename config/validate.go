@@ -46,6 +46,8 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("REDIS_URL", "%s", p)
 	}
 
+	checkTLSFiles(add, "REDIS", c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
+
 	// Store.
 	switch kp := c.Store.KeyPrefix; {
 	case kp == "":
@@ -86,7 +88,28 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("NATS_CONSUMER", "%s: %s", quoteValue(c.NATS.Consumer), p)
 	}
 
+	checkTLSFiles(add, "NATS", c.NATS.TLSCAFile, c.NATS.TLSCertFile, c.NATS.TLSKeyFile)
+	if c.NATS.CredsFile != "" && c.NATS.NKeyFile != "" {
+		add("NATS_NKEY_FILE", "set only one of BRIDGE_NATS_CREDS_FILE and BRIDGE_NATS_NKEY_FILE")
+	}
+
 	// Kafka.
+	checkTLSFiles(add, "KAFKA", c.Kafka.TLSCAFile, c.Kafka.TLSCertFile, c.Kafka.TLSKeyFile)
+	switch c.Kafka.SASLMechanism {
+	case "":
+		if c.Kafka.SASLUsername != "" || c.Kafka.SASLPassword != "" {
+			add("KAFKA_SASL_MECHANISM", "empty, but a SASL user or password is set: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Kafka.SASLUsername == "" {
+			add("KAFKA_SASL_USERNAME", "required with BRIDGE_KAFKA_SASL_MECHANISM")
+		}
+		if c.Kafka.SASLPassword == "" {
+			add("KAFKA_SASL_PASSWORD", "required with BRIDGE_KAFKA_SASL_MECHANISM (or BRIDGE_KAFKA_SASL_PASSWORD_FILE)")
+		}
+	default:
+		add("KAFKA_SASL_MECHANISM", "%s: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", quoteValue(c.Kafka.SASLMechanism))
+	}
 	for _, b := range c.Kafka.Brokers {
 		if p := checkDialAddr(b); p != "" {
 			add("KAFKA_BROKERS", "%s: %s", quoteValue(b), p)
@@ -188,6 +211,17 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
 	}
 	return ps
+}
+
+// checkTLSFiles checks that a client certificate comes with its key.
+func checkTLSFiles(add func(string, string, ...any), system, ca, cert, key string) {
+	if cert != "" && key == "" {
+		add(system+"_TLS_KEY_FILE", "required with BRIDGE_%s_TLS_CERT_FILE", system)
+	}
+	if key != "" && cert == "" {
+		add(system+"_TLS_CERT_FILE", "required with BRIDGE_%s_TLS_KEY_FILE", system)
+	}
+	_ = ca
 }
 
 // checkPositiveDuration adds a problem unless d > 0 and >= min; it reports whether d

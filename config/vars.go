@@ -94,7 +94,8 @@ func Unknown(environ map[string]string) []string {
 }
 
 // Redacted returns the effective configuration as variable name -> value, for printing:
-// lists comma-joined, durations in Go syntax, BRIDGE_API_TOKEN as "[redacted]" when set,
+// lists comma-joined, durations in Go syntax, secrets (BRIDGE_API_TOKEN, BRIDGE_REDIS_PASSWORD,
+// BRIDGE_KAFKA_SASL_PASSWORD) as "[redacted]" when set,
 // and passwords, tokens or users in BRIDGE_REDIS_URL and BRIDGE_NATS_URL replaced by
 // "xxxxx".
 func (c Config) Redacted() map[string]string {
@@ -103,8 +104,10 @@ func (c Config) Redacted() map[string]string {
 	for _, f := range fields() {
 		out[f.Name] = format(v.FieldByIndex(f.index))
 	}
-	if c.APIToken != "" {
-		out[Prefix+"API_TOKEN"] = "[redacted]"
+	for _, name := range secretVars {
+		if out[Prefix+name] != "" {
+			out[Prefix+name] = "[redacted]"
+		}
 	}
 	out[Prefix+"REDIS_URL"] = redactURLs(c.Redis.URL)
 	out[Prefix+"NATS_URL"] = redactURLs(c.NATS.URL)

@@ -67,7 +67,10 @@ type listeners struct {
 // closes. It returns nil after a clean drain.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
 	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
-	rdb := newRedisClient(cfg)
+	rdb, err := newRedisClient(cfg, logger)
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	store, err := delaystore.New(rdb, cfg.Store)
 	if err != nil {
@@ -111,7 +114,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}
 	}()
 	if cfg.NATS.URL != "" {
-		nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger)
+		natsOpts, err := natsSecurity(cfg.NATS)
+		if err != nil {
+			return err
+		}
+		nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger, natsOpts...)
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
@@ -157,8 +164,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}})
 	}
 	if len(cfg.Kafka.Brokers) > 0 {
+		kafkaSec, err := kafkaSecurity(cfg.Kafka)
+		if err != nil {
+			return err
+		}
+		if err := checkKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
+			return err
+		}
 		pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
-			Brokers: cfg.Kafka.Brokers,
+			Brokers:  cfg.Kafka.Brokers,
+			Security: kafkaSec,
 			// As a Java producer: the broker's auto.create.topics.enable decides.
 			AllowAutoTopicCreation: true,
 		}, logger)
@@ -166,7 +181,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			return fmt.Errorf("kafka publisher: %w", err)
 		}
 		closers = append(closers, func() { _ = pub.Close() })
-		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group}, logger)
+		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group, Security: kafkaSec}, logger)
 		if err != nil {
 			return fmt.Errorf("kafka subscriber: %w", err)
 		}
@@ -180,7 +195,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		}
 		brokers := cfg.Kafka.Brokers
 		checks = append(checks, httpapi.Check{Name: "kafka", Probe: func(ctx context.Context) error {
-			return kafkabroker.Ping(ctx, brokers)
+			return kafkabroker.PingWith(ctx, brokers, kafkaSec)
 		}})
 	}
 	if len(publishers) == 0 {
@@ -286,6 +301,9 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) {
 			return err
 		}
+		if isRedisAuthError(err) {
+			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in the README): %w", err)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -299,12 +317,19 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 	}
 }
 
-func newRedisClient(cfg config.Config) redis.UniversalClient {
-	if len(cfg.Redis.ClusterAddrs) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs})
+func newRedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
+	sec, err := newRedisSecurity(cfg.Redis)
+	if err != nil {
+		return nil, err
 	}
-	opts, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
-	return redis.NewClient(opts)
+	if len(cfg.Redis.ClusterAddrs) > 0 {
+		o := &redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs}
+		sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
+		return redis.NewClusterClient(o), nil
+	}
+	o, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
+	sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
+	return redis.NewClient(o), nil
 }
 
 func targetPolicy(cfg config.Config) ingress.TargetPolicy {

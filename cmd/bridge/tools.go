@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,13 +28,45 @@ func apiFlags(fs *flag.FlagSet, environ []string) (*string, *string) {
 		addr = config.DefaultAPIAddr
 	}
 	api := fs.String("api", addr, "message API address of the running bridge (BRIDGE_API_ADDR)")
-	token := fs.String("token", env["BRIDGE_API_TOKEN"], "bearer token (BRIDGE_API_TOKEN)")
+	token := new(string)
+	fs.Var(secretFlag{token}, "token", "bearer token (default: BRIDGE_API_TOKEN, or the content of BRIDGE_API_TOKEN_FILE)")
 	return api, token
 }
 
-func newClient(addr, token string) (*httpapi.Client, error) {
+// secretFlag is a string flag that never shows its value (usage texts print defaults).
+type secretFlag struct{ p *string }
+
+func (f secretFlag) String() string     { return "" }
+func (f secretFlag) Set(v string) error { *f.p = v; return nil }
+
+// apiToken is token, else BRIDGE_API_TOKEN, else the content of BRIDGE_API_TOKEN_FILE
+// (one trailing newline trimmed). Errors name the file, never its content.
+func apiToken(token string, environ []string) (string, error) {
+	if token != "" {
+		return token, nil
+	}
+	env := config.EnvMap(environ)
+	if t := env["BRIDGE_API_TOKEN"]; t != "" {
+		return t, nil
+	}
+	path := env["BRIDGE_API_TOKEN_FILE"]
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("BRIDGE_API_TOKEN_FILE: %w", err)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
+}
+
+func newClient(addr, token string, environ []string) (*httpapi.Client, error) {
 	if addr == "" {
 		return nil, errors.New("the message API is off (BRIDGE_API_ADDR is empty); pass --api host:port")
+	}
+	token, err := apiToken(token, environ)
+	if err != nil {
+		return nil, err
 	}
 	base := addr
 	if !strings.Contains(base, "://") {
@@ -96,7 +129,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 			req.Headers[k] = v
 		}
 	}
-	c, err := newClient(*api, *token)
+	c, err := newClient(*api, *token, environ)
 	if err != nil {
 		return err
 	}
@@ -118,7 +151,7 @@ func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
 	}
-	c, err := newClient(*api, *token)
+	c, err := newClient(*api, *token, environ)
 	if err != nil {
 		return err
 	}
@@ -154,7 +187,7 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, "usage: bridge cancel [--api host:port] ID")
 		return errUsage
 	}
-	c, err := newClient(*api, *token)
+	c, err := newClient(*api, *token, environ)
 	if err != nil {
 		return err
 	}

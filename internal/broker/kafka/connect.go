@@ -27,6 +27,11 @@ const pingTimeout = 5 * time.Second
 // and closes one connection per broker tried; ctx (or, without a deadline, 5 s) bounds
 // the whole call. Meant for readiness probes.
 func Ping(ctx context.Context, brokers []string) error {
+	return PingWith(ctx, brokers, Security{})
+}
+
+// PingWith is [Ping] over the connection security sec (TLS, SASL).
+func PingWith(ctx context.Context, brokers []string, sec Security) error {
 	if err := checkBrokers(brokers); err != nil {
 		return fmt.Errorf("kafka ping: %w", err)
 	}
@@ -35,7 +40,7 @@ func Ping(ctx context.Context, brokers []string) error {
 		ctx, cancel = context.WithTimeout(ctx, pingTimeout)
 		defer cancel()
 	}
-	d := newDialer(DefaultClientID)
+	d := newDialer(DefaultClientID, sec)
 	var err error
 	for _, b := range brokers {
 		if err = pingOne(ctx, d, b); err == nil {
@@ -68,15 +73,15 @@ func pingOne(ctx context.Context, d *kafkago.Dialer, broker string) error {
 }
 
 // The connection set-up lives here, shared by the publisher (a kafka-go Transport) and
-// the subscriber (a kafka-go Dialer), so that TLS and SASL, when they come, are added in
-// one place.
+// the subscriber (a kafka-go Dialer), so that TLS and SASL ([Security]) are added in one
+// place.
 
-func newTransport(clientID string) *kafkago.Transport {
-	return &kafkago.Transport{ClientID: clientID, DialTimeout: dialTimeout}
+func newTransport(clientID string, sec Security) *kafkago.Transport {
+	return &kafkago.Transport{ClientID: clientID, DialTimeout: dialTimeout, TLS: sec.TLS, SASL: sec.SASL}
 }
 
-func newDialer(clientID string) *kafkago.Dialer {
-	return &kafkago.Dialer{ClientID: clientID, Timeout: dialTimeout, DualStack: true}
+func newDialer(clientID string, sec Security) *kafkago.Dialer {
+	return &kafkago.Dialer{ClientID: clientID, Timeout: dialTimeout, DualStack: true, TLS: sec.TLS, SASLMechanism: sec.SASL}
 }
 
 func checkBrokers(brokers []string) error {

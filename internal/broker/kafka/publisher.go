@@ -54,6 +54,8 @@ type PublisherConfig struct {
 	// every record, replacing a header of that name in the metadata). Empty (the
 	// default): the UUID is not sent.
 	UUIDHeader string
+	// Security is the connection's TLS and SASL; the zero value is plaintext, no auth.
+	Security Security
 }
 
 func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
@@ -109,7 +111,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		return nil, err
 	}
 	log := loggerOrDiscard(logger).With("component", "kafka.publisher")
-	tr := newTransport(cfg.ClientID)
+	tr := newTransport(cfg.ClientID, cfg.Security)
 	w := &kafkago.Writer{
 		Addr:                   kafkago.TCP(cfg.Brokers...),
 		Balancer:               &kafkago.Murmur2Balancer{},

@@ -53,6 +53,8 @@ type SubscriberConfig struct {
 	// GroupID is the consumer group. Every topic subscribed through this Subscriber
 	// joins this one group, as its own member. Required.
 	GroupID string
+	// Security is the connection's TLS and SASL; the zero value is plaintext, no auth.
+	Security Security
 	// MaxInFlight bounds, per partition, the records fetched and not yet committed:
 	// handed out and awaiting Ack or Nack, or acked behind one that is not. When a
 	// partition reaches it, fetching pauses (a record that is never acked stops its
@@ -209,7 +211,7 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 	return &Subscriber{
 		cfg:         cfg,
 		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
-		dialer:      newDialer(cfg.ClientID),
+		dialer:      newDialer(cfg.ClientID, cfg.Security),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 	}, nil

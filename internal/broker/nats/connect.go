@@ -26,8 +26,8 @@ const (
 //
 // Connect blocks until the first connection succeeds or fails; ctx cancels the wait.
 // The caller owns the connection and closes it (after the publishers and subscribers
-// that use it).
-func Connect(ctx context.Context, url string, name string, logger *slog.Logger) (*natsgo.Conn, error) {
+// that use it). extra options (e.g. [Security.Options]) are applied last.
+func Connect(ctx context.Context, url string, name string, logger *slog.Logger, extra ...natsgo.Option) (*natsgo.Conn, error) {
 	log := loggerOrDiscard(logger).With("component", "nats.conn")
 	opts := []natsgo.Option{
 		natsgo.Name(name),
@@ -51,6 +51,7 @@ func Connect(ctx context.Context, url string, name string, logger *slog.Logger) 
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { log.Debug("nats connection closed") }),
 	}
+	opts = append(opts, extra...)
 
 	type result struct {
 		nc  *natsgo.Conn

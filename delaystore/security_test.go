@@ -1,0 +1,148 @@
+package delaystore
+
+import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+// TestScriptsAreConstants is row H2: every script is a file of lua/ embedded at build
+// time, passed to redis.NewScript as is; no script text is ever built at run time (no
+// fmt.Sprintf, concatenation or other expression), so no data can become code. All data
+// reach the scripts through KEYS and ARGV. The Lua sources use no dynamic code loading.
+func TestScriptsAreConstants(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded := map[string]bool{} // package-level string vars with a //go:embed lua/*.lua
+	var calls []*ast.CallExpr
+	assigned := map[string]int{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A //go:embed lua/... directive and the variable declared on the next line.
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if strings.HasPrefix(c.Text, "//go:embed lua/") {
+					pos := fset.Position(c.End())
+					for _, d := range f.Decls {
+						gd, ok := d.(*ast.GenDecl)
+						if !ok || gd.Tok != token.VAR {
+							continue
+						}
+						for _, spec := range gd.Specs {
+							vs := spec.(*ast.ValueSpec)
+							if fset.Position(vs.Pos()).Line == pos.Line+1 {
+								for _, n := range vs.Names {
+									embedded[n.Name] = true
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.CallExpr:
+				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewScript" {
+					calls = append(calls, x)
+				}
+				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Eval" || sel.Sel.Name == "EvalRO" || sel.Sel.Name == "Do") {
+					if id, ok := sel.X.(*ast.Ident); ok && (id.Name == "rdb" || id.Name == "pipe") {
+						t.Errorf("%s: raw %s on a client: run scripts only through redis.Script", fset.Position(x.Pos()), sel.Sel.Name)
+					}
+				}
+			case *ast.AssignStmt:
+				for _, l := range x.Lhs {
+					if id, ok := l.(*ast.Ident); ok {
+						assigned[id.Name]++
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(embedded) == 0 {
+		t.Fatal("no //go:embed lua/*.lua variables found")
+	}
+	if len(calls) != len(embedded) {
+		t.Errorf("%d redis.NewScript calls for %d embedded scripts", len(calls), len(embedded))
+	}
+	for _, c := range calls {
+		id, ok := c.Args[0].(*ast.Ident)
+		if len(c.Args) != 1 || !ok || !embedded[id.Name] {
+			t.Errorf("%s: redis.NewScript must take an embedded lua/*.lua variable as is", fset.Position(c.Pos()))
+			continue
+		}
+		if assigned[id.Name] > 0 {
+			t.Errorf("%s: script variable %s is assigned at run time", fset.Position(c.Pos()), id.Name)
+		}
+	}
+
+	luas, _ := filepath.Glob("lua/*.lua")
+	forbidden := regexp.MustCompile(`\b(loadstring|load|dofile|loadfile|setfenv|getfenv|rawset)\s*\(`)
+	for _, name := range luas {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := forbidden.Find(src); m != nil {
+			t.Errorf("%s: dynamic code %q", name, m)
+		}
+	}
+}
+
+// FuzzARGVRoundTrip is row H2's fuzz: ids, targets, header names and values and payloads
+// of any bytes (Lua patterns, quotes, "}{", NULs, newlines) go through ARGV and come back
+// unchanged, and never add a key beyond the fixed set.
+func FuzzARGVRoundTrip(f *testing.F) {
+	for _, s := range []string{"", "a}{b", "*", "?", "[x]", "%s%d", "\x00", "'; return redis.call('FLUSHALL') --",
+		"]]..redis.call('FLUSHALL')..[[", "{delay:0}:z", "\r\n*1\r\n$8\r\nFLUSHALL\r\n", "\xff\xfe", strings.Repeat("}", 300)} {
+		f.Add(s, []byte(s))
+	}
+	fx := newFixture(f, testredis.URL(f))
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	f.Fuzz(func(t *testing.T, s string, payload []byte) {
+		id := "id-" + s
+		env := Envelope{Target: "out." + s, Source: "nats:" + s, Headers: headers.List{{Key: "h" + s, Value: s}}, Key: []byte(s), Payload: payload}
+		if _, err := fx.s.Park(t.Context(), []ParkRequest{{ID: id, Replace: true, Delay: time.Hour, Envelope: env}}); err != nil {
+			t.Fatalf("park %q: %v", id, err)
+		}
+		m, err := fx.s.Get(t.Context(), id)
+		if err != nil {
+			t.Fatalf("get %q: %v", id, err)
+		}
+		if m.ID != id || m.Envelope.Target != env.Target || m.Envelope.Source != env.Source ||
+			!bytes.Equal(m.Envelope.Payload, payload) || !bytes.Equal(m.Envelope.Key, env.Key) ||
+			len(m.Envelope.Headers) != 1 || m.Envelope.Headers[0] != env.Headers[0] {
+			t.Fatalf("round trip of %q changed the message: %+v", s, m)
+		}
+		if ok, err := fx.s.Cancel(t.Context(), id); err != nil || !ok {
+			t.Fatalf("cancel %q: %v %v", id, ok, err)
+		}
+		iter := fx.rdb.Scan(t.Context(), 0, "*"+fx.prefix+"*", 1000).Iterator()
+		for iter.Next(t.Context()) {
+			if !keyRE.MatchString(iter.Val()) {
+				t.Fatalf("input %q created key %q", s, iter.Val())
+			}
+		}
+	})
+}

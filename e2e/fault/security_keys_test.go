@@ -1,0 +1,133 @@
+//go:build fault
+
+package fault
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/e2etest"
+)
+
+// secHostile are target names and ids built to steer Redis keys, hash tags, glob patterns
+// or scripts.
+var secHostile = []string{
+	"a}{b", "*", "?", "[x]", "{", "}", "out.{x}", "out.}{", "out.*", "out.>", "out.[a-z]",
+	"$JS.API.STREAM.DELETE.IN", "_INBOX.x", "__consumer_offsets", "out.%s%d", "out.\\x",
+	"{delay:0}:z", ":shards", "out.a b", "out.é", "]]..redis.call('FLUSHALL')..[[",
+}
+
+// TestRedisKeySetIndependentOfInput is row H1: secHostile target names and ids, plus 1000
+// distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
+// key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq for each shard, and P:shards), whatever
+// was parked, dead-lettered or cancelled.
+func TestRedisKeySetIndependentOfInput(t *testing.T) {
+	s := newStack(t)
+	prefix := s.env["BRIDGE_KEY_PREFIX"]
+	const shards = 16
+	b := e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_SHARDS", strconv.Itoa(shards)))
+
+	var dlq atomic.Int64
+	sub, err := s.nc.Subscribe("delay.dlq", func(*nats.Msg) { dlq.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	sent := 0
+	send := func(target, id string) {
+		m := nats.NewMsg("delay.in")
+		m.Header.Set("x-delay", "1h")
+		m.Header.Set("x-target", target)
+		if id != "" {
+			m.Header.Set("x-delay-id", id)
+		}
+		if _, err := s.js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		sent++
+	}
+	for _, h := range secHostile {
+		send(h, "")
+		send("out.ok", h)
+		send(h, h)
+	}
+	for i := range 1000 {
+		send(fmt.Sprintf("out.t%d.{tag%d}", i, i), fmt.Sprintf("{%s:%d}:x%d*", prefix, i%shards, i))
+	}
+	api := "http://" + b.APIAddr + "/v1/messages"
+	for _, h := range secHostile {
+		secAPI(t, "POST", api, "", fmt.Sprintf(`{"target":%q,"delay":"1h","id":%q,"payload":"x"}`, h, h))
+		secAPI(t, "GET", api+"/"+url.PathEscape(h), "", "")
+	}
+	for _, h := range secHostile[:5] {
+		m := nats.NewMsg("delay.cancel")
+		m.Header.Set("x-delay-id", h)
+		if _, err := s.js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Wait until the bridge consumed and acked every NATS message (parked, replaced,
+	// cancelled or dead-lettered).
+	deadline := time.Now().Add(20 * time.Second)
+	for !secConsumed(t, s, "delaybridge") || !secConsumed(t, s, "delaybridge-cancel") {
+		if time.Now().After(deadline) {
+			t.Fatal("the bridge did not consume every message within 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var parkedN int
+	_, body := e2etest.HTTPGet("http://" + b.APIAddr + "/v1/stats")
+	fmt.Sscanf(body, `{"parked":%d`, &parkedN)
+
+	opts, err := redis.ParseURL(s.redis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opts)
+	defer admin.Close()
+	keys := secKeys(t, admin)
+	var want []string
+	for i := range shards {
+		for _, k := range []string{"m", "seq", "z"} {
+			want = append(want, fmt.Sprintf("{%s:%d}:%s", prefix, i, k))
+		}
+	}
+	want = append(want, prefix+":shards")
+	slices.Sort(want)
+	pats := secKeyPatterns(prefix)
+	for _, k := range keys {
+		if !slices.ContainsFunc(pats, func(p *regexp.Regexp) bool { return p.MatchString(k) }) {
+			t.Errorf("unexpected key %q", k)
+		}
+	}
+	if !slices.Equal(keys, want) {
+		t.Errorf("keys %d, want exactly %d: got %q", len(keys), len(want), keys)
+	}
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 3 x %d shards + 1, none from input",
+		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards)
+}
+
+// secConsumed reports whether the IN stream's consumer has nothing pending or unacked.
+func secConsumed(t *testing.T, s *stack, consumer string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := s.js.Consumer(ctx, "IN", consumer)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
