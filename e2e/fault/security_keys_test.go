@@ -100,7 +100,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	keys := secKeys(t, admin)
 	var want []string
 	for i := range shards {
-		for _, k := range []string{"m", "seq", "z"} {
+		for _, k := range []string{"epoch", "m", "seq", "z"} {
 			want = append(want, fmt.Sprintf("{%s:%d}:%s", prefix, i, k))
 		}
 	}
@@ -115,7 +115,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys %d, want exactly %d: got %q", len(keys), len(want), keys)
 	}
-	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 3 x %d shards + 1, none from input",
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 4 x %d shards + 1, none from input",
 		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards)
 }
 
