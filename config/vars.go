@@ -94,7 +94,8 @@ func Unknown(environ map[string]string) []string {
 }
 
 // Redacted returns the effective configuration as variable name -> value, for printing:
-// lists comma-joined, durations in Go syntax, BRIDGE_API_TOKEN as "[redacted]" when set,
+// lists comma-joined, durations in Go syntax, BRIDGE_API_TOKEN and BRIDGE_REDIS_PASSWORD
+// as "[redacted]" when set,
 // and passwords, tokens or users in BRIDGE_REDIS_URL and BRIDGE_NATS_URL replaced by
 // "xxxxx".
 func (c Config) Redacted() map[string]string {
@@ -105,6 +106,9 @@ func (c Config) Redacted() map[string]string {
 	}
 	if c.APIToken != "" {
 		out[Prefix+"API_TOKEN"] = "[redacted]"
+	}
+	if c.Redis.Password != "" {
+		out[Prefix+"REDIS_PASSWORD"] = "[redacted]"
 	}
 	out[Prefix+"REDIS_URL"] = redactURLs(c.Redis.URL)
 	out[Prefix+"NATS_URL"] = redactURLs(c.NATS.URL)

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delaybridge/delaybridge/config"
@@ -292,14 +291,6 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
-}
-
-func newRedisClient(cfg config.Config) redis.UniversalClient {
-	if len(cfg.Redis.ClusterAddrs) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs})
-	}
-	opts, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
-	return redis.NewClient(opts)
 }
 
 func targetPolicy(cfg config.Config) ingress.TargetPolicy {
