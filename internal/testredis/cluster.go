@@ -98,7 +98,7 @@ func (c *Cluster) form(ctx context.Context, masters, replicas int) error {
 			return fmt.Errorf("meet %s: %w", s.Addr(), err)
 		}
 	}
-	if err := c.poll(ctx, func(ctx context.Context) error {
+	if err := poll(ctx, func(ctx context.Context) error {
 		for _, s := range c.Nodes {
 			n := c.node(s)
 			nodes, err := n.ClusterNodes(ctx).Result()
@@ -135,7 +135,7 @@ func (c *Cluster) form(ctx context.Context, masters, replicas int) error {
 // WaitHealthy blocks until every running node reports cluster_state:ok, agrees on the
 // owner of every slot, and every running replica's link to its master is up.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
-	return c.poll(ctx, func(ctx context.Context) error {
+	return poll(ctx, func(ctx context.Context) error {
 		var want string
 		for _, s := range c.running() {
 			n := c.node(s)
@@ -320,7 +320,7 @@ func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server) (int, erro
 // master and the cluster is healthy again; it returns the new owner.
 func (c *Cluster) WaitFailover(ctx context.Context, killed *Server, slot int) (*Server, error) {
 	var owner *Server
-	err := c.poll(ctx, func(ctx context.Context) error {
+	err := poll(ctx, func(ctx context.Context) error {
 		o, err := c.Owner(ctx, slot)
 		if err != nil {
 			return err
@@ -346,10 +346,7 @@ func (c *Cluster) node(s *Server) *redis.Client {
 func (c *Cluster) running() []*Server {
 	var out []*Server
 	for _, s := range c.Nodes {
-		s.mu.Lock()
-		up := s.cmd != nil
-		s.mu.Unlock()
-		if up {
+		if s.running() {
 			out = append(out, s)
 		}
 	}
@@ -367,7 +364,7 @@ func (c *Cluster) byAddr(addr string) (*Server, error) {
 
 // poll calls f every 50 ms until it returns nil or ctx ends (then it returns f's last
 // error).
-func (c *Cluster) poll(ctx context.Context, f func(context.Context) error) error {
+func poll(ctx context.Context, f func(context.Context) error) error {
 	for {
 		err := f(ctx)
 		if err == nil {

@@ -191,6 +191,13 @@ func (s *Server) spawn() error {
 	}
 }
 
+// running reports whether the server process runs (was not killed).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 func (s *Server) killLocked() {
 	if s.cmd == nil {
 		return
