@@ -26,6 +26,9 @@ type ClusterOptions struct {
 	Password string
 	// Args are added to every node's command line.
 	Args []string
+	// MigratePause holds a slot in migration this long after [Cluster.MoveSlot] moved its
+	// keys and before it assigns the slot, so that clients meet ASK redirects.
+	MigratePause time.Duration
 }
 
 // Cluster is a Redis Cluster of spawned redis-server processes on loopback, each with
@@ -35,8 +38,9 @@ type ClusterOptions struct {
 type Cluster struct {
 	// Nodes are every node, masters first (in slot order), then the replicas of master 0,
 	// of master 1, ... as started; roles change with failovers.
-	Nodes    []*Server
-	password string
+	Nodes        []*Server
+	password     string
+	migratePause time.Duration
 }
 
 // StartCluster starts a cluster and blocks until every node reports cluster_state:ok and
@@ -48,7 +52,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if opts.Masters == 0 {
 		opts.Masters = 3
 	}
-	c := &Cluster{password: opts.Password}
+	c := &Cluster{password: opts.Password, migratePause: opts.MigratePause}
 	args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
 		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "yes",
 		"--repl-diskless-sync-delay", "0"}
@@ -300,6 +304,13 @@ func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server) (int, erro
 			return moved, fmt.Errorf("migrate: %w", err)
 		}
 		moved += len(keys)
+	}
+	if c.migratePause > 0 {
+		select {
+		case <-ctx.Done():
+			return moved, ctx.Err()
+		case <-time.After(c.migratePause):
+		}
 	}
 	// The target first, so that it answers for the slot before the source redirects.
 	for _, s := range append([]*Server{to, from}, c.running()...) {
