@@ -113,11 +113,11 @@ func TestB8ClusterMasterKilled(t *testing.T) {
 	failover := time.Since(killed)
 	after := c.send("b8k-2", 1000, uniform(time.Second))
 	ra := c.await(after, 30*time.Second)
-	t.Logf("sent after the failover: %s", ra)
+	t.Logf("sent after the failover: %d messages, lost %d, early %d", ra.messages, ra.lost, ra.early)
 	if ra.lost != 0 || ra.early != 0 {
 		t.Fatalf("after the failover: %s", ra)
 	}
-	r := c.await(append(before, after...), 10*time.Second)
+	r := c.await(append(before, after...), 5*time.Second)
 	t.Logf("B8 master kill -9: failover in %s; %s (lost: acked writes the replica had not received)", failover.Round(100*time.Millisecond), r)
 	if r.early != 0 {
 		t.Fatalf("early deliveries: %s", r)
@@ -186,11 +186,11 @@ func sentinelFault(t *testing.T, name string, fault func(context.Context, *testr
 	failover := time.Since(start)
 	after := c.send(name+"-2", 1000, uniform(time.Second))
 	ra := c.await(after, 30*time.Second)
-	t.Logf("sent after the failover: %s", ra)
+	t.Logf("sent after the failover: %d messages, lost %d, early %d", ra.messages, ra.lost, ra.early)
 	if ra.lost != 0 || ra.early != 0 {
 		t.Fatalf("after the failover: %s", ra)
 	}
-	r := c.await(append(before, after...), 10*time.Second)
+	r := c.await(append(before, after...), 5*time.Second)
 	t.Logf("B7 %s: primary %s -> %s in %s; %s", name, old.Addr(), primary.Addr(), failover.Round(100*time.Millisecond), r)
 	if r.early != 0 {
 		t.Fatalf("early deliveries: %s", r)
