@@ -2,9 +2,12 @@ package delaystore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -110,5 +113,35 @@ func TestCluster(t *testing.T) {
 	}
 	if st, err := s.Stats(ctx); err != nil || st.Parked != int64(len(retries)) {
 		t.Fatalf("stats after ack %+v, %v", st, err)
+	}
+}
+
+// TestClusterEvictionPolicy: one master of three with an allkeys-* policy is enough for
+// Init to refuse the cluster.
+func TestClusterEvictionPolicy(t *testing.T) {
+	c := testredis.StartCluster(t, testredis.ClusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rdb := c.Client(t)
+	for i, master := range c.Nodes {
+		one := redis.NewClient(&redis.Options{Addr: master.Addr()})
+		err := one.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
+		one.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(ctx); !errors.Is(err, ErrEvictionPolicy) {
+			t.Fatalf("master %d with allkeys-lru: Init = %v, want ErrEvictionPolicy", i, err)
+		}
+		one = redis.NewClient(&redis.Options{Addr: master.Addr()})
+		err = one.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err()
+		one.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
