@@ -77,7 +77,7 @@ func TestB8ClusterReshardUnderLoad(t *testing.T) {
 	t.Logf("B8 reshard: %d slot moves (%d keys migrated) under load; probe client saw MOVED %d, ASK %d",
 		res.moves, res.keys, probe.moved.Load(), probe.ask.Load())
 	requireSafe(t, r)
-	if res.moves < 5 || probe.moved.Load() == 0 || probe.ask.Load() == 0 {
+	if res.moves < 3 || probe.moved.Load() == 0 || probe.ask.Load() == 0 {
 		t.Fatalf("the reshard did not happen as planned: %d moves, MOVED %d, ASK %d", res.moves, probe.moved.Load(), probe.ask.Load())
 	}
 	if bad := redisErrorsLogged(b.Out.String()); len(bad) > 0 {
