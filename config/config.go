@@ -71,16 +71,24 @@ type Config struct {
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`
 }
 
-// Redis selects standalone Redis (URL) or Redis Cluster (ClusterAddrs).
+// Redis selects the Redis deployment: standalone (URL), Sentinel (SentinelAddrs and
+// SentinelMaster) or Cluster (ClusterAddrs). Exactly one is used: a Sentinel or Cluster
+// setting wins over the default URL, and setting two of the three variables is an error.
 type Redis struct {
 	// URL is a standalone Redis: redis:// or rediss:// (TLS), user and password in the URL
 	// for ACL, the database as the path. Secret in part (the password). Empty when
-	// ClusterAddrs is set: the cluster wins over the default URL, and setting both
-	// variables is an error.
+	// ClusterAddrs or SentinelAddrs is set.
 	URL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0" envDoc:"standalone Redis URL: redis:// or rediss:// (TLS), user:password@ for ACL, /db"`
 	// ClusterAddrs are Redis Cluster seed addresses (host:port); when set, the bridge uses
 	// Redis Cluster. Items are trimmed; empty items are dropped.
 	ClusterAddrs []string `env:"REDIS_CLUSTER_ADDRS" envDoc:"comma-separated host:port seeds: use Redis Cluster (do not set BRIDGE_REDIS_URL too)"`
+	// SentinelAddrs are Redis Sentinel addresses (host:port); when set, the bridge asks
+	// them for the primary of SentinelMaster and follows failovers. Items are trimmed;
+	// empty items are dropped.
+	SentinelAddrs []string `env:"REDIS_SENTINEL_ADDRS" envDoc:"comma-separated host:port of Redis Sentinels: use the primary they name (do not set BRIDGE_REDIS_URL too)"`
+	// SentinelMaster is the master name the sentinels monitor; required with
+	// SentinelAddrs.
+	SentinelMaster string `env:"REDIS_SENTINEL_MASTER" envDoc:"master name monitored by the sentinels; required with BRIDGE_REDIS_SENTINEL_ADDRS"`
 	// Username is the Redis ACL user, in every mode; it overrides the URL's.
 	Username string `env:"REDIS_USERNAME" envDoc:"Redis ACL user (overrides the URL's; every mode)"`
 	// Password is the password of Username (or of the default user), in every mode; it
@@ -99,6 +107,9 @@ type Redis struct {
 
 // Cluster reports whether Redis Cluster is configured.
 func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
+
+// Sentinel reports whether Redis Sentinel is configured.
+func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
 
 // NATS configures the NATS side.
 type NATS struct {
@@ -237,9 +248,10 @@ func Load(environ map[string]string) (Config, error) {
 }
 
 // normalize trims list items, applies the empty-API-address rule, lower-cases the log
-// settings and lets the Redis cluster win over the default URL.
+// settings and lets a Redis Cluster or Sentinel setting win over the default URL.
 func (c *Config) normalize(vars map[string]string) {
 	c.Redis.ClusterAddrs = trimList(c.Redis.ClusterAddrs)
+	c.Redis.SentinelAddrs = trimList(c.Redis.SentinelAddrs)
 	c.Kafka.Brokers = trimList(c.Kafka.Brokers)
 	c.TargetAllow = trimList(c.TargetAllow)
 	if v, ok := vars[Prefix+"API_ADDR"]; ok && strings.TrimSpace(v) == "" {
@@ -248,7 +260,7 @@ func (c *Config) normalize(vars map[string]string) {
 	c.LogLevel = strings.ToLower(c.LogLevel)
 	c.LogFormat = strings.ToLower(c.LogFormat)
 	c.Kafka.SASLMechanism = strings.ToUpper(c.Kafka.SASLMechanism)
-	if c.Redis.Cluster() && vars[Prefix+"REDIS_URL"] == "" {
+	if (c.Redis.Cluster() || c.Redis.Sentinel()) && vars[Prefix+"REDIS_URL"] == "" {
 		c.Redis.URL = ""
 	}
 }

@@ -15,6 +15,9 @@ import (
 var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_REDIS_URL", "redis://127.0.0.1:6379/0"},
 	{"BRIDGE_REDIS_CLUSTER_ADDRS", ""},
+	// Extensions: Redis Sentinel and credentials for every topology.
+	{"BRIDGE_REDIS_SENTINEL_ADDRS", ""},
+	{"BRIDGE_REDIS_SENTINEL_MASTER", ""},
 	{"BRIDGE_KEY_PREFIX", "delay"},
 	{"BRIDGE_SHARDS", "16"},
 	{"BRIDGE_NATS_URL", ""},

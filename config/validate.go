@@ -33,18 +33,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	}
 
 	// Redis.
-	if c.Redis.Cluster() {
-		if vars[Prefix+"REDIS_URL"] != "" {
-			add("REDIS_URL", "set only one of BRIDGE_REDIS_URL and BRIDGE_REDIS_CLUSTER_ADDRS")
-		}
-		for _, a := range c.Redis.ClusterAddrs {
-			if p := checkDialAddr(a); p != "" {
-				add("REDIS_CLUSTER_ADDRS", "%s: %s", quoteValue(a), p)
-			}
-		}
-	} else if p := checkRedisURL(c.Redis.URL); p != "" {
-		add("REDIS_URL", "%s", p)
-	}
+	c.validateRedis(vars, add)
 
 	checkTLSFiles(add, "REDIS", c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
 
@@ -211,6 +200,54 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
 	}
 	return ps
+}
+
+// validateRedis checks the Redis topology: one of URL, cluster seeds or sentinels.
+func (c *Config) validateRedis(vars map[string]string, add func(string, string, ...any)) {
+	r := c.Redis
+	set := []string{}
+	if vars[Prefix+"REDIS_URL"] != "" {
+		set = append(set, Prefix+"REDIS_URL")
+	}
+	if r.Cluster() {
+		set = append(set, Prefix+"REDIS_CLUSTER_ADDRS")
+	}
+	if r.Sentinel() {
+		set = append(set, Prefix+"REDIS_SENTINEL_ADDRS")
+	}
+	if len(set) > 1 {
+		add(strings.TrimPrefix(set[0], Prefix), "set only one of BRIDGE_REDIS_URL, BRIDGE_REDIS_CLUSTER_ADDRS and BRIDGE_REDIS_SENTINEL_ADDRS (%s are set)",
+			strings.Join(set, " and "))
+	}
+	for _, a := range r.ClusterAddrs {
+		if p := checkDialAddr(a); p != "" {
+			add("REDIS_CLUSTER_ADDRS", "%s: %s", quoteValue(a), p)
+		}
+	}
+	for _, a := range r.SentinelAddrs {
+		if p := checkDialAddr(a); p != "" {
+			add("REDIS_SENTINEL_ADDRS", "%s: %s", quoteValue(a), p)
+		}
+	}
+	switch {
+	case r.Sentinel() && strings.TrimSpace(r.SentinelMaster) == "":
+		add("REDIS_SENTINEL_MASTER", "required with BRIDGE_REDIS_SENTINEL_ADDRS (the master name the sentinels monitor)")
+	case !r.Sentinel() && r.SentinelMaster != "":
+		add("REDIS_SENTINEL_MASTER", "set, but BRIDGE_REDIS_SENTINEL_ADDRS is empty")
+	case hasSpaceOrControl(r.SentinelMaster):
+		add("REDIS_SENTINEL_MASTER", "%s: must not contain whitespace or control characters", quoteValue(r.SentinelMaster))
+	}
+	if !r.Cluster() && !r.Sentinel() {
+		if p := checkRedisURL(r.URL); p != "" {
+			add("REDIS_URL", "%s", p)
+		}
+	}
+	if hasSpaceOrControl(r.Username) {
+		add("REDIS_USERNAME", "%s: must not contain whitespace or control characters", quoteValue(r.Username))
+	}
+	if strings.ContainsAny(r.Password, "\r\n") {
+		add("REDIS_PASSWORD", "contains a line break (a trailing newline?)")
+	}
 }
 
 // checkTLSFiles checks that a client certificate comes with its key.

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delaybridge/delaybridge/config"
@@ -315,21 +314,6 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
-}
-
-func newRedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
-	sec, err := newRedisSecurity(cfg.Redis)
-	if err != nil {
-		return nil, err
-	}
-	if len(cfg.Redis.ClusterAddrs) > 0 {
-		o := &redis.ClusterOptions{Addrs: cfg.Redis.ClusterAddrs}
-		sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
-		return redis.NewClusterClient(o), nil
-	}
-	o, _ := redis.ParseURL(cfg.Redis.URL) // validated by config.Load
-	sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
-	return redis.NewClient(o), nil
 }
 
 func targetPolicy(cfg config.Config) ingress.TargetPolicy {

@@ -66,8 +66,7 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 
 	cfg.NATS.URL = ns.ClientURL()
 	cfg.NATS.Stream = devStream
-	cfg.Redis.URL = "redis://" + mr.Addr() + "/0"
-	cfg.Redis.ClusterAddrs = nil
+	cfg.Redis = config.Redis{URL: "redis://" + mr.Addr() + "/0"}
 
 	nc, err := natsgo.Connect(cfg.NATS.URL, natsgo.Name("delaybridge-dev"))
 	if err != nil {

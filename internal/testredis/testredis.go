@@ -31,6 +31,14 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+	// portArgs, when set, adds arguments that depend on the port (the cluster bus port).
+	portArgs func(port int) []string
+	// busPort is the cluster bus port of a cluster node.
+	busPort int
+	// password is sent with AUTH before the readiness PING.
+	password string
+	// sentinelConf, when set, runs the server as a Sentinel with this config file.
+	sentinelConf string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -45,10 +53,15 @@ type Server struct {
 // start; it never skips.
 func Start(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
+	return start(t, &Server{dir: t.TempDir(), args: extraArgs})
+}
+
+// start spawns s on a free port (a few tries); t.Fatal on failure.
+func start(t testing.TB, s *Server) *Server {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("testredis: redis-server not found on PATH (install the redis-server package): %v", err)
 	}
-	s := &Server{dir: t.TempDir(), args: extraArgs}
 	t.Cleanup(s.Kill)
 	var lastErr error
 	// A free port may be taken between probing and binding: try a few.
@@ -126,13 +139,21 @@ func Prefix(t testing.TB) string {
 }
 
 func (s *Server) spawn() error {
-	args := []string{
-		"--bind", "127.0.0.1",
-		"--port", strconv.Itoa(s.port),
-		"--dir", s.dir,
-		"--save", "",
-		"--appendonly", "yes",
-		"--appendfsync", "always",
+	var args []string
+	if s.sentinelConf != "" {
+		args = []string{s.sentinelConf, "--sentinel", "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir}
+	} else {
+		args = []string{
+			"--bind", "127.0.0.1",
+			"--port", strconv.Itoa(s.port),
+			"--dir", s.dir,
+			"--save", "",
+			"--appendonly", "yes",
+			"--appendfsync", "always",
+		}
+	}
+	if s.portArgs != nil {
+		args = append(args, s.portArgs(s.port)...)
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command("redis-server", args...)
@@ -154,7 +175,7 @@ func (s *Server) spawn() error {
 	deadline := time.Now().Add(startTimeout)
 	var err error
 	for {
-		if err = ping(s.Addr()); err == nil {
+		if err = pingAuth(s.Addr(), s.password); err == nil {
 			return nil
 		}
 		select {
@@ -170,6 +191,13 @@ func (s *Server) spawn() error {
 	}
 }
 
+// running reports whether the server process runs (was not killed).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 func (s *Server) killLocked() {
 	if s.cmd == nil {
 		return
@@ -181,17 +209,31 @@ func (s *Server) killLocked() {
 }
 
 // ping sends one PING and expects +PONG (a server still loading its AOF answers -LOADING).
-func ping(addr string) error {
+func ping(addr string) error { return pingAuth(addr, "") }
+
+// pingAuth is ping after AUTH password (when not empty).
+func pingAuth(addr, password string) error {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	r := bufio.NewReader(c)
+	if password != "" {
+		if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password); err != nil {
+			return err
+		}
+		if line, err := r.ReadString('\n'); err != nil {
+			return err
+		} else if strings.TrimSpace(line) != "+OK" {
+			return errors.New("auth answered " + strings.TrimSpace(line))
+		}
+	}
 	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,147 @@
+package delaystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+// TestCluster runs the store on a 3-master Redis Cluster: every script and pipeline works
+// (a key outside its shard's hash tag would fail with CROSSSLOT), the shards spread over
+// the masters, and wake-ups cross nodes.
+func TestCluster(t *testing.T) {
+	c := testredis.StartCluster(t, testredis.ClusterOptions{})
+	rdb := c.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	prefix := testredis.Prefix(t)
+	const shards = 16
+	s, err := New(rdb, Config{KeyPrefix: prefix, Shards: shards, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The shards' keys: one slot per shard, the shards over every master.
+	owners := map[string]int{}
+	for i := range shards {
+		k := s.keys[i]
+		slot := testredis.KeySlot(k.z)
+		for _, key := range k.zmSeq {
+			if testredis.KeySlot(key) != slot {
+				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeq)
+			}
+		}
+		o, err := c.Owner(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners[o.Addr()]++
+	}
+	if len(owners) != 3 {
+		t.Fatalf("16 shards on %d masters (%v), want 3", len(owners), owners)
+	}
+
+	wake, err := s.Wakeups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := nextWake(t, wake, 5*time.Second); w.Shard != -1 {
+		t.Fatalf("first wake %+v, want resync", w)
+	}
+
+	const n = 400
+	reqs := make([]ParkRequest, n)
+	for i := range reqs {
+		reqs[i] = ParkRequest{ID: fmt.Sprintf("m-%d", i), Envelope: sampleEnvelope(i)}
+	}
+	reqs = append(reqs, ParkRequest{ID: "later", Delay: time.Hour, Envelope: sampleEnvelope(0)})
+	if _, err := s.Park(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Park(ctx, reqs[:10]); err != nil { // idempotent again
+		t.Fatal(err)
+	}
+	if w := nextWake(t, wake, 5*time.Second); w.Shard < 0 {
+		t.Fatalf("wake %+v after park", w)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Parked != n+1 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	if _, _, err := s.Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Get(ctx, "later"); err != nil || m.ID != "later" {
+		t.Fatalf("get %+v %v", m, err)
+	}
+	if ok, err := s.Cancel(ctx, "later"); err != nil || !ok {
+		t.Fatalf("cancel %v %v", ok, err)
+	}
+
+	var receipts []Receipt
+	var retries []RetryRequest
+	for sh := range shards {
+		cl, err := s.Claim(ctx, sh, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range cl.Messages {
+			if i%10 == 0 {
+				retries = append(retries, RetryRequest{Receipt: m.Receipt, Backoff: time.Millisecond})
+			} else {
+				receipts = append(receipts, m.Receipt)
+			}
+		}
+	}
+	if len(receipts)+len(retries) != n {
+		t.Fatalf("claimed %d of %d", len(receipts)+len(retries), n)
+	}
+	if a, err := s.Ack(ctx, receipts); err != nil || a.N != len(receipts) {
+		t.Fatalf("ack %+v %v", a, err)
+	}
+	if a, err := s.Retry(ctx, retries); err != nil || a.N != len(retries) {
+		t.Fatalf("retry %+v %v", a, err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st.Parked != int64(len(retries)) {
+		t.Fatalf("stats after ack %+v, %v", st, err)
+	}
+}
+
+// TestClusterEvictionPolicy: one master of three with an allkeys-* policy is enough for
+// Init to refuse the cluster.
+func TestClusterEvictionPolicy(t *testing.T) {
+	c := testredis.StartCluster(t, testredis.ClusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rdb := c.Client(t)
+	for i, master := range c.Nodes {
+		one := redis.NewClient(&redis.Options{Addr: master.Addr()})
+		err := one.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err()
+		one.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(ctx); !errors.Is(err, ErrEvictionPolicy) {
+			t.Fatalf("master %d with allkeys-lru: Init = %v, want ErrEvictionPolicy", i, err)
+		}
+		one = redis.NewClient(&redis.Options{Addr: master.Addr()})
+		err = one.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err()
+		one.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
