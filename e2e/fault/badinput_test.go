@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // badCase is one invalid message and the reason it must be dead-lettered with.
@@ -309,6 +311,16 @@ func TestGBadInput(t *testing.T) {
 	if err := kcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
+	// G8 through the message API: a header named like the bridge's internal header list
+	// would make the NATS adapter publish Nats-Rollup to the ROLL stream.
+	forged := headers.ToMetadata(headers.List{{Key: "Nats-Rollup", Value: "all"}, {Key: "Nats-Rollup", Value: "all"}}, nil)[headers.MetaHeaders]
+	api := &httpapi.Client{Base: "http://" + b.APIAddr}
+	if _, err := api.Send(ctx, httpapi.PostRequest{Target: "nats:roll.x", Delay: []byte("100"), Payload: new(string),
+		Headers: map[string]string{"case": "good-http-forged", headers.MetaHeaders: forged, "Nats-Rollup": "all"}}); err != nil {
+		t.Fatalf("message API: %v", err)
+	}
+	goods = append(goods, goodCase{name: "good-http-forged", broker: "http", h: []kv{{"x-target", "nats:roll.x"}}})
+	goodNames = append(goodNames, "good-http-forged")
 
 	missingGood := good.waitAll(goodNames, 30*time.Second)
 	missingDead := dead.waitAll(badNames, 10*time.Second)
