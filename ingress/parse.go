@@ -137,10 +137,11 @@ func Reason(err error) string {
 	return ReasonUnknown
 }
 
-// ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8 and
-// free of control characters (C0, DEL, C1). The last two rules go beyond SPEC: the id is
-// echoed in JSON replies and headers, where such bytes would be altered, and the message
-// could then no longer be addressed by its id. The error wraps [ErrInvalidID].
+// ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8, free
+// of control characters (C0, DEL, C1), and not beginning or ending with a space. The last
+// three rules go beyond SPEC: the id is echoed in JSON replies and headers, where such
+// bytes would be altered (NATS trims blanks around header values), and the message could
+// then no longer be addressed by its id. The error wraps [ErrInvalidID].
 func ValidateID(id string) error {
 	switch {
 	case id == "":
@@ -149,6 +150,8 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidID, len(id), MaxIDLen)
 	case !utf8.ValidString(id):
 		return fmt.Errorf("%w %s: not valid UTF-8", ErrInvalidID, quote(id))
+	case id[0] == ' ' || id[len(id)-1] == ' ':
+		return fmt.Errorf("%w %s: begins or ends with a space", ErrInvalidID, quote(id))
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {

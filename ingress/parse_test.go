@@ -439,7 +439,7 @@ func TestValidateID(t *testing.T) {
 			t.Errorf("ValidateID(%q): %v", id, err)
 		}
 	}
-	bad := []string{"", strings.Repeat("x", MaxIDLen+1), strings.Repeat("é", MaxIDLen/2) + "x", "a\nb", "a\rb", "\x00", "a\tb", "a\x7fb", "a\u0085b", "\xff", "a\xc3"}
+	bad := []string{"", strings.Repeat("x", MaxIDLen+1), strings.Repeat("é", MaxIDLen/2) + "x", "a\nb", "a\rb", "\x00", "a\tb", "a\x7fb", "a\u0085b", "\xff", "a\xc3", " a", "a ", " "}
 	for _, id := range bad {
 		err := ValidateID(id)
 		if err == nil {

@@ -44,7 +44,7 @@ func TestPrepareHeaders(t *testing.T) {
 		reason string       // "" = accepted
 		want   headers.List // forwarded headers when accepted (nil: not checked)
 	}{
-		{name: "plain", in: prepareIn("nats", "x-target", "a.b", "k", "v"), want: headers.List{{"k", "v"}, {HeaderHops, "1"}}},
+		{name: "plain", in: prepareIn("nats", "x-target", "a.b", "k", "v"), want: hl("k", "v", HeaderHops, "1")},
 		{name: "at the header count limit", in: prepareIn("nats", "x-target", "a.b", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6", "g", "7", "h", "8", "i", "9")},
 		{name: "one header too many", in: prepareIn("nats", "x-target", "a.b", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6", "g", "7", "h", "8", "i", "9", "j", "10"), reason: ReasonInvalidHeaders},
 		{name: "header bytes over the limit", in: prepareIn("nats", "x-target", "a.b", "k", long), reason: ReasonInvalidHeaders},
@@ -52,11 +52,11 @@ func TestPrepareHeaders(t *testing.T) {
 		{name: "strips Nats-* and the bridge's own headers", in: prepareIn("nats", "x-target", "a.b",
 			"Nats-Rollup", "all", "Nats-Expected-Last-Sequence", "1", "nats-msg-id", "evil", "Nats-TTL", "1s",
 			"x-delay-due", "1", "X-Delay-Source", "forged", "x-delay-error", "forged", "t", "1"),
-			want: headers.List{{"t", "1"}, {HeaderHops, "1"}}},
+			want: hl("t", "1", HeaderHops, "1")},
 		{name: "strips internal metadata keys in any case", in: prepareIn("kafka", "x-target", "kafka:a.b",
 			headers.MetaHeaders, "\x01\x0bNats-Rollup\x03all", "_DelayBridge_kafka_key", "k", "t", "1"),
-			want: headers.List{{"t", "1"}, {HeaderHops, "1"}}},
-		{name: "hops counted up", in: prepareIn("nats", "x-target", "a.b", "X-Delay-Hops", "2"), want: headers.List{{HeaderHops, "3"}}},
+			want: hl("t", "1", HeaderHops, "1")},
+		{name: "hops counted up", in: prepareIn("nats", "x-target", "a.b", "X-Delay-Hops", "2"), want: hl(HeaderHops, "3")},
 		{name: "hops at the limit", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "3"), reason: ReasonTargetLoop},
 		{name: "hops huge", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "99999999999999999999999"), reason: ReasonTargetLoop},
 		{name: "hops not a number", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "-1"), reason: ReasonInvalidHeaders},
@@ -68,7 +68,7 @@ func TestPrepareHeaders(t *testing.T) {
 		{name: "x-delay-id repeated", in: prepareIn("kafka", "x-target", "a.b", "x-delay-id", "a", "x-delay-id", "a"), reason: ReasonInvalidID},
 		{name: "CR LF in a value to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\r\nNats-Msg-Id: evil"), reason: ReasonInvalidHeaders},
 		{name: "CR LF in a value Kafka to Kafka", in: prepareIn("kafka", "x-target", "a.b", "x", "a\r\nNats-Msg-Id: evil"),
-			want: headers.List{{"x", "a\r\nNats-Msg-Id: evil"}, {HeaderHops, "1"}}},
+			want: hl("x", "a\r\nNats-Msg-Id: evil", HeaderHops, "1")},
 		{name: "leading blank to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", " a"), reason: ReasonInvalidHeaders},
 		{name: "trailing tab to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\t"), reason: ReasonInvalidHeaders},
 		{name: "inner blank to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a b")},
@@ -96,6 +96,15 @@ func TestPrepareHeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hl builds a header list from key, value pairs.
+func hl(kv ...string) headers.List {
+	var l headers.List
+	for i := 0; i+1 < len(kv); i += 2 {
+		l.Add(kv[i], kv[i+1])
+	}
+	return l
 }
 
 func equalList(a, b headers.List) bool {
