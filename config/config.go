@@ -47,6 +47,15 @@ type Config struct {
 	MaxDelay time.Duration `env:"MAX_DELAY" envDefault:"8760h" envDoc:"longest accepted delay (also bounds x-deliver-at), at most 100 years"`
 	// MaxPayload is the largest accepted payload in bytes.
 	MaxPayload int `env:"MAX_PAYLOAD" envDefault:"1048576" envDoc:"largest accepted payload, bytes"`
+	// MaxHeaders is the most headers an incoming message may have, control headers
+	// included (extension, not in SPEC).
+	MaxHeaders int `env:"MAX_HEADERS" envDefault:"64" envDoc:"most headers an incoming message may have (extension)"`
+	// MaxHeaderBytes bounds the total length of an incoming message's header names and
+	// values (extension, not in SPEC).
+	MaxHeaderBytes int `env:"MAX_HEADER_BYTES" envDefault:"8192" envDoc:"largest total of header name and value bytes of an incoming message (extension)"`
+	// MaxHops is the x-delay-hops count at which a message is dead-lettered as a loop
+	// (extension, not in SPEC).
+	MaxHops int `env:"MAX_HOPS" envDefault:"8" envDoc:"x-delay-hops count at which a message is dead-lettered as a loop (extension)"`
 	// HTTPAddr is the listen address of /healthz, /readyz and /metrics.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080" envDoc:"listen address of /healthz, /readyz, /metrics"`
 	// APIAddr is the listen address of the message API; "" turns the API off (an empty

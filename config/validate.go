@@ -167,6 +167,15 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	} else if c.MaxPayload > MaxMaxPayload {
 		add("MAX_PAYLOAD", "%d: must be at most %d (Redis' limit)", c.MaxPayload, MaxMaxPayload)
 	}
+	if c.MaxHeaders <= 0 {
+		add("MAX_HEADERS", "%d: must be > 0", c.MaxHeaders)
+	}
+	if c.MaxHeaderBytes <= 0 {
+		add("MAX_HEADER_BYTES", "%d: must be > 0", c.MaxHeaderBytes)
+	}
+	if c.MaxHops <= 0 {
+		add("MAX_HOPS", "%d: must be > 0", c.MaxHops)
+	}
 
 	// Listeners.
 	if c.HTTPAddr == "" {

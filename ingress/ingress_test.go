@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,13 +95,15 @@ func TestParksWithForwardedHeaders(t *testing.T) {
 		{Key: "X-Delay", Value: "PT2S"}, {Key: "X-Target", Value: "orders.timeout"}, {Key: "x-delay-id", Value: "o-1"},
 		{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}, {Key: "Nats-Rollup", Value: "all"},
 		{Key: "x-delay-due", Value: "1"}, {Key: "x-delay-source", Value: "forged"},
+		{Key: "x-delay-error", Value: "forged"}, {Key: "x-delay-hops", Value: "2"},
+		{Key: "_delaybridge_headers", Value: "forged"},
 	}, nil)
 	m := waitGet(t, st, "o-1")
 	if m.Envelope.Target != "nats:orders.timeout" || m.Envelope.Source != "nats:delay.in" || string(m.Envelope.Payload) != "hello" {
 		t.Fatalf("envelope = %+v", m.Envelope)
 	}
-	want := headers.List{{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}}
-	if len(m.Envelope.Headers) != 2 || m.Envelope.Headers[0] != want[0] || m.Envelope.Headers[1] != want[1] {
+	want := headers.List{{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}, {Key: "x-delay-hops", Value: "3"}}
+	if !slices.Equal(m.Envelope.Headers, want) {
 		t.Fatalf("forwarded headers = %v, want %v", m.Envelope.Headers, want)
 	}
 	if d := time.UnixMilli(m.Due).Sub(before); d < 1900*time.Millisecond || d > 3*time.Second {

@@ -34,6 +34,10 @@ const (
 	HeaderError = "x-delay-error"
 	// HeaderKafkaKey carries a Kafka record key across NATS.
 	HeaderKafkaKey = "x-kafka-key"
+	// HeaderHops counts how often a message went through a bridge: ingress sets it to the
+	// incoming value + 1 on the parked message, and rejects a message whose count reached
+	// the maximum (a loop through other services that the target check cannot see).
+	HeaderHops = "x-delay-hops"
 )
 
 // MaxIDLen is the longest accepted x-delay-id, in bytes.
@@ -46,7 +50,7 @@ var (
 	ErrInvalidDelay = errors.New("invalid delay")
 	// ErrInvalidDeliverAt: x-deliver-at is malformed or overflows.
 	ErrInvalidDeliverAt = errors.New("invalid deliver-at")
-	// ErrConflictingSchedule: both x-delay and x-deliver-at, or either one repeated.
+	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
 	ErrDelayTooLong = errors.New("delay too long")
@@ -65,6 +69,9 @@ var (
 	ErrInvalidID = errors.New("invalid id")
 	// ErrPayloadTooLarge: the payload exceeds the maximum size.
 	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrInvalidHeaders: too many headers, too many header bytes, a repeated or malformed
+	// x-kafka-key or x-delay-hops, or (for a NATS target) a header NATS would alter.
+	ErrInvalidHeaders = errors.New("invalid headers")
 )
 
 // Reason codes returned by [Reason]; they are the prefix of x-delay-error and suitable as
@@ -81,6 +88,7 @@ const (
 	ReasonBrokerNotConfigured = "broker_not_configured"
 	ReasonInvalidID           = "invalid_id"
 	ReasonPayloadTooLarge     = "payload_too_large"
+	ReasonInvalidHeaders      = "invalid_headers"
 	ReasonUnknown             = "unknown"
 )
 
@@ -101,6 +109,7 @@ var reasons = []struct {
 	{ErrInvalidDeliverAt, ReasonInvalidDeliverAt},
 	{ErrInvalidID, ReasonInvalidID},
 	{ErrPayloadTooLarge, ReasonPayloadTooLarge},
+	{ErrInvalidHeaders, ReasonInvalidHeaders},
 }
 
 // Reasons lists every code [Reason] can return for a non-nil error, ReasonUnknown last.
@@ -128,10 +137,11 @@ func Reason(err error) string {
 	return ReasonUnknown
 }
 
-// ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8 and
-// free of control characters (C0, DEL, C1). The last two rules go beyond SPEC: the id is
-// echoed in JSON replies and headers, where such bytes would be altered, and the message
-// could then no longer be addressed by its id. The error wraps [ErrInvalidID].
+// ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8, free
+// of control characters (C0, DEL, C1), and not beginning or ending with a space. The last
+// three rules go beyond SPEC: the id is echoed in JSON replies and headers, where such
+// bytes would be altered (NATS trims blanks around header values), and the message could
+// then no longer be addressed by its id. The error wraps [ErrInvalidID].
 func ValidateID(id string) error {
 	switch {
 	case id == "":
@@ -140,6 +150,8 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidID, len(id), MaxIDLen)
 	case !utf8.ValidString(id):
 		return fmt.Errorf("%w %s: not valid UTF-8", ErrInvalidID, quote(id))
+	case id[0] == ' ' || id[len(id)-1] == ' ':
+		return fmt.Errorf("%w %s: begins or ends with a space", ErrInvalidID, quote(id))
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {
@@ -162,8 +174,9 @@ type Schedule struct {
 }
 
 // ParseSchedule reads x-delay and x-deliver-at (names matched case-insensitively) from h.
-// Neither header: due now (the zero Schedule). Both, or either one repeated: error wrapping
-// [ErrConflictingSchedule]. A delay longer than maxDelay, or an x-deliver-at more than
+// Neither header: due now (the zero Schedule). Both: error wrapping [ErrConflictingSchedule].
+// Either one repeated (ambiguous): error wrapping [ErrInvalidDelay] or [ErrInvalidDeliverAt].
+// A delay longer than maxDelay, or an x-deliver-at more than
 // maxDelay after now, wraps [ErrDelayTooLong]; exactly maxDelay is accepted. An
 // x-deliver-at in the past is accepted. now is only used for that bound. maxDelay should
 // be > 0 (package config guarantees it); with maxDelay <= 0 only "due now" passes.
@@ -174,9 +187,9 @@ func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Sched
 	case len(delays) > 0 && len(ats) > 0:
 		return Schedule{}, fmt.Errorf("%w: both %s and %s given", ErrConflictingSchedule, HeaderDelay, HeaderDeliverAt)
 	case len(delays) > 1:
-		return Schedule{}, fmt.Errorf("%w: %s given %d times (%w)", ErrConflictingSchedule, HeaderDelay, len(delays), ErrInvalidDelay)
+		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDelay, HeaderDelay, len(delays))
 	case len(ats) > 1:
-		return Schedule{}, fmt.Errorf("%w: %s given %d times (%w)", ErrConflictingSchedule, HeaderDeliverAt, len(ats), ErrInvalidDeliverAt)
+		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderDeliverAt, len(ats))
 	case len(delays) == 1:
 		d, err := ParseDelay(delays[0])
 		if err != nil {

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,15 @@ type Rules struct {
 	MaxPayload int
 	// Targets validates x-target.
 	Targets TargetPolicy
+	// MaxHeaders is the most headers a message may have, control headers included
+	// (BRIDGE_MAX_HEADERS); 0 means [DefaultMaxHeaders].
+	MaxHeaders int
+	// MaxHeaderBytes bounds the sum of the lengths of all header names and values
+	// (BRIDGE_MAX_HEADER_BYTES); 0 means [DefaultMaxHeaderBytes].
+	MaxHeaderBytes int
+	// MaxHops is the x-delay-hops count at which a message is rejected as a loop
+	// (BRIDGE_MAX_HOPS); 0 means [DefaultMaxHops].
+	MaxHops int
 }
 
 // Incoming is a message as it arrived, before validation.
@@ -40,24 +50,26 @@ type Incoming struct {
 	Received time.Time
 }
 
-// isDropped reports whether a header is not forwarded as given: control headers, the
-// bridge's own output headers and every Nats-* header.
-func isDropped(key string) bool {
-	switch strings.ToLower(key) {
-	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource:
-		return true
-	}
-	return len(key) >= 5 && strings.EqualFold(key[:5], "nats-")
-}
-
 // Prepare validates in and turns it into a park request, with a due-time computation that
 // the store finishes with its own clock. It is pure and safe for concurrent use. now is
 // the local time, used only to bound x-deliver-at by MaxDelay; the relative delay is
 // reduced by the time elapsed since in.Received.
+//
+// Besides the control headers it checks the header list as a whole: the MaxHeaders and
+// MaxHeaderBytes limits, x-delay-hops (MaxHops; the parked message carries the incoming
+// count + 1), a single well-formed x-kafka-key, and, for a NATS target, that NATS can carry
+// every forwarded header unchanged (Kafka to Kafka carries any bytes). Headers the bridge
+// sets itself, Nats-* headers and internal metadata keys are stripped ([isDropped]).
 func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, error) {
 	var req delaystore.ParkRequest
 	if len(in.Payload) > r.MaxPayload {
 		return req, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(in.Payload), r.MaxPayload)
+	}
+	if err := checkLimits(in.Headers, orDefault(r.MaxHeaders, DefaultMaxHeaders), orDefault(r.MaxHeaderBytes, DefaultMaxHeaderBytes)); err != nil {
+		return req, err
+	}
+	if keys := in.Headers.Values(HeaderKafkaKey); len(keys) > 1 {
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, HeaderKafkaKey, len(keys))
 	}
 	ids := in.Headers.Values(HeaderID)
 	switch {
@@ -89,6 +101,22 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
+	hops, err := parseHops(in.Headers, orDefault(r.MaxHops, DefaultMaxHops))
+	if err != nil {
+		return req, err
+	}
+	forward := in.Headers.Without(isDropped)
+	if target.Broker == BrokerNATS {
+		if err := checkNATSHeaders(forward); err != nil {
+			return req, err
+		}
+		if in.Key != nil {
+			if detail := natsValueProblem(string(in.Key)); detail != "" {
+				return req, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, HeaderKafkaKey, detail)
+			}
+		}
+	}
+	forward.Add(HeaderHops, strconv.Itoa(hops+1))
 	if sched.Absolute {
 		req.Absolute, req.At = true, sched.At
 	} else {
@@ -101,7 +129,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	req.Envelope = delaystore.Envelope{
 		Target:  target.String(),
 		Source:  in.Source,
-		Headers: in.Headers.Without(isDropped),
+		Headers: forward,
 		Key:     in.Key,
 		Payload: in.Payload,
 	}

@@ -202,9 +202,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	}
 
 	rules := ingress.Rules{
-		MaxDelay:   cfg.MaxDelay,
-		MaxPayload: cfg.MaxPayload,
-		Targets:    targetPolicy(cfg),
+		MaxDelay:       cfg.MaxDelay,
+		MaxPayload:     cfg.MaxPayload,
+		Targets:        targetPolicy(cfg),
+		MaxHeaders:     cfg.MaxHeaders,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
+		MaxHops:        cfg.MaxHops,
 	}
 	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject}, store, sources, publishers, logger, inMetrics)
 	if err != nil {

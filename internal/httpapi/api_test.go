@@ -108,7 +108,7 @@ func TestPostRejects(t *testing.T) {
 		{"too large", PostRequest{Target: "a.b", Payload: str(strings.Repeat("x", 65))}, "payload_too_large"},
 		{"both payloads", PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "not both"},
 		{"bad base64", PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
-		{"header smuggles a second delay", PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "conflicting_schedule"},
+		{"header smuggles a second delay", PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "invalid_delay"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
