@@ -48,6 +48,23 @@ type PartialFailure interface {
 	FailedMessages() map[string]error
 }
 
+// Rejection is implemented by a publish error that is a permanent refusal of the message
+// by the target broker (no permission, too large): retrying cannot help, so the message
+// is dead-lettered after this one attempt with the reason as its x-delay-error.
+type Rejection interface {
+	error
+	RejectReason() string
+}
+
+// rejected returns the reason of a permanent rejection in err, if any.
+func rejected(err error) (string, bool) {
+	var r Rejection
+	if err != nil && errors.As(err, &r) {
+		return r.RejectReason(), true
+	}
+	return "", false
+}
+
 // Config configures egress.
 type Config struct {
 	// DLQSubject is the dead-letter subject, on the source broker of the message.
@@ -349,7 +366,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 			acks = append(acks, o.claimed.Receipt)
 			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
 			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
-		case o.claimed.Attempts+1 >= e.cfg.MaxAttempts && e.deadLetter(o) == nil:
+		case e.permanent(o) && e.deadLetter(o) == nil:
 			acks = append(acks, o.claimed.Receipt)
 		default:
 			backoff := e.backoff(o.claimed.Attempts + 1)
@@ -431,8 +448,18 @@ func (e *Egress) publish(group []*outgoing) {
 	}
 }
 
-// deadLetter publishes a message that ran out of attempts to the dead-letter subject of
-// its source broker (for the HTTP source: of its target broker).
+// permanent reports whether o's failure ends its attempts: the target rejected it for
+// good, or it has had MaxAttempts.
+func (e *Egress) permanent(o *outgoing) bool {
+	if _, ok := rejected(o.err); ok {
+		return true
+	}
+	return o.claimed.Attempts+1 >= e.cfg.MaxAttempts
+}
+
+// deadLetter publishes a message that was rejected by its target or ran out of attempts
+// to the dead-letter subject of its source broker (for the HTTP source: of its target
+// broker). x-delay-error is "<reason>: <error>" for a rejection, else "publish_failed: ...".
 func (e *Egress) deadLetter(o *outgoing) error {
 	broker, _, _ := strings.Cut(o.claimed.Envelope.Source, ":")
 	pub := e.publishers[broker]
@@ -448,15 +475,21 @@ func (e *Egress) deadLetter(o *outgoing) error {
 		dead.Metadata.Set(k, v)
 	}
 	dead.Metadata.Set(HeaderTarget, o.claimed.Envelope.Target)
-	dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+	reason, isRejected := rejected(o.err)
+	if isRejected {
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
+	} else {
+		reason = "publish_failed"
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+	}
 	dead.SetContext(o.msg.Context())
 	if err := pub.Publish(e.cfg.DLQSubject, dead); err != nil {
 		e.log.Warn("dead-letter publish", "id", o.claimed.ID, "err", err)
 		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
 	}
 	e.metrics.out(o.broker, "dead_lettered")
-	e.log.Warn("dead-lettered after failed publishes", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
-		"attempts", o.claimed.Attempts+1, "err", o.err)
+	e.log.Warn("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
 	return nil
 }
 

@@ -1,0 +1,62 @@
+//go:build fault
+
+package fault
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/internal/e2etest"
+)
+
+// D2: a target whose stream never confirms (it is full: MaxMsgs 1, DiscardNew) fails
+// every publish but the first. Those messages are retried with backoff and dead-lettered
+// (publish_failed) after BRIDGE_MAX_ATTEMPTS, while another target, fed at the same
+// time, keeps flowing: lost 0, early 0.
+func TestD2TargetWithoutStream(t *testing.T) {
+	s := newStack(t)
+	createStream(t, s.js, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew})
+	c := newChecker(t, s)
+	dlq := watchDeadLetters(t, s.nc, "delay.dlq")
+	e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_MAX_ATTEMPTS", "3", "BRIDGE_RETRY_BACKOFF", "100ms"))
+	bad := sendTo(t, c.js, "full.x", "d2-bad", 200, uniform(time.Second))
+	seqs := c.send("d2", 2000, uniform(time.Second))
+	r := c.await(seqs, 30*time.Second)
+	requireSafe(t, r)
+	got, reasons := dlq.await(bad, len(bad)-1, 20*time.Second)
+	stored := streamMsgs(t, s.js, "FULL")
+	t.Logf("D2: healthy target %s; full target: %d of %d dead-lettered %v, %d stored", r, got, len(bad), reasons, stored)
+	if stored != 1 || got != len(bad)-1 || reasons["publish_failed"] != len(bad)-1 {
+		t.Fatalf("want 1 stored and %d dead-lettered publish_failed, got %d stored, %d dead-lettered %v", len(bad)-1, stored, got, reasons)
+	}
+}
+
+// D4: the bridge's NATS user may not publish to forbidden.>. Core NATS reports that only
+// asynchronously (Publish returns nil, the error handler fires), JetStream by never
+// acknowledging. Either way the messages are dead-lettered at once with reason forbidden
+// (BRIDGE_MAX_ATTEMPTS 10 with a 1 s backoff would take minutes), and allowed targets
+// lose nothing.
+func TestD4PublishPermissionDenied(t *testing.T) {
+	s := newStackOpts(t, withBridgeUser("forbidden.>"))
+	createStream(t, s.js, jetstream.StreamConfig{Name: "FORB", Subjects: []string{"forbidden.js.>"}})
+	c := newChecker(t, s)
+	dlq := watchDeadLetters(t, s.nc, "delay.dlq")
+	e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_NATS_URL", bridgeURL(s.nats.URL())))
+	core := sendTo(t, c.js, "forbidden.core", "d4-core", 600, uniform(time.Second))
+	js := sendTo(t, c.js, "forbidden.js.x", "d4-js", 200, uniform(time.Second))
+	seqs := c.send("d4", 1000, uniform(time.Second))
+	r := c.await(seqs, 30*time.Second)
+	requireSafe(t, r)
+	gotCore, _ := dlq.await(core, len(core), 15*time.Second)
+	gotJS, reasons := dlq.await(js, len(js), 15*time.Second)
+	t.Logf("D4: allowed target %s; forbidden core %d/%d, JetStream %d/%d dead-lettered %v", r, gotCore, len(core), gotJS, len(js), reasons)
+	if gotCore != len(core) || gotJS != len(js) || reasons["forbidden"] != len(core)+len(js) {
+		t.Fatalf("want every forbidden message dead-lettered once with reason forbidden: core %d/%d, js %d/%d, %v",
+			gotCore, len(core), gotJS, len(js), reasons)
+	}
+	if n := streamMsgs(t, s.js, "FORB"); n != 0 {
+		t.Fatalf("stream FORB holds %d messages", n)
+	}
+}
