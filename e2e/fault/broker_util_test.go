@@ -169,3 +169,15 @@ func createStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConf
 		t.Fatalf("create stream %s: %v", cfg.Name, err)
 	}
 }
+
+// waitConnected waits until nc is connected again.
+func waitConnected(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.Status() != nats.CONNECTED {
+		if time.Now().After(deadline) {
+			t.Fatalf("connection not back: %s", nc.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
