@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 )
 
 // C9: 50 records with a bad x-delay at the head of partition 0, then 1000 good records.
@@ -42,4 +43,57 @@ func TestC9PoisonRecordAtPartitionHead(t *testing.T) {
 		t.Fatalf("committed offsets sum to %d, want 1050", sum)
 	}
 	waitEmpty(t, b)
+}
+
+// C6: a second bridge joins the group while records flow to the first (3000 in 10
+// rounds over 3 partitions): the partitions are reassigned mid-batch. Revoked partitions are
+// not committed by their old owner; the new owner re-reads from the last commit and
+// re-parks the same topic/partition/offset ids in place. lost 0, early 0, no message
+// under two ids, and the store ends empty (no second parked entry of any record).
+func TestC6KafkaRebalanceMidBatch(t *testing.T) {
+	k := newKafkaStack(t)
+	c := newKafkaChecker(t, k)
+	a := e2etest.StartReady(t, bridgeBin, k.envWith())
+	var seqs []string
+	var b *e2etest.Bridge
+	for round := range 10 {
+		if round == 3 {
+			b = e2etest.Start(t, bridgeBin, k.envWith()) // joins while records flow
+		}
+		seqs = append(seqs, c.send("c6-"+itoa(round), 300, -1, uniform(2*time.Second), nil)...)
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := c.await(seqs, 60*time.Second)
+	requireKafkaSafe(t, r)
+	waitEmpty(t, b)
+	inA, inB := inCounts(t, a), inCounts(t, b)
+	t.Logf("C6: second bridge joined mid-stream: %s; parked by the first %d, by the second %d (%d re-read)",
+		r, inA["parked"], inB["parked"], inA["parked"]+inB["parked"]-len(seqs))
+	if inB["parked"] == 0 {
+		t.Fatal("the second bridge never got a partition: no rebalance happened")
+	}
+	if r.idsPerSeq > 1 {
+		t.Fatalf("a record was parked under %d ids", r.idsPerSeq)
+	}
+}
+
+// A2: kill -9 of a bridge after it parked a batch of Kafka records and before their
+// offsets were committed. The second bridge of the group takes the partitions over after
+// the session timeout, re-reads from the last commit and re-parks the same ids: lost 0,
+// early 0, no message under two ids, store empty at the end.
+func TestA2CrashAfterParkKafka(t *testing.T) {
+	k := newKafkaStack(t)
+	c := newKafkaChecker(t, k)
+	a := e2etest.StartReady(t, bridgeBin, k.envWith(failpoint.Env, failpoint.AfterPark+"=crash@3"))
+	b := e2etest.StartReady(t, bridgeBin, k.envWith())
+	seqs := c.send("a2", 2000, -1, uniform(time.Second), nil)
+	crashed(t, a, failpoint.AfterPark)
+	r := c.await(seqs, 60*time.Second)
+	requireKafkaSafe(t, r)
+	waitEmpty(t, b)
+	in := inCounts(t, b)
+	t.Logf("A2: crash after park, before commit: %s; the survivor parked %d", r, in["parked"])
+	if r.idsPerSeq > 1 {
+		t.Fatalf("a record was parked under %d ids", r.idsPerSeq)
+	}
 }
