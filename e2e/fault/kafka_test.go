@@ -3,8 +3,12 @@
 package fault
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
@@ -95,5 +99,37 @@ func TestA2CrashAfterParkKafka(t *testing.T) {
 	t.Logf("A2: crash after park, before commit: %s; the survivor parked %d", r, in["parked"])
 	if r.idsPerSeq > 1 {
 		t.Fatalf("a record was parked under %d ids", r.idsPerSeq)
+	}
+}
+
+// D1 (Kafka): for 2 s while due records are released, every produce request of the
+// bridge gets its connection dropped (kfake control). The writes fail, are retried after
+// BRIDGE_RETRY_BACKOFF, and land after the brokers take requests again: lost 0, early 0.
+// kafka-go has no idempotent producer, so copies are possible; they carry the same
+// x-delay-id (counted, not asserted).
+func TestD1KafkaDisconnectDuringPublish(t *testing.T) {
+	k := newKafkaStack(t)
+	c := newKafkaChecker(t, k)
+	e2etest.StartReady(t, bridgeBin, k.envWith("BRIDGE_RETRY_BACKOFF", "200ms"))
+	seqs := c.send("d1k", 2000, -1, uniform(2*time.Second), nil)
+	kf := k.kafka.Kfake()
+	var dropped atomic.Int64
+	until := time.Now().Add(2 * time.Second)
+	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if time.Now().After(until) {
+			return nil, nil, false // handled by the cluster; this control is dropped
+		}
+		kf.KeepControl()
+		dropped.Add(1)
+		return nil, errors.New("d1: connection dropped"), true
+	})
+	r := c.await(seqs, 60*time.Second)
+	t.Logf("D1 (Kafka): %d produce requests dropped over 2 s: %s", dropped.Load(), r)
+	requireKafkaSafe(t, r)
+	if dropped.Load() == 0 {
+		t.Fatal("no produce request was dropped: the fault did not happen")
+	}
+	if r.idsPerSeq > 1 {
+		t.Fatalf("copies of one message carry %d different x-delay-ids", r.idsPerSeq)
 	}
 }
