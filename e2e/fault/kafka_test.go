@@ -102,34 +102,68 @@ func TestA2CrashAfterParkKafka(t *testing.T) {
 	}
 }
 
-// D1 (Kafka): for 2 s while due records are released, every produce request of the
-// bridge gets its connection dropped (kfake control). The writes fail, are retried after
-// BRIDGE_RETRY_BACKOFF, and land after the brokers take requests again: lost 0, early 0.
-// kafka-go has no idempotent producer, so copies are possible; they carry the same
-// x-delay-id (counted, not asserted).
+// D1 (Kafka): for 2 s while due records are released, the bridge's produce requests fail
+// (kfake control), alternately by a dropped connection and by an UNKNOWN_SERVER_ERROR
+// answer, which kafka-go does not retry itself. The failed writes are retried by egress
+// after BRIDGE_RETRY_BACKOFF and land once the brokers take requests again: lost 0,
+// early 0. kafka-go has no idempotent producer, so copies are possible; they carry the
+// same x-delay-id (counted, not asserted).
 func TestD1KafkaDisconnectDuringPublish(t *testing.T) {
 	k := newKafkaStack(t)
 	c := newKafkaChecker(t, k)
 	e2etest.StartReady(t, bridgeBin, k.envWith("BRIDGE_RETRY_BACKOFF", "200ms"))
 	seqs := c.send("d1k", 2000, -1, uniform(2*time.Second), nil)
 	kf := k.kafka.Kfake()
-	var dropped atomic.Int64
+	var failed atomic.Int64
 	until := time.Now().Add(2 * time.Second)
-	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+	kf.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if time.Now().After(until) {
 			return nil, nil, false // handled by the cluster; this control is dropped
 		}
 		kf.KeepControl()
-		dropped.Add(1)
-		return nil, errors.New("d1: connection dropped"), true
+		if failed.Add(1)%2 == 0 {
+			return nil, errors.New("d1: connection dropped"), true
+		}
+		resp, _ := produceErrors(req, func(string) int16 { return -1 }) // UNKNOWN_SERVER_ERROR
+		return resp, nil, true
 	})
 	r := c.await(seqs, 60*time.Second)
-	t.Logf("D1 (Kafka): %d produce requests dropped over 2 s: %s", dropped.Load(), r)
+	t.Logf("D1 (Kafka): %d produce requests failed over 2 s: %s", failed.Load(), r)
 	requireKafkaSafe(t, r)
-	if dropped.Load() == 0 {
-		t.Fatal("no produce request was dropped: the fault did not happen")
+	if failed.Load() == 0 {
+		t.Fatal("no produce request failed: the fault did not happen")
 	}
 	if r.idsPerSeq > 1 {
 		t.Fatalf("copies of one message carry %d different x-delay-ids", r.idsPerSeq)
+	}
+}
+
+// D4 (Kafka): the brokers answer TOPIC_AUTHORIZATION_FAILED for the target topic
+// forbidden.k: its records are dead-lettered (forbidden) after one attempt, while
+// out.fault loses nothing.
+func TestD4KafkaTopicAuthorizationFailed(t *testing.T) {
+	k := newKafkaStack(t)
+	testkafkaCreate(t, k, "forbidden.k")
+	c := newKafkaChecker(t, k)
+	kf := k.kafka.Kfake()
+	kf.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		resp, hit := produceErrors(req, func(topic string) int16 {
+			if topic == "forbidden.k" {
+				return 29 // TOPIC_AUTHORIZATION_FAILED
+			}
+			return 0
+		})
+		return resp, nil, hit
+	})
+	e2etest.StartReady(t, bridgeBin, k.envWith())
+	bad := c.sendTarget("d4k-bad", "forbidden.k", 200, uniform(time.Second))
+	seqs := c.send("d4k", 1000, -1, uniform(time.Second), nil)
+	r := c.await(seqs, 30*time.Second)
+	requireKafkaSafe(t, r)
+	got, reasons := c.awaitDead(bad, 15*time.Second)
+	t.Logf("D4 (Kafka): %d/%d dead-lettered %v; allowed %s", got, len(bad), reasons, r)
+	if got != len(bad) || reasons["forbidden"] != len(bad) {
+		t.Fatalf("want all %d dead-lettered forbidden, got %d %v", len(bad), got, reasons)
 	}
 }

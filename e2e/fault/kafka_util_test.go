@@ -15,6 +15,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
@@ -138,6 +139,17 @@ func (c *kchecker) arrive(r *kgo.Record, now time.Time) {
 // xdelay, when not nil, overrides the x-delay header text (for bad records).
 func (c *kchecker) send(prefix string, n, partition int, delay func(int) time.Duration, xdelay func(int) string) []string {
 	c.t.Helper()
+	return c.produce(prefix, "out.fault", n, partition, delay, xdelay)
+}
+
+// sendTarget is send with x-target target, spread over the partitions.
+func (c *kchecker) sendTarget(prefix, target string, n int, delay func(int) time.Duration) []string {
+	c.t.Helper()
+	return c.produce(prefix, target, n, -1, delay, nil)
+}
+
+func (c *kchecker) produce(prefix, target string, n, partition int, delay func(int) time.Duration, xdelay func(int) string) []string {
+	c.t.Helper()
 	seqs := make([]string, n)
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
@@ -155,7 +167,7 @@ func (c *kchecker) send(prefix string, n, partition int, delay func(int) time.Du
 			p = int32(partition)
 		}
 		r := &kgo.Record{Topic: "delay.in", Partition: p, Value: []byte(seq), Headers: []kgo.RecordHeader{
-			{Key: "x-delay", Value: []byte(hd)}, {Key: "x-target", Value: []byte("out.fault")}, {Key: "seq", Value: []byte(seq)}}}
+			{Key: "x-delay", Value: []byte(hd)}, {Key: "x-target", Value: []byte(target)}, {Key: "seq", Value: []byte(seq)}}}
 		c.mu.Lock()
 		c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
 		c.mu.Unlock()
@@ -309,4 +321,34 @@ func inCounts(t *testing.T, bridges ...*e2etest.Bridge) map[string]int {
 		}
 	}
 	return out
+}
+
+// produceErrors answers a produce request with code for every partition of the topics
+// for which code(topic) is non-zero; other requests are handled by the cluster.
+func produceErrors(kreq kmsg.Request, code func(topic string) int16) (kmsg.Response, bool) {
+	req, ok := kreq.(*kmsg.ProduceRequest)
+	if !ok {
+		return nil, false
+	}
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	hit := false
+	for _, rt := range req.Topics {
+		c := code(rt.Topic)
+		hit = hit || c != 0
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, c
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, hit
+}
+
+// testkafkaCreate creates topic (3 partitions) on k's cluster.
+func testkafkaCreate(t *testing.T, k *kstack, topic string) {
+	t.Helper()
+	testkafka.CreateTopic(t, k.brokers, topic, 3)
 }
