@@ -83,6 +83,10 @@ type Config struct {
 	// DrainTimeout bounds the completion of batches in flight once Run's ctx is
 	// cancelled (default 20s).
 	DrainTimeout time.Duration
+	// Lease is the store's claim lease. When set, the messages of a claimed batch carry
+	// a context that ends 4/5 of it after the claim, so that a publish never outlives
+	// its claim (after the lease another replica may publish the same message).
+	Lease time.Duration
 }
 
 func (c *Config) defaults() {
@@ -335,13 +339,19 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 	failpoint.Inject(failpoint.AfterClaim)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
 	defer cancel()
+	mctx := dctx // the messages' context: publishing ends within the claim
+	if e.cfg.Lease > 0 {
+		var mcancel context.CancelFunc
+		mctx, mcancel = context.WithTimeout(dctx, e.cfg.Lease*4/5)
+		defer mcancel()
+	}
 	out := make([]*outgoing, len(claimed))
 	groups := map[string][]*outgoing{}
 	for i, c := range claimed {
 		o := &outgoing{claimed: c}
 		o.broker, o.topic, _ = strings.Cut(c.Envelope.Target, ":")
 		o.msg = outputMessage(c)
-		o.msg.SetContext(dctx)
+		o.msg.SetContext(mctx)
 		out[i] = o
 		groups[c.Envelope.Target] = append(groups[c.Envelope.Target], o)
 	}
@@ -366,7 +376,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 			acks = append(acks, o.claimed.Receipt)
 			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
 			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
-		case e.permanent(o) && e.deadLetter(o) == nil:
+		case e.permanent(o) && e.deadLetter(dctx, o) == nil:
 			acks = append(acks, o.claimed.Receipt)
 		default:
 			backoff := e.backoff(o.claimed.Attempts + 1)
@@ -460,7 +470,8 @@ func (e *Egress) permanent(o *outgoing) bool {
 // deadLetter publishes a message that was rejected by its target or ran out of attempts
 // to the dead-letter subject of its source broker (for the HTTP source: of its target
 // broker). x-delay-error is "<reason>: <error>" for a rejection, else "publish_failed: ...".
-func (e *Egress) deadLetter(o *outgoing) error {
+// ctx bounds the dead-letter publish (the message's own context may have ended).
+func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
 	broker, _, _ := strings.Cut(o.claimed.Envelope.Source, ":")
 	pub := e.publishers[broker]
 	if pub == nil {
@@ -482,7 +493,7 @@ func (e *Egress) deadLetter(o *outgoing) error {
 		reason = "publish_failed"
 		dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
 	}
-	dead.SetContext(o.msg.Context())
+	dead.SetContext(ctx)
 	if err := pub.Publish(e.cfg.DLQSubject, dead); err != nil {
 		e.log.Warn("dead-letter publish", "id", o.claimed.ID, "err", err)
 		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)

@@ -371,3 +371,40 @@ func TestKafkaKeyMapping(t *testing.T) {
 		})
 	}
 }
+
+// deadlineRecorder records how far away the context deadline of the first published
+// message was.
+type deadlineRecorder struct {
+	message.Publisher
+	once sync.Once
+	left chan time.Duration
+}
+
+func (d *deadlineRecorder) Publish(topic string, msgs ...*message.Message) error {
+	d.once.Do(func() {
+		dl, ok := msgs[0].Context().Deadline()
+		if !ok {
+			dl = time.Now().Add(time.Hour)
+		}
+		d.left <- time.Until(dl)
+	})
+	return d.Publisher.Publish(topic, msgs...)
+}
+
+// TestMessageContextEndsWithinLease: a claimed message's context ends at 4/5 of the
+// lease, so its publish cannot outlive the claim.
+func TestMessageContextEndsWithinLease(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	d := &deadlineRecorder{Publisher: gc, left: make(chan time.Duration, 1)}
+	runEgress(t, Config{Lease: 5 * time.Second, DrainTimeout: time.Minute}, st, map[string]message.Publisher{"nats": d})
+	park(t, st, "leased", 0, "nats:leased", nil)
+	select {
+	case left := <-d.left:
+		if left > 4*time.Second || left <= 0 {
+			t.Fatalf("message context ends in %s, want at most 4/5 of the 5s lease", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing published")
+	}
+}

@@ -197,6 +197,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		MaxAttempts:  cfg.MaxAttempts,
 		BackoffMin:   cfg.RetryBackoff,
 		DrainTimeout: cfg.ShutdownTimeout,
+		Lease:        cfg.Store.Lease,
 	}, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err
