@@ -230,12 +230,20 @@ func (w *worker) offer(due int64) {
 	}
 }
 
+// batchesInFlight bounds, per shard, the claimed batches being published and settled at
+// once (so at most batchesInFlight x BatchSize messages): a slow target holds at most
+// that many, while the shard's other messages keep being claimed and published.
+const batchesInFlight = 4
+
 func (e *Egress) runWorker(ctx context.Context, w *worker) {
 	next := int64(-1) // the shard's head as last known; -1: empty, wait for an offer
 	errWait := 100 * time.Millisecond
 	failing := false // in a streak of claim errors: logged once at Warn
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	slots := make(chan struct{}, batchesInFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait() // batches in flight finish (bounded by DrainTimeout)
 	for {
 		if o := w.offered.Swap(math.MaxInt64); o != math.MaxInt64 && (next < 0 || o < next) {
 			next = o
@@ -257,7 +265,15 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			continue
 		case <-fire:
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		c, err := e.store.Claim(ctx, w.shard, e.cfg.BatchSize)
+		if err != nil || len(c.Messages) == 0 {
+			<-slots
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -285,9 +301,16 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			e.quarantine(ctx, c.Corrupt)
 		}
 		if len(c.Messages) > 0 {
-			if head, ok := e.deliver(ctx, w.shard, c.Messages); ok {
-				next = head // the claimed messages' lease scores are gone from the head
-			}
+			inflight.Add(1)
+			go func(msgs []delaystore.Claimed) {
+				defer inflight.Done()
+				defer func() { <-slots }()
+				// The shard's head after settling (retries may make it earlier than the
+				// claimed messages' lease scores in c.Next).
+				if head, ok := e.deliver(ctx, w.shard, msgs); ok && head >= 0 {
+					w.offer(head)
+				}
+			}(c.Messages)
 			if len(c.Messages) == e.cfg.BatchSize {
 				next = c.Now // more may be due: claim again at once
 			}
