@@ -75,6 +75,9 @@ type Config struct {
 	// MaxAttempts is how many publish attempts egress makes before it dead-letters a due
 	// message (extension, not in SPEC).
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10" envDoc:"egress publish attempts before a message is dead-lettered (extension)"`
+	// RetryBackoff is the wait before a failed target publish is tried again; it doubles
+	// per attempt, capped at 5m (extension, not in SPEC).
+	RetryBackoff time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at 5m (extension)"`
 	// Pprof serves Go's net/http/pprof profiles under /debug/pprof/ on HTTPAddr
 	// (extension, not in SPEC). Off by default: profiles reveal internals.
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`

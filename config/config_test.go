@@ -46,6 +46,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
+	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -161,6 +162,7 @@ func TestDefaultsTyped(t *testing.T) {
 			LogFormat:       "json",
 			ShutdownTimeout: 25 * time.Second,
 			MaxAttempts:     10,
+			RetryBackoff:    time.Second,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -227,6 +229,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		LogFormat:       "text",
 		ShutdownTimeout: time.Minute,
 		MaxAttempts:     3,
+		RetryBackoff:    time.Second,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

@@ -48,6 +48,23 @@ type PartialFailure interface {
 	FailedMessages() map[string]error
 }
 
+// Rejection is implemented by a publish error that is a permanent refusal of the message
+// by the target broker (no permission, too large): retrying cannot help, so the message
+// is dead-lettered after this one attempt with the reason as its x-delay-error.
+type Rejection interface {
+	error
+	RejectReason() string
+}
+
+// rejected returns the reason of a permanent rejection in err, if any.
+func rejected(err error) (string, bool) {
+	var r Rejection
+	if err != nil && errors.As(err, &r) {
+		return r.RejectReason(), true
+	}
+	return "", false
+}
+
 // Config configures egress.
 type Config struct {
 	// DLQSubject is the dead-letter subject, on the source broker of the message.
@@ -66,6 +83,10 @@ type Config struct {
 	// DrainTimeout bounds the completion of batches in flight once Run's ctx is
 	// cancelled (default 20s).
 	DrainTimeout time.Duration
+	// Lease is the store's claim lease. When set, the messages of a claimed batch carry
+	// a context that ends 4/5 of it after the claim, so that a publish never outlives
+	// its claim (after the lease another replica may publish the same message).
+	Lease time.Duration
 }
 
 func (c *Config) defaults() {
@@ -209,12 +230,20 @@ func (w *worker) offer(due int64) {
 	}
 }
 
+// batchesInFlight bounds, per shard, the claimed batches being published and settled at
+// once (so at most batchesInFlight x BatchSize messages): a slow target holds at most
+// that many, while the shard's other messages keep being claimed and published.
+const batchesInFlight = 4
+
 func (e *Egress) runWorker(ctx context.Context, w *worker) {
 	next := int64(-1) // the shard's head as last known; -1: empty, wait for an offer
 	errWait := 100 * time.Millisecond
 	failing := false // in a streak of claim errors: logged once at Warn
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	slots := make(chan struct{}, batchesInFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait() // batches in flight finish (bounded by DrainTimeout)
 	for {
 		if o := w.offered.Swap(math.MaxInt64); o != math.MaxInt64 && (next < 0 || o < next) {
 			next = o
@@ -236,7 +265,15 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			continue
 		case <-fire:
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		c, err := e.store.Claim(ctx, w.shard, e.cfg.BatchSize)
+		if err != nil || len(c.Messages) == 0 {
+			<-slots
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -264,9 +301,16 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 			e.quarantine(ctx, c.Corrupt)
 		}
 		if len(c.Messages) > 0 {
-			if head, ok := e.deliver(ctx, w.shard, c.Messages); ok {
-				next = head // the claimed messages' lease scores are gone from the head
-			}
+			inflight.Add(1)
+			go func(msgs []delaystore.Claimed) {
+				defer inflight.Done()
+				defer func() { <-slots }()
+				// The shard's head after settling (retries may make it earlier than the
+				// claimed messages' lease scores in c.Next).
+				if head, ok := e.deliver(ctx, w.shard, msgs); ok && head >= 0 {
+					w.offer(head)
+				}
+			}(c.Messages)
 			if len(c.Messages) == e.cfg.BatchSize {
 				next = c.Now // more may be due: claim again at once
 			}
@@ -318,13 +362,19 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 	failpoint.Inject(failpoint.AfterClaim)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
 	defer cancel()
+	mctx := dctx // the messages' context: publishing ends within the claim
+	if e.cfg.Lease > 0 {
+		var mcancel context.CancelFunc
+		mctx, mcancel = context.WithTimeout(dctx, e.cfg.Lease*4/5)
+		defer mcancel()
+	}
 	out := make([]*outgoing, len(claimed))
 	groups := map[string][]*outgoing{}
 	for i, c := range claimed {
 		o := &outgoing{claimed: c}
 		o.broker, o.topic, _ = strings.Cut(c.Envelope.Target, ":")
 		o.msg = outputMessage(c)
-		o.msg.SetContext(dctx)
+		o.msg.SetContext(mctx)
 		out[i] = o
 		groups[c.Envelope.Target] = append(groups[c.Envelope.Target], o)
 	}
@@ -349,7 +399,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 			acks = append(acks, o.claimed.Receipt)
 			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
 			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
-		case o.claimed.Attempts+1 >= e.cfg.MaxAttempts && e.deadLetter(o) == nil:
+		case e.permanent(o) && e.deadLetter(dctx, o) == nil:
 			acks = append(acks, o.claimed.Receipt)
 		default:
 			backoff := e.backoff(o.claimed.Attempts + 1)
@@ -438,9 +488,20 @@ func (e *Egress) publish(group []*outgoing) {
 	}
 }
 
-// deadLetter publishes a message that ran out of attempts to the dead-letter subject of
-// its source broker (for the HTTP source: of its target broker).
-func (e *Egress) deadLetter(o *outgoing) error {
+// permanent reports whether o's failure ends its attempts: the target rejected it for
+// good, or it has had MaxAttempts.
+func (e *Egress) permanent(o *outgoing) bool {
+	if _, ok := rejected(o.err); ok {
+		return true
+	}
+	return o.claimed.Attempts+1 >= e.cfg.MaxAttempts
+}
+
+// deadLetter publishes a message that was rejected by its target or ran out of attempts
+// to the dead-letter subject of its source broker (for the HTTP source: of its target
+// broker). x-delay-error is "<reason>: <error>" for a rejection, else "publish_failed: ...".
+// ctx bounds the dead-letter publish (the message's own context may have ended).
+func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
 	broker, _, _ := strings.Cut(o.claimed.Envelope.Source, ":")
 	pub := e.publishers[broker]
 	if pub == nil {
@@ -455,15 +516,21 @@ func (e *Egress) deadLetter(o *outgoing) error {
 		dead.Metadata.Set(k, v)
 	}
 	dead.Metadata.Set(HeaderTarget, o.claimed.Envelope.Target)
-	dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
-	dead.SetContext(o.msg.Context())
+	reason, isRejected := rejected(o.err)
+	if isRejected {
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
+	} else {
+		reason = "publish_failed"
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+	}
+	dead.SetContext(ctx)
 	if err := pub.Publish(e.cfg.DLQSubject, dead); err != nil {
 		e.log.Warn("dead-letter publish", "id", o.claimed.ID, "err", err)
 		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
 	}
 	e.metrics.out(o.broker, "dead_lettered")
-	e.log.Warn("dead-lettered after failed publishes", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
-		"attempts", o.claimed.Attempts+1, "err", o.err)
+	e.log.Warn("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,8 +173,14 @@ type flaky struct {
 	mu        sync.Mutex
 	failTopic map[string]bool
 	failUUID  map[string]bool
+	forbid    map[string]bool // topics rejected for good (a Rejection)
 	calls     atomic.Int64
 }
+
+type forbidden struct{}
+
+func (forbidden) Error() string        { return "permissions violation" }
+func (forbidden) RejectReason() string { return "forbidden" }
 
 type partialErr map[string]error
 
@@ -186,6 +193,9 @@ func (f *flaky) Publish(topic string, msgs ...*message.Message) error {
 	defer f.mu.Unlock()
 	if f.failTopic[topic] {
 		return errors.New("broker says no")
+	}
+	if f.forbid[topic] {
+		return fmt.Errorf("publish to %s: %w", topic, forbidden{})
 	}
 	failed := partialErr{}
 	var ok []*message.Message
@@ -229,6 +239,26 @@ func TestRetryThenDeadLetter(t *testing.T) {
 	waitEmpty(t, st)
 	if c := f.calls.Load(); c < 3 {
 		t.Fatalf("%d publish calls, want at least 3 (attempts) + 1 (dead letter)", c)
+	}
+}
+
+// TestRejectionDeadLettersAtOnce: a permanent rejection by the target (here: forbidden)
+// dead-letters the message after one attempt, with the reason first in x-delay-error,
+// although MaxAttempts would allow many more.
+func TestRejectionDeadLettersAtOnce(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	dlq := collect(t, gc, "delay.dlq")
+	f := &flaky{Publisher: gc, forbid: map[string]bool{"secret": true}}
+	runEgress(t, Config{MaxAttempts: 100, BackoffMin: time.Hour}, st, map[string]message.Publisher{"nats": f})
+	park(t, st, "nope", 0, "nats:secret", nil)
+	g := waitFor(t, dlq, 5*time.Second)
+	if e, _ := headers.FromMetadata(g.msg.Metadata).Get(HeaderError); !strings.HasPrefix(e, "forbidden: ") {
+		t.Fatalf("%s = %q, want forbidden: ...", HeaderError, e)
+	}
+	waitEmpty(t, st)
+	if c := f.calls.Load(); c != 2 {
+		t.Fatalf("%d publish calls, want 1 attempt + 1 dead letter", c)
 	}
 }
 
@@ -339,5 +369,42 @@ func TestKafkaKeyMapping(t *testing.T) {
 				t.Fatalf("key metadata %q header %q, want %q %q", meta, h, tt.wantMeta, tt.wantHeader)
 			}
 		})
+	}
+}
+
+// deadlineRecorder records how far away the context deadline of the first published
+// message was.
+type deadlineRecorder struct {
+	message.Publisher
+	once sync.Once
+	left chan time.Duration
+}
+
+func (d *deadlineRecorder) Publish(topic string, msgs ...*message.Message) error {
+	d.once.Do(func() {
+		dl, ok := msgs[0].Context().Deadline()
+		if !ok {
+			dl = time.Now().Add(time.Hour)
+		}
+		d.left <- time.Until(dl)
+	})
+	return d.Publisher.Publish(topic, msgs...)
+}
+
+// TestMessageContextEndsWithinLease: a claimed message's context ends at 4/5 of the
+// lease, so its publish cannot outlive the claim.
+func TestMessageContextEndsWithinLease(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	d := &deadlineRecorder{Publisher: gc, left: make(chan time.Duration, 1)}
+	runEgress(t, Config{Lease: 5 * time.Second, DrainTimeout: time.Minute}, st, map[string]message.Publisher{"nats": d})
+	park(t, st, "leased", 0, "nats:leased", nil)
+	select {
+	case left := <-d.left:
+		if left > 4*time.Second || left <= 0 {
+			t.Fatalf("message context ends in %s, want at most 4/5 of the 5s lease", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing published")
 	}
 }

@@ -216,7 +216,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	out, err := egress.New(egress.Config{
 		DLQSubject:   cfg.DLQSubject,
 		MaxAttempts:  cfg.MaxAttempts,
+		BackoffMin:   cfg.RetryBackoff,
 		DrainTimeout: cfg.ShutdownTimeout,
+		Lease:        cfg.Store.Lease,
 	}, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err

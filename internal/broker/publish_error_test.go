@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,24 @@ func TestPublishError(t *testing.T) {
 	}
 	if msg := e.Error(); !strings.Contains(msg, "2 of 3") || !strings.Contains(msg, "first b: too large") {
 		t.Fatalf("Error() = %q", msg)
+	}
+}
+
+func TestRejectedError(t *testing.T) {
+	cause := errors.New("permissions violation")
+	err := fmt.Errorf("publish: %w", Reject(ReasonForbidden, cause))
+	if reason, ok := IsRejected(err); !ok || reason != ReasonForbidden {
+		t.Fatalf("IsRejected = %q, %v", reason, ok)
+	}
+	if !errors.Is(err, cause) {
+		t.Fatal("errors.Is does not reach the cause")
+	}
+	if _, ok := IsRejected(cause); ok {
+		t.Fatal("a plain error is a rejection")
+	}
+	e := NewPublishError("orders", 1)
+	e.Add("a", Reject(ReasonTooLarge, cause))
+	if reason, ok := IsRejected(e.FailedMessages()["a"]); !ok || reason != ReasonTooLarge {
+		t.Fatalf("per-message rejection lost: %q %v", reason, ok)
 	}
 }

@@ -145,7 +145,8 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 // call fails as a whole (closed publisher, unknown topic, timeout), a plain error: a
 // timed-out call may still have written some records. A record larger than the
 // writer's batch limit (1 MiB, headers and key included) fails alone. Messages are not
-// modified.
+// modified. Failures no retry can fix (TOPIC_AUTHORIZATION_FAILED, a record too large)
+// are [*broker.RejectedError]s, with reason forbidden or too_large.
 //
 // Safe for concurrent use; returns [ErrClosed] after Close.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
@@ -171,7 +172,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		km := toKafka(topic, msg, p.cfg.UUIDHeader)
 		if n := recordSize(&km); n > maxRecordBytes {
-			perr.Add(msg.UUID, fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge))
+			perr.Add(msg.UUID, broker.Reject(broker.ReasonTooLarge,
+				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge)))
 			continue
 		}
 		records = append(records, km)
@@ -211,8 +213,14 @@ func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.M
 	if errors.As(err, &werrs) && len(werrs) == len(records) {
 		for i, e := range werrs {
 			if e != nil {
-				perr.Add(uuids[i], e)
+				perr.Add(uuids[i], classify(e))
 			}
+		}
+		return nil
+	}
+	if _, ok := broker.IsRejected(classify(err)); ok {
+		for _, id := range uuids {
+			perr.Add(id, classify(err))
 		}
 		return nil
 	}
@@ -220,6 +228,18 @@ func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.M
 		return fmt.Errorf("publish %d messages to %s: no acknowledgement within %s: %w", len(records), topic, p.cfg.WriteTimeout, err)
 	}
 	return fmt.Errorf("publish %d messages to %s: %w", len(records), topic, err)
+}
+
+// classify marks the broker errors that no retry can fix as rejections: no permission
+// on the topic, or a record the broker will not take.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, kafkago.TopicAuthorizationFailed), errors.Is(err, kafkago.ClusterAuthorizationFailed):
+		return broker.Reject(broker.ReasonForbidden, err)
+	case errors.Is(err, kafkago.MessageSizeTooLarge), errors.Is(err, kafkago.RecordListTooLarge):
+		return broker.Reject(broker.ReasonTooLarge, err)
+	}
+	return err
 }
 
 // recordSize is an upper bound of the size kafka-go gives a record when it checks it

@@ -20,9 +20,10 @@ const (
 // that reconnects forever, every 0.5 s plus jitter, naming itself name to the server.
 //
 // Disconnects, reconnects and asynchronous errors (slow consumer, permission violation)
-// are logged at Warn, once per event, on logger (nil: discarded). The reconnect buffer
-// keeps nats.go's default size: it only smooths a short outage, it is not a durability
-// mechanism; the adapter confirms every publish (PubAck or flush) instead.
+// are logged at Warn, once per event, on logger (nil: discarded). There is no reconnect
+// buffer (ReconnectBufSize -1): a publish while the connection is down fails at once
+// instead of waiting in client memory, which a crash would lose and which only a later
+// flush could confirm; the publisher's caller retries it after the reconnect.
 //
 // Connect blocks until the first connection succeeds or fails; ctx cancels the wait.
 // The caller owns the connection and closes it (after the publishers and subscribers
@@ -32,6 +33,7 @@ func Connect(ctx context.Context, url string, name string, logger *slog.Logger, 
 	opts := []natsgo.Option{
 		natsgo.Name(name),
 		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectBufSize(-1),
 		natsgo.ReconnectWait(reconnectWait),
 		natsgo.ReconnectJitter(reconnectJitter, reconnectJitterTLS),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {

@@ -71,6 +71,8 @@ type Publisher struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]streamEntry
+
+	viol *violations
 }
 
 type streamEntry struct {
@@ -93,12 +95,15 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 	if err != nil {
 		return nil, fmt.Errorf("new nats publisher: %w", err)
 	}
+	v := newViolations()
+	v.install(nc)
 	return &Publisher{
 		nc:    nc,
 		js:    js,
 		cfg:   cfg,
 		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
 		cache: make(map[string]streamEntry),
+		viol:  v,
 	}, nil
 }
 
@@ -114,7 +119,12 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // an error).
 //
 // A message whose Context is done before it is sent, or while its acknowledgement is
-// awaited, fails. When some messages fail, the error is a [*broker.PublishError] naming them
+// awaited, fails. A publish the server refuses for lack of permission (reported
+// asynchronously: NewPublisher chains a recorder in front of the connection's error
+// handler) fails with a [*broker.RejectedError] of reason forbidden, one larger than the
+// server's max_payload with reason too_large. While the connection is reconnecting
+// nothing is queued in the client (use a connection with ReconnectBufSize -1, as
+// [Connect] makes): the publish fails at once and the caller tries again later. When some messages fail, the error is a [*broker.PublishError] naming them
 // (the others are confirmed); when the call fails as a whole (closed publisher or
 // connection, stream lookup, flush), a plain error. Messages are not modified.
 //
@@ -149,6 +159,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
+	start := time.Now()
 	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
@@ -162,7 +173,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		}
 		f, err := p.js.PublishMsgAsync(toNATS(topic, msg), opts...)
 		if err != nil {
-			perr.Add(msg.UUID, err)
+			perr.Add(msg.UUID, classify(err))
 			continue
 		}
 		futures[i] = f
@@ -171,21 +182,8 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		if f == nil {
 			continue
 		}
-		msg := msgs[i]
-		select {
-		case ack := <-f.Ok():
-			if ack.Duplicate {
-				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.UUID, "stream", ack.Stream, "seq", ack.Sequence)
-			}
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) {
-				p.forget(topic) // the stream may be gone: look it up again next time
-			}
-			perr.Add(msg.UUID, err)
-		case <-msg.Context().Done():
-			perr.Add(msg.UUID, fmt.Errorf("message context: %w", msg.Context().Err()))
-		case <-ctx.Done():
-			perr.Add(msg.UUID, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout))
+		if err := p.awaitAck(ctx, topic, start, msgs[i], f); err != nil {
+			perr.Add(msgs[i].UUID, err)
 		}
 	}
 	if perr.Len() == 0 {
@@ -195,23 +193,65 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 	return perr
 }
 
+// awaitAck waits for msg's publish acknowledgement f. A permissions violation for topic
+// recorded since start ends the wait with a rejection: the server answers a refused
+// publish with -ERR, never with an acknowledgement.
+func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg *message.Message, f jetstream.PubAckFuture) error {
+	for {
+		forbidden, changed := p.viol.since(topic, start)
+		if forbidden {
+			return forbiddenErr(topic)
+		}
+		select {
+		case <-changed:
+			continue
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.UUID, "stream", ack.Stream, "seq", ack.Sequence)
+			}
+			return nil
+		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				p.forget(topic) // the stream may be gone: look it up again next time
+			}
+			return err
+		case <-msg.Context().Done():
+			return fmt.Errorf("message context: %w", msg.Context().Err())
+		case <-ctx.Done():
+			return fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout)
+		}
+	}
+}
+
+func forbiddenErr(topic string) error {
+	return broker.Reject(broker.ReasonForbidden, fmt.Errorf("%w for publish to %q", natsgo.ErrPermissionViolation, topic))
+}
+
 func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*message.Message) error {
+	start := time.Now()
 	perr := broker.NewPublishError(topic, len(msgs))
-	sent := 0
+	sent := make([]*message.Message, 0, len(msgs))
 	for _, msg := range msgs {
 		if err := msg.Context().Err(); err != nil {
 			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
 			continue
 		}
 		if err := p.nc.PublishMsg(toNATS(topic, msg)); err != nil {
-			perr.Add(msg.UUID, err)
+			perr.Add(msg.UUID, classify(err))
 			continue
 		}
-		sent++
+		sent = append(sent, msg)
 	}
-	if sent > 0 {
+	if len(sent) > 0 {
 		if err := p.nc.FlushWithContext(ctx); err != nil {
-			return fmt.Errorf("publish to %s: flush %d messages: %w", topic, sent, err)
+			return fmt.Errorf("publish to %s: flush %d messages: %w", topic, len(sent), err)
+		}
+		// A refused publish is reported to the error handler only, a moment later.
+		p.viol.catchUp(p.nc, violationWait)
+		if hit, _ := p.viol.since(topic, start); hit {
+			for _, msg := range sent {
+				perr.Add(msg.UUID, forbiddenErr(topic))
+			}
 		}
 	}
 	if perr.Len() == 0 {
@@ -219,6 +259,14 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 	}
 	p.log.Debug("core publish incomplete", "topic", topic, "failed", perr.Len(), "total", len(msgs))
 	return perr
+}
+
+// classify marks the synchronous errors that no retry can fix as rejections.
+func classify(err error) error {
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		return broker.Reject(broker.ReasonTooLarge, err)
+	}
+	return err
 }
 
 // stallWait is how long PublishMsgAsync may wait for room among the pending async
