@@ -130,7 +130,7 @@ func TestNATSNkeyTLSLeastPrivilege(t *testing.T) {
 	}
 
 	// A target the bridge may not publish to (allowed by BRIDGE_TARGET_ALLOW, refused by
-	// the server): what becomes of it is logged for the report (row D4), not asserted.
+	// the server) is dead-lettered as forbidden (row D4), never counted as delivered.
 	var dlqN, deniedN atomic.Int64
 	dsub, err := nc.Subscribe("delay.dlq", func(*nats.Msg) { dlqN.Add(1) })
 	if err != nil {
@@ -148,11 +148,16 @@ func TestNATSNkeyTLSLeastPrivilege(t *testing.T) {
 	if err := nc.PublishMsg(dm); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // observation only, nothing asserted on it
+	for deadline := time.Now().Add(10 * time.Second); dlqN.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	_, stats := e2etest.HTTPGet("http://" + b.APIAddr + "/v1/stats")
 	stats = strings.TrimSpace(stats)
-	t.Logf("target refused by server permissions: delivered %d, dead-lettered %d, stats %s, bridge logged violation: %v",
-		deniedN.Load(), dlqN.Load(), stats, strings.Contains(b.Out.String(), "Permissions Violation"))
+	if dlqN.Load() != 1 || deniedN.Load() != 0 {
+		t.Fatalf("target refused by server permissions: delivered %d, dead-lettered %d (want 0 and 1), stats %s\n%s",
+			deniedN.Load(), dlqN.Load(), stats, b.Out.String())
+	}
+	t.Logf("target refused by server permissions: dead-lettered, stats %s", stats)
 
 	// The bridge's own credentials cannot reach the JetStream API or other subjects.
 	var violations []string
