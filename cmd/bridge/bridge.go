@@ -126,9 +126,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		closers = append(closers, func() { _ = pub.Close() })
 		consumer := cfg.NATS.Consumer
 		sub, err := natsbroker.NewSubscriber(nc, natsbroker.SubscriberConfig{
-			Stream:  cfg.NATS.Stream,
-			Queue:   cfg.NATS.Queue,
-			AckWait: cfg.NATS.AckWait,
+			Stream:      cfg.NATS.Stream,
+			Queue:       cfg.NATS.Queue,
+			AckWait:     cfg.NATS.AckWait,
+			MaxProgress: cfg.NATS.MaxProgress,
 			ConsumerName: func(topic string) string {
 				if topic == cfg.NATS.Subject {
 					return consumer

@@ -80,6 +80,19 @@ type SubscriberConfig struct {
 	// MaxInFlight bounds the core messages handed out and not yet acked or nacked, per
 	// subscription. Default [DefaultMaxInFlight] (2048).
 	MaxInFlight int
+	// MaxProgress bounds how long a JetStream message handed out and not yet acked or
+	// nacked is kept from redelivery: every AckWait/2 the Subscriber tells the server the
+	// message is in progress (InProgress), so that a receiver blocked on a slow or
+	// unreachable dependency is not raced by a redelivered copy. After MaxProgress the
+	// reminders stop and JetStream redelivers after AckWait, so a hung message is not held
+	// forever. 0 means [DefaultMaxProgress]; negative turns the reminders off.
+	MaxProgress time.Duration
+}
+
+// DefaultMaxProgress is the MaxProgress used when it is 0: 5 times ackWait, at least a
+// minute.
+func DefaultMaxProgress(ackWait time.Duration) time.Duration {
+	return max(5*ackWait, time.Minute)
 }
 
 // DefaultConsumerName is the topic with `.`, `*` and `>` replaced by `_`.
@@ -108,6 +121,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.MaxProgress == 0 {
+		c.MaxProgress = DefaultMaxProgress(c.AckWait)
+	}
 	return c, nil
 }
 
@@ -120,8 +136,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 //
 //   - JetStream: Ack is a JetStream ack, sent without waiting for the server's
 //     confirmation (a lost ack means a redelivery after AckWait, never a loss); Nack is
-//     a Nak, and JetStream redelivers at once. A message neither acked nor nacked is
-//     redelivered after AckWait. The metadata carries [headers.MetaSourceID]
+//     a Nak, and JetStream redelivers at once. While a message is neither acked nor
+//     nacked, the Subscriber reports it in progress every AckWait/2, for at most
+//     MaxProgress; JetStream redelivers it AckWait after the last report. The metadata carries [headers.MetaSourceID]
 //     ("js:<stream>:<stream sequence>").
 //   - Core: Ack sends metadata [headers.MetaReply], when set and the message is a
 //     request, as the reply. Nack sends nothing: core NATS has no redelivery, the
@@ -365,6 +382,7 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 		wm.SetContext(msgCtx)
 		select {
 		case out <- wm:
+			s.keepInProgress(msgCtx, jm, log)
 			queue <- pending{wm: wm, cancel: cancelMsg, onAck: jm.Ack, onNack: jm.Nak}
 		case <-ctx.Done():
 			cancelMsg()
@@ -373,6 +391,37 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 			return ctx.Err()
 		}
 	}
+}
+
+// keepInProgress sends jm.InProgress every AckWait/2 until ctx ends (the message was
+// settled, or the subscription stopped) or MaxProgress has passed since now. It starts no
+// goroutine: one timer per message, which re-arms itself.
+func (s *Subscriber) keepInProgress(ctx context.Context, jm jetstream.Msg, log *slog.Logger) {
+	if s.cfg.MaxProgress < 0 {
+		return
+	}
+	every := max(s.cfg.AckWait/2, time.Millisecond)
+	until := time.Now().Add(s.cfg.MaxProgress)
+	var mu sync.Mutex // guards t against the timer's own callback
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		if ctx.Err() != nil || time.Now().After(until) {
+			return
+		}
+		if err := jm.InProgress(); err != nil {
+			log.Debug("jetstream in progress", "error", err)
+		}
+		mu.Lock()
+		t.Reset(every)
+		mu.Unlock()
+	})
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+	})
 }
 
 // handBack stops it and naks the messages it still buffers: they were never handed
