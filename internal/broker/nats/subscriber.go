@@ -353,8 +353,51 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 	}
 }
 
-// deliverJetStream hands out messages of it until ctx is done or it ends.
+// fetched is a JetStream message taken from the client's buffer and not yet handed out.
+type fetched struct {
+	jm     jetstream.Msg
+	wm     *message.Message
+	cancel context.CancelFunc // wm's context
+}
+
+// deliverJetStream hands out messages of it until ctx is done or it ends. A fetching
+// goroutine takes messages out of the client's buffer as soon as a count of sem is free,
+// and reports each one in progress from then on (keepInProgress): a message pulled from
+// the server but waiting behind a blocked receiver (its parks waiting for Redis) would
+// otherwise see AckWait run out, be redelivered, and be worked on twice. sem (of
+// MaxAckPending, the server's own limit) bounds what is fetched and not yet settled.
 func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, log *slog.Logger) error {
+	ready := make(chan fetched, cap(sem))
+	var fetchErr error
+	go func() {
+		defer close(ready)
+		fetchErr = s.fetchJetStream(ctx, it, sem, ready, log)
+	}()
+	for f := range ready {
+		select {
+		case out <- f.wm:
+			queue <- pending{wm: f.wm, cancel: f.cancel, onAck: f.jm.Ack, onNack: f.jm.Nak}
+			continue
+		case <-ctx.Done():
+		}
+		// Stopped: hand back what was fetched and not handed out. The fetcher ends too
+		// (ctx, and the iterator drained on ctx by runJetStream).
+		f.cancel()
+		nak(f.jm, log)
+		<-sem
+		for f := range ready {
+			f.cancel()
+			nak(f.jm, log)
+			<-sem
+		}
+		return ctx.Err()
+	}
+	return fetchErr // ready is closed: the fetcher has returned
+}
+
+// fetchJetStream takes messages out of it while counts of sem are free and queues them on
+// ready (which has room for every count of sem), until ctx is done or it ends.
+func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sem chan struct{}, ready chan<- fetched, log *slog.Logger) error {
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -380,16 +423,8 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 		wm := fromNATS(jm.Headers(), jm.Data(), extra)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
-		select {
-		case out <- wm:
-			s.keepInProgress(msgCtx, jm, log)
-			queue <- pending{wm: wm, cancel: cancelMsg, onAck: jm.Ack, onNack: jm.Nak}
-		case <-ctx.Done():
-			cancelMsg()
-			nak(jm, log)
-			<-sem
-			return ctx.Err()
-		}
+		s.keepInProgress(msgCtx, jm, log)
+		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg}
 	}
 }
 
