@@ -19,16 +19,18 @@ import (
 // keeps running, /healthz and /metrics answer, delaybridge_redis_up is 0, nothing more is
 // acked to JetStream (the consumer's ack floor does not move), the unacked messages are
 // bounded by MaxAckPending and memory stays small. Afterwards everything is delivered,
-// late by about the outage.
+// late by about the outage: by the same bridge once Redis answers again (refused), or,
+// for the black hole, by a new bridge after the first one was killed at the end of the
+// outage, which proves that what it had acked was parked.
 func TestB4RedisUnreachable(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
-		b4(t, 30*time.Second, 1500, 3000, func(p *testproxy.Proxy) func() {
+		b4(t, 30*time.Second, 1500, 3000, false, func(p *testproxy.Proxy) func() {
 			p.Cut()
 			return func() { p.Restore(t) }
 		})
 	})
 	t.Run("black hole", func(t *testing.T) {
-		b4(t, 8*time.Second, 500, 500, func(p *testproxy.Proxy) func() {
+		b4(t, 8*time.Second, 500, 500, true, func(p *testproxy.Proxy) func() {
 			p.AddToxic(t, testproxy.Toxic{Name: "hole", Type: "timeout", Attributes: map[string]any{"timeout": 0}})
 			return func() { p.RemoveToxic(t, "hole") }
 		})
@@ -36,8 +38,9 @@ func TestB4RedisUnreachable(t *testing.T) {
 }
 
 // b4 sends before messages, breaks Redis with fault (which returns the repair), sends
-// during messages, keeps Redis broken for length, repairs it and checks delivery.
-func b4(t *testing.T, length time.Duration, before, during int, fault func(*testproxy.Proxy) func()) {
+// during messages, keeps Redis broken for length, repairs it and checks delivery. With
+// kill, the bridge is killed (-9) before the repair and a new one delivers.
+func b4(t *testing.T, length time.Duration, before, during int, kill bool, fault func(*testproxy.Proxy) func()) {
 	s := newStack(t)
 	p := s.proxied(t, "")
 	c := newChecker(t, s)
@@ -55,7 +58,13 @@ func b4(t *testing.T, length time.Duration, before, during int, fault func(*test
 		t.Fatalf("messages acked while Redis was unreachable: ack floor %d -> %d", floor, now)
 	}
 	o.end()
+	if kill {
+		b.Kill(t)
+	}
 	repair()
+	if kill {
+		b = e2etest.StartReady(t, bridgeBin, s.envWith())
+	}
 	t.Logf("Redis unreachable for %s; meanwhile: redis_up min %v, unacked max %d, RSS max %s, /healthz and /metrics answered %d/%d",
 		time.Since(start).Round(100*time.Millisecond), o.minUp, o.maxAckPending, mib(o.maxRSS), o.scrapes, o.scrapes)
 	if o.maxAckPending > 2048 {
