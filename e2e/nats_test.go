@@ -377,7 +377,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
-	for _, name := range []string{"delaybridge_parked_messages", "delaybridge_delivery_lateness_seconds"} {
+	for _, name := range []string{"delaybridge_parked_messages", "delaybridge_delivery_lateness_seconds", "delaybridge_redis_up 1"} {
 		if !strings.Contains(body, name) {
 			t.Fatalf("/metrics lacks %s", name)
 		}

@@ -86,15 +86,19 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newStoreCollector(store))
+	redisUp, err := newRedisMonitor(rdb, reg, logger)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(newStoreCollector(store, redisUp.Err))
 	dataset, err := newDatasetWatch(store, logger, reg)
 	if err != nil {
 		return err
 	}
 
 	var storeReady atomic.Bool
-	checks := []httpapi.Check{{Name: "redis", Probe: func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
+	checks := []httpapi.Check{{Name: "redis", Probe: func(context.Context) error {
+		if err := redisUp.Err(); err != nil { // no Redis round trip per probe
 			return err
 		}
 		if !storeReady.Load() {
@@ -136,9 +140,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		closers = append(closers, func() { _ = pub.Close() })
 		consumer := cfg.NATS.Consumer
 		sub, err := natsbroker.NewSubscriber(nc, natsbroker.SubscriberConfig{
-			Stream:  cfg.NATS.Stream,
-			Queue:   cfg.NATS.Queue,
-			AckWait: cfg.NATS.AckWait,
+			Stream:      cfg.NATS.Stream,
+			Queue:       cfg.NATS.Queue,
+			AckWait:     cfg.NATS.AckWait,
+			MaxProgress: cfg.NATS.MaxProgress,
 			ConsumerName: func(topic string) string {
 				if topic == cfg.NATS.Subject {
 					return consumer
@@ -230,6 +235,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		ops = httpapi.NewOpsWithPprof(checks, reg)
 	}
 	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
+	g.Go(func() error { return redisUp.Run(gctx) })
 	if cfg.APIAddr != "" || ls.api != nil {
 		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken}, store, logger)
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })
@@ -335,24 +341,36 @@ func targetPolicy(cfg config.Config) ingress.TargetPolicy {
 }
 
 // storeCollector exports delaybridge_parked_messages from the store's stats at scrape time.
+// While redisErr reports Redis unreachable, or when the stats fail, it exports nothing, so
+// that /metrics answers, at once, during an outage.
 type storeCollector struct {
-	store  *delaystore.Store
-	parked *prometheus.Desc
+	store    *delaystore.Store
+	redisErr func() error
+	parked   *prometheus.Desc
 }
 
-func newStoreCollector(s *delaystore.Store) *storeCollector {
-	return &storeCollector{store: s, parked: prometheus.NewDesc("delaybridge_parked_messages",
+func newStoreCollector(s *delaystore.Store, redisErr func() error) *storeCollector {
+	return &storeCollector{store: s, redisErr: redisErr, parked: prometheus.NewDesc("delaybridge_parked_messages",
 		"Messages in the delay store (pending and claimed), by shard.", []string{"shard"}, nil)}
 }
+
+// storeStatsTimeout bounds the store statistics of one scrape.
+const storeStatsTimeout = 500 * time.Millisecond
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.parked }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
+		return
+	}
+	// Bounded well below a scraper's timeout, for the scrape that comes before the monitor
+	// has seen an outage.
+	ctx, cancel := context.WithTimeout(context.Background(), storeStatsTimeout)
 	defer cancel()
 	st, err := c.store.Stats(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.parked, err)
+		// Not an invalid metric: that would fail the whole scrape (HTTP 500) while Redis is
+		// down, hiding delaybridge_redis_up and everything else.
 		return
 	}
 	for i, n := range st.PerShard {
