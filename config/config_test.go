@@ -311,6 +311,8 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_REDIS_URL", "redis://h:6379/x", "database number"},
 		{"BRIDGE_REDIS_URL", "redis://h:6379/-1", "database number"},
 		{"BRIDGE_REDIS_URL", "redis://a b:1", "valid URL"},
+		{"BRIDGE_REDIS_URL", "redis://h:6379/0?read_timeout=abc", "read_timeout"},
+		{"BRIDGE_REDIS_URL", "redis://h:6379/0?no_such_option=1", "no_such_option"},
 		{"BRIDGE_REDIS_CLUSTER_ADDRS", "r1", "host:port"},
 		{"BRIDGE_REDIS_CLUSTER_ADDRS", "r1:7000,:7001", "missing host"},
 		{"BRIDGE_REDIS_CLUSTER_ADDRS", "r1:x", "port"},

@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -313,6 +315,11 @@ func checkRedisURL(s string) string {
 		if n, err := strconv.Atoi(db); err != nil || n < 0 {
 			return "the path must be a database number (/0)"
 		}
+	}
+	// The query may set go-redis options (read_timeout=300ms...): check them the way the
+	// client will read them. go-redis' message names the option, never the credentials.
+	if _, err := redis.ParseURL(s); err != nil {
+		return "query: " + strings.TrimPrefix(err.Error(), "redis: ")
 	}
 	return ""
 }
