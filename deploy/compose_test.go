@@ -172,7 +172,7 @@ func TestComposeFileMutations(t *testing.T) {
 		{"wrong type (schema)", "retries: 6", "retries: six", "retries"},
 		{"no JetStream", `command: ["-js", `, `command: [`, "JetStream is off"},
 		{"Kafka with ZooKeeper roles", "KAFKA_PROCESS_ROLES: broker,controller", "KAFKA_PROCESS_ROLES: broker", "KRaft"},
-		{"no healthcheck", "test: [\"CMD\", \"/bridge\", \"healthcheck\"]", "disable: true", "bridge: no healthcheck"},
+		{"no healthcheck", "test: [\"CMD\", \"/usr/local/bin/bridge\", \"healthcheck\"]", "disable: true", "bridge: no healthcheck"},
 		{"interpolation", "BRIDGE_NATS_STREAM: DELAY", "BRIDGE_NATS_STREAM: ${STREAM}", "interpolation"},
 		{"bad value", "BRIDGE_SHUTDOWN_TIMEOUT: 25s", "BRIDGE_SHUTDOWN_TIMEOUT: soon", "would not start"},
 		{"grace below drain", "stop_grace_period: 40s", "stop_grace_period: 20s", "stop_grace_period"},

@@ -148,10 +148,10 @@ func TestDockerfileMutations(t *testing.T) {
 		{"no -trimpath", "go build -trimpath", "go build", "-trimpath"},
 		{"root image", "static-debian12:nonroot", "static-debian12:latest", "final stage FROM"},
 		{"base with a shell", "FROM gcr.io/distroless/static-debian12:nonroot", "FROM alpine:3.20", "final stage FROM"},
-		{"shell in the final stage", "COPY --from=build /out/bridge /bridge", "COPY --from=build /out/bridge /bridge\nRUN chmod +x /bridge", "no shell"},
+		{"shell in the final stage", "COPY --from=build /out/bridge /usr/local/bin/bridge", "COPY --from=build /out/bridge /usr/local/bin/bridge\nRUN chmod +x /usr/local/bin/bridge", "no shell"},
 		{"root user", "USER 65532:65532", "USER root", "USER"},
 		{"HTTP port not exposed", "EXPOSE 8080 8081", "EXPOSE 8081", "lacks 8080"},
-		{"shell-form entrypoint", `ENTRYPOINT ["/bridge"]`, "ENTRYPOINT /bridge", "exec form"},
+		{"shell-form entrypoint", `ENTRYPOINT ["/usr/local/bin/bridge"]`, "ENTRYPOINT /usr/local/bin/bridge", "exec form"},
 		{"Go older than go.mod", "FROM golang:1.26 AS build", "FROM golang:1.22 AS build", "go.mod wants"},
 	} {
 		t.Run(mu.name, func(t *testing.T) {
