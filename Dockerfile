@@ -18,7 +18,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 # Run stage: no shell, no package manager; CA certificates and /etc/passwd with nonroot.
 FROM gcr.io/distroless/static-debian12:nonroot
-# On PATH, so that `kubectl exec POD -c delaybridge -- bridge stats` finds it.
+# On PATH, so that `kubectl exec POD -c bridge -- bridge stats` finds it.
 COPY --from=build /out/bridge /usr/local/bin/bridge
 # nonroot is uid/gid 65532; numeric, so Kubernetes runAsNonRoot can verify it.
 USER 65532:65532

@@ -27,7 +27,7 @@ import (
 )
 
 // bridgeContainer is the name of the delaybridge container in sidecar.yaml.
-const bridgeContainer = "delaybridge"
+const bridgeContainer = "bridge"
 
 // minGraceMargin is how much longer than BRIDGE_SHUTDOWN_TIMEOUT the pod's termination
 // grace period must be: with a native sidecar the app stops first, out of the same budget.
