@@ -5,6 +5,7 @@
 //	bridge send ...      schedule a message through a running bridge's message API
 //	bridge stats         show the delay store statistics
 //	bridge cancel ID     cancel a pending message
+//	bridge healthcheck   GET /readyz of a running bridge, exit 0 on 200 (container health)
 //	bridge version       print the version
 //
 // See `bridge --help` for every variable.
@@ -47,6 +48,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runStats(ctx, args, environ, stdout, stderr)
 	case "cancel":
 		err = runCancel(ctx, args, environ, stdout, stderr)
+	case "healthcheck":
+		err = runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "delaybridge", version)
 	case "help", "--help", "-h", "-help":

@@ -214,6 +214,8 @@ Usage:
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
+  bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
+                               (container health checks: the image has no shell)
   bridge version               print the version
   bridge --help                this help
 
