@@ -86,7 +86,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newStoreCollector(store))
+	reg.MustRegister(newStoreCollector(store, nil))
+	if err := registerScriptTimer(reg, rdb, store); err != nil {
+		return err
+	}
 	dataset, err := newDatasetWatch(store, logger, reg)
 	if err != nil {
 		return err
@@ -332,30 +335,4 @@ func targetPolicy(cfg config.Config) ingress.TargetPolicy {
 		p.Own["kafka"] = []string{cfg.Kafka.Topic, cfg.CancelSubject, cfg.DLQSubject}
 	}
 	return p
-}
-
-// storeCollector exports delaybridge_parked_messages from the store's stats at scrape time.
-type storeCollector struct {
-	store  *delaystore.Store
-	parked *prometheus.Desc
-}
-
-func newStoreCollector(s *delaystore.Store) *storeCollector {
-	return &storeCollector{store: s, parked: prometheus.NewDesc("delaybridge_parked_messages",
-		"Messages in the delay store (pending and claimed), by shard.", []string{"shard"}, nil)}
-}
-
-func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.parked }
-
-func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	st, err := c.store.Stats(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.parked, err)
-		return
-	}
-	for i, n := range st.PerShard {
-		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), fmt.Sprint(i))
-	}
 }
