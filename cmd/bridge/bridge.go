@@ -45,12 +45,17 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	return serve(ctx, cfg, logger, listeners{})
 }
 
+// newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
+// routes go-redis's own messages into it (logging.go).
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.Level()}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	l := slog.New(h)
+	routeRedisLog(l)
+	return l
 }
 
 // listeners lets `bridge dev` and tests hand over already-open listeners; nil fields are
