@@ -175,6 +175,37 @@ func TestMetricsMove(t *testing.T) {
 	if late != 4 {
 		t.Fatalf("lateness histogram count %v, want 4", late)
 	}
+	// The message API counts as broker "http".
+	api := func(method, path, body string) int {
+		req, err := http.NewRequestWithContext(t.Context(), method, "http://"+b.APIAddr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v1/messages", `{"target":"orders.timeout","delay":"1h","id":"api-1"}`, http.StatusCreated},
+		{"POST", "/v1/messages", `{"target":"orders.timeout","delay":"1h","id":"api-2"}`, http.StatusCreated},
+		{"POST", "/v1/messages", `{"target":"orders.timeout","delay":"soon"}`, http.StatusBadRequest},
+		{"DELETE", "/v1/messages/api-2", "", http.StatusNoContent},
+	} {
+		if code := api(c.method, c.path, c.body); code != c.want {
+			t.Fatalf("%s %s %s = %d, want %d", c.method, c.path, c.body, code, c.want)
+		}
+	}
+	mfs = scrape(t, b)
+	expect(t, mfs, in, 2, "broker", "http", "result", "parked")
+	expect(t, mfs, in, 1, "broker", "http", "result", "invalid", "reason", "invalid_delay")
+	expect(t, mfs, in, 1, "broker", "http", "result", "cancelled")
+
 	bucket := func(le float64) uint64 {
 		for _, bk := range mfs["delaybridge_delivery_lateness_seconds"].GetMetric()[0].GetHistogram().GetBucket() {
 			if bk.GetUpperBound() == le {

@@ -239,7 +239,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	}
 	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
 	if cfg.APIAddr != "" || ls.api != nil {
-		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken}, store, logger)
+		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken, Metrics: inMetrics}, store, logger)
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })
 	}
 	g.Go(func() error {
