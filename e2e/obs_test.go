@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testnats"
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // scrape reads the bridge's /metrics and parses it.
@@ -146,7 +150,7 @@ func TestMetricsMove(t *testing.T) {
 	}
 
 	// Overdue: park a message due in 1s, pause Redis writes for 4s, scrape while it waits.
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(strings.TrimSuffix(s.redis.URL(), "/0"), "redis://")})
+	rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	send("delay.in", "stuck", "1s", "orders.timeout")
 	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", "4000", "WRITE").Err(); err != nil {
@@ -299,4 +303,46 @@ func TestLogsText(t *testing.T) {
 	if !strings.Contains(b.Out.String(), `msg="delaybridge running"`) {
 		t.Fatalf("no start line:\n%s", b.Out.String())
 	}
+}
+
+// TestMetricsDeadLetter: a target the bridge may not publish to (NATS permission) is
+// dead-lettered, and delaybridge_messages_out_total counts it as dead_lettered, not
+// published.
+func TestMetricsDeadLetter(t *testing.T) {
+	srv := testnats.Start(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "bridge", Password: "bridge", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"forbidden.>"}},
+			}},
+			{Username: "test", Password: "test"},
+		}
+		o.NoAuthUser = "test"
+	})
+	nc := testnats.Connect(t, srv.URL())
+	env := map[string]string{
+		"BRIDGE_REDIS_URL":  testredis.URL(t),
+		"BRIDGE_NATS_URL":   strings.Replace(srv.URL(), "nats://", "nats://bridge:bridge@", 1),
+		"BRIDGE_KEY_PREFIX": testredis.Prefix(t),
+	}
+	b := startBridge(t, env)
+	dlq := subscribe(t, nc, "delay.dlq")
+	out := subscribe(t, nc, "allowed.x")
+	for _, target := range []string{"forbidden.x", "forbidden.y", "allowed.x"} {
+		hdr := nats.Header{}
+		hdr.Set("x-delay", "100ms")
+		hdr.Set("x-target", target)
+		request(t, nc, "delay.in", hdr, "m")
+	}
+	for range 2 {
+		if a := receive(t, dlq, 15*time.Second); !strings.HasPrefix(a.msg.Header.Get("x-delay-error"), "forbidden") {
+			t.Fatalf("dead letter with x-delay-error %q", a.msg.Header.Get("x-delay-error"))
+		}
+	}
+	receive(t, out, 10*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	mfs := scrape(t, b)
+	expect(t, mfs, "delaybridge_messages_out_total", 2, "broker", "nats", "result", "dead_lettered")
+	expect(t, mfs, "delaybridge_messages_out_total", 1, "broker", "nats", "result", "published")
+	expect(t, mfs, "delaybridge_parked_messages_all", 0)
+	expect(t, mfs, "delaybridge_inflight_messages", 0)
 }
