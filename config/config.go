@@ -141,6 +141,11 @@ type NATS struct {
 	// AckWait is how long JetStream waits for the bridge's ack before redelivering a
 	// message of the ingress stream (extension, not in SPEC).
 	AckWait time.Duration `env:"NATS_ACK_WAIT" envDefault:"30s" envDoc:"JetStream redelivery delay of unacked ingress messages (extension)"`
+	// MaxProgress bounds how long an ingress message the bridge is still working on (its
+	// park blocked on a slow or unreachable Redis) is kept from redelivery by in-progress
+	// reports every AckWait/2: 0 means 5 x AckWait, at least 1m; negative turns the
+	// reports off (extension, not in SPEC).
+	MaxProgress time.Duration `env:"NATS_MAX_PROGRESS" envDefault:"0s" envDoc:"how long JetStream is told an ingress message is still in progress while its park waits for Redis; 0: 5 x BRIDGE_NATS_ACK_WAIT, at least 1m; negative: off (extension)"`
 	// CredsFile is a NATS user credentials file (JWT and nkey seed).
 	CredsFile string `env:"NATS_CREDS_FILE" envDoc:"NATS .creds file (user JWT + nkey seed)"`
 	// NKeyFile is a file holding a user nkey seed (SU...), for nkey authentication.

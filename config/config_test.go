@@ -45,6 +45,7 @@ var specDefaults = []struct{ name, def string }{
 	// Extensions.
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
+	{"BRIDGE_NATS_MAX_PROGRESS", "0s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_PPROF", "false"},
@@ -187,6 +188,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_NATS_STREAM":         "SCHED",
 		"BRIDGE_NATS_CONSUMER":       "c1",
 		"BRIDGE_NATS_ACK_WAIT":       "2s",
+		"BRIDGE_NATS_MAX_PROGRESS":   "-1s",
 		"BRIDGE_KAFKA_BROKERS":       "k1:9092,k2:9092",
 		"BRIDGE_KAFKA_TOPIC":         "sched-in",
 		"BRIDGE_KAFKA_GROUP":         "g1",
@@ -212,7 +214,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	want := Config{
 		Redis:           Redis{URL: "rediss://user:pw@redis.example:6380/3"},
 		Store:           delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second},
-		NATS:            NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second},
+		NATS:            NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second, MaxProgress: -time.Second},
 		Kafka:           Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1"},
 		CancelSubject:   "sched.cancel",
 		DLQSubject:      "sched.dlq",
@@ -360,6 +362,7 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_LOG_FORMAT", "xml", "json or text"},
 		{"BRIDGE_SHUTDOWN_TIMEOUT", "0s", "must be > 0"},
 		{"BRIDGE_NATS_ACK_WAIT", "0s", "must be > 0"},
+		{"BRIDGE_NATS_MAX_PROGRESS", "5", "not a duration"},
 		{"BRIDGE_SHUTDOWN_TIMEOUT", "soon", "not a duration"},
 		{"BRIDGE_MAX_ATTEMPTS", "0", "must be >= 1"},
 		{"BRIDGE_MAX_ATTEMPTS", "x", "not an integer"},

@@ -145,12 +145,12 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 }
 
 // Run delivers due messages until ctx is cancelled, then finishes the batches in flight
-// (bounded by DrainTimeout) and returns nil. It returns an error only if the wake-up
-// subscription cannot be set up.
+// (bounded by DrainTimeout) and returns nil. While Redis is unreachable or slow it waits
+// and retries (the wake-up subscription included); it does not fail.
 func (e *Egress) Run(ctx context.Context) error {
-	wakes, err := e.store.Wakeups(ctx)
-	if err != nil {
-		return fmt.Errorf("egress wake-ups: %w", err)
+	wakes, ok := e.wakeups(ctx)
+	if !ok {
+		return nil
 	}
 	var wg sync.WaitGroup
 	for _, w := range e.workers {
@@ -183,6 +183,32 @@ loop:
 	}
 	wg.Wait()
 	return nil
+}
+
+// wakeups subscribes to the store's wake-ups, retrying with backoff while Redis is
+// unreachable or slow (a bridge started into a Redis outage waits rather than exits). It
+// returns false when ctx ends first.
+func (e *Egress) wakeups(ctx context.Context) (<-chan delaystore.Wake, bool) {
+	wait := 100 * time.Millisecond
+	for failed := false; ; failed = true {
+		wakes, err := e.store.Wakeups(ctx)
+		if err == nil {
+			if failed {
+				e.log.Info("wake-up subscription recovered")
+			}
+			return wakes, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		if !failed {
+			e.log.Warn("wake-up subscription failed; retrying with backoff", "err", err)
+		}
+		if !sleep(ctx, wait) {
+			return nil, false
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // resync reads every shard's head and offers it to its worker.

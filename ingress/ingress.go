@@ -241,18 +241,21 @@ func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
 
 // park parks one batch and then acks its messages, or nacks them all when the store
 // stays unavailable until ctx ends. A relative delay loses the time its message waited
-// in ingress, so that the due time counts from the moment the bridge received it.
+// in ingress (retries included), so that the due time counts from the moment the bridge
+// received it.
 func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
-	now := in.now()
 	reqs := make([]delaystore.ParkRequest, len(batch))
-	for i, p := range batch {
-		reqs[i] = p.req
-		if !p.req.Absolute {
-			reqs[i].Delay = max(p.req.Delay-now.Sub(p.at), 0)
-		}
-	}
 	var parked []delaystore.Parked
 	err := in.retry(ctx, "park", func(opCtx context.Context) error {
+		// At every attempt: a park retried while Redis was unreachable keeps the due time
+		// counted from receipt, rather than from the attempt that succeeded.
+		now := in.now()
+		for i, p := range batch {
+			reqs[i] = p.req
+			if !p.req.Absolute {
+				reqs[i].Delay = max(p.req.Delay-now.Sub(p.at), 0)
+			}
+		}
 		var err error
 		parked, err = in.store.Park(opCtx, reqs)
 		return err

@@ -284,3 +284,24 @@ func TestSameIDKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriedParkKeepsDueFromReceipt: a relative delay counts from the moment ingress
+// received the message, not from the park attempt that finally succeeded after the store
+// failed for a while.
+func TestRetriedParkKeepsDueFromReceipt(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	f := &flakyParker{Store: st}
+	f.fail.Store(5) // backoff 50+100+200+400+800 ms
+	runIngress(t, f, gc)
+	sent := time.Now()
+	send(t, gc, "delay.in", "x", headers.List{{Key: "x-delay", Value: "2s"}, {Key: "x-target", Value: "a.b"}},
+		map[string]string{headers.MetaSourceID: "js:IN:7"})
+	m := waitGet(t, st, "js:IN:7")
+	if f.calls.Load() < 6 {
+		t.Fatalf("%d park calls, want 5 failures then success", f.calls.Load())
+	}
+	if late := time.UnixMilli(m.Due).Sub(sent.Add(2 * time.Second)); late > 500*time.Millisecond {
+		t.Fatalf("due %s after receipt + delay: the retries' 1.5 s were added", late)
+	}
+}

@@ -91,7 +91,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newStoreCollector(store, nil))
+	redisUp, err := newRedisMonitor(rdb, reg, logger)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(newStoreCollector(store, redisUp.Err))
 	if err := registerScriptTimer(reg, rdb, store); err != nil {
 		return err
 	}
@@ -101,8 +105,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	}
 
 	var storeReady atomic.Bool
-	checks := []httpapi.Check{{Name: "redis", Probe: func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
+	checks := []httpapi.Check{{Name: "redis", Probe: func(context.Context) error {
+		if err := redisUp.Err(); err != nil { // no Redis round trip per probe
 			return err
 		}
 		if !storeReady.Load() {
@@ -144,9 +148,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		closers = append(closers, func() { _ = pub.Close() })
 		consumer := cfg.NATS.Consumer
 		sub, err := natsbroker.NewSubscriber(nc, natsbroker.SubscriberConfig{
-			Stream:  cfg.NATS.Stream,
-			Queue:   cfg.NATS.Queue,
-			AckWait: cfg.NATS.AckWait,
+			Stream:      cfg.NATS.Stream,
+			Queue:       cfg.NATS.Queue,
+			AckWait:     cfg.NATS.AckWait,
+			MaxProgress: cfg.NATS.MaxProgress,
 			ConsumerName: func(topic string) string {
 				if topic == cfg.NATS.Subject {
 					return consumer
@@ -238,6 +243,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		ops = httpapi.NewOpsWithPprof(checks, reg)
 	}
 	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
+	g.Go(func() error { return redisUp.Run(gctx) })
 	if cfg.APIAddr != "" || ls.api != nil {
 		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken, Metrics: inMetrics}, store, logger)
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })

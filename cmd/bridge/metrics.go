@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -27,8 +28,8 @@ var dueHorizons = []struct {
 // store gauges are left out and delaybridge_store_scrape_error is 1.
 type storeCollector struct {
 	store *delaystore.Store
-	// redisErr, when set and returning an error, tells that Redis is known to be
-	// unreachable: the scrape does not try it.
+	// redisErr, when set and returning an error other than errNotPinged, tells that Redis
+	// is known to be unreachable (the Redis monitor): the scrape does not try it.
 	redisErr func() error
 	timeout  time.Duration
 
@@ -96,7 +97,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 // (the goroutine ends with the client's own read timeout).
 func (c *storeCollector) observe() (delaystore.Observation, error) {
 	if c.redisErr != nil {
-		if err := c.redisErr(); err != nil {
+		// Before the monitor's first PING (errNotPinged) the read is tried, bounded.
+		if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
 			return delaystore.Observation{}, err
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -171,6 +172,28 @@ func TestScriptTimerMetric(t *testing.T) {
 	for k, v := range want {
 		if counts[k] != v {
 			t.Fatalf("script counts %v, want %v", counts, want)
+		}
+	}
+}
+
+// With the Redis monitor reporting an outage the scrape does not try Redis; before its
+// first PING (errNotPinged) it does.
+func TestStoreCollectorRedisDown(t *testing.T) {
+	store, _ := metricsStore(t, testredis.URL(t))
+	want := func(v string) string {
+		return `
+# HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
+# TYPE delaybridge_store_scrape_error gauge
+delaybridge_store_scrape_error ` + v + "\n"
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{{errors.New("redis down"), "1"}, {errNotPinged, "0"}, {nil, "0"}} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newStoreCollector(store, func() error { return c.err }))
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want(c.want)), "delaybridge_store_scrape_error"); err != nil {
+			t.Fatalf("monitor says %v: %v", c.err, err)
 		}
 	}
 }

@@ -42,6 +42,9 @@ func redisOptions(cfg config.Redis) *redis.UniversalOptions {
 	default:
 		o = fromURL(cfg.URL)
 	}
+	// Context deadlines bound every call, so that no caller waits on an unresponsive Redis
+	// longer than its own timeout (a URL's query may still set read_timeout and the like).
+	o.ContextTimeoutEnabled = true
 	if cfg.Username != "" {
 		o.Username = cfg.Username
 	}

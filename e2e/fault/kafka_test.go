@@ -49,8 +49,8 @@ func TestC9PoisonRecordAtPartitionHead(t *testing.T) {
 	waitEmpty(t, b)
 }
 
-// C6: a second bridge joins the group while records flow to the first (3000 in 10
-// rounds over 3 partitions): the partitions are reassigned mid-batch. Revoked partitions are
+// C6: a second bridge joins the group while records flow to the first (rounds of 300
+// over 3 partitions): the partitions are reassigned mid-batch. Revoked partitions are
 // not committed by their old owner; the new owner re-reads from the last commit and
 // re-parks the same topic/partition/offset ids in place. lost 0, early 0, no message
 // under two ids, and the store ends empty (no second parked entry of any record).
@@ -60,12 +60,22 @@ func TestC6KafkaRebalanceMidBatch(t *testing.T) {
 	a := e2etest.StartReady(t, bridgeBin, k.envWith())
 	var seqs []string
 	var b *e2etest.Bridge
-	for round := range 10 {
+	// Three rounds to the first bridge alone; then the second joins, and rounds go on until
+	// it has parked records (the group rebalanced while records flowed: how long that takes
+	// depends on the machine's load), and three more after that.
+	after := -1
+	for round := 0; after < 3; round++ {
 		if round == 3 {
 			b = e2etest.Start(t, bridgeBin, k.envWith()) // joins while records flow
 		}
+		if round > 60 {
+			t.Fatal("the second bridge never got a partition in 60 rounds: no rebalance happened")
+		}
 		seqs = append(seqs, c.send("c6-"+itoa(round), 300, -1, uniform(2*time.Second), nil)...)
 		time.Sleep(100 * time.Millisecond)
+		if after >= 0 || (b != nil && inCounts(t, b)["parked"] > 0) {
+			after++
+		}
 	}
 	r := c.await(seqs, 60*time.Second)
 	requireKafkaSafe(t, r)

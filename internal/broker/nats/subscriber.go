@@ -80,6 +80,19 @@ type SubscriberConfig struct {
 	// MaxInFlight bounds the core messages handed out and not yet acked or nacked, per
 	// subscription. Default [DefaultMaxInFlight] (2048).
 	MaxInFlight int
+	// MaxProgress bounds how long a JetStream message handed out and not yet acked or
+	// nacked is kept from redelivery: every AckWait/2 the Subscriber tells the server the
+	// message is in progress (InProgress), so that a receiver blocked on a slow or
+	// unreachable dependency is not raced by a redelivered copy. After MaxProgress the
+	// reminders stop and JetStream redelivers after AckWait, so a hung message is not held
+	// forever. 0 means [DefaultMaxProgress]; negative turns the reminders off.
+	MaxProgress time.Duration
+}
+
+// DefaultMaxProgress is the MaxProgress used when it is 0: 5 times ackWait, at least a
+// minute.
+func DefaultMaxProgress(ackWait time.Duration) time.Duration {
+	return max(5*ackWait, time.Minute)
 }
 
 // DefaultConsumerName is the topic with `.`, `*` and `>` replaced by `_`.
@@ -108,6 +121,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.MaxProgress == 0 {
+		c.MaxProgress = DefaultMaxProgress(c.AckWait)
+	}
 	return c, nil
 }
 
@@ -120,8 +136,9 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 //
 //   - JetStream: Ack is a JetStream ack, sent without waiting for the server's
 //     confirmation (a lost ack means a redelivery after AckWait, never a loss); Nack is
-//     a Nak, and JetStream redelivers at once. A message neither acked nor nacked is
-//     redelivered after AckWait. The metadata carries [headers.MetaSourceID]
+//     a Nak, and JetStream redelivers at once. While a message is neither acked nor
+//     nacked, the Subscriber reports it in progress every AckWait/2, for at most
+//     MaxProgress; JetStream redelivers it AckWait after the last report. The metadata carries [headers.MetaSourceID]
 //     ("js:<stream>:<stream sequence>").
 //   - Core: Ack sends metadata [headers.MetaReply], when set and the message is a
 //     request, as the reply. Nack sends nothing: core NATS has no redelivery, the
@@ -336,8 +353,51 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 	}
 }
 
-// deliverJetStream hands out messages of it until ctx is done or it ends.
+// fetched is a JetStream message taken from the client's buffer and not yet handed out.
+type fetched struct {
+	jm     jetstream.Msg
+	wm     *message.Message
+	cancel context.CancelFunc // wm's context
+}
+
+// deliverJetStream hands out messages of it until ctx is done or it ends. A fetching
+// goroutine takes messages out of the client's buffer as soon as a count of sem is free,
+// and reports each one in progress from then on (keepInProgress): a message pulled from
+// the server but waiting behind a blocked receiver (its parks waiting for Redis) would
+// otherwise see AckWait run out, be redelivered, and be worked on twice. sem (of
+// MaxAckPending, the server's own limit) bounds what is fetched and not yet settled.
 func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, log *slog.Logger) error {
+	ready := make(chan fetched, cap(sem))
+	var fetchErr error
+	go func() {
+		defer close(ready)
+		fetchErr = s.fetchJetStream(ctx, it, sem, ready, log)
+	}()
+	for f := range ready {
+		select {
+		case out <- f.wm:
+			queue <- pending{wm: f.wm, cancel: f.cancel, onAck: f.jm.Ack, onNack: f.jm.Nak}
+			continue
+		case <-ctx.Done():
+		}
+		// Stopped: hand back what was fetched and not handed out. The fetcher ends too
+		// (ctx, and the iterator drained on ctx by runJetStream).
+		f.cancel()
+		nak(f.jm, log)
+		<-sem
+		for f := range ready {
+			f.cancel()
+			nak(f.jm, log)
+			<-sem
+		}
+		return ctx.Err()
+	}
+	return fetchErr // ready is closed: the fetcher has returned
+}
+
+// fetchJetStream takes messages out of it while counts of sem are free and queues them on
+// ready (which has room for every count of sem), until ctx is done or it ends.
+func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sem chan struct{}, ready chan<- fetched, log *slog.Logger) error {
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -363,16 +423,40 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 		wm := fromNATS(jm.Headers(), jm.Data(), extra)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
-		select {
-		case out <- wm:
-			queue <- pending{wm: wm, cancel: cancelMsg, onAck: jm.Ack, onNack: jm.Nak}
-		case <-ctx.Done():
-			cancelMsg()
-			nak(jm, log)
-			<-sem
-			return ctx.Err()
-		}
+		s.keepInProgress(msgCtx, jm, log)
+		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg}
 	}
+}
+
+// keepInProgress sends jm.InProgress every AckWait/2 until ctx ends (the message was
+// settled, or the subscription stopped) or MaxProgress has passed since now. It starts no
+// goroutine: one timer per message, which re-arms itself.
+func (s *Subscriber) keepInProgress(ctx context.Context, jm jetstream.Msg, log *slog.Logger) {
+	if s.cfg.MaxProgress < 0 {
+		return
+	}
+	every := max(s.cfg.AckWait/2, time.Millisecond)
+	until := time.Now().Add(s.cfg.MaxProgress)
+	var mu sync.Mutex // guards t against the timer's own callback
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		if ctx.Err() != nil || time.Now().After(until) {
+			return
+		}
+		if err := jm.InProgress(); err != nil {
+			log.Debug("jetstream in progress", "error", err)
+		}
+		mu.Lock()
+		t.Reset(every)
+		mu.Unlock()
+	})
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+	})
 }
 
 // handBack stops it and naks the messages it still buffers: they were never handed
