@@ -328,9 +328,11 @@ func (e *Egress) runWorker(ctx context.Context, w *worker) {
 		}
 		if len(c.Messages) > 0 {
 			inflight.Add(1)
+			e.metrics.claimed(len(c.Messages))
 			go func(msgs []delaystore.Claimed) {
 				defer inflight.Done()
 				defer func() { <-slots }()
+				defer e.metrics.settled(len(msgs))
 				// The shard's head after settling (retries may make it earlier than the
 				// claimed messages' lease scores in c.Next).
 				if head, ok := e.deliver(ctx, w.shard, msgs); ok && head >= 0 {

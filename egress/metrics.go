@@ -10,12 +10,13 @@ import (
 type Metrics struct {
 	messages *prometheus.CounterVec
 	lateness prometheus.Histogram
+	inflight prometheus.Gauge
 }
 
 // NewMetrics registers the egress metrics with reg:
 // delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
-// the Redis clock).
+// the Redis clock) and delaybridge_inflight_messages (claimed, not yet settled).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -27,8 +28,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from a message's due time to its target's publish confirmation.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delaybridge_inflight_messages",
+			Help: "Messages this replica claimed and has not yet settled (being published, acked, retried or dead-lettered).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.lateness} {
+	for _, c := range []prometheus.Collector{m.messages, m.lateness, m.inflight} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -46,5 +51,18 @@ func (m *Metrics) published(broker string, latenessMs int64) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, "published").Inc()
 		m.lateness.Observe(float64(max(latenessMs, 0)) / 1000)
+	}
+}
+
+// claimed adds n messages to the in-flight gauge; settled takes them off.
+func (m *Metrics) claimed(n int) {
+	if m != nil {
+		m.inflight.Add(float64(n))
+	}
+}
+
+func (m *Metrics) settled(n int) {
+	if m != nil {
+		m.inflight.Sub(float64(n))
 	}
 }

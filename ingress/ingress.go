@@ -356,7 +356,7 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 		Error string `json:"error"`
 	}{text}))
 	msg.Ack()
-	in.log.Debug("rejected", "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
+	in.log.Debug("rejected", "id", logID(msg), "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
 	in.metrics.rejected(src.Broker, Reason(cause))
 }
 

@@ -38,3 +38,11 @@ func (m *Metrics) rejected(broker, reason string) {
 		m.messages.WithLabelValues(broker, "invalid", reason).Inc()
 	}
 }
+
+// Count records n messages of another source (the message API counts as broker "http")
+// with result parked or cancelled.
+func (m *Metrics) Count(broker, result string, n int) { m.in(broker, result, n) }
+
+// Invalid records a message of another source refused for reason (an x-delay-error code,
+// see Reason).
+func (m *Metrics) Invalid(broker, reason string) { m.rejected(broker, reason) }

@@ -45,12 +45,17 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	return serve(ctx, cfg, logger, listeners{})
 }
 
+// newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
+// routes go-redis's own messages into it (logging.go).
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.Level()}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	l := slog.New(h)
+	routeRedisLog(l)
+	return l
 }
 
 // listeners lets `bridge dev` and tests hand over already-open listeners; nil fields are
@@ -91,6 +96,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	reg.MustRegister(newStoreCollector(store, redisUp.Err))
+	if err := registerScriptTimer(reg, rdb, store); err != nil {
+		return err
+	}
 	dataset, err := newDatasetWatch(store, logger, reg)
 	if err != nil {
 		return err
@@ -237,7 +245,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
 	g.Go(func() error { return redisUp.Run(gctx) })
 	if cfg.APIAddr != "" || ls.api != nil {
-		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken}, store, logger)
+		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken, Metrics: inMetrics}, store, logger)
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })
 	}
 	g.Go(func() error {
@@ -338,42 +346,4 @@ func targetPolicy(cfg config.Config) ingress.TargetPolicy {
 		p.Own["kafka"] = []string{cfg.Kafka.Topic, cfg.CancelSubject, cfg.DLQSubject}
 	}
 	return p
-}
-
-// storeCollector exports delaybridge_parked_messages from the store's stats at scrape time.
-// While redisErr reports Redis unreachable, or when the stats fail, it exports nothing, so
-// that /metrics answers, at once, during an outage.
-type storeCollector struct {
-	store    *delaystore.Store
-	redisErr func() error
-	parked   *prometheus.Desc
-}
-
-func newStoreCollector(s *delaystore.Store, redisErr func() error) *storeCollector {
-	return &storeCollector{store: s, redisErr: redisErr, parked: prometheus.NewDesc("delaybridge_parked_messages",
-		"Messages in the delay store (pending and claimed), by shard.", []string{"shard"}, nil)}
-}
-
-// storeStatsTimeout bounds the store statistics of one scrape.
-const storeStatsTimeout = 500 * time.Millisecond
-
-func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.parked }
-
-func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
-		return
-	}
-	// Bounded well below a scraper's timeout, for the scrape that comes before the monitor
-	// has seen an outage.
-	ctx, cancel := context.WithTimeout(context.Background(), storeStatsTimeout)
-	defer cancel()
-	st, err := c.store.Stats(ctx)
-	if err != nil {
-		// Not an invalid metric: that would fail the whole scrape (HTTP 500) while Redis is
-		// down, hiding delaybridge_redis_up and everything else.
-		return
-	}
-	for i, n := range st.PerShard {
-		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n), fmt.Sprint(i))
-	}
 }

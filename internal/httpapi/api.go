@@ -39,6 +39,9 @@ type APIConfig struct {
 	DefaultBroker string
 	// Token, when set, is the bearer token every request must carry.
 	Token string
+	// Metrics, when set, counts the API's messages in delaybridge_messages_in_total with
+	// broker "http" (parked, invalid by reason, cancelled).
+	Metrics *ingress.Metrics
 }
 
 // NewAPI returns the message API handler (SPEC section 6):
@@ -127,11 +130,13 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := a.incoming(req, received)
 	if err != nil {
+		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	park, err := a.cfg.Rules.Prepare(in, failpoint.Now())
 	if err != nil {
+		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
 		writeError(w, http.StatusBadRequest, ingress.ErrorText(err))
 		return
 	}
@@ -141,6 +146,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
+	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
 	writeJSON(w, http.StatusCreated, PostResponse{ID: parked[0].ID, Due: parked[0].Due})
 }
@@ -252,6 +258,7 @@ func (a *api) delete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no pending message with that id")
 		return
 	}
+	a.cfg.Metrics.Count("http", "cancelled", 1)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -173,7 +173,13 @@ func TestOps(t *testing.T) {
 		t.Fatalf("/readyz %d", code)
 	}
 	down.Store(true)
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "redis: connection refused") {
+	// Once passed, a check fails only after readyFailures probes over readyWindow.
+	code, body := get("/readyz")
+	for deadline := time.Now().Add(readyWindow + 2*time.Second); code == 200 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		code, body = get("/readyz")
+	}
+	if code != 503 || !strings.Contains(body, "redis: connection refused") {
 		t.Fatalf("/readyz down: %d %q", code, body)
 	}
 	if code, _ := get("/healthz"); code != 200 {

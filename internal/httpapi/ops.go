@@ -22,8 +22,9 @@ type Check struct {
 }
 
 // NewOps returns the operations handler: GET /healthz (the process is alive: always 200),
-// GET /readyz (200 when every check passes, else 503 naming each failing part), and
-// GET /metrics (Prometheus exposition of g).
+// GET /readyz (200 when every check passes, else 503 naming each failing part; a check
+// that has passed once fails only after failing on consecutive probes for a few seconds,
+// see readyWindow), and GET /metrics (Prometheus exposition of g).
 func NewOps(checks []Check, g prometheus.Gatherer) http.Handler {
 	return newOps(checks, g, false)
 }
@@ -46,23 +47,34 @@ func newOps(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler 
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
+	steady := make([]*steadyCheck, len(checks))
+	for i, c := range checks {
+		steady[i] = newSteadyCheck(c, readyFailures, readyWindow, time.Now)
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		var failed []string
-		for _, c := range checks {
-			if err := c.Probe(ctx); err != nil {
-				failed = append(failed, fmt.Sprintf("%s: %v", c.Name, err))
+		var failed, pending []string
+		for _, c := range steady {
+			err, tolerated := c.probe(ctx)
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", c.check.Name, err))
+			}
+			if tolerated != nil {
+				pending = append(pending, fmt.Sprintf("%s: %v", c.check.Name, tolerated))
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if len(failed) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready")
-			fmt.Fprintln(w, strings.Join(failed, "\n"))
+			fmt.Fprintln(w, strings.Join(append(failed, pending...), "\n"))
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if len(pending) > 0 {
+			fmt.Fprintln(w, strings.Join(pending, "\n"))
+		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+)
+
+// storeScrapeTimeout bounds the Redis reads of one scrape, well below a scraper's timeout.
+const storeScrapeTimeout = 500 * time.Millisecond
+
+// dueHorizons are the windows of delaybridge_due_messages, with their label values.
+var dueHorizons = []struct {
+	label string
+	d     time.Duration
+}{{"1m", time.Minute}, {"1h", time.Hour}, {"24h", 24 * time.Hour}}
+
+// storeCollector exports the delay store's gauges, read from Redis at scrape time
+// (delaystore.Observe: TIME, then ZCARD, ZRANGE 0 0 and ZCOUNT per shard in one pipeline).
+// A read that fails or takes longer than storeScrapeTimeout never fails the scrape: the
+// store gauges are left out and delaybridge_store_scrape_error is 1.
+type storeCollector struct {
+	store *delaystore.Store
+	// redisErr, when set and returning an error other than errNotPinged, tells that Redis
+	// is known to be unreachable (the Redis monitor): the scrape does not try it.
+	redisErr func() error
+	timeout  time.Duration
+
+	parked, parkedAll, overdue, oldest, due, scrapeErr *prometheus.Desc
+}
+
+func newStoreCollector(s *delaystore.Store, redisErr func() error) *storeCollector {
+	return &storeCollector{
+		store: s, redisErr: redisErr, timeout: storeScrapeTimeout,
+		parked: prometheus.NewDesc("delaybridge_parked_messages",
+			"Messages in the delay store (pending and claimed), by shard (ZCARD).", []string{"shard"}, nil),
+		parkedAll: prometheus.NewDesc("delaybridge_parked_messages_all",
+			"Messages in the delay store (pending and claimed), all shards.", nil, nil),
+		overdue: prometheus.NewDesc("delaybridge_overdue_messages",
+			"Messages past their due time and not being delivered (score at or before the Redis time), all shards.", nil, nil),
+		oldest: prometheus.NewDesc("delaybridge_oldest_overdue_seconds",
+			"How long the shard's earliest message has been due and not delivered (Redis clock); 0 when none is overdue.",
+			[]string{"shard"}, nil),
+		due: prometheus.NewDesc("delaybridge_due_messages",
+			"Messages that fall due within the next 1m, 1h or 24h (not counting overdue ones), all shards.",
+			[]string{"within"}, nil),
+		scrapeErr: prometheus.NewDesc("delaybridge_store_scrape_error",
+			"1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.",
+			nil, nil),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.parked, c.parkedAll, c.overdue, c.oldest, c.due, c.scrapeErr} {
+		ch <- d
+	}
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	obs, err := c.observe()
+	failed := 0.0
+	if err != nil {
+		failed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, failed)
+	if err != nil {
+		return
+	}
+	var all, overdue int64
+	within := make([]int64, len(dueHorizons))
+	for i, g := range obs.Shards {
+		shard := strconv.Itoa(i)
+		all += g.Parked
+		overdue += g.Overdue
+		for j, n := range g.DueWithin {
+			within[j] += n
+		}
+		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(g.Parked), shard)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestOverdue.Seconds(), shard)
+	}
+	ch <- prometheus.MustNewConstMetric(c.parkedAll, prometheus.GaugeValue, float64(all))
+	ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(overdue))
+	for j, h := range dueHorizons {
+		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(within[j]), h.label)
+	}
+}
+
+// observe reads the store within c.timeout. The read runs in its own goroutine, so the
+// scrape returns at the timeout even when the client does not honour context deadlines
+// (the goroutine ends with the client's own read timeout).
+func (c *storeCollector) observe() (delaystore.Observation, error) {
+	if c.redisErr != nil {
+		// Before the monitor's first PING (errNotPinged) the read is tried, bounded.
+		if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
+			return delaystore.Observation{}, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	type result struct {
+		obs delaystore.Observation
+		err error
+	}
+	done := make(chan result, 1)
+	horizons := make([]time.Duration, len(dueHorizons))
+	for i, h := range dueHorizons {
+		horizons[i] = h.d
+	}
+	go func() {
+		obs, err := c.store.Observe(ctx, horizons)
+		done <- result{obs, err}
+	}()
+	select {
+	case r := <-done:
+		return r.obs, r.err
+	case <-ctx.Done():
+		return delaystore.Observation{}, fmt.Errorf("store gauges: %w", ctx.Err())
+	}
+}
+
+// registerScriptTimer registers delaybridge_redis_duration_seconds{script} and hooks it
+// into rdb: the round trip of every call of the store's Lua scripts (a pipelined call over
+// several shards counts once). Call it before the store's first call.
+func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, store *delaystore.Store) error {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "delaybridge_redis_duration_seconds",
+		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel), pipelined calls counted once.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"script"})
+	if err := reg.Register(h); err != nil {
+		return fmt.Errorf("register delaybridge_redis_duration_seconds: %w", err)
+	}
+	for _, s := range []string{"park", "claim", "ack", "retry", "cancel"} {
+		h.WithLabelValues(s) // present from the start, at 0
+	}
+	rdb.AddHook(store.ScriptTimer(func(script string, d time.Duration) { h.WithLabelValues(script).Observe(d.Seconds()) }))
+	return nil
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+func metricsStore(t *testing.T, url string) (*delaystore.Store, redis.UniversalClient) {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.MaxRetries = -1 // a killed server fails the scrape at once
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 3, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return store, rdb
+}
+
+// The store gauges follow what is parked, and a dead Redis gives a scrape with
+// delaybridge_store_scrape_error 1 instead of a failed scrape.
+func TestStoreCollector(t *testing.T) {
+	srv := testredis.Start(t)
+	store, rdb := metricsStore(t, srv.URL())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newStoreCollector(store, nil))
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := delaystore.Envelope{Target: "nats:t", Source: "nats:delay.in", Payload: []byte("x")}
+	if _, err := store.Park(t.Context(), []delaystore.ParkRequest{
+		{ID: "overdue", Absolute: true, At: now.UnixMilli() - 7_000, Envelope: env},
+		{ID: "soon", Delay: 20 * time.Second, Envelope: env},
+		{ID: "later", Delay: 20 * time.Minute, Envelope: env},
+		{ID: "tomorrow", Delay: 20 * time.Hour, Envelope: env},
+		{ID: "next-week", Delay: 7 * 24 * time.Hour, Envelope: env},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP delaybridge_due_messages Messages that fall due within the next 1m, 1h or 24h (not counting overdue ones), all shards.
+# TYPE delaybridge_due_messages gauge
+delaybridge_due_messages{within="1m"} 1
+delaybridge_due_messages{within="1h"} 2
+delaybridge_due_messages{within="24h"} 3
+# HELP delaybridge_overdue_messages Messages past their due time and not being delivered (score at or before the Redis time), all shards.
+# TYPE delaybridge_overdue_messages gauge
+delaybridge_overdue_messages 1
+# HELP delaybridge_parked_messages_all Messages in the delay store (pending and claimed), all shards.
+# TYPE delaybridge_parked_messages_all gauge
+delaybridge_parked_messages_all 5
+# HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
+# TYPE delaybridge_store_scrape_error gauge
+delaybridge_store_scrape_error 0
+`
+	names := []string{"delaybridge_due_messages", "delaybridge_overdue_messages", "delaybridge_parked_messages_all", "delaybridge_store_scrape_error"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	// Per shard: the counts add up, and the overdue message's shard shows its age.
+	var sum float64
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	overdueShard := store.ShardOf("overdue")
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v, shard := m.GetGauge().GetValue(), m.GetLabel()
+			switch mf.GetName() {
+			case "delaybridge_parked_messages":
+				sum += v
+			case "delaybridge_oldest_overdue_seconds":
+				isOverdue := shard[0].GetValue() == fmt.Sprint(overdueShard)
+				if isOverdue && (v < 7 || v > 60) || !isOverdue && v != 0 {
+					t.Fatalf("oldest overdue on shard %s = %v (the 7s-late message is on shard %d)", shard[0].GetValue(), v, overdueShard)
+				}
+			}
+		}
+	}
+	if sum != 5 {
+		t.Fatalf("parked per shard sums to %v, want 5", sum)
+	}
+	if n := testutil.CollectAndCount(newStoreCollector(store, nil), "delaybridge_oldest_overdue_seconds"); n != 3 {
+		t.Fatalf("%d oldest-overdue series, want one per shard (3)", n)
+	}
+
+	srv.Kill()
+	want = `
+# HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
+# TYPE delaybridge_store_scrape_error gauge
+delaybridge_store_scrape_error 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatalf("scrape with Redis down: %v", err)
+	}
+}
+
+// A Redis that does not answer (SIGSTOP) costs a scrape storeScrapeTimeout, not more.
+func TestStoreCollectorTimeout(t *testing.T) {
+	srv := testredis.Start(t)
+	store, _ := metricsStore(t, srv.URL())
+	c := newStoreCollector(store, nil)
+	c.timeout = 200 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	srv.Signal(t, syscall.SIGSTOP)
+	defer srv.Signal(t, syscall.SIGCONT)
+	start := time.Now()
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("scrape failed: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("scrape with a stopped Redis took %s", took)
+	want := `
+# HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
+# TYPE delaybridge_store_scrape_error gauge
+delaybridge_store_scrape_error 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "delaybridge_store_scrape_error", "delaybridge_parked_messages_all"); err != nil {
+		t.Fatal(err)
+	}
+	if took > 2*time.Second { // the client's own read timeout is 3s
+		t.Fatalf("scrape took %s with a 200ms store timeout", took)
+	}
+}
+
+// The script histogram counts the store's script calls by name.
+func TestScriptTimerMetric(t *testing.T) {
+	store, rdb := metricsStore(t, testredis.URL(t))
+	reg := prometheus.NewRegistry()
+	if err := registerScriptTimer(reg, rdb, store); err != nil {
+		t.Fatal(err)
+	}
+	env := delaystore.Envelope{Target: "nats:t", Source: "nats:delay.in"}
+	if _, err := store.Park(t.Context(), []delaystore.ParkRequest{{ID: "a", Delay: time.Hour, Envelope: env}, {ID: "b", Delay: time.Hour, Envelope: env}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Cancel(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			counts[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	want := map[string]uint64{"park": 1, "cancel": 1, "claim": 0, "ack": 0, "retry": 0}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Fatalf("script counts %v, want %v", counts, want)
+		}
+	}
+}
+
+// With the Redis monitor reporting an outage the scrape does not try Redis; before its
+// first PING (errNotPinged) it does.
+func TestStoreCollectorRedisDown(t *testing.T) {
+	store, _ := metricsStore(t, testredis.URL(t))
+	want := func(v string) string {
+		return `
+# HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
+# TYPE delaybridge_store_scrape_error gauge
+delaybridge_store_scrape_error ` + v + "\n"
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{{errors.New("redis down"), "1"}, {errNotPinged, "0"}, {nil, "0"}} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newStoreCollector(store, func() error { return c.err }))
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want(c.want)), "delaybridge_store_scrape_error"); err != nil {
+			t.Fatalf("monitor says %v: %v", c.err, err)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package delaystore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ShardGauge is one shard's figures in an Observation.
+type ShardGauge struct {
+	// Parked is the shard's ZCARD (pending and claimed).
+	Parked int64
+	// OldestOverdue is how long the shard's earliest entry has been due (Now minus its
+	// score) when that score is at or before Now, else 0. A claimed message's score is its
+	// lease expiry, so a message being delivered is not overdue until its lease ran out.
+	OldestOverdue time.Duration
+	// Overdue counts the entries whose score is at or before Now.
+	Overdue int64
+	// DueWithin[i] counts the entries due after Now and at or before Now + horizons[i].
+	DueWithin []int64
+}
+
+// Observation is what Observe reads: per-shard gauges and the Redis time they refer to.
+type Observation struct {
+	// Now is the Redis server time, unix ms.
+	Now int64
+	// Shards is indexed by shard number.
+	Shards []ShardGauge
+}
+
+// Observe reads the gauges an operator watches, in two round trips: TIME, then one
+// pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, and once per horizon) per
+// shard. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
+// cheap enough for every scrape. Shards are not one atomic snapshot. It blocks until Redis
+// answered or ctx is done.
+func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observation, error) {
+	tm, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return Observation{}, fmt.Errorf("observe: time: %w", err)
+	}
+	now := tm.UnixMilli()
+	nowArg := fmt.Sprint(now)
+	type shardCmds struct {
+		card    *redis.IntCmd
+		head    *redis.ZSliceCmd
+		overdue *redis.IntCmd
+		within  []*redis.IntCmd
+	}
+	cmds := make([]shardCmds, s.shards)
+	pipe := s.rdb.Pipeline()
+	for i, k := range s.keys {
+		c := shardCmds{
+			card:    pipe.ZCard(ctx, k.z),
+			head:    pipe.ZRangeWithScores(ctx, k.z, 0, 0),
+			overdue: pipe.ZCount(ctx, k.z, "-inf", nowArg),
+		}
+		for _, h := range horizons {
+			c.within = append(c.within, pipe.ZCount(ctx, k.z, "("+nowArg, fmt.Sprint(now+ceilMS(h))))
+		}
+		cmds[i] = c
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	obs := Observation{Now: now, Shards: make([]ShardGauge, s.shards)}
+	for i, c := range cmds {
+		g := ShardGauge{DueWithin: make([]int64, len(horizons))}
+		var err error
+		if g.Parked, err = c.card.Result(); err != nil {
+			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+		}
+		head, err := headOf(c.head)
+		if err != nil {
+			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+		}
+		if head >= 0 && head <= now {
+			g.OldestOverdue = time.Duration(now-head) * time.Millisecond
+		}
+		if g.Overdue, err = c.overdue.Result(); err != nil {
+			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+		}
+		for j, w := range c.within {
+			if g.DueWithin[j], err = w.Result(); err != nil {
+				return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+			}
+		}
+		obs.Shards[i] = g
+	}
+	return obs, nil
+}
+
+// ScriptTimer returns a go-redis hook that reports the round trip of every call of the
+// store's scripts to observe, with the script's name (park, claim, ack, retry, cancel).
+// A pipeline (Park, Ack and Retry send one script call per shard in one) is one round
+// trip, reported once; commands that are not the store's scripts are not reported. Add
+// it to the client the store uses (AddHook) before the first call. observe must be safe
+// for concurrent use.
+func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.Hook {
+	names := map[string]string{}
+	for name, sc := range map[string]*redis.Script{
+		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
+	} {
+		names[sc.Hash()] = name
+	}
+	sources := map[string]string{
+		parkSrc: "park", claimSrc: "claim", ackSrc: "ack", retrySrc: "retry", cancelSrc: "cancel",
+	}
+	return scriptTimer{name: func(c redis.Cmder) string {
+		args := c.Args()
+		if len(args) < 2 {
+			return ""
+		}
+		a, _ := args[1].(string)
+		switch c.Name() {
+		case "evalsha":
+			return names[a]
+		case "eval":
+			return sources[a]
+		}
+		return ""
+	}, observe: observe}
+}
+
+type scriptTimer struct {
+	name    func(redis.Cmder) string
+	observe func(string, time.Duration)
+}
+
+func (scriptTimer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptTimer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := h.name(cmd)
+		if name == "" {
+			return next(ctx, cmd)
+		}
+		start := time.Now()
+		err := next(ctx, cmd)
+		h.observe(name, time.Since(start))
+		return err
+	}
+}
+
+func (h scriptTimer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		name := ""
+		for _, c := range cmds {
+			if name = h.name(c); name != "" {
+				break
+			}
+		}
+		if name == "" {
+			return next(ctx, cmds)
+		}
+		start := time.Now()
+		err := next(ctx, cmds)
+		h.observe(name, time.Since(start))
+		return err
+	}
+}

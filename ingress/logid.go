@@ -1,0 +1,18 @@
+package ingress
+
+import (
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// logID is what the log says of a message's x-delay-id: its first value, cut to MaxIDLen
+// bytes (a rejected message's id may be anything), or "" when it has none. Never the
+// payload.
+func logID(msg *message.Message) string {
+	id, _ := headers.FromMetadata(msg.Metadata).Get(HeaderID)
+	if len(id) > MaxIDLen {
+		id = id[:MaxIDLen]
+	}
+	return id
+}
