@@ -91,6 +91,10 @@ func TestRedisACLUser(t *testing.T) {
 	rep := c.await(seqs, 20*time.Second)
 	requireSafe(t, rep)
 	t.Logf("stats as the ACL user: %s", parked(t, b))
+	// A scrape reads the store's gauges (metrics path: TIME, ZCARD, ZRANGE, ZCOUNT).
+	if code, body := e2etest.HTTPGet("http://" + b.HTTPAddr + "/metrics"); code != 200 || !strings.Contains(body, "\ndelaybridge_store_scrape_error 0\n") {
+		t.Fatalf("/metrics as the ACL user: %d, store scrape error not 0", code)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -54,7 +54,7 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // agree).
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hget", "hmget", "hset", "incrby", "info", "ping",
-	"publish", "script|load", "set", "subscribe", "time", "zadd", "zcard", "zrange",
+	"publish", "script|load", "set", "subscribe", "time", "zadd", "zcard", "zcount", "zrange",
 	"zrangebyscore", "zrem", "zscore",
 }
 
