@@ -66,13 +66,16 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 
 // isDropped reports whether an incoming header is not forwarded as given: control headers,
 // the bridge's own output headers (x-delay-id, x-delay-due, x-delay-source, x-delay-error,
-// x-delay-hops, which the bridge sets itself), every Nats-* header (Nats-Msg-Id,
+// x-delay-hops, which the bridge sets itself), the kafka-message-scheduler control headers
+// (scheduler-epoch, scheduler-target-topic, scheduler-target-key), every Nats-* header
+// (Nats-Schedule and Nats-Schedule-Target among them) (Nats-Msg-Id,
 // Nats-Rollup, Nats-Expected-*, Nats-TTL...: a user must not steer the target stream), and
 // the bridge's internal metadata keys (headers.ReservedPrefix, in any case), which must
 // never reach the adapters from user input.
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
-	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource, HeaderError, HeaderHops:
+	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource, HeaderError, HeaderHops,
+		HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)
