@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
+	"github.com/delaybridge/delaybridge/internal/testnats"
 )
 
 // W3C trace context and baggage, as an instrumented producer sets them.
@@ -177,6 +180,27 @@ func TestCompatHeaders(t *testing.T) {
 			t.Fatalf("reply %v, want due %d", reply, due)
 		}
 		checkKafka(t, receiveRecord(t, out, 15*time.Second), due, "video 2", "vid2")
+	})
+
+	// The README's caveat: a JetStream stream capturing the ingress subject acts on
+	// Nats-Schedule itself, so the compatibility headers belong on the core subscription.
+	// This pins the embedded nats-server's behaviour the caveat describes.
+	t.Run("a JetStream ingress stream refuses Nats-Schedule", func(t *testing.T) {
+		testnats.CreateStream(t, s.nc, "COMPATIN", "compat.js.in")
+		js, err := jetstream.New(s.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg("compat.js.in")
+		m.Header.Set("Nats-Schedule", natsAt(time.Now().Add(time.Minute)))
+		m.Header.Set("Nats-Schedule-Target", "orders.expire")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.PublishMsg(ctx, m); err == nil {
+			t.Fatal("the stream stored a Nats-Schedule message; the README caveat is out of date")
+		} else {
+			t.Logf("refused as documented: %v", err)
+		}
 	})
 
 	t.Run("mixed with native headers goes to the dead-letter subject", func(t *testing.T) {
