@@ -44,6 +44,9 @@ func TestCompatHeaders(t *testing.T) {
 	for _, topic := range []string{"videos.online", "videos.from-nats"} {
 		testkafka.CreateTopic(t, brokers, topic, 3)
 	}
+	// A JetStream stream on the dead-letter subject: it refuses Nats-Schedule, so a
+	// rejected message carrying it must be dead-lettered with that header renamed.
+	testnats.CreateStream(t, s.nc, "COMPATDLQ", "delay.dlq")
 	startBridge(t, s.env)
 
 	// checkNATS checks a NATS arrival: not before due, at the due time asked for, trace
@@ -210,9 +213,17 @@ func TestCompatHeaders(t *testing.T) {
 		if e, _ := reply["error"].(string); !strings.HasPrefix(e, "conflicting_schedule") {
 			t.Fatalf("reply %v, want a conflicting_schedule error", reply)
 		}
+		// The reply came only after the stream confirmed the dead letter: the stream took
+		// it, because Nats-* headers are renamed, not removed.
 		a := receive(t, dlq, 10*time.Second)
 		if e := a.msg.Header.Get("x-delay-error"); !strings.HasPrefix(e, "conflicting_schedule") {
 			t.Fatalf("x-delay-error %q", e)
+		}
+		if v := a.msg.Header.Get("x-delay-original-Nats-Schedule"); !strings.HasPrefix(v, "@at ") {
+			t.Fatalf("dead letter headers %v, want Nats-Schedule as x-delay-original-Nats-Schedule", a.msg.Header)
+		}
+		if _, ok := a.msg.Header["Nats-Schedule"]; ok {
+			t.Fatalf("dead letter kept Nats-Schedule: %v", a.msg.Header)
 		}
 	})
 }

@@ -132,3 +132,35 @@ func validNATSName(key string) bool {
 	}
 	return true
 }
+
+// HeaderOriginalPrefix renames the Nats-* headers of a NATS dead letter: Nats-Schedule
+// arrives in the dead letter as x-delay-original-Nats-Schedule.
+const HeaderOriginalPrefix = "x-delay-original-"
+
+// disarmNATSHeaders returns md (watermill metadata of a message bound for the NATS
+// dead-letter subject) with every Nats-* header renamed to [HeaderOriginalPrefix] + name,
+// value and order kept. A JetStream stream capturing the dead-letter subject acts on those
+// headers: it refuses Nats-Schedule (schedules disabled) or Nats-Expected-* that do not
+// hold, which would block the source behind a dead letter retried forever, and it obeys
+// Nats-Rollup or Nats-TTL, which would purge or expire dead letters. md is returned
+// unchanged when it has no Nats-* header.
+func disarmNATSHeaders(md map[string]string) map[string]string {
+	list := headers.FromMetadata(md)
+	found := false
+	for i, f := range list {
+		if hasPrefixFold(f.Key, "nats-") {
+			list[i].Key = HeaderOriginalPrefix + f.Key
+			found = true
+		}
+	}
+	if !found {
+		return md
+	}
+	extra := map[string]string{}
+	for k, v := range md {
+		if headers.IsReserved(k) && k != headers.MetaHeaders {
+			extra[k] = v
+		}
+	}
+	return headers.ToMetadata(list, extra)
+}

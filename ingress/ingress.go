@@ -339,6 +339,9 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 			dead.Metadata.Set(k, v)
 		}
 	}
+	if src.Broker == BrokerNATS {
+		dead.Metadata = disarmNATSHeaders(dead.Metadata)
+	}
 	dead.Metadata.Set(HeaderError, text)
 	err := in.retry(ctx, "dead-letter", func(opCtx context.Context) error {
 		dead.SetContext(opCtx)
