@@ -13,10 +13,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
 // Output header names (SPEC section 2), and the error header of dead letters.
@@ -87,9 +92,15 @@ type Config struct {
 	// a context that ends 4/5 of it after the claim, so that a publish never outlives
 	// its claim (after the lease another replica may publish the same message).
 	Lease time.Duration
+	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
+	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
+	Tracer trace.Tracer
 }
 
 func (c *Config) defaults() {
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
 	}
@@ -366,6 +377,7 @@ type outgoing struct {
 	topic   string
 	msg     *message.Message
 	err     error
+	span    trace.Span
 }
 
 // quarantine handles entries whose envelope could not be decoded: they cannot be
@@ -403,6 +415,7 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 		o.broker, o.topic, _ = strings.Cut(c.Envelope.Target, ":")
 		o.msg = outputMessage(c)
 		o.msg.SetContext(mctx)
+		o.span = e.startSpan(o)
 		out[i] = o
 		groups[c.Envelope.Target] = append(groups[c.Envelope.Target], o)
 	}
@@ -422,6 +435,10 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 	var retries []delaystore.RetryRequest
 	var firstErr error
 	for _, o := range out {
+		if o.err != nil {
+			o.span.SetStatus(codes.Error, o.err.Error())
+		}
+		o.span.End()
 		switch {
 		case o.err == nil:
 			acks = append(acks, o.claimed.Receipt)
@@ -471,6 +488,25 @@ func (e *Egress) deliver(ctx context.Context, shard int, claimed []delaystore.Cl
 		head, known = mergeHead(head, applied.Heads, shard, known)
 	}
 	return head, known
+}
+
+// startSpan starts the publish span of o: a child of the message's traceparent, linked
+// to the ingress span stored with it (tracing.IngressSpanKey).
+func (e *Egress) startSpan(o *outgoing) trace.Span {
+	env := o.claimed.Envelope
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("messaging.system", o.broker),
+		attribute.String("messaging.destination.name", o.topic),
+		attribute.String("messaging.message.id", o.claimed.ID),
+		attribute.Int64("delaybridge.due_ms", o.claimed.Due),
+		attribute.Int("delaybridge.attempt", o.claimed.Attempts+1))}
+	if v, ok := env.Headers.Get(tracing.IngressSpanKey); ok {
+		if sc := tracing.ParseSpanContext(v); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	_, span := e.cfg.Tracer.Start(tracing.Extract(context.Background(), env.Headers), "delaybridge publish", opts...)
+	return span
 }
 
 // mergeHead keeps the latest report of shard's head: the last call's answer wins, since
@@ -576,7 +612,11 @@ func (e *Egress) backoff(attempt int) time.Duration {
 func outputMessage(c delaystore.Claimed) *message.Message {
 	env := c.Envelope
 	hs := make(headers.List, 0, len(env.Headers)+3)
-	hs = append(hs, env.Headers...)
+	for _, f := range env.Headers {
+		if f.Key != tracing.IngressSpanKey {
+			hs = append(hs, f)
+		}
+	}
 	hs.Add(HeaderID, c.ID)
 	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
 	hs.Add(HeaderSource, env.Source)

@@ -66,13 +66,16 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 
 // isDropped reports whether an incoming header is not forwarded as given: control headers,
 // the bridge's own output headers (x-delay-id, x-delay-due, x-delay-source, x-delay-error,
-// x-delay-hops, which the bridge sets itself), every Nats-* header (Nats-Msg-Id,
+// x-delay-hops, which the bridge sets itself), the kafka-message-scheduler control headers
+// (scheduler-epoch, scheduler-target-topic, scheduler-target-key), every Nats-* header
+// (Nats-Schedule and Nats-Schedule-Target among them) (Nats-Msg-Id,
 // Nats-Rollup, Nats-Expected-*, Nats-TTL...: a user must not steer the target stream), and
 // the bridge's internal metadata keys (headers.ReservedPrefix, in any case), which must
 // never reach the adapters from user input.
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
-	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource, HeaderError, HeaderHops:
+	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource, HeaderError, HeaderHops,
+		HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)
@@ -128,4 +131,36 @@ func validNATSName(key string) bool {
 		}
 	}
 	return true
+}
+
+// HeaderOriginalPrefix renames the Nats-* headers of a NATS dead letter: Nats-Schedule
+// arrives in the dead letter as x-delay-original-Nats-Schedule.
+const HeaderOriginalPrefix = "x-delay-original-"
+
+// disarmNATSHeaders returns md (watermill metadata of a message bound for the NATS
+// dead-letter subject) with every Nats-* header renamed to [HeaderOriginalPrefix] + name,
+// value and order kept. A JetStream stream capturing the dead-letter subject acts on those
+// headers: it refuses Nats-Schedule (schedules disabled) or Nats-Expected-* that do not
+// hold, which would block the source behind a dead letter retried forever, and it obeys
+// Nats-Rollup or Nats-TTL, which would purge or expire dead letters. md is returned
+// unchanged when it has no Nats-* header.
+func disarmNATSHeaders(md map[string]string) map[string]string {
+	list := headers.FromMetadata(md)
+	found := false
+	for i, f := range list {
+		if hasPrefixFold(f.Key, "nats-") {
+			list[i].Key = HeaderOriginalPrefix + f.Key
+			found = true
+		}
+	}
+	if !found {
+		return md
+	}
+	extra := map[string]string{}
+	for k, v := range md {
+		if headers.IsReserved(k) && k != headers.MetaHeaders {
+			extra[k] = v
+		}
+	}
+	return headers.ToMetadata(list, extra)
 }

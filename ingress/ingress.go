@@ -12,10 +12,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
 // Parker is the part of the delay store ingress needs. Implementations must be safe for
@@ -67,6 +72,10 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between attempts when the store or a
 	// dead-letter publish fails (defaults 50ms and 5s).
 	RetryMin, RetryMax time.Duration
+	// Tracer makes one "delaybridge park" span per parked message, a child of the
+	// producer's traceparent; its span context is stored with the message so that the
+	// egress publish links to it. nil: no spans.
+	Tracer trace.Tracer
 }
 
 // Ingress consumes sources and parks their messages. Create with New, then Run once.
@@ -114,6 +123,9 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
@@ -167,7 +179,8 @@ type received struct {
 // prepared is a valid message on its way to a lane.
 type prepared struct {
 	received
-	req delaystore.ParkRequest
+	req  delaystore.ParkRequest
+	span trace.Span
 }
 
 // consume reads ch until it is closed. Cancels are handled one by one. Delayed messages are
@@ -194,7 +207,8 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 			in.reject(ctx, src, msg, err)
 			continue
 		}
-		lanes[in.store.ShardOf(req.ID)%len(lanes)] <- prepared{received: r, req: req}
+		span := in.startSpan(src, &req)
+		lanes[in.store.ShardOf(req.ID)%len(lanes)] <- prepared{received: r, req: req, span: span}
 	}
 	for _, l := range lanes {
 		close(l)
@@ -262,6 +276,8 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 	})
 	if err != nil {
 		for _, p := range batch {
+			p.span.SetStatus(codes.Error, "not parked")
+			p.span.End()
 			p.msg.Nack()
 		}
 		in.metrics.in(src.Broker, "nacked", len(batch))
@@ -275,9 +291,28 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 			Due int64  `json:"due"`
 		}{r.ID, r.Due}))
 		p.msg.Ack()
+		p.span.End()
 		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
 	in.metrics.in(src.Broker, "parked", len(batch))
+}
+
+// startSpan starts the ingress span of a valid message, a child of its traceparent, and
+// when it records, stores its span context with the message (tracing.IngressSpanKey).
+func (in *Ingress) startSpan(src Source, req *delaystore.ParkRequest) trace.Span {
+	parent := tracing.Extract(context.Background(), req.Envelope.Headers)
+	_, span := in.cfg.Tracer.Start(parent, "delaybridge park", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", src.Broker),
+			attribute.String("messaging.destination.name", src.Topic),
+			attribute.String("messaging.message.id", req.ID),
+			attribute.String("delaybridge.target", req.Envelope.Target)))
+	if span.IsRecording() {
+		if v := tracing.FormatSpanContext(span.SpanContext()); v != "" {
+			req.Envelope.Headers.Add(tracing.IngressSpanKey, v)
+		}
+	}
+	return span
 }
 
 // incoming extracts what Prepare needs from a watermill message.
@@ -341,6 +376,9 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 		if k != headers.MetaReply && k != headers.MetaSourceID {
 			dead.Metadata.Set(k, v)
 		}
+	}
+	if src.Broker == BrokerNATS {
+		dead.Metadata = disarmNATSHeaders(dead.Metadata)
 	}
 	dead.Metadata.Set(HeaderError, text)
 	err := in.retry(ctx, "dead-letter", func(opCtx context.Context) error {

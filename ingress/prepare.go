@@ -60,6 +60,13 @@ type Incoming struct {
 // count + 1), a single well-formed x-kafka-key, and, for a NATS target, that NATS can carry
 // every forwarded header unchanged (Kafka to Kafka carries any bytes). Headers the bridge
 // sets itself, Nats-* headers and internal metadata keys are stripped ([isDropped]).
+//
+// The compatibility headers of NATS message schedules and kafka-message-scheduler are
+// translated first ([translateCompat]): Nats-Schedule "@at <time>" and scheduler-epoch
+// stand for x-deliver-at, Nats-Schedule-Target and scheduler-target-topic for x-target,
+// scheduler-target-key gives the delivered record key, and a message with scheduler-epoch
+// or scheduler-target-topic takes its Kafka record key as its id (as x-delay-id would).
+// They are control headers: not forwarded.
 func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, error) {
 	var req delaystore.ParkRequest
 	if len(in.Payload) > r.MaxPayload {
@@ -68,10 +75,14 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err := checkLimits(in.Headers, orDefault(r.MaxHeaders, DefaultMaxHeaders), orDefault(r.MaxHeaderBytes, DefaultMaxHeaderBytes)); err != nil {
 		return req, err
 	}
-	if keys := in.Headers.Values(HeaderKafkaKey); len(keys) > 1 {
+	h, comp, err := translateCompat(in.Headers)
+	if err != nil {
+		return req, err
+	}
+	if keys := h.Values(HeaderKafkaKey); len(keys) > 1 {
 		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, HeaderKafkaKey, len(keys))
 	}
-	ids := in.Headers.Values(HeaderID)
+	ids := h.Values(HeaderID)
 	switch {
 	case len(ids) > 1:
 		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidID, HeaderID, len(ids))
@@ -80,16 +91,23 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 			return req, err
 		}
 		req.ID, req.Replace = ids[0], true
+	case comp.scheduler && len(in.Key) > 0:
+		// kafka-message-scheduler: the record key names the schedule, and a schedule
+		// published again with the same key replaces the pending one.
+		if err := ValidateID(string(in.Key)); err != nil {
+			return req, fmt.Errorf("record key of a kafka-message-scheduler schedule: %w", err)
+		}
+		req.ID, req.Replace = string(in.Key), true
 	case in.SourceID != "":
 		req.ID = in.SourceID
 	default:
 		req.ID = in.NewID()
 	}
-	sched, err := ParseSchedule(in.Headers, r.MaxDelay, now)
+	sched, err := ParseSchedule(h, r.MaxDelay, now)
 	if err != nil {
 		return req, err
 	}
-	targets := in.Headers.Values(HeaderTarget)
+	targets := h.Values(HeaderTarget)
 	switch len(targets) {
 	case 0:
 		return req, fmt.Errorf("%w: no %s header", ErrMissingTarget, HeaderTarget)
@@ -101,17 +119,26 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	hops, err := parseHops(in.Headers, orDefault(r.MaxHops, DefaultMaxHops))
+	hops, err := parseHops(h, orDefault(r.MaxHops, DefaultMaxHops))
 	if err != nil {
 		return req, err
 	}
-	forward := in.Headers.Without(isDropped)
+	// The record key travels on, except that a kafka-message-scheduler schedule is
+	// delivered with its scheduler-target-key (or none), as that scheduler does.
+	key := in.Key
+	if comp.scheduler || comp.hasKey {
+		key = nil
+		if comp.hasKey {
+			key = []byte(comp.key)
+		}
+	}
+	forward := h.Without(isDropped)
 	if target.Broker == BrokerNATS {
 		if err := checkNATSHeaders(forward); err != nil {
 			return req, err
 		}
-		if in.Key != nil {
-			if detail := natsValueProblem(string(in.Key)); detail != "" {
+		if key != nil {
+			if detail := natsValueProblem(string(key)); detail != "" {
 				return req, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, HeaderKafkaKey, detail)
 			}
 		}
@@ -130,7 +157,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Target:  target.String(),
 		Source:  in.Source,
 		Headers: forward,
-		Key:     in.Key,
+		Key:     key,
 		Payload: in.Payload,
 	}
 	return req, nil

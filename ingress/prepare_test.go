@@ -173,6 +173,8 @@ func FuzzPrepareHeaders(f *testing.F) {
 		{"a:b\x001\x00 \x00 x ", "nats:a.b"},
 		{"k\x00\xff\xfe", "nats:a.b"},
 		{"x-delay-error\x00x\x00X-Delay-Due\x001\x00x-kafka-key\x00k", "nats:a.b"},
+		{"Nats-Schedule\x00@at 2026-11-21T15:04:05Z\x00Nats-Schedule-Target\x00a.b", "nats:a.b"},
+		{"scheduler-epoch\x001893456000\x00scheduler-target-key\x00 k\x00Scheduler-Target-Topic\x00t", "kafka:a.b"},
 	} {
 		f.Add([]byte(s.data), s.target)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delaybridge/delaybridge/config"
@@ -27,6 +28,7 @@ import (
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/subject"
+	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
 // runBridge is `bridge run`: configuration from the environment, then serve.
@@ -42,7 +44,21 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	if unknown := config.Unknown(config.EnvMap(environ)); len(unknown) > 0 {
 		logger.Warn("unknown BRIDGE_ variables ignored (typo?)", "names", strings.Join(unknown, ","))
 	}
-	return serve(ctx, cfg, logger, listeners{})
+	tp, shutdown, err := tracing.Setup(ctx, environ, version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			logger.Warn("flushing trace spans", "err", err)
+		}
+	}()
+	if tracing.Enabled(environ) {
+		logger.Info("OpenTelemetry tracing on (OTLP over HTTP)")
+	}
+	return serve(ctx, cfg, logger, listeners{tracer: tp.Tracer("github.com/delaybridge/delaybridge")})
 }
 
 // newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
@@ -64,6 +80,8 @@ type listeners struct {
 	ops, api net.Listener
 	// ready, if set, is called once the bridge consumes and delivers.
 	ready func()
+	// tracer makes the ingress and egress spans; nil: none.
+	tracer trace.Tracer
 }
 
 // serve runs the bridge until ctx is cancelled, then drains in order: ingress stops
@@ -222,11 +240,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		MaxHops:        cfg.MaxHops,
 	}
-	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject}, store, sources, publishers, logger, inMetrics)
+	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer}, store, sources, publishers, logger, inMetrics)
 	if err != nil {
 		return err
 	}
 	out, err := egress.New(egress.Config{
+		Tracer:       ls.tracer,
 		DLQSubject:   cfg.DLQSubject,
 		MaxAttempts:  cfg.MaxAttempts,
 		BackoffMin:   cfg.RetryBackoff,

@@ -235,6 +235,9 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	}
 	hs := map[string]string{}
 	for _, h := range m.Envelope.Headers {
+		if headers.IsReserved(h.Key) {
+			continue // bridge-internal (the ingress span context): never shown
+		}
 		if v, ok := hs[h.Key]; ok {
 			hs[h.Key] = v + ", " + h.Value // repeated header: combined as HTTP does
 		} else {
