@@ -123,7 +123,7 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 
 // Run subscribes to every source and processes messages until ctx is cancelled; it then
 // returns nil once every received message has been acked or nacked. A subscribe error is
-// returned at once. Messages in a batch that could not be parked before ctx ended are
+// returned at once, unless ctx ended during the subscribe. Messages in a batch that could not be parked before ctx ended are
 // nacked (the source redelivers them; core NATS cannot, see README).
 func (in *Ingress) Run(ctx context.Context) error {
 	type sub struct {
@@ -133,6 +133,11 @@ func (in *Ingress) Run(ctx context.Context) error {
 	subs := make([]sub, 0, len(in.sources))
 	for _, s := range in.sources {
 		ch, err := s.Subscriber.Subscribe(ctx, s.Topic)
+		if err != nil && ctx.Err() != nil {
+			// Stopped while subscribing (SIGTERM right after start): not an error; drain
+			// the sources already subscribed and return nil as for any stop.
+			break
+		}
 		if err != nil {
 			return fmt.Errorf("subscribe %s:%s: %w", s.Broker, s.Topic, err)
 		}
