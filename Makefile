@@ -5,7 +5,7 @@ BIN     := bin/bridge
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-fault test-short lint bench clean
+.PHONY: build run test test-fault test-short e2e lint bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bridge
@@ -21,6 +21,12 @@ test:
 # the random kill loop; FAULT_KILL_LOOP=5m runs it for 5 minutes instead of 15 s.
 test-fault:
 	$(GO) test -tags fault,failpoints -count=1 -timeout 15m ./e2e/fault/ ./internal/failpoint/
+
+# End-to-end user stories (e2e/) against the stack named by E2E_REDIS_URL, E2E_NATS_URL
+# (JetStream on) and E2E_KAFKA_BROKERS, e.g. the one of deploy/docker-compose.yml; each unset
+# one is replaced by a server of the tests' own, as in `make test`.
+e2e:
+	$(GO) test -race -count=1 -timeout 20m ./e2e/
 
 test-short:
 	$(GO) test -count=1 -short ./...

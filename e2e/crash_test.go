@@ -9,8 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/delaybridge/delaybridge/internal/testnats"
 )
 
 // TestReplicaKilledLosesNothing: two replicas share one Redis and one durable JetStream
@@ -21,9 +19,9 @@ import (
 // extra copies of the known re-park gap are reported.
 func TestReplicaKilledLosesNothing(t *testing.T) {
 	s := newStack(t)
-	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
-	testnats.CreateStream(t, s.nc, "OUT", "out.>")
-	s.env["BRIDGE_NATS_STREAM"] = "IN"
+	s.createStream(t, "IN", s.name("delay.in"), s.name("delay.cancel"))
+	s.createStream(t, "OUT", "out.>")
+	s.env["BRIDGE_NATS_STREAM"] = s.streamName("IN")
 	s.env["BRIDGE_NATS_ACK_WAIT"] = "2s"
 	s.env["BRIDGE_LEASE"] = "1s"
 	s.env["BRIDGE_LOG_LEVEL"] = "info"
@@ -44,7 +42,7 @@ func TestReplicaKilledLosesNothing(t *testing.T) {
 	const n = 4000
 	due := time.Now().Add(1500 * time.Millisecond)
 	publish := func(i int) {
-		m := nats.NewMsg("delay.in")
+		m := nats.NewMsg(s.name("delay.in"))
 		if i%2 == 0 {
 			m.Header.Set("x-deliver-at", strconv.FormatInt(due.UnixMilli(), 10))
 		} else {
@@ -100,7 +98,7 @@ func TestReplicaKilledLosesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	str, err := js.Stream(ctx, "OUT")
+	str, err := js.Stream(ctx, s.streamName("OUT"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,9 +122,9 @@ func TestReplicaKilledLosesNothing(t *testing.T) {
 // published during the outage are not acked (JetStream keeps them) and are delivered once
 // Redis is back. lost = 0, early = 0.
 func TestRedisKilledAndRestarted(t *testing.T) {
-	s := newStack(t)
-	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
-	s.env["BRIDGE_NATS_STREAM"] = "IN"
+	s := newLocalStack(t) // kills and restarts its redis-server: always a local one
+	s.createStream(t, "IN", s.name("delay.in"), s.name("delay.cancel"))
+	s.env["BRIDGE_NATS_STREAM"] = s.streamName("IN")
 	s.env["BRIDGE_LOG_LEVEL"] = "info"
 	startBridge(t, s.env)
 	out := subscribe(t, s.nc, "out.redis")
@@ -137,7 +135,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	publish := func(seq int, delay string) {
-		m := nats.NewMsg("delay.in")
+		m := nats.NewMsg(s.name("delay.in"))
 		m.Header.Set("x-delay", delay)
 		m.Header.Set("x-target", "out.redis")
 		m.Header.Set("seq", strconv.Itoa(seq))
@@ -149,7 +147,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	for i := range before {
 		publish(i, "2s")
 	}
-	cons, err := js.Consumer(ctx, "IN", "delaybridge")
+	cons, err := js.Consumer(ctx, s.streamName("IN"), s.consumer())
 	if err != nil {
 		t.Fatal(err)
 	}

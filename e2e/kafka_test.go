@@ -26,10 +26,9 @@ func kafkaStack(t *testing.T, withNATS bool) (*stack, *kgo.Client) {
 	if !withNATS {
 		delete(s.env, "BRIDGE_NATS_URL")
 	}
-	kc := testkafka.Start(t)
-	brokers := kc.Brokers()
-	for _, topic := range []string{"delay.in", "delay.cancel", "delay.dlq"} {
-		testkafka.CreateTopic(t, brokers, topic, 3)
+	brokers := kafkaBrokers(t)
+	for _, topic := range []string{s.name("delay.in"), s.name("delay.cancel"), s.name("delay.dlq")} {
+		s.createTopic(t, brokers, topic, 3)
 	}
 	s.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(brokers, ",")
 	s.env["BRIDGE_KAFKA_GROUP"] = "bridge-" + strconv.Itoa(rand.IntN(1e9))
@@ -126,13 +125,13 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	s, cl := kafkaStack(t, false)
 	brokers := strings.Split(s.env["BRIDGE_KAFKA_BROKERS"], ",")
 	for _, topic := range []string{"orders.timeout", "rate.out"} {
-		testkafka.CreateTopic(t, brokers, topic, 3)
+		s.createTopic(t, brokers, topic, 3)
 	}
 	b := startBridge(t, s.env)
 	out := consume(t, brokers, "orders.timeout")
 
 	sent := time.Now()
-	produce(t, cl, "delay.in", []byte{0, 1, 2}, "payload", "X-Delay", "PT0.7S", "x-target", "orders.timeout",
+	produce(t, cl, s.name("delay.in"), []byte{0, 1, 2}, "payload", "X-Delay", "PT0.7S", "x-target", "orders.timeout",
 		"trace", "a", "trace", "b", "x-delay-id", "k-1")
 	r := receiveRecord(t, out, 15*time.Second)
 	due, err := strconv.ParseInt(mustHeader(t, r.rec, "x-delay-due"), 10, 64)
@@ -151,7 +150,7 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	if id := mustHeader(t, r.rec, "x-delay-id"); id != "k-1" {
 		t.Fatalf("x-delay-id %q", id)
 	}
-	if src := mustHeader(t, r.rec, "x-delay-source"); src != "kafka:delay.in" {
+	if src := mustHeader(t, r.rec, "x-delay-source"); src != "kafka:"+s.name("delay.in") {
 		t.Fatalf("x-delay-source %q", src)
 	}
 	if got := headerValues(r.rec, "trace"); !slices.Equal(got, []string{"a", "b"}) {
@@ -168,7 +167,7 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	produceStart := time.Now()
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
-		recs[i] = &kgo.Record{Topic: "delay.in", Key: []byte(strconv.Itoa(i)), Value: []byte("x"), Headers: []kgo.RecordHeader{
+		recs[i] = &kgo.Record{Topic: s.name("delay.in"), Key: []byte(strconv.Itoa(i)), Value: []byte("x"), Headers: []kgo.RecordHeader{
 			{Key: "x-delay", Value: []byte(strconv.Itoa(rand.IntN(1000)))},
 			{Key: "x-target", Value: []byte("orders.timeout")},
 			{Key: "seq", Value: []byte(strconv.Itoa(i))},
@@ -206,7 +205,7 @@ func TestKafkaInKafkaOut(t *testing.T) {
 	const m = 10000
 	batch := make([]*kgo.Record, m)
 	for i := range batch {
-		batch[i] = &kgo.Record{Topic: "delay.in", Value: []byte("r"), Headers: []kgo.RecordHeader{
+		batch[i] = &kgo.Record{Topic: s.name("delay.in"), Value: []byte("r"), Headers: []kgo.RecordHeader{
 			{Key: "x-target", Value: []byte("rate.out")}, {Key: "seq", Value: []byte(strconv.Itoa(i))},
 		}}
 	}
@@ -253,7 +252,7 @@ func TestCrossBroker(t *testing.T) {
 		hdr.Set("x-delay", "200ms")
 		hdr.Set("x-target", "kafka:billing.due")
 		hdr.Set("x-kafka-key", "customer-7")
-		reply := request(t, s.nc, "delay.in", hdr, "from nats")
+		reply := request(t, s.nc, s.name("delay.in"), hdr, "from nats")
 		if reply["id"] == nil {
 			t.Fatalf("reply %v", reply)
 		}
@@ -261,18 +260,18 @@ func TestCrossBroker(t *testing.T) {
 		if string(r.rec.Key) != "customer-7" || string(r.rec.Value) != "from nats" {
 			t.Fatalf("key %q value %q", r.rec.Key, r.rec.Value)
 		}
-		if src := mustHeader(t, r.rec, "x-delay-source"); src != "nats:delay.in" {
+		if src := mustHeader(t, r.rec, "x-delay-source"); src != "nats:"+s.name("delay.in") {
 			t.Fatalf("x-delay-source %q", src)
 		}
 	})
 	t.Run("kafka to nats", func(t *testing.T) {
 		out := subscribe(t, s.nc, "shipping.due")
-		produce(t, cl, "delay.in", []byte("order-9"), "from kafka", "x-delay", "200", "x-target", "nats:shipping.due")
+		produce(t, cl, s.name("delay.in"), []byte("order-9"), "from kafka", "x-delay", "200", "x-target", "nats:shipping.due")
 		a := receive(t, out, 15*time.Second)
 		if string(a.msg.Data) != "from kafka" || a.msg.Header.Get("x-kafka-key") != "order-9" {
 			t.Fatalf("data %q headers %v", a.msg.Data, a.msg.Header)
 		}
-		if a.msg.Header.Get("x-delay-source") != "kafka:delay.in" {
+		if a.msg.Header.Get("x-delay-source") != "kafka:"+s.name("delay.in") {
 			t.Fatalf("x-delay-source %q", a.msg.Header.Get("x-delay-source"))
 		}
 	})
@@ -284,17 +283,17 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 	s, cl := kafkaStack(t, false)
 	brokers := strings.Split(s.env["BRIDGE_KAFKA_BROKERS"], ",")
 	b := startBridge(t, s.env)
-	dlq := consume(t, brokers, "delay.dlq")
+	dlq := consume(t, brokers, s.name("delay.dlq"))
 
 	for i, bad := range [][]string{
 		{"x-delay", "1d", "x-target", "t1"},
 		{"x-delay", "1s", "x-delay", "2s", "x-target", "t1"}, // repeated control header
 		{"x-delay", "1s", "x-target", "nats:t1"},             // NATS not configured
 		{"x-delay", "1s", "x-target", "__consumer_offsets"},  // reserved
-		{"x-delay", "1s", "x-target", "delay.in"},            // loop
+		{"x-delay", "1s", "x-target", s.name("delay.in")},    // loop
 		{"x-delay", "1s", "x-target", "bad topic"},           // malformed
 	} {
-		produce(t, cl, "delay.in", []byte(fmt.Sprint(i)), fmt.Sprint("bad-", i), bad...)
+		produce(t, cl, s.name("delay.in"), []byte(fmt.Sprint(i)), fmt.Sprint("bad-", i), bad...)
 	}
 	got := map[string]string{}
 	for len(got) < 6 {
@@ -311,8 +310,8 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 
 	// Cancel: park one with an id, cancel it on delay.cancel, a later one still arrives.
 	out := consume(t, brokers, "cancel.target")
-	produce(t, cl, "delay.in", nil, "cancelled", "x-delay", "1500ms", "x-target", "cancel.target", "x-delay-id", "c-1")
-	produce(t, cl, "delay.in", nil, "kept", "x-delay", "1600ms", "x-target", "cancel.target", "x-delay-id", "c-2")
+	produce(t, cl, s.name("delay.in"), nil, "cancelled", "x-delay", "1500ms", "x-target", "cancel.target", "x-delay-id", "c-1")
+	produce(t, cl, s.name("delay.in"), nil, "kept", "x-delay", "1600ms", "x-target", "cancel.target", "x-delay-id", "c-2")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if code, body := httpGet("http://" + b.APIAddr + "/v1/stats"); code == 200 && strings.Contains(body, `"parked":2`) {
@@ -323,7 +322,7 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	produce(t, cl, "delay.cancel", nil, "", "x-delay-id", "c-1")
+	produce(t, cl, s.name("delay.cancel"), nil, "", "x-delay-id", "c-1")
 	r := receiveRecord(t, out, 15*time.Second)
 	if string(r.rec.Value) != "kept" {
 		t.Fatalf("got %q, the cancelled record was delivered", r.rec.Value)
@@ -341,10 +340,10 @@ func TestKafkaDeadLetterAndCancel(t *testing.T) {
 func TestKafkaBrokerRestart(t *testing.T) {
 	s := newStack(t)
 	delete(s.env, "BRIDGE_NATS_URL")
-	kc := testkafka.Start(t)
+	kc := testkafka.Start(t) // restarted below: always a local cluster
 	brokers := kc.Brokers()
-	for _, topic := range []string{"delay.in", "delay.cancel", "delay.dlq", "restart.out"} {
-		testkafka.CreateTopic(t, brokers, topic, 3)
+	for _, topic := range []string{s.name("delay.in"), s.name("delay.cancel"), s.name("delay.dlq"), "restart.out"} {
+		s.createTopic(t, brokers, topic, 3)
 	}
 	s.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(brokers, ",")
 	s.env["BRIDGE_LOG_LEVEL"] = "info"
@@ -359,7 +358,7 @@ func TestKafkaBrokerRestart(t *testing.T) {
 		defer cl.Close()
 		recs := make([]*kgo.Record, n)
 		for i := range recs {
-			recs[i] = &kgo.Record{Topic: "delay.in", Value: []byte("v"), Headers: []kgo.RecordHeader{
+			recs[i] = &kgo.Record{Topic: s.name("delay.in"), Value: []byte("v"), Headers: []kgo.RecordHeader{
 				{Key: "x-delay", Value: []byte(delay)}, {Key: "x-target", Value: []byte("restart.out")},
 				{Key: "seq", Value: []byte(strconv.Itoa(from + i))},
 			}}

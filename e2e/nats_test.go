@@ -21,25 +21,59 @@ import (
 
 // stack is one test's servers and the bridge env pointing at them.
 type stack struct {
-	redis *testredis.Server
-	nats  *testnats.Server
-	nc    *nats.Conn
-	env   map[string]string
+	redis   *testredis.Server // nil unless the stack is local (newLocalStack)
+	nats    *testnats.Server  // nil unless the stack is local (newLocalStack)
+	natsURL string
+	nc      *nats.Conn
+	env     map[string]string
+	ns      string // namespace of subjects, topics and streams on an external stack (stack.name)
 }
 
+// newStack is the stack of the user stories: the E2E_* endpoints when set (stack_test.go),
+// else servers of the test's own.
 func newStack(t *testing.T) *stack {
 	t.Helper()
+	s := &stack{natsURL: natsURL(t)}
+	if externalStack() {
+		s.ns = "e2e-" + testredis.Prefix(t)
+	}
+	return s.init(t, redisURL(t))
+}
+
+// newLocalStack always spawns its own redis-server and nats-server, for tests that kill or
+// restart them (never do that to a shared stack).
+func newLocalStack(t *testing.T) *stack {
+	t.Helper()
 	s := &stack{redis: testredis.Start(t), nats: testnats.Start(t)}
-	s.nc = testnats.Connect(t, s.nats.URL())
+	s.natsURL = s.nats.URL()
+	return s.init(t, s.redis.URL())
+}
+
+func (s *stack) init(t *testing.T, redisURL string) *stack {
+	t.Helper()
+	s.nc = testnats.Connect(t, s.natsURL)
 	s.env = map[string]string{
-		"BRIDGE_REDIS_URL":  s.redis.URL(),
-		"BRIDGE_NATS_URL":   s.nats.URL(),
+		"BRIDGE_REDIS_URL":  redisURL,
+		"BRIDGE_NATS_URL":   s.natsURL,
 		"BRIDGE_KEY_PREFIX": testredis.Prefix(t),
 		"BRIDGE_LOG_LEVEL":  "debug",
 		// Long enough that a publish slowed by a loaded CI machine (race detector, parallel
 		// packages) is not cut at 4/5 of the lease and retried: tests that need a lease to
 		// expire set their own.
 		"BRIDGE_LEASE": "5s",
+	}
+	if s.redis == nil {
+		cleanupKeys(t, redisURL, s.env["BRIDGE_KEY_PREFIX"])
+	}
+	if s.ns != "" {
+		// Own subjects, topics, queue group and durable: independent of any other bridge
+		// on the shared stack.
+		s.env["BRIDGE_NATS_SUBJECT"] = s.name("delay.in")
+		s.env["BRIDGE_KAFKA_TOPIC"] = s.name("delay.in")
+		s.env["BRIDGE_CANCEL_SUBJECT"] = s.name("delay.cancel")
+		s.env["BRIDGE_DLQ_SUBJECT"] = s.name("delay.dlq")
+		s.env["BRIDGE_NATS_QUEUE"] = s.ns
+		s.env["BRIDGE_NATS_CONSUMER"] = s.ns
 	}
 	return s
 }
@@ -104,7 +138,7 @@ func TestCoreRequestDelayedDelivery(t *testing.T) {
 	hdr.Set("Nats-Rollup", "all")     // Nats-* never forwarded as given
 	hdr.Set("x-delay-due", "1")       // the bridge's own output headers are set by the bridge
 	sent := time.Now()
-	reply := request(t, s.nc, "delay.in", hdr, "payload \x00 bytes")
+	reply := request(t, s.nc, s.name("delay.in"), hdr, "payload \x00 bytes")
 	id, _ := reply["id"].(string)
 	due, _ := reply["due"].(float64)
 	if id == "" || due == 0 {
@@ -122,7 +156,7 @@ func TestCoreRequestDelayedDelivery(t *testing.T) {
 		t.Fatalf("payload = %q", a.msg.Data)
 	}
 	h := a.msg.Header
-	if h.Get("x-delay-id") != id || h.Get("x-delay-due") != strconv.FormatInt(int64(due), 10) || h.Get("x-delay-source") != "nats:delay.in" {
+	if h.Get("x-delay-id") != id || h.Get("x-delay-due") != strconv.FormatInt(int64(due), 10) || h.Get("x-delay-source") != "nats:"+s.name("delay.in") {
 		t.Fatalf("bridge headers = %v, want id %s due %d source nats:delay.in", h, id, int64(due))
 	}
 	if len(h.Values("x-delay-due")) != 1 {
@@ -147,9 +181,9 @@ func TestCoreRequestDelayedDelivery(t *testing.T) {
 // JetStream target: each arrives exactly once, none early. Logs lateness percentiles.
 func TestJetStreamInJetStreamOut(t *testing.T) {
 	s := newStack(t)
-	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
-	testnats.CreateStream(t, s.nc, "OUT", "out.>")
-	s.env["BRIDGE_NATS_STREAM"] = "IN"
+	s.createStream(t, "IN", s.name("delay.in"), s.name("delay.cancel"))
+	s.createStream(t, "OUT", "out.>")
+	s.env["BRIDGE_NATS_STREAM"] = s.streamName("IN")
 	startBridge(t, s.env)
 	out := subscribe(t, s.nc, "out.js")
 
@@ -161,7 +195,7 @@ func TestJetStreamInJetStreamOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range n {
-		m := nats.NewMsg("delay.in")
+		m := nats.NewMsg(s.name("delay.in"))
 		m.Header.Set("x-delay", strconv.Itoa(rand.IntN(1000))) // integer ms, uniform 0..1s
 		m.Header.Set("x-target", "out.js")
 		m.Header.Set("seq", strconv.Itoa(i))
@@ -199,7 +233,7 @@ func TestJetStreamInJetStreamOut(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	// JetStream dedup and exactly-once-per-firing: the stream holds n messages.
-	str, err := js.Stream(ctx, "OUT")
+	str, err := js.Stream(ctx, s.streamName("OUT"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +254,7 @@ func TestJetStreamInJetStreamOut(t *testing.T) {
 func TestInvalidGoesToDeadLetter(t *testing.T) {
 	s := newStack(t)
 	startBridge(t, s.env)
-	dlq := subscribe(t, s.nc, "delay.dlq")
+	dlq := subscribe(t, s.nc, s.name("delay.dlq"))
 	cases := []struct {
 		name   string
 		hdr    map[string]string
@@ -228,7 +262,7 @@ func TestInvalidGoesToDeadLetter(t *testing.T) {
 	}{
 		{"bad delay", map[string]string{"x-delay": "abc", "x-target": "a.b"}, "invalid_delay"},
 		{"missing target", map[string]string{"x-delay": "1s"}, "missing_target"},
-		{"loop to own subject", map[string]string{"x-delay": "1s", "x-target": "delay.in"}, "target_loop"},
+		{"loop to own subject", map[string]string{"x-delay": "1s", "x-target": s.name("delay.in")}, "target_loop"},
 		{"wildcard target", map[string]string{"x-delay": "1s", "x-target": "a.*"}, "invalid_target"},
 		{"negative delay", map[string]string{"x-delay": "-5s", "x-target": "a.b"}, "invalid_delay"},
 		{"reserved subject", map[string]string{"x-target": "$JS.API.STREAM.DELETE.X"}, "invalid_target"},
@@ -241,7 +275,7 @@ func TestInvalidGoesToDeadLetter(t *testing.T) {
 				hdr.Set(k, v)
 			}
 			hdr.Set("keep", "me")
-			reply := request(t, s.nc, "delay.in", hdr, "body-"+tc.name)
+			reply := request(t, s.nc, s.name("delay.in"), hdr, "body-"+tc.name)
 			errText, _ := reply["error"].(string)
 			if !strings.HasPrefix(errText, tc.reason) {
 				t.Fatalf("reply error = %q, want reason %s", errText, tc.reason)
@@ -273,7 +307,7 @@ func TestCancelAndReschedule(t *testing.T) {
 		hdr.Set("x-delay-id", id)
 		hdr.Set("x-delay", delay)
 		hdr.Set("x-target", "cancel.test")
-		if r := request(t, s.nc, "delay.in", hdr, body); r["id"] != id {
+		if r := request(t, s.nc, s.name("delay.in"), hdr, body); r["id"] != id {
 			t.Fatalf("reply = %v", r)
 		}
 	}
@@ -283,11 +317,11 @@ func TestCancelAndReschedule(t *testing.T) {
 
 	hdr := nats.Header{}
 	hdr.Set("x-delay-id", "order-2")
-	if r := request(t, s.nc, "delay.cancel", hdr, ""); r["cancelled"] != true || r["id"] != "order-2" {
+	if r := request(t, s.nc, s.name("delay.cancel"), hdr, ""); r["cancelled"] != true || r["id"] != "order-2" {
 		t.Fatalf("cancel reply = %v", r)
 	}
 	hdr.Set("x-delay-id", "unknown")
-	if r := request(t, s.nc, "delay.cancel", hdr, ""); r["cancelled"] != false {
+	if r := request(t, s.nc, s.name("delay.cancel"), hdr, ""); r["cancelled"] != false {
 		t.Fatalf("cancel of unknown id reply = %v", r)
 	}
 	a := receive(t, out, 10*time.Second)
@@ -323,7 +357,7 @@ func TestSigtermDrainsAndRestartDelivers(t *testing.T) {
 		hdr := nats.Header{}
 		hdr.Set("x-delay", "1500ms")
 		hdr.Set("x-target", "restart.test")
-		request(t, s.nc, "delay.in", hdr, fmt.Sprint(i))
+		request(t, s.nc, s.name("delay.in"), hdr, fmt.Sprint(i))
 	}
 	err, took := b.Stop(t, 30*time.Second)
 	if err != nil {
@@ -342,7 +376,7 @@ func TestSigtermDrainsAndRestartDelivers(t *testing.T) {
 func TestStartupErrors(t *testing.T) {
 	s := newStack(t)
 	t.Run("bad variables are all named", func(t *testing.T) {
-		env := map[string]string{"BRIDGE_SHARDS": "abc", "BRIDGE_LEASE": "soon", "BRIDGE_NATS_URL": s.nats.URL()}
+		env := map[string]string{"BRIDGE_SHARDS": "abc", "BRIDGE_LEASE": "soon", "BRIDGE_NATS_URL": s.natsURL}
 		b := startProcess(t, env)
 		if err := b.Wait(t, 20*time.Second); err == nil {
 			t.Fatal("bridge started with BRIDGE_SHARDS=abc")
@@ -371,7 +405,7 @@ func TestStartupErrors(t *testing.T) {
 
 // TestHTTPEndpoints: health, readiness and metrics answer as SPEC section 6 says.
 func TestHTTPEndpoints(t *testing.T) {
-	s := newStack(t)
+	s := newLocalStack(t) // kills its redis-server: always a local one
 	b := startBridge(t, s.env)
 	if code, _ := httpGet("http://" + b.HTTPAddr + "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz = %d", code)

@@ -84,7 +84,7 @@ func expect(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want fl
 // parked, forecast and overdue gauges. A message is made overdue by pausing Redis writes
 // (CLIENT PAUSE WRITE: the claim script waits, the scrape's reads do not).
 func TestMetricsMove(t *testing.T) {
-	s := newStack(t)
+	s := newLocalStack(t) // pauses its redis-server's writes: always a local one
 	s.env["BRIDGE_SHARDS"] = "4"
 	b := startBridge(t, s.env)
 	out := subscribe(t, s.nc, "orders.timeout")
@@ -110,16 +110,16 @@ func TestMetricsMove(t *testing.T) {
 		return request(t, s.nc, subject, hdr, "m")
 	}
 	for i := range 3 {
-		send("delay.in", fmt.Sprint("now-", i), "200ms", "orders.timeout")
+		send(s.name("delay.in"), fmt.Sprint("now-", i), "200ms", "orders.timeout")
 	}
-	send("delay.in", "", "abc", "orders.timeout") // invalid_delay
-	send("delay.in", "", "1s", "delay.in")        // target_loop
-	send("delay.in", "", "1s", "delay.in")        // target_loop
-	send("delay.in", "in-30s", "30s", "orders.timeout")
-	send("delay.in", "in-30m", "30m", "orders.timeout")
-	send("delay.in", "in-2d", "48h", "orders.timeout")
-	send("delay.in", "cancel-me", "10h", "orders.timeout")
-	if r := send("delay.cancel", "cancel-me", "", ""); r["cancelled"] != true {
+	send(s.name("delay.in"), "", "abc", "orders.timeout")  // invalid_delay
+	send(s.name("delay.in"), "", "1s", s.name("delay.in")) // target_loop
+	send(s.name("delay.in"), "", "1s", s.name("delay.in")) // target_loop
+	send(s.name("delay.in"), "in-30s", "30s", "orders.timeout")
+	send(s.name("delay.in"), "in-30m", "30m", "orders.timeout")
+	send(s.name("delay.in"), "in-2d", "48h", "orders.timeout")
+	send(s.name("delay.in"), "cancel-me", "10h", "orders.timeout")
+	if r := send(s.name("delay.cancel"), "cancel-me", "", ""); r["cancelled"] != true {
 		t.Fatalf("cancel reply %v", r)
 	}
 	for range 3 {
@@ -152,7 +152,7 @@ func TestMetricsMove(t *testing.T) {
 	// Overdue: park a message due in 1s, pause Redis writes for 4s, scrape while it waits.
 	rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	send("delay.in", "stuck", "1s", "orders.timeout")
+	send(s.name("delay.in"), "stuck", "1s", "orders.timeout")
 	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", "4000", "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestMetricsMove(t *testing.T) {
 // invalid, dead-lettered, cancelled, through the HTTP API, in base64 too), even at debug
 // level and while Redis is away.
 func TestLogsJSONWithoutPayloads(t *testing.T) {
-	s := newStack(t) // BRIDGE_LOG_LEVEL=debug
+	s := newLocalStack(t) // BRIDGE_LOG_LEVEL=debug; kills its redis-server: always a local one
 	b := startBridge(t, s.env)
 	out := subscribe(t, s.nc, "orders.timeout")
 	secret := fmt.Sprintf("PAYLOAD-%d-do-not-log", time.Now().UnixNano())
@@ -238,13 +238,13 @@ func TestLogsJSONWithoutPayloads(t *testing.T) {
 		for k, v := range hdr {
 			h.Set(k, v)
 		}
-		request(t, s.nc, "delay.in", h, secret)
+		request(t, s.nc, s.name("delay.in"), h, secret)
 	}
 	send(map[string]string{"x-delay": "100ms", "x-target": "orders.timeout", "x-delay-id": "log-ok"})
 	send(map[string]string{"x-delay": "nope", "x-target": "orders.timeout", "x-delay-id": "log-bad"})
 	send(map[string]string{"x-delay": "1s", "x-target": "kafka:orders", "x-delay-id": "log-nokafka"})
 	send(map[string]string{"x-delay": "1h", "x-target": "orders.timeout", "x-delay-id": "log-cancel"})
-	request(t, s.nc, "delay.cancel", nats.Header{"x-delay-id": []string{"log-cancel"}}, secret)
+	request(t, s.nc, s.name("delay.cancel"), nats.Header{"x-delay-id": []string{"log-cancel"}}, secret)
 	body, _ := json.Marshal(map[string]any{"target": "orders.timeout", "delay": "100ms", "id": "log-http", "payload": secret})
 	resp, err := http.Post("http://"+b.APIAddr+"/v1/messages", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -309,6 +309,7 @@ func TestLogsText(t *testing.T) {
 // dead-lettered, and delaybridge_messages_out_total counts it as dead_lettered, not
 // published.
 func TestMetricsDeadLetter(t *testing.T) {
+	// A NATS server with its own users and permissions: always a local one.
 	srv := testnats.Start(t, func(o *server.Options) {
 		o.Users = []*server.User{
 			{Username: "bridge", Password: "bridge", Permissions: &server.Permissions{
@@ -320,10 +321,11 @@ func TestMetricsDeadLetter(t *testing.T) {
 	})
 	nc := testnats.Connect(t, srv.URL())
 	env := map[string]string{
-		"BRIDGE_REDIS_URL":  testredis.URL(t),
+		"BRIDGE_REDIS_URL":  redisURL(t),
 		"BRIDGE_NATS_URL":   strings.Replace(srv.URL(), "nats://", "nats://bridge:bridge@", 1),
 		"BRIDGE_KEY_PREFIX": testredis.Prefix(t),
 	}
+	cleanupKeys(t, env["BRIDGE_REDIS_URL"], env["BRIDGE_KEY_PREFIX"])
 	b := startBridge(t, env)
 	dlq := subscribe(t, nc, "delay.dlq")
 	out := subscribe(t, nc, "allowed.x")
