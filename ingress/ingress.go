@@ -136,7 +136,8 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 // Run subscribes to every source and processes messages until ctx is cancelled; it then
 // returns nil once every received message has been acked or nacked. A subscribe error is
 // returned at once, unless ctx ended meanwhile (a stop during start-up is clean).
-// Messages in a batch that could not be parked before ctx ended are nacked (the source redelivers them; core NATS cannot, see README).
+// Messages in a batch that could not be parked before ctx ended are nacked (the source
+// redelivers them; core NATS cannot, see README).
 func (in *Ingress) Run(ctx context.Context) error {
 	type sub struct {
 		src Source
