@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestSentinel(t *testing.T) {
@@ -29,8 +31,26 @@ func TestSentinel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("switchover to %s in %s", second.Addr(), time.Since(start))
-	if err := c.Set(ctx, "k", "v2", 0).Err(); err != nil {
-		t.Fatal(err)
+	// Until the sentinels publish +switch-master the client may still write to the old
+	// primary, which drops the write when it is demoted (README "Redis topologies"): write
+	// until the new primary itself holds the value.
+	direct := redis.NewClient(&redis.Options{Addr: second.Addr(), Password: "pw"})
+	defer direct.Close()
+	for {
+		if err := c.Set(ctx, "k", "v2", 0).Err(); err != nil && ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		if v, _ := direct.Get(ctx, "k").Result(); v == "v2" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the new primary never received the write")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Replication is asynchronous: make sure a replica has v2 before its primary is killed.
+	if n, err := direct.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 	start = time.Now()
 	killed, err := d.KillPrimary(ctx)
