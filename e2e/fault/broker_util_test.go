@@ -15,32 +15,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/delaybridge/delaybridge/internal/testnats"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // newStackOpts is newStack with options for the embedded nats-server.
 func newStackOpts(t *testing.T, natsOpts ...func(*server.Options)) *stack {
 	t.Helper()
-	s := &stack{redis: testredis.Start(t), nats: testnats.Start(t, natsOpts...)}
-	s.nc = testnats.Connect(t, s.nats.URL())
-	var err error
-	if s.js, err = jetstream.New(s.nc); err != nil {
-		t.Fatal(err)
-	}
-	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
-	testnats.CreateStream(t, s.nc, "OUT", "out.>")
-	s.env = map[string]string{
-		"BRIDGE_REDIS_URL":        s.redis.URL(),
-		"BRIDGE_NATS_URL":         s.nats.URL(),
-		"BRIDGE_NATS_STREAM":      "IN",
-		"BRIDGE_NATS_ACK_WAIT":    "2s",
-		"BRIDGE_LEASE":            "1s",
-		"BRIDGE_KEY_PREFIX":       testredis.Prefix(t),
-		"BRIDGE_LOG_LEVEL":        "info",
-		"BRIDGE_LOG_FORMAT":       "text",
-		"BRIDGE_SHUTDOWN_TIMEOUT": "10s",
-	}
+	s := newNATSStack(t, natsOpts...)
+	s.redis = testredis.Start(t)
+	s.env["BRIDGE_REDIS_URL"] = s.redis.URL()
 	return s
 }
 

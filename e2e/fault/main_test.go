@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,7 +59,17 @@ type stack struct {
 
 func newStack(t *testing.T, redisArgs ...string) *stack {
 	t.Helper()
-	s := &stack{redis: testredis.Start(t, redisArgs...), nats: testnats.Start(t)}
+	s := newNATSStack(t)
+	s.redis = testredis.Start(t, redisArgs...)
+	s.env["BRIDGE_REDIS_URL"] = s.redis.URL()
+	return s
+}
+
+// newNATSStack is the stack without Redis: an embedded nats-server (with natsOpts) with
+// the streams IN and OUT, and the bridge's environment without a Redis setting.
+func newNATSStack(t *testing.T, natsOpts ...func(*server.Options)) *stack {
+	t.Helper()
+	s := &stack{nats: testnats.Start(t, natsOpts...)}
 	s.nc = testnats.Connect(t, s.nats.URL())
 	var err error
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -67,7 +78,6 @@ func newStack(t *testing.T, redisArgs ...string) *stack {
 	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
 	testnats.CreateStream(t, s.nc, "OUT", "out.>")
 	s.env = map[string]string{
-		"BRIDGE_REDIS_URL":        s.redis.URL(),
 		"BRIDGE_NATS_URL":         s.nats.URL(),
 		"BRIDGE_NATS_STREAM":      "IN",
 		"BRIDGE_NATS_ACK_WAIT":    "2s",

@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/internal/testnats"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
@@ -22,24 +20,7 @@ import (
 // topology instead of BRIDGE_REDIS_URL.
 func newTopologyStack(t *testing.T, redisEnv ...string) *stack {
 	t.Helper()
-	s := &stack{nats: testnats.Start(t)}
-	s.nc = testnats.Connect(t, s.nats.URL())
-	var err error
-	if s.js, err = jetstream.New(s.nc); err != nil {
-		t.Fatal(err)
-	}
-	testnats.CreateStream(t, s.nc, "IN", "delay.in", "delay.cancel")
-	testnats.CreateStream(t, s.nc, "OUT", "out.>")
-	s.env = map[string]string{
-		"BRIDGE_NATS_URL":         s.nats.URL(),
-		"BRIDGE_NATS_STREAM":      "IN",
-		"BRIDGE_NATS_ACK_WAIT":    "2s",
-		"BRIDGE_LEASE":            "1s",
-		"BRIDGE_KEY_PREFIX":       testredis.Prefix(t),
-		"BRIDGE_LOG_LEVEL":        "info",
-		"BRIDGE_LOG_FORMAT":       "text",
-		"BRIDGE_SHUTDOWN_TIMEOUT": "10s",
-	}
+	s := newNATSStack(t)
 	for i := 0; i+1 < len(redisEnv); i += 2 {
 		s.env[redisEnv[i]] = redisEnv[i+1]
 	}
