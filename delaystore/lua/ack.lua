@@ -1,9 +1,14 @@
+#!lua flags=allow-oom
 -- ack: delete delivered messages of one shard.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
 -- ARGV: per message 3 values: id, version, token
 -- returns: {acked count, next head score or -1}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
+-- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, since
+-- deleting delivered messages is what frees it (Redis 7 refuses any flagged script under OOM
+-- that does not declare allow-oom). Without script flags (Redis 6, miniredis) the first line
+-- is commented out (delaystore/scripts.go).
 local z, m = KEYS[1], KEYS[2]
 local CHUNK = 1000
 local n = 0

@@ -9,6 +9,9 @@
 -- "<shard>:<due>" is published when the batch's earliest new due is earlier than the head.
 -- Reads and writes are batched (HMGET, INCRBY, variadic HSET / ZADD) in chunks that stay
 -- below Lua's unpack limit.
+-- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
+-- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
+-- (back-pressure) until deliveries free memory. Never give it allow-oom.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]
