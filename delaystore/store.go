@@ -45,8 +45,9 @@ type Store struct {
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
-	// Load), so sharing them between goroutines is safe.
-	park, claim, ack, retry, cancel *redis.Script
+	// Load) and which form the server takes (scripts.go), so sharing them is safe.
+	park, claim, ack, retry, cancel *script
+	mem                             memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -98,11 +99,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		shardsKey:   p + ":shards",
 		wakeChannel: p + ":wake",
 		keys:        make([]shardKeys, cfg.Shards),
-		park:        redis.NewScript(parkSrc),
-		claim:       redis.NewScript(claimSrc),
-		ack:         redis.NewScript(ackSrc),
-		retry:       redis.NewScript(retrySrc),
-		cancel:      redis.NewScript(cancelSrc),
+		park:        newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
+		claim:       newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
+		ack:         newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
+		retry:       newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
+		cancel:      newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
@@ -147,7 +148,7 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
-	for name, sc := range map[string]*redis.Script{
+	for name, sc := range map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
 	} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
@@ -245,6 +246,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		calls[ci] = call{keys: s.keys[sh].zmSeq, args: args}
 	}
 	cmds := s.evalPipelined(ctx, s.park, calls)
+	s.mem.note(cmds)
 	out := make([]Parked, len(reqs))
 	for ci, sh := range order {
 		idx := byShard[sh]
@@ -348,7 +350,7 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 }
 
 // fenced runs ack or retry: item(i) returns the receipt and script arguments of entry i.
-func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
+func (s *Store) fenced(ctx context.Context, op string, sc *script, n int,
 	item func(i int) (Receipt, []any, error)) (Applied, error) {
 	if n == 0 {
 		return Applied{}, nil
@@ -618,7 +620,7 @@ type call struct {
 // evalPipelined runs sc once per call, all in one pipeline, by SHA; the calls that got
 // NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
 // sent again with EVAL in a second pipeline. Errors are left in the returned commands.
-func (s *Store) evalPipelined(ctx context.Context, sc *redis.Script, calls []call) []*redis.Cmd {
+func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.rdb.Pipeline()
 	for i, c := range calls {
