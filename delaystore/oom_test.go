@@ -38,8 +38,8 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if f.s.MemoryFull() {
-		t.Fatal("MemoryFull before Redis was full")
+	if full, n := f.s.MemoryFull(); full || n != 0 {
+		t.Fatalf("MemoryFull before Redis was full = %v, %d", full, n)
 	}
 	fill(t, f.rdb)
 
@@ -47,8 +47,8 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 	if !IsOOM(err) {
 		t.Fatalf("park on a full Redis = %v, want -OOM", err)
 	}
-	if !f.s.MemoryFull() {
-		t.Fatal("MemoryFull false after a park refused with -OOM")
+	if full, n := f.s.MemoryFull(); !full || n != 1 {
+		t.Fatalf("MemoryFull after a park refused with -OOM = %v, %d; want true, 1", full, n)
 	}
 	if _, err := f.s.Get(ctx, "refused"); err == nil {
 		t.Fatal("a refused park wrote its message")
@@ -103,8 +103,8 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "refused", Envelope: sampleEnvelope(5)}}); err != nil {
 		t.Fatalf("park after memory was freed: %v", err)
 	}
-	if f.s.MemoryFull() {
-		t.Fatal("MemoryFull still set after a park wrote")
+	if full, n := f.s.MemoryFull(); full || n != 2 {
+		t.Fatalf("MemoryFull after a park wrote = %v, %d; want false, 2 refusals in all", full, n)
 	}
 }
 

@@ -86,8 +86,12 @@ func (sc *script) Run(ctx context.Context, c redis.Scripter, keys []string, args
 func (sc *script) hashes() []string { return []string{sc.flagged.Hash(), sc.plain.Hash()} }
 
 // memoryState is what parks learned about Redis memory: full after a park refused with
-// -OOM, not full after a park that wrote (costs no Redis work). Safe for concurrent use.
-type memoryState struct{ full atomic.Bool }
+// -OOM, not full after a park that wrote, and how many parks were refused (costs no Redis
+// work). Safe for concurrent use.
+type memoryState struct {
+	full     atomic.Bool
+	refusals atomic.Uint64
+}
 
 // note reads the replies of one pipelined park: any shard refused for memory sets full;
 // otherwise any message written (a reply pair {due, 0}) clears it.
@@ -109,6 +113,7 @@ func (m *memoryState) note(cmds []*redis.Cmd) {
 	}
 	switch {
 	case refused:
+		m.refusals.Add(1)
 		m.full.Store(true)
 	case wrote:
 		m.full.Store(false)
@@ -123,6 +128,10 @@ func IsOOM(err error) bool {
 }
 
 // MemoryFull reports whether the last park that learned something about Redis memory was
-// refused for it (-OOM): true from a refused park until a park writes again. It does no I/O
-// and is safe for concurrent use.
-func (s *Store) MemoryFull() bool { return s.mem.full.Load() }
+// refused for it (-OOM): full from a refused park until a park writes again; refusals
+// counts the Park calls refused for memory so far (it only grows: a reader that compares
+// it sees refusals between two looks, however short the full moments were). It does no
+// I/O and is safe for concurrent use.
+func (s *Store) MemoryFull() (full bool, refusals uint64) {
+	return s.mem.full.Load(), s.mem.refusals.Load()
+}

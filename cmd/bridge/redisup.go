@@ -37,18 +37,20 @@ type redisMonitor struct {
 	log *slog.Logger
 	up  prometheus.Gauge
 	oom prometheus.Gauge
-	// parksRefused reports whether the store's last informative park was refused with
-	// -OOM (delaystore.Store.MemoryFull); nil: never.
-	parksRefused func() bool
+	// parksRefused is the store's delaystore.Store.MemoryFull: whether its last
+	// informative park was refused with -OOM, and how many were so far; nil: never.
+	parksRefused func() (bool, uint64)
 
-	mu   sync.Mutex
-	err  error
-	full bool
+	mu       sync.Mutex
+	err      error
+	full     bool
+	refusals uint64    // parksRefused's count at the last check
+	warned   time.Time // when "redis is full" was last logged; zero after "again"
 }
 
 // newRedisMonitor returns a monitor of rdb; parksRefused is the store's MemoryFull (nil:
 // delaybridge_redis_oom stays 0).
-func newRedisMonitor(rdb redis.UniversalClient, reg prometheus.Registerer, logger *slog.Logger, parksRefused func() bool) (*redisMonitor, error) {
+func newRedisMonitor(rdb redis.UniversalClient, reg prometheus.Registerer, logger *slog.Logger, parksRefused func() (bool, uint64)) (*redisMonitor, error) {
 	m := &redisMonitor{
 		rdb: rdb,
 		log: logger.With("component", "redis.monitor"),
@@ -112,14 +114,24 @@ func (m *redisMonitor) check(ctx context.Context) {
 	}
 }
 
-// checkMemory updates Full and delaybridge_redis_oom. The signal is the store's: a park
-// refused with -OOM sets it, a park that wrote clears it (no Redis work). While it is set,
-// and only then, INFO memory of every master is read too (reachable: the PING answered),
-// and Full is false once every master is below its maxmemory, so that it does not stay set
-// when no park follows. A server that refuses INFO (ACL) leaves the store's signal alone.
+// checkMemory updates Full and delaybridge_redis_oom. The signal is the store's (no Redis
+// work): full when a park was refused with -OOM since the last check (a full Redis at the
+// edge refuses and accepts parks within a second: each such second counts), or when the
+// last informative park was refused and Redis still has no room. That last part reads
+// INFO memory of every master only while the store says full and the PING answered, and
+// lets it go once every master is below its maxmemory, so that it does not stay set when
+// no park follows. A server that refuses INFO (ACL) leaves the store's signal as is.
 func (m *redisMonitor) checkMemory(ctx context.Context, reachable bool) {
-	full := m.parksRefused != nil && m.parksRefused()
-	if full && reachable {
+	if m.parksRefused == nil {
+		return
+	}
+	stuck, refusals := m.parksRefused()
+	m.mu.Lock()
+	refusedSince := refusals != m.refusals
+	m.refusals = refusals
+	m.mu.Unlock()
+	full := refusedSince || stuck
+	if stuck && !refusedSince && reachable {
 		ictx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 		below, err := m.belowMaxmemory(ictx)
 		cancel()
@@ -128,21 +140,28 @@ func (m *redisMonitor) checkMemory(ctx context.Context, reachable bool) {
 		}
 	}
 	m.mu.Lock()
-	was := m.full
+	was, warned := m.full, m.warned
 	m.full = full
 	m.mu.Unlock()
-	switch {
-	case full:
+	if full {
 		m.oom.Set(1)
-		if !was {
-			m.log.Warn("redis is full (maxmemory, noeviction): new messages are refused and not acknowledged " +
-				"(the sources keep them) until deliveries free memory; delivery goes on")
-		}
-	default:
+	} else {
 		m.oom.Set(0)
-		if was {
-			m.log.Info("redis has memory again: parking resumed")
-		}
+	}
+	// At the edge Redis flips between full and not within seconds: warn at most once a
+	// minute, and say "again" only after a warning.
+	switch now := time.Now(); {
+	case full && !was && now.Sub(warned) >= time.Minute:
+		m.log.Warn("redis is full (maxmemory, noeviction): new messages are refused and not acknowledged " +
+			"(the sources keep them) until deliveries free memory; delivery goes on")
+		m.mu.Lock()
+		m.warned = now
+		m.mu.Unlock()
+	case !full && was && !warned.IsZero():
+		m.log.Info("redis has memory again: parking resumed")
+		m.mu.Lock()
+		m.warned = time.Time{}
+		m.mu.Unlock()
 	}
 }
 

@@ -61,9 +61,10 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// delaybridge_redis_oom and Full follow the store's park signal, corrected by INFO memory
-// while it is set: a stale signal on a Redis with room is cleared, and a user refused INFO
-// keeps the signal as is.
+// delaybridge_redis_oom and Full follow the store's park signal: 1 for a check after
+// parks were refused, and while the last one was refused and INFO memory says Redis is
+// still full; a stale signal on a Redis with room is let go, and a user refused INFO keeps
+// the signal as is.
 func TestRedisMonitorMemory(t *testing.T) {
 	srv := testredis.Start(t)
 	ctx := context.Background()
@@ -72,12 +73,14 @@ func TestRedisMonitorMemory(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+ping").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var refused atomic.Bool
+	var stuck atomic.Bool
+	var refusals atomic.Uint64
+	store := func() (bool, uint64) { return stuck.Load(), refusals.Load() }
 	monitor := func(opt *redis.Options) (*redisMonitor, *prometheus.Registry) {
 		rdb := redis.NewClient(opt)
 		t.Cleanup(func() { rdb.Close() })
 		reg := prometheus.NewRegistry()
-		m, err := newRedisMonitor(rdb, reg, slog.New(slog.DiscardHandler), refused.Load)
+		m, err := newRedisMonitor(rdb, reg, slog.New(slog.DiscardHandler), store)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,17 +89,21 @@ func TestRedisMonitorMemory(t *testing.T) {
 	m, reg := monitor(&redis.Options{Addr: srv.Addr()})
 	limited, limitedReg := monitor(&redis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "pw"})
 	for i, step := range []struct {
-		refused   bool
+		stuck     bool
+		refused   uint64 // parks refused since the last step
 		maxmemory string
 		oom       float64 // with INFO
 		oomNoInfo float64 // for a user refused INFO
 	}{
-		{false, "0", 0, 0},
-		{true, "1", 1, 1},  // parks refused, Redis full
-		{true, "0", 0, 1},  // stale signal, Redis has room: INFO clears it
-		{false, "1", 0, 0}, // a park wrote: not full, whatever INFO would say
+		{false, 0, "0", 0, 0},
+		{true, 1, "1", 1, 1},  // a park refused, Redis full
+		{true, 0, "1", 1, 1},  // no park since, still full
+		{true, 0, "0", 0, 1},  // stale signal, Redis has room: INFO lets it go
+		{false, 3, "0", 1, 1}, // refused, then a park wrote: full moments within the second
+		{false, 0, "1", 0, 0}, // a park wrote and none refused: not full, whatever INFO says
 	} {
-		refused.Store(step.refused)
+		stuck.Store(step.stuck)
+		refusals.Add(step.refused)
 		if err := admin.ConfigSet(ctx, "maxmemory", step.maxmemory).Err(); err != nil {
 			t.Fatal(err)
 		}
