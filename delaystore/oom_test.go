@@ -54,6 +54,21 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 		t.Fatal("a refused park wrote its message")
 	}
 
+	// A replica that starts now (a restarted sidecar) initialises and delivers too.
+	other, err := New(f.rdb, Config{KeyPrefix: f.prefix, Shards: 1, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Init(ctx); err != nil {
+		t.Fatalf("init on a full Redis: %v", err)
+	}
+	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil { // and its SCRIPT LOAD went through
+		t.Fatal(err)
+	}
+	if err := other.Init(ctx); err != nil {
+		t.Fatalf("init on a full Redis after SCRIPT FLUSH: %v", err)
+	}
+
 	c, err := f.s.Claim(ctx, 0, 10)
 	if err != nil {
 		t.Fatalf("claim on a full Redis: %v", err)

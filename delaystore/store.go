@@ -130,7 +130,8 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.checkEviction(ctx); err != nil {
 		return err
 	}
-	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
+	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
+	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()

@@ -71,13 +71,16 @@ func TestB9RedisFull(t *testing.T) {
 	}
 	w := watchFull(b, &arrived, squeeze)
 	start := time.Now()
-	seqs := c.sendSized("b9full", messages, uniform(4*time.Second), payload)
+	// Due 3-6 s after sending: nothing is due yet, so nothing is in flight, when Redis
+	// first fills up; from then on only claims that run on a full Redis deliver anything.
+	spread := uniform(3 * time.Second)
+	seqs := c.sendSized("b9full", messages, func(i int) time.Duration { return 3*time.Second + spread(i) }, payload)
 	r := c.await(seqs, 180*time.Second)
 	w.stop()
 	if w.squeezeErr != nil {
 		t.Fatalf("lowering maxmemory at the first full moment: %v", w.squeezeErr)
 	}
-	t.Logf("Redis maxmemory %s, noeviction; %d x %d B messages, delays 0-4 s, sent in %s",
+	t.Logf("Redis maxmemory %s, noeviction; %d x %d B messages, delays 3-6 s, sent in %s",
 		maxmemory, messages, payload, time.Since(start).Round(time.Millisecond))
 	t.Logf("full (delaybridge_redis_oom 1) for %s of %d samples at 100 ms, first at %s (%s); publishes while full: %d; "+
 		"redis_up min %v; /readyz while full: %d %q; OOM refusals logged: %d",
