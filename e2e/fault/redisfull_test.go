@@ -75,13 +75,14 @@ func TestB9RedisFull(t *testing.T) {
 	// first fills up; from then on only claims that run on a full Redis deliver anything.
 	spread := uniform(3 * time.Second)
 	seqs := c.sendSized("b9full", messages, func(i int) time.Duration { return 3*time.Second + spread(i) }, payload)
+	sent := time.Since(start)
 	r := c.await(seqs, 180*time.Second)
 	w.stop()
 	if w.squeezeErr != nil {
 		t.Fatalf("lowering maxmemory at the first full moment: %v", w.squeezeErr)
 	}
 	t.Logf("Redis maxmemory %s, noeviction; %d x %d B messages, delays 3-6 s, sent in %s",
-		maxmemory, messages, payload, time.Since(start).Round(time.Millisecond))
+		maxmemory, messages, payload, sent.Round(time.Millisecond))
 	t.Logf("full (delaybridge_redis_oom 1) for %s of %d samples at 100 ms, first at %s (%s); publishes while full: %d; "+
 		"redis_up min %v; /readyz while full: %d %q; OOM refusals logged: %d",
 		w.fullFor, w.samples, w.firstFull.Round(time.Millisecond), squeezed, w.deliveredFull, w.minUp,
