@@ -68,6 +68,9 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 	if err := other.Init(ctx); err != nil {
 		t.Fatalf("init on a full Redis after SCRIPT FLUSH: %v", err)
 	}
+	if other.claim.usePlain.Load() {
+		t.Fatal("init on a full Redis chose the unflagged claim")
+	}
 
 	c, err := f.s.Claim(ctx, 0, 10)
 	if err != nil {

@@ -47,13 +47,15 @@ func (sc *script) current() *redis.Script {
 }
 
 // Load loads the flagged form (SCRIPT LOAD, every master in Cluster). When the server
-// answers it with an error (it cannot compile the shebang) and takes the unflagged form,
-// the unflagged form is used from then on, and that load's answer is returned. An error
-// that is not the server's answer (connection) decides nothing and is returned.
+// cannot compile it (Redis 6: "Error compiling script ... near '#'", miniredis alike) and
+// takes the unflagged form, the unflagged form is used from then on, and that load's
+// answer is returned. Any other error (connection, BUSY, NOPERM) decides nothing and is
+// returned.
 func (sc *script) Load(ctx context.Context, c redis.Scripter) *redis.StringCmd {
 	cmd := sc.flagged.Load(ctx, c)
 	var refused redis.Error
-	if err := cmd.Err(); err == nil || sc.plain == sc.flagged || !errors.As(err, &refused) {
+	if err := cmd.Err(); err == nil || sc.plain == sc.flagged || !errors.As(err, &refused) ||
+		!strings.Contains(strings.ToLower(err.Error()), "compil") {
 		if err == nil {
 			sc.usePlain.Store(false)
 		}
