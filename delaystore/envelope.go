@@ -10,8 +10,13 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// bodyFormat is the first byte of every encoded body; a new layout gets a new byte.
-const bodyFormat = 1
+// Body formats: the first byte of every encoded body; a new layout gets a new byte.
+// bodyFormat is written; bodyFormatV1 (without the source id), written by earlier
+// versions, is still decoded.
+const (
+	bodyFormatV1 = 1
+	bodyFormat   = 2
+)
 
 // Key flag values.
 const (
@@ -19,17 +24,19 @@ const (
 	keyPresent = 1
 )
 
-// encodeBody encodes the Go-owned part of a stored envelope: format byte, then
-// uvarint-length-prefixed target and source, key flag (+ key), header count + (key, value)
-// pairs, and the payload up to the end.
+// encodeBody encodes the Go-owned part of a stored envelope: format byte 2, then
+// uvarint-length-prefixed source id, target and source, key flag (+ key), header count +
+// (key, value) pairs, and the payload up to the end. The source id comes first: the Lua
+// scripts read it (sourceOf in park.lua, ack.lua, cancel.lua).
 func encodeBody(e Envelope) []byte {
-	n := 1 + 2*binary.MaxVarintLen64 + len(e.Target) + len(e.Source) +
+	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
 	for _, h := range e.Headers {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, bodyFormat)
+	b = appendString(b, e.SourceID)
 	b = appendString(b, e.Target)
 	b = appendString(b, e.Source)
 	if e.Key == nil {
@@ -52,17 +59,21 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeBody is the inverse of encodeBody. It never panics: malformed input yields an error
-// wrapping ErrCorrupt. The returned Key and Payload alias b.
+// decodeBody is the inverse of encodeBody; it also decodes format 1 (no source id). It
+// never panics: malformed input yields an error wrapping ErrCorrupt. The returned Key and
+// Payload alias b.
 func decodeBody(b []byte) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
-	if b[0] != bodyFormat {
+	if b[0] != bodyFormat && b[0] != bodyFormatV1 {
 		return e, fmt.Errorf("%w: unknown body format %d", ErrCorrupt, b[0])
 	}
 	d := decoder{b: b[1:]}
+	if b[0] == bodyFormat {
+		e.SourceID = string(d.bytes("source id"))
+	}
 	e.Target = string(d.bytes("target"))
 	e.Source = string(d.bytes("source"))
 	switch flag := d.byte("key flag"); {

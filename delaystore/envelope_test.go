@@ -23,6 +23,8 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"nil key", Envelope{Target: "nats:a", Source: "http", Key: nil, Payload: []byte("x")}},
 		{"empty key", Envelope{Target: "nats:a", Source: "http", Key: []byte{}, Payload: []byte("x")}},
 		{"key", Envelope{Target: "kafka:t", Source: "kafka:delay.in", Key: []byte{0, 1, 2, 0xff}}},
+		{"source id", Envelope{SourceID: "js:IN:42", Target: "nats:a", Source: "nats:delay.in", Payload: []byte("x")}},
+		{"long source id", Envelope{SourceID: "kafka:" + string(bytes.Repeat([]byte("t"), 249)) + ":2:9000000000", Target: "kafka:t", Source: "kafka:delay.in"}},
 		{"repeated headers in order", Envelope{
 			Target: "nats:orders.timeout", Source: "nats:delay.in",
 			Headers: headers.List{{Key: "a", Value: "1"}, {Key: "B", Value: ""}, {Key: "a", Value: "2"}, {Key: "", Value: "v"}, {Key: "a", Value: "0"}},
@@ -75,8 +77,11 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		b    []byte
 	}{
 		{"empty", nil},
-		{"unknown format", []byte{2, 0, 0, 0, 0}},
+		{"unknown format", []byte{3, 0, 0, 0, 0, 0}},
+		{"format 0", []byte{0, 0, 0, 0, 0}},
 		{"truncated target length", []byte{1, 0x80}},
+		{"truncated source id", []byte{2, 5, 'j', 's'}},
+		{"format 2 without fields", []byte{2, 0}},
 		{"target too long", []byte{1, 10, 'a'}},
 		{"bad key flag", []byte{1, 0, 0, 7, 0}},
 		{"missing key flag", []byte{1, 0, 0}},
@@ -125,10 +130,44 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 			return
 		}
-		// Whatever decodes must re-encode to the same bytes (the format is canonical).
-		if again := encodeBody(env); !bytes.Equal(again, b) {
+		// Whatever decodes must re-encode to the same bytes (the format is canonical); a
+		// format 1 body re-encodes as format 2 with an empty source id.
+		want := b
+		if b[0] == bodyFormatV1 {
+			want = append([]byte{bodyFormat, 0}, b[1:]...)
+		}
+		if again := encodeBody(env); !bytes.Equal(again, want) {
 			t.Fatalf("re-encode differs:\n in %x\nout %x", b, again)
 		}
 		_, _, _ = decodeStored("1,0,1," + string(b))
 	})
+}
+
+// TestDecodeBodyFormat1 decodes bodies as the previous version wrote them (format byte 1,
+// no source id), so that messages parked before an upgrade are still delivered: the bytes
+// below are literal, not produced by today's encoder.
+func TestDecodeBodyFormat1(t *testing.T) {
+	b := []byte("\x01" + // format 1
+		"\x0fnats:orders.out" + // target
+		"\x0dnats:delay.in" + // source
+		"\x01\x01k" + // key present, "k"
+		"\x02" + // two headers
+		"\x01a\x011" + "\x01a\x012" +
+		"payload,1,2")
+	got, err := decodeBody(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Envelope{Target: "nats:orders.out", Source: "nats:delay.in", Key: []byte("k"),
+		Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Payload: []byte("payload,1,2")}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("format 1:\n got %#v\nwant %#v", got, want)
+	}
+	st, env, err := decodeStored("7,2,1700000000000," + string(b))
+	if err != nil || st.version != 7 || st.attempts != 2 || !reflect.DeepEqual(env, want) {
+		t.Fatalf("stored format 1: %+v %#v %v", st, env, err)
+	}
+	if e := encodeBody(want); e[0] != bodyFormat || e[1] != 0 || !bytes.Equal(e[2:], b[1:]) {
+		t.Fatalf("format 2 is not format 1 with a source id after the format byte: %q", e)
+	}
 }
