@@ -253,7 +253,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if r.Replace {
 				replace = "1"
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope))
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
 		calls[ci] = call{keys: s.keys[sh].zmSeqT, args: args}
 	}
@@ -320,7 +320,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
-		st, env, err := decodeStored(raw)
+		st, env, err := decodeStored(raw, id)
 		rc.Version = st.version
 		if err != nil {
 			c.Corrupt = append(c.Corrupt, rc)
@@ -443,7 +443,7 @@ func (s *Store) Get(ctx context.Context, id string) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	st, env, err := decodeStored(raw)
+	st, env, err := decodeStored(raw, id)
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}

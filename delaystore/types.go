@@ -49,7 +49,8 @@ type Envelope struct {
 	Source string
 	// SourceID is the stable identity of the source message ("js:<stream>:<seq>",
 	// "kafka:<topic>:<partition>:<offset>"), "" when it has none (core requests, the
-	// message API). A message with one leaves a tombstone when it is acked or cancelled,
+	// message API). It is stored with the message (no extra byte when it equals the
+	// message id). A message with one leaves a tombstone when it is acked or cancelled,
 	// and a park of the same source id is then dropped for Config.TombstoneTTL: a source
 	// that redelivers a delivered message does not get it delivered again.
 	SourceID string

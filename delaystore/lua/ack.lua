@@ -11,9 +11,11 @@ local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
 local ttl = tonumber(ARGV[1])
 local CHUNK = 1000
 
--- sourceOf: as in park.lua, the source id of a body of format 2 at index p of s, or ''.
-local function sourceOf(s, p)
-  if string.byte(s, p) ~= 2 then return '' end
+-- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
   local n, mul, i = 0, 1, p + 1
   while true do
     local b = string.byte(s, i)
@@ -44,7 +46,7 @@ for c = 1, #ids, CHUNK do
         del[#del + 1] = id
         seen[id] = true
         local p = string.match(envs[j], '^%d+,%d+,%d+,()')
-        local src = p and sourceOf(envs[j], p) or ''
+        local src = p and sourceOf(envs[j], p, id) or ''
         if src ~= '' then tombs[#tombs + 1] = src end
       end
     end

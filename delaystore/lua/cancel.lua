@@ -5,9 +5,11 @@
 -- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL,
 -- as ack does: a redelivery of the cancelled source message is not parked again.
 
--- sourceOf: as in park.lua, the source id of a body of format 2 at index p of s, or ''.
-local function sourceOf(s, p)
-  if string.byte(s, p) ~= 2 then return '' end
+-- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
   local n, mul, i = 0, 1, p + 1
   while true do
     local b = string.byte(s, i)
@@ -25,7 +27,7 @@ local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 if env and tonumber(ARGV[2]) > 0 then
   local p = string.match(env, '^%d+,%d+,%d+,()')
-  local src = p and sourceOf(env, p) or ''
+  local src = p and sourceOf(env, p, ARGV[1]) or ''
   if src ~= '' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

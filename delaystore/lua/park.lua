@@ -16,10 +16,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
--- sourceOf returns the source id of a body of format 2 starting at index p of s (byte 2,
--- uvarint length, bytes), or '' (format 1, none, or malformed).
-local function sourceOf(s, p)
-  if string.byte(s, p) ~= 2 then return '' end
+-- sourceOf returns the source id of the body of message id starting at index p of s: by
+-- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3); ''
+-- when none or malformed (delaystore/envelope.go writes them).
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
   local n, mul, i = 0, 1, p + 1
   while true do
     local b = string.byte(s, i)
@@ -56,7 +59,7 @@ local dues = {}
 for k = 1, #ids do
   local id = ids[k]
   local a = 3 + (k - 1) * 5
-  local src = sourceOf(ARGV[a + 4], 1)
+  local src = sourceOf(ARGV[a + 4], 1, id)
   local tomb = false
   if src ~= '' then
     local exp = redis.call('ZSCORE', KEYS[4], src)
@@ -66,7 +69,7 @@ for k = 1, #ids do
   if existing == nil and olds[k] then
     local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
     existing = tonumber(due) or 0
-    curSrc[id] = p and sourceOf(olds[k], p) or ''
+    curSrc[id] = p and sourceOf(olds[k], p, id) or ''
   end
   if tomb then
     out[k] = {0, 2}
