@@ -216,9 +216,10 @@ func ShardOf(id string, shards int) int {
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
 // tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
-// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park returns an error some shards may have been written: calling it again
-// with the same requests is safe when Replace is false (idempotent). An empty batch does
-// no I/O. Park blocks until Redis answered or ctx is done.
+// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// returns an error some shards may have been written: calling it again with the same
+// requests is safe when Replace is false or the requests carry source ids (idempotent). An
+// empty batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
