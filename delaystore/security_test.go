@@ -2,13 +2,16 @@ package delaystore
 
 import (
 	"bytes"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,19 +127,22 @@ func TestScriptsAreConstants(t *testing.T) {
 	}
 }
 
-// FuzzARGVRoundTrip is row H2's fuzz: ids, targets, header names and values and payloads
-// of any bytes (Lua patterns, quotes, "}{", NULs, newlines) go through ARGV and come back
-// unchanged, and never add a key beyond the fixed set.
+// FuzzARGVRoundTrip is row H2's fuzz: ids, source ids, targets, header names and values and
+// payloads of any bytes (Lua patterns, quotes, "}{", NULs, newlines) go through ARGV and
+// come back unchanged, and never add a key beyond the fixed set; the source id read by the
+// scripts becomes a tombstone member (cancel), never a key.
 func FuzzARGVRoundTrip(f *testing.F) {
 	for _, s := range []string{"", "a}{b", "*", "?", "[x]", "%s%d", "\x00", "'; return redis.call('FLUSHALL') --",
 		"]]..redis.call('FLUSHALL')..[[", "{delay:0}:z", "\r\n*1\r\n$8\r\nFLUSHALL\r\n", "\xff\xfe", strings.Repeat("}", 300)} {
 		f.Add(s, []byte(s))
 	}
 	fx := newFixture(f, testredis.URL(f))
-	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {
 		id := "id-" + s
-		env := Envelope{Target: "out." + s, Source: "nats:" + s, Headers: headers.List{{Key: "h" + s, Value: s}}, Key: []byte(s), Payload: payload}
+		src := s + ":" + strconv.FormatInt(iter.Add(1), 10) // unique: the tombstone outlives the run
+		env := Envelope{SourceID: src, Target: "out." + s, Source: "nats:" + s, Headers: headers.List{{Key: "h" + s, Value: s}}, Key: []byte(s), Payload: payload}
 		if _, err := fx.s.Park(t.Context(), []ParkRequest{{ID: id, Replace: true, Delay: time.Hour, Envelope: env}}); err != nil {
 			t.Fatalf("park %q: %v", id, err)
 		}
@@ -144,13 +150,19 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("get %q: %v", id, err)
 		}
-		if m.ID != id || m.Envelope.Target != env.Target || m.Envelope.Source != env.Source ||
+		if m.ID != id || m.Envelope.Target != env.Target || m.Envelope.Source != env.Source || m.Envelope.SourceID != src ||
 			!bytes.Equal(m.Envelope.Payload, payload) || !bytes.Equal(m.Envelope.Key, env.Key) ||
 			len(m.Envelope.Headers) != 1 || m.Envelope.Headers[0] != env.Headers[0] {
 			t.Fatalf("round trip of %q changed the message: %+v", s, m)
 		}
 		if ok, err := fx.s.Cancel(t.Context(), id); err != nil || !ok {
 			t.Fatalf("cancel %q: %v %v", id, ok, err)
+		}
+		if sc, err := fx.rdb.ZScore(t.Context(), fmt.Sprintf("{%s:%d}:t", fx.prefix, fx.s.ShardOf(id)), src).Result(); err != nil || sc <= 0 {
+			t.Fatalf("no tombstone of source id %q after cancel: %v", src, err)
+		}
+		if p, err := fx.s.Park(t.Context(), []ParkRequest{{ID: id, Replace: true, Delay: time.Hour, Envelope: env}}); err != nil || !p[0].Delivered {
+			t.Fatalf("redelivery of cancelled %q: %+v %v", src, p, err)
 		}
 		iter := fx.rdb.Scan(t.Context(), 0, "*"+fx.prefix+"*", 1000).Iterator()
 		for iter.Next(t.Context()) {

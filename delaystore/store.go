@@ -37,6 +37,7 @@ type Store struct {
 	rdb         redis.UniversalClient
 	shards      int
 	leaseMS     int64
+	tombMS      int64 // tombstone TTL in ms; 0: none
 	shardsKey   string
 	wakeChannel string
 	keys        []shardKeys
@@ -56,7 +57,8 @@ type shardKeys struct {
 	z, m    string
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	zmSeq   []string // z, m, seq
+	zmt     []string // z, m, t
+	zmSeqT  []string // z, m, seq, t
 	shardID string   // the shard number as a decimal string
 }
 
@@ -92,10 +94,18 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("delaystore config: %w", err)
 	}
 	p := cfg.KeyPrefix
+	tomb := cfg.TombstoneTTL
+	switch {
+	case tomb == 0:
+		tomb = DefaultTombstoneTTL
+	case tomb < 0:
+		tomb = 0
+	}
 	s := &Store{
 		rdb:         rdb,
 		shards:      cfg.Shards,
 		leaseMS:     ceilMS(cfg.Lease),
+		tombMS:      ceilMS(tomb),
 		shardsKey:   p + ":shards",
 		wakeChannel: p + ":wake",
 		keys:        make([]shardKeys, cfg.Shards),
@@ -107,11 +117,12 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-		z, m, seq := tag+":z", tag+":m", tag+":seq"
+		z, m, seq, t := tag+":z", tag+":m", tag+":seq", tag+":t"
 		s.keys[i] = shardKeys{
 			z: z, m: m, epoch: tag + ":epoch",
 			zm:      []string{z, m},
-			zmSeq:   []string{z, m, seq},
+			zmt:     []string{z, m, t},
+			zmSeqT:  []string{z, m, seq, t},
 			shardID: strconv.Itoa(i),
 		}
 	}
@@ -205,9 +216,12 @@ func ShardOf(id string, shards int) int {
 // Park stores the messages until they are due. It sends one script call per shard, all
 // in one pipelined round trip, and returns one Parked per request, in request order. A
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
-// Redis time. When Park returns an error some shards may have been written: calling it again
-// with the same requests is safe when Replace is false (idempotent). An empty batch does
-// no I/O. Park blocks until Redis answered or ctx is done.
+// Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
+// tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
+// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// returns an error some shards may have been written: calling it again with the same
+// requests is safe when Replace is false or the requests carry source ids (idempotent). An
+// empty batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -242,9 +256,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if r.Replace {
 				replace = "1"
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope))
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeq, args: args}
+		calls[ci] = call{keys: s.keys[sh].zmSeqT, args: args}
 	}
 	cmds := s.evalPipelined(ctx, s.park, calls)
 	s.mem.note(cmds)
@@ -268,7 +282,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if err := errors.Join(err1, err2); err != nil {
 				return nil, fmt.Errorf("park shard %d: %w", sh, err)
 			}
-			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed == 1}
+			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
 		}
 	}
 	return out, nil
@@ -310,7 +324,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
-		st, env, err := decodeStored(raw)
+		st, env, err := decodeStored(raw, id)
 		rc.Version = st.version
 		if err != nil {
 			c.Corrupt = append(c.Corrupt, rc)
@@ -322,12 +336,14 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 }
 
 // Ack deletes delivered messages. A receipt applies only while its claim is current (same
-// token and version); a stale or repeated one changes nothing and is not counted. It sends
+// token and version); a stale or repeated one changes nothing and is not counted. A deleted
+// message with a source id leaves a tombstone for Config.TombstoneTTL (see Park). It sends
 // one script call per shard in one pipelined round trip and blocks until Redis answered or
 // ctx is done. On error, Applied still reports the shards that succeeded; acking the same
 // receipts again is harmless.
 func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
-	return s.fenced(ctx, "ack", s.ack, len(rs), func(i int) (Receipt, []any, error) {
+	lead := []any{strconv.FormatInt(s.tombMS, 10)}
+	return s.fenced(ctx, "ack", s.ack, func(k shardKeys) []string { return k.zmt }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
@@ -338,7 +354,7 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 // token is always larger than the retried one's). Same fence, batching, blocking and
 // partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
-	return s.fenced(ctx, "retry", s.retry, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fenced(ctx, "retry", s.retry, func(k shardKeys) []string { return k.zm }, nil, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		if r.Backoff < 0 {
 			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
@@ -350,8 +366,10 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	})
 }
 
-// fenced runs ack or retry: item(i) returns the receipt and script arguments of entry i.
-func (s *Store) fenced(ctx context.Context, op string, sc *script, n int,
+// fenced runs ack or retry: keysOf picks the script's keys of a shard, lead are the
+// arguments before the per-entry ones, item(i) returns the receipt and script arguments of
+// entry i.
+func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(shardKeys) []string, lead []any, n int,
 	item func(i int) (Receipt, []any, error)) (Applied, error) {
 	if n == 0 {
 		return Applied{}, nil
@@ -368,12 +386,13 @@ func (s *Store) fenced(ctx context.Context, op string, sc *script, n int,
 		}
 		if _, ok := args[r.Shard]; !ok {
 			order = append(order, r.Shard)
+			args[r.Shard] = append([]any(nil), lead...)
 		}
 		args[r.Shard] = append(args[r.Shard], a...)
 	}
 	calls := make([]call, len(order))
 	for ci, sh := range order {
-		calls[ci] = call{keys: s.keys[sh].zm, args: args[sh]}
+		calls[ci] = call{keys: keysOf(s.keys[sh]), args: args[sh]}
 	}
 	cmds := s.evalPipelined(ctx, sc, calls)
 	out := Applied{Heads: make(map[int]int64, len(order))}
@@ -402,14 +421,15 @@ func (s *Store) fenced(ctx context.Context, op string, sc *script, n int,
 }
 
 // Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
-// then fenced). It reports whether the message existed, and blocks until Redis answered or
-// ctx is done.
+// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
+// redelivery of the cancelled source message is not parked again. It reports whether the
+// message existed, and blocks until Redis answered or ctx is done.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zm, id).Int64()
+	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmt, id, s.tombMS).Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
@@ -427,7 +447,7 @@ func (s *Store) Get(ctx context.Context, id string) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	st, env, err := decodeStored(raw)
+	st, env, err := decodeStored(raw, id)
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}

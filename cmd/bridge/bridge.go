@@ -94,7 +94,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	defer rdb.Close()
-	store, err := delaystore.New(rdb, cfg.Store)
+	store, err := delaystore.New(rdb, cfg.StoreConfig())
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}
