@@ -119,7 +119,7 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		f.Add(s, []byte(s))
 	}
 	fx := newFixture(f, testredis.URL(f))
-	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|r)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {
 		id := "id-" + s
 		env := Envelope{Target: "out." + s, Source: "nats:" + s, Headers: headers.List{{Key: "h" + s, Value: s}}, Key: []byte(s), Payload: payload}

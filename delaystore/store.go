@@ -53,9 +53,11 @@ type Store struct {
 // them.
 type shardKeys struct {
 	z, m    string
+	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	zmSeq   []string // z, m, seq
+	zmR     []string // z, m, r: ack, retry, cancel
+	zmSeqR  []string // z, m, seq, r: park
 	shardID string   // the shard number as a decimal string
 }
 
@@ -106,11 +108,12 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-		z, m, seq := tag+":z", tag+":m", tag+":seq"
+		z, m, seq, r := tag+":z", tag+":m", tag+":seq", tag+":r"
 		s.keys[i] = shardKeys{
-			z: z, m: m, epoch: tag + ":epoch",
+			z: z, m: m, r: r, epoch: tag + ":epoch",
 			zm:      []string{z, m},
-			zmSeq:   []string{z, m, seq},
+			zmR:     []string{z, m, r},
+			zmSeqR:  []string{z, m, seq, r},
 			shardID: strconv.Itoa(i),
 		}
 	}
@@ -242,7 +245,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeq, args: args}
+		calls[ci] = call{keys: s.keys[sh].zmSeqR, args: args}
 	}
 	cmds := s.evalPipelined(ctx, s.park, calls)
 	out := make([]Parked, len(reqs))
@@ -330,10 +333,12 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 	})
 }
 
-// Retry reschedules claimed messages after a failed delivery: attempts + 1, next claim at
-// Redis time + Backoff, rounded up to the millisecond and at least 1ms (so the next claim's
-// token is always larger than the retried one's). Same fence, batching, blocking and
-// partial results as Ack.
+// Retry reschedules claimed messages after a failed delivery: attempts + 1, the id enters
+// the shard's retry set (counted as overdue once its due time passed, until it is acked,
+// cancelled or replaced), next claim at Redis time + Backoff, rounded up to the millisecond
+// and at least 1ms (so the next claim's token is always larger than the retried one's). A
+// request with PutBack only moves the next claim (no attempt, no retry set). Same fence,
+// batching, blocking and partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	return s.fenced(ctx, "retry", s.retry, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
@@ -342,9 +347,17 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 		}
 		return r.Receipt, []any{
 			r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10),
-			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10),
+			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10), countArg(r.PutBack),
 		}, nil
 	})
+}
+
+// countArg is retry.lua's count flag: "0" for a put-back, "1" for a failed attempt.
+func countArg(putBack bool) string {
+	if putBack {
+		return "0"
+	}
+	return "1"
 }
 
 // fenced runs ack or retry: item(i) returns the receipt and script arguments of entry i.
@@ -370,7 +383,7 @@ func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
 	}
 	calls := make([]call, len(order))
 	for ci, sh := range order {
-		calls[ci] = call{keys: s.keys[sh].zm, args: args[sh]}
+		calls[ci] = call{keys: s.keys[sh].zmR, args: args[sh]}
 	}
 	cmds := s.evalPipelined(ctx, sc, calls)
 	out := Applied{Heads: make(map[int]int64, len(order))}
@@ -406,7 +419,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zm, id).Int64()
+	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmR, id).Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}

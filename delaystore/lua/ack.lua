@@ -1,5 +1,5 @@
 -- ack: delete delivered messages of one shard.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set; a deleted id leaves it)
 -- ARGV: per message 3 values: id, version, token
 -- returns: {acked count, next head score or -1}
 -- An entry is deleted only if its score still equals the claim token and its stored version
@@ -28,6 +28,7 @@ for c = 1, #ids, CHUNK do
   if #del > 0 then
     redis.call('ZREM', z, unpack(del))
     redis.call('HDEL', m, unpack(del))
+    redis.call('ZREM', KEYS[3], unpack(del))
     n = n + #del
   end
 end
