@@ -247,4 +247,3 @@ func (e *Egress) resync(ctx context.Context) {
 		}
 	}
 }
-
