@@ -29,6 +29,10 @@ const (
 // dropped, and if that is not enough, all of them.
 const maxStreamCacheEntries = 10_000
 
+// maxStreamPublishers bounds the per-stream JetStream contexts; streams beyond it share
+// the publisher's own context (and its window of pending acknowledgements).
+const maxStreamPublishers = 1_000
+
 var _ message.Publisher = (*Publisher)(nil)
 
 // PublisherConfig configures a [Publisher]. The zero value is valid.
@@ -72,6 +76,12 @@ type Publisher struct {
 	cacheMu sync.Mutex
 	cache   map[string]streamEntry
 
+	// byStream holds one JetStream context per stream for async publishes: each has its
+	// own window of pending acknowledgements (PublishAsyncMaxPending), so a stream that
+	// never acknowledges cannot stall the publishes to another stream.
+	byStreamMu sync.Mutex
+	byStream   map[string]jetstream.JetStream
+
 	viol *violations
 }
 
@@ -102,8 +112,9 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 		js:    js,
 		cfg:   cfg,
 		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
-		cache: make(map[string]streamEntry),
-		viol:  v,
+		cache:    make(map[string]streamEntry),
+		byStream: make(map[string]jetstream.JetStream),
+		viol:     v,
 	}, nil
 }
 
@@ -114,7 +125,9 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // captures topic (looked up once per StreamCacheTTL; a server without JetStream means
 // none), the messages are published asynchronously, then Publish waits for all the
 // publish acknowledgements (a duplicate within the stream's window counts as
-// confirmed). Otherwise each message is a core publish, and a single flush confirms that
+// confirmed). Each stream has its own window of pending acknowledgements, so a stream that
+// stores but never acknowledges delays only the publishes to itself. Otherwise each
+// message is a core publish, and a single flush confirms that
 // the server has them all (core NATS drops a message nobody subscribes to: that is not
 // an error).
 //
@@ -158,8 +171,28 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.publishCore(ctx, topic, msgs)
 }
 
+// jetStreamFor returns the JetStream context that publishes to stream: its own, created on
+// first use (at most maxStreamPublishers of them; further streams share p.js).
+func (p *Publisher) jetStreamFor(stream string) jetstream.JetStream {
+	p.byStreamMu.Lock()
+	defer p.byStreamMu.Unlock()
+	if js, ok := p.byStream[stream]; ok {
+		return js
+	}
+	if len(p.byStream) >= maxStreamPublishers {
+		return p.js
+	}
+	js, err := jetstream.New(p.nc, jetstream.WithPublishAsyncTimeout(p.cfg.PublishTimeout))
+	if err != nil {
+		return p.js
+	}
+	p.byStream[stream] = js
+	return js
+}
+
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
 	start := time.Now()
+	js := p.jetStreamFor(stream)
 	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
@@ -171,7 +204,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		if msg.UUID != "" {
 			opts = append(opts, jetstream.WithMsgID(msg.UUID))
 		}
-		f, err := p.js.PublishMsgAsync(toNATS(topic, msg), opts...)
+		f, err := js.PublishMsgAsync(toNATS(topic, msg), opts...)
 		if err != nil {
 			perr.Add(msg.UUID, classify(err))
 			continue
@@ -321,13 +354,19 @@ func (p *Publisher) forget(subject string) {
 	p.cacheMu.Unlock()
 }
 
-// Close makes later Publish calls fail with [ErrClosed] and waits for the calls in
-// progress (each bounded by PublishTimeout). It does not close the connection.
-// Idempotent; always returns nil.
+// Close makes later Publish calls fail with [ErrClosed], waits for the calls in progress
+// (each bounded by PublishTimeout) and removes the per-stream reply subscriptions. It does
+// not close the connection. Idempotent; always returns nil.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.inflight.Wait()
+	p.byStreamMu.Lock()
+	defer p.byStreamMu.Unlock()
+	for name, js := range p.byStream {
+		js.CleanupPublisher()
+		delete(p.byStream, name)
+	}
 	return nil
 }
