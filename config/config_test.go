@@ -48,6 +48,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_NATS_MAX_PROGRESS", "0s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
+	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -164,6 +165,7 @@ func TestDefaultsTyped(t *testing.T) {
 			ShutdownTimeout: 25 * time.Second,
 			MaxAttempts:     10,
 			RetryBackoff:    time.Second,
+			TargetInflight:  256,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -232,6 +234,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		ShutdownTimeout: time.Minute,
 		MaxAttempts:     3,
 		RetryBackoff:    time.Second,
+		TargetInflight:  256,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
