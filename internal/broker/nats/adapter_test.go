@@ -417,6 +417,10 @@ func TestPublishErrorPerMessage(t *testing.T) {
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("cause %v is not a JetStream API error", failed[big.UUID])
 	}
+	var rej *broker.RejectedError
+	if !errors.As(failed[big.UUID], &rej) || rej.Reason != broker.ReasonTooLarge {
+		t.Fatalf("cause %v is not a too_large rejection (the stream's max_msg_size: retrying cannot help)", failed[big.UUID])
+	}
 	if !strings.Contains(err.Error(), "1 of 3") {
 		t.Fatalf("Error() = %q, want a 1 of 3 summary", err)
 	}

@@ -135,9 +135,10 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // awaited, fails. A publish the server refuses for lack of permission (reported
 // asynchronously: NewPublisher chains a recorder in front of the connection's error
 // handler) fails with a [*broker.RejectedError] of reason forbidden, one larger than the
-// server's max_payload with reason too_large. While the connection is reconnecting
-// nothing is queued in the client (use a connection with ReconnectBufSize -1, as
-// [Connect] makes): the publish fails at once and the caller tries again later. When some messages fail, the error is a [*broker.PublishError] naming them
+// server's max_payload or the stream's max_msg_size with reason too_large. While the
+// connection is reconnecting nothing is queued in the client (use a connection with
+// ReconnectBufSize -1, as [Connect] makes): the publish fails at once and the caller tries
+// again later. When some messages fail, the error is a [*broker.PublishError] naming them
 // (the others are confirmed); when the call fails as a whole (closed publisher or
 // connection, stream lookup, flush), a plain error. Messages are not modified.
 //
@@ -247,7 +248,7 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				p.forget(topic) // the stream may be gone: look it up again next time
 			}
-			return err
+			return classify(err)
 		case <-msg.Context().Done():
 			return fmt.Errorf("message context: %w", msg.Context().Err())
 		case <-ctx.Done():
@@ -294,9 +295,11 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 	return perr
 }
 
-// classify marks the synchronous errors that no retry can fix as rejections.
+// classify marks the errors that no retry can fix as rejections: a message over the
+// server's max_payload (refused by the client), or over the stream's max_msg_size (refused
+// in the publish acknowledgement).
 func classify(err error) error {
-	if errors.Is(err, natsgo.ErrMaxPayload) {
+	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
 		return broker.Reject(broker.ReasonTooLarge, err)
 	}
 	return err
