@@ -108,10 +108,10 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 	v := newViolations()
 	v.install(nc)
 	return &Publisher{
-		nc:    nc,
-		js:    js,
-		cfg:   cfg,
-		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
+		nc:       nc,
+		js:       js,
+		cfg:      cfg,
+		log:      loggerOrDiscard(logger).With("component", "nats.publisher"),
 		cache:    make(map[string]streamEntry),
 		byStream: make(map[string]jetstream.JetStream),
 		viol:     v,
