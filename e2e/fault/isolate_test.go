@@ -34,8 +34,8 @@ func TestD7HangingTargetIsolated(t *testing.T) {
 			e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_LEASE", "30s"))
 			seqs := c.send("d7", 750, uniform(10*time.Second))
 			sendTo(t, c.js, "hang.x", "d7-bad", 750, uniform(10*time.Second))
-			if burst > 0 {
-				sendTo(t, c.js, "hang.burst", "d7-burst", burst, func(int) time.Duration { return 2 * time.Second })
+			for i := 0; i < burst; i += 1000 { // in chunks: the client's own window of pending PubAcks is 1024
+				sendTo(t, c.js, "hang.burst", "d7-burst"+strconv.Itoa(i), min(1000, burst-i), func(int) time.Duration { return 2 * time.Second })
 			}
 			r := c.await(seqs, 40*time.Second)
 			requireSafe(t, r)
