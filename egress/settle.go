@@ -92,6 +92,12 @@ func (e *Egress) settle(ctx context.Context, w *worker, round []*settlement) {
 			e.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", err)
 			known = false
 		}
+		if stale := len(retries) - applied.N; err == nil && stale > 0 {
+			// As with acks: the lease ran out first (a paused replica whose messages'
+			// contexts ended meanwhile); another replica owns these messages.
+			e.log.Warn("retries fenced: the lease expired before the publish failed; another replica owns these messages",
+				"shard", w.shard, "stale", stale, "retries", len(retries))
+		}
 		head, known = mergeHead(head, applied.Heads, w.shard, known)
 	}
 	// The shard's head after settling (retries and put-backs may make it earlier than the
