@@ -357,3 +357,63 @@ func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	}
 	return sum
 }
+
+// slowAcks is the store with every Ack taking 20 ms longer (a Redis under load): groups
+// that complete meanwhile must be settled together, not one Ack call each.
+type slowAcks struct {
+	*delaystore.Store
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *slowAcks) Ack(ctx context.Context, rs []delaystore.Receipt) (delaystore.Applied, error) {
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.Ack(ctx, rs)
+}
+
+// counting counts Publish calls (one per target group).
+type counting struct {
+	message.Publisher
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *counting) Publish(topic string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	return c.Publisher.Publish(topic, msgs...)
+}
+
+// TestSettlerCoalesces: 1,000 messages due at once to 100 targets make hundreds of target
+// groups; a shard's settler sends the acks of every group that completed while its last
+// Ack call ran in one call, so there are far fewer Ack calls than groups.
+func TestSettlerCoalesces(t *testing.T) {
+	st := &slowAcks{Store: storetest.New(t, 30*time.Second)}
+	gc := newBroker(t)
+	p := &counting{Publisher: gc}
+	now := time.Now().UnixMilli()
+	var reqs []delaystore.ParkRequest
+	for i := range 1000 {
+		reqs = append(reqs, delaystore.ParkRequest{ID: fmt.Sprintf("c-%d", i), Replace: true, Absolute: true, At: now,
+			Envelope: delaystore.Envelope{Target: fmt.Sprintf("nats:t%d", i%100), Source: "nats:delay.in"}})
+	}
+	if _, err := st.Park(context.Background(), reqs); err != nil {
+		t.Fatal(err)
+	}
+	runEgress(t, Config{}, st, map[string]message.Publisher{"nats": p})
+	waitEmpty(t, st.Store)
+	st.mu.Lock()
+	acks := st.calls
+	st.mu.Unlock()
+	p.mu.Lock()
+	groups := p.calls
+	p.mu.Unlock()
+	t.Logf("%d target groups settled in %d Ack calls", groups, acks)
+	if acks*4 > groups {
+		t.Fatalf("%d Ack calls for %d groups: settlements are not coalesced", acks, groups)
+	}
+}
