@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 )
@@ -33,9 +34,13 @@ func (s *settler) close() { close(s.in) }
 
 // runSettler settles w's completed groups until the queue is closed and drained. Its Redis
 // calls use a context detached from ctx (so settling finishes at shutdown), each bounded
-// by DrainTimeout.
+// by DrainTimeout, and all of them ending DrainTimeout after ctx (what is not settled by
+// then comes back after the lease).
 func (e *Egress) runSettler(ctx context.Context, w *worker) {
-	sctx := context.WithoutCancel(ctx)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(e.cfg.DrainTimeout, cancel) })
+	defer stop()
 	for st := range w.settle.in {
 		round := []*settlement{st}
 	more:
