@@ -49,6 +49,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_TOMBSTONE_TTL", "0s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
+	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -165,6 +166,7 @@ func TestDefaultsTyped(t *testing.T) {
 			ShutdownTimeout: 25 * time.Second,
 			MaxAttempts:     10,
 			RetryBackoff:    time.Second,
+			TargetInflight:  256,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -234,6 +236,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		ShutdownTimeout: time.Minute,
 		MaxAttempts:     3,
 		RetryBackoff:    time.Second,
+		TargetInflight:  256,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

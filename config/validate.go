@@ -218,6 +218,9 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	if c.MaxAttempts < 1 {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
 	}
+	if c.TargetInflight < 1 {
+		add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
+	}
 	return ps
 }
 

@@ -15,8 +15,12 @@ type ShardGauge struct {
 	// OldestOverdue is how long the shard's earliest entry has been due (Now minus its
 	// score) when that score is at or before Now, else 0. A claimed message's score is its
 	// lease expiry, so a message being delivered is not overdue until its lease ran out.
+	// A message in retry (its last publish failed) counts from its due time as scheduled.
 	OldestOverdue time.Duration
-	// Overdue counts the entries whose score is at or before Now.
+	// Overdue counts the entries whose score is at or before Now, plus the messages in
+	// retry whose due time as scheduled is at or before Now (the retry set: their score is
+	// the next attempt's time). A message in retry whose backoff has run out and that is
+	// not claimed yet is in both counts for that moment.
 	Overdue int64
 	// DueWithin[i] counts the entries due after Now and at or before Now + horizons[i].
 	DueWithin []int64
@@ -32,7 +36,7 @@ type Observation struct {
 
 // Observe reads the gauges an operator watches, in two round trips: TIME, then one
 // pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, and once per horizon) per
-// shard. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
+// shard, and ZRANGE 0 0 WITHSCORES and ZCOUNT of the shard's retry set. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
 // cheap enough for every scrape. Shards are not one atomic snapshot. It blocks until Redis
 // answered or ctx is done.
 func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observation, error) {
@@ -47,6 +51,9 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 		head    *redis.ZSliceCmd
 		overdue *redis.IntCmd
 		within  []*redis.IntCmd
+		// retryHead and retryOverdue read the retry set ({P:s}:r, scored by due).
+		retryHead    *redis.ZSliceCmd
+		retryOverdue *redis.IntCmd
 	}
 	cmds := make([]shardCmds, s.shards)
 	pipe := s.rdb.Pipeline()
@@ -55,6 +62,9 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 			card:    pipe.ZCard(ctx, k.z),
 			head:    pipe.ZRangeWithScores(ctx, k.z, 0, 0),
 			overdue: pipe.ZCount(ctx, k.z, "-inf", nowArg),
+
+			retryHead:    pipe.ZRangeWithScores(ctx, k.r, 0, 0),
+			retryOverdue: pipe.ZCount(ctx, k.r, "-inf", nowArg),
 		}
 		for _, h := range horizons {
 			c.within = append(c.within, pipe.ZCount(ctx, k.z, "("+nowArg, fmt.Sprint(now+ceilMS(h))))
@@ -69,14 +79,7 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 		if g.Parked, err = c.card.Result(); err != nil {
 			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
 		}
-		head, err := headOf(c.head)
-		if err != nil {
-			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
-		}
-		if head >= 0 && head <= now {
-			g.OldestOverdue = time.Duration(now-head) * time.Millisecond
-		}
-		if g.Overdue, err = c.overdue.Result(); err != nil {
+		if err := overdueOf(&g, now, c.head, c.retryHead, c.overdue, c.retryOverdue); err != nil {
 			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
 		}
 		for j, w := range c.within {
@@ -87,6 +90,32 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 		obs.Shards[i] = g
 	}
 	return obs, nil
+}
+
+// overdueOf sets g's Overdue and OldestOverdue from the head and overdue count of the
+// shard's ZSET and of its retry set.
+func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overdue, retryOverdue *redis.IntCmd) error {
+	oldest := int64(-1)
+	for _, c := range []*redis.ZSliceCmd{head, retryHead} {
+		h, err := headOf(c)
+		if err != nil {
+			return err
+		}
+		if h >= 0 && h <= now && (oldest < 0 || h < oldest) {
+			oldest = h
+		}
+	}
+	if oldest >= 0 {
+		g.OldestOverdue = time.Duration(now-oldest) * time.Millisecond
+	}
+	for _, c := range []*redis.IntCmd{overdue, retryOverdue} {
+		n, err := c.Result()
+		if err != nil {
+			return err
+		}
+		g.Overdue += n
+	}
+	return nil
 }
 
 // ScriptTimer returns a go-redis hook that reports the round trip of every call of the

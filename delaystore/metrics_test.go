@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Observe counts parked, overdue and upcoming messages per shard and measures the oldest
@@ -108,5 +110,66 @@ func TestScriptTimer(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Fatalf("observed %v, want %v", seen, want)
+	}
+}
+
+// A message in retry stays overdue (counted from its due time as scheduled) although its
+// score is the next attempt's time; a put-back message does not enter the retry set and
+// keeps its attempts; ack, cancel and a replacing park take an id out of the retry set.
+func TestRetrySetOverdue(t *testing.T) {
+	f := setup(t)
+	now := f.now(t)
+	ids := idsOnShard(f.s, 1, 4, "retrying")
+	for i, id := range ids {
+		f.park(t, ParkRequest{ID: id, Absolute: true, At: now - 5_000, Envelope: sampleEnvelope(i)})
+	}
+	c, err := f.s.Claim(t.Context(), 1, 10)
+	if err != nil || len(c.Messages) != 4 {
+		t.Fatalf("claim: %v, %d messages", err, len(c.Messages))
+	}
+	reqs := []RetryRequest{{Receipt: c.Messages[0].Receipt, Backoff: time.Hour},
+		{Receipt: c.Messages[1].Receipt, Backoff: time.Hour},
+		{Receipt: c.Messages[2].Receipt, Backoff: time.Hour},
+		{Receipt: c.Messages[3].Receipt, Backoff: time.Hour, PutBack: true}}
+	if a, err := f.s.Retry(t.Context(), reqs); err != nil || a.N != 4 {
+		t.Fatalf("retry: %v, %d applied", err, a.N)
+	}
+	overdue := func(want int64) {
+		t.Helper()
+		obs, err := f.s.Observe(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := obs.Shards[1]
+		if g.Overdue != want || (want > 0) != (g.OldestOverdue >= 5*time.Second) {
+			t.Fatalf("shard 1 = %+v, want %d overdue (oldest >= 5s when any)", g, want)
+		}
+	}
+	overdue(3) // the put-back one is not overdue: it was never tried
+	if m, err := f.s.Get(t.Context(), c.Messages[3].ID); err != nil || m.Attempts != 0 {
+		t.Fatalf("put back: %+v %v, want attempts 0", m, err)
+	}
+	if m, err := f.s.Get(t.Context(), c.Messages[0].ID); err != nil || m.Attempts != 1 {
+		t.Fatalf("retried: %+v %v, want attempts 1", m, err)
+	}
+	if _, err := f.s.Cancel(t.Context(), c.Messages[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	f.park(t, ParkRequest{ID: c.Messages[1].ID, Replace: true, Delay: time.Hour, Envelope: sampleEnvelope(9)})
+	overdue(1)
+	if err := f.rdb.ZAdd(t.Context(), f.s.keys[1].z, redis.Z{Score: float64(now - 1), Member: c.Messages[2].ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := f.s.Claim(t.Context(), 1, 1)
+	if err != nil || len(c2.Messages) != 1 || c2.Messages[0].ID != c.Messages[2].ID {
+		t.Fatalf("claim again: %v %+v", err, c2.Messages)
+	}
+	overdue(1) // being retried again: still overdue
+	if a, err := f.s.Ack(t.Context(), []Receipt{c2.Messages[0].Receipt}); err != nil || a.N != 1 {
+		t.Fatalf("ack: %v %+v", err, a)
+	}
+	overdue(0)
+	if n, err := f.rdb.Exists(t.Context(), f.s.keys[1].r).Result(); err != nil || n != 0 {
+		t.Fatalf("retry set still exists (%d, %v)", n, err)
 	}
 }

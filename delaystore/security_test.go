@@ -137,7 +137,7 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		f.Add(s, []byte(s))
 	}
 	fx := newFixture(f, testredis.URL(f))
-	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t|r)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
 	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {
 		id := "id-" + s

@@ -55,10 +55,12 @@ type Store struct {
 // them.
 type shardKeys struct {
 	z, m    string
+	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	zmt     []string // z, m, t
-	zmSeqT  []string // z, m, seq, t
+	zmR     []string // z, m, r: retry
+	zmtR    []string // z, m, t, r: ack, cancel
+	zmSeqTR []string // z, m, seq, t, r: park
 	shardID string   // the shard number as a decimal string
 }
 
@@ -117,12 +119,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-		z, m, seq, t := tag+":z", tag+":m", tag+":seq", tag+":t"
+		z, m, seq, t, r := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r"
 		s.keys[i] = shardKeys{
-			z: z, m: m, epoch: tag + ":epoch",
+			z: z, m: m, r: r, epoch: tag + ":epoch",
 			zm:      []string{z, m},
-			zmt:     []string{z, m, t},
-			zmSeqT:  []string{z, m, seq, t},
+			zmR:     []string{z, m, r},
+			zmtR:    []string{z, m, t, r},
+			zmSeqTR: []string{z, m, seq, t, r},
 			shardID: strconv.Itoa(i),
 		}
 	}
@@ -258,7 +261,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeqT, args: args}
+		calls[ci] = call{keys: s.keys[sh].zmSeqTR, args: args}
 	}
 	cmds := s.evalPipelined(ctx, s.park, calls)
 	s.mem.note(cmds)
@@ -343,27 +346,37 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 // receipts again is harmless.
 func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 	lead := []any{strconv.FormatInt(s.tombMS, 10)}
-	return s.fenced(ctx, "ack", s.ack, func(k shardKeys) []string { return k.zmt }, lead, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fenced(ctx, "ack", s.ack, func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
 }
 
-// Retry reschedules claimed messages after a failed delivery: attempts + 1, next claim at
-// Redis time + Backoff, rounded up to the millisecond and at least 1ms (so the next claim's
-// token is always larger than the retried one's). Same fence, batching, blocking and
-// partial results as Ack.
+// Retry reschedules claimed messages after a failed delivery: attempts + 1, the id enters
+// the shard's retry set (counted as overdue once its due time passed, until it is acked,
+// cancelled or replaced), next claim at Redis time + Backoff, rounded up to the millisecond
+// and at least 1ms (so the next claim's token is always larger than the retried one's). A
+// request with PutBack only moves the next claim (no attempt, no retry set). Same fence,
+// batching, blocking and partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
-	return s.fenced(ctx, "retry", s.retry, func(k shardKeys) []string { return k.zm }, nil, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fenced(ctx, "retry", s.retry, func(k shardKeys) []string { return k.zmR }, nil, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		if r.Backoff < 0 {
 			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
 		}
 		return r.Receipt, []any{
 			r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10),
-			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10),
+			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10), countArg(r.PutBack),
 		}, nil
 	})
+}
+
+// countArg is retry.lua's count flag: "0" for a put-back, "1" for a failed attempt.
+func countArg(putBack bool) string {
+	if putBack {
+		return "0"
+	}
+	return "1"
 }
 
 // fenced runs ack or retry: keysOf picks the script's keys of a shard, lead are the
@@ -429,7 +442,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmt, id, s.tombMS).Int64()
+	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmtR, id, s.tombMS).Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}

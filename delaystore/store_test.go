@@ -877,7 +877,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 	if _, err := f.s.Stats(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t)$`)
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|r)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()
 	for iter.Next(t.Context()) {

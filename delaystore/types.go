@@ -132,6 +132,9 @@ type RetryRequest struct {
 	Receipt
 	// Backoff is how long from now (Redis time) until the next attempt.
 	Backoff time.Duration
+	// PutBack returns a message that was not published (its target was at its in-flight
+	// limit): only the next claim moves; attempts and the retry set are unchanged.
+	PutBack bool
 }
 
 // Message is a pending message as Get returns it.

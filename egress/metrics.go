@@ -14,14 +14,16 @@ type Metrics struct {
 }
 
 // NewMetrics registers the egress metrics with reg:
-// delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered) and
+// delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered;
+// dead_letter_failed: a dead letter that could not be published, the message is retried;
+// put_back: claimed while its target was at its in-flight limit, put back unpublished) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
 // the Redis clock) and delaybridge_inflight_messages (claimed, not yet settled).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, dead_letter_failed, put_back).",
 		}, []string{"broker", "result"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",
@@ -64,5 +66,13 @@ func (m *Metrics) claimed(n int) {
 func (m *Metrics) settled(n int) {
 	if m != nil {
 		m.inflight.Sub(float64(n))
+	}
+}
+
+// putBack counts messages put back unpublished because their target was at its
+// in-flight limit.
+func (m *Metrics) putBack(broker string, n int) {
+	if m != nil {
+		m.messages.WithLabelValues(broker, "put_back").Add(float64(n))
 	}
 }

@@ -252,12 +252,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	out, err := egress.New(egress.Config{
-		Tracer:       ls.tracer,
-		DLQSubject:   cfg.DLQSubject,
-		MaxAttempts:  cfg.MaxAttempts,
-		BackoffMin:   cfg.RetryBackoff,
-		DrainTimeout: cfg.ShutdownTimeout,
-		Lease:        cfg.Store.Lease,
+		Tracer:         ls.tracer,
+		DLQSubject:     cfg.DLQSubject,
+		MaxAttempts:    cfg.MaxAttempts,
+		BackoffMin:     cfg.RetryBackoff,
+		DrainTimeout:   cfg.ShutdownTimeout,
+		Lease:          cfg.Store.Lease,
+		TargetInflight: cfg.TargetInflight,
 	}, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func newStoreCollector(s *delaystore.Store, redisErr func() error) *storeCollect
 		parkedAll: prometheus.NewDesc("delaybridge_parked_messages_all",
 			"Messages in the delay store (pending and claimed), all shards.", nil, nil),
 		overdue: prometheus.NewDesc("delaybridge_overdue_messages",
-			"Messages past their due time and not being delivered (score at or before the Redis time), all shards.", nil, nil),
+			"Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), all shards.", nil, nil),
 		oldest: prometheus.NewDesc("delaybridge_oldest_overdue_seconds",
 			"How long the shard's earliest message has been due and not delivered (Redis clock); 0 when none is overdue.",
 			[]string{"shard"}, nil),

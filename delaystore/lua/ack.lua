@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- ack: delete delivered messages of one shard, leaving tombstones of their source messages.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms)
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
+--       4 = {P:s}:r (retry set; a deleted id leaves it)
 -- ARGV: 1 = tombstone TTL ms (<= 0: none), then per message 3 values: id, version, token
 -- returns: {acked count, next head score or -1}
 -- An entry is deleted only if its score still equals the claim token and its stored version
@@ -60,6 +61,7 @@ for c = 1, #ids, CHUNK do
   if #del > 0 then
     redis.call('ZREM', z, unpack(del))
     redis.call('HDEL', m, unpack(del))
+    redis.call('ZREM', KEYS[4], unpack(del))
     n = n + #del
   end
 end

@@ -1,6 +1,7 @@
 -- park: hold messages of one shard until they are due.
 -- KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
---       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms)
+--       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
+--       5 = {P:s}:r (retry set; a replaced id leaves it)
 -- ARGV: 1 = wake channel (P:wake), 2 = shard number, then per message 5 values:
 --       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
 -- returns: per message, in ARGV order, {due ms, existed (0 | 1 | 2)}
@@ -96,7 +97,7 @@ end
 
 if #writes > 0 then
   local version = redis.call('INCRBY', KEYS[3], #writes) - #writes
-  local hset, zadd = {}, {}
+  local hset, zadd, replaced = {}, {}, {}
   local earliest = nil
   for _, k in ipairs(writes) do
     version = version + 1
@@ -107,10 +108,12 @@ if #writes > 0 then
     zadd[#zadd + 1] = dueStr
     zadd[#zadd + 1] = id
     if earliest == nil or dues[k] < earliest then earliest = dues[k] end
+    if out[k][2] == 1 then replaced[#replaced + 1] = id end
   end
   local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
   chunked('HSET', m, hset)
   chunked('ZADD', z, zadd)
+  chunked('ZREM', KEYS[5], replaced)
   if head[2] == nil or earliest < tonumber(head[2]) then
     redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
   end

@@ -71,11 +71,11 @@ func secACLCommands(line string) []string {
 }
 
 // secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
-// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch and p:shards. Nothing a user sends may add to them.
+// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:r (retry set) and p:shards. Nothing a user sends may add to them.
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r)$`),
 		regexp.MustCompile(`^` + q + `:shards$`),
 	}
 }

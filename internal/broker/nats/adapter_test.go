@@ -417,6 +417,10 @@ func TestPublishErrorPerMessage(t *testing.T) {
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("cause %v is not a JetStream API error", failed[big.UUID])
 	}
+	var rej *broker.RejectedError
+	if !errors.As(failed[big.UUID], &rej) || rej.Reason != broker.ReasonTooLarge {
+		t.Fatalf("cause %v is not a too_large rejection (the stream's max_msg_size: retrying cannot help)", failed[big.UUID])
+	}
 	if !strings.Contains(err.Error(), "1 of 3") {
 		t.Fatalf("Error() = %q, want a 1 of 3 summary", err)
 	}
@@ -711,5 +715,45 @@ func TestPublishInvalidHeaderFailsAlone(t *testing.T) {
 				t.Fatalf("failed = %v, want only %s with ErrBadHeaderMsg", f, bad.UUID)
 			}
 		})
+	}
+}
+
+// A stream that stores but never acknowledges (NoAck) holds more publishes than nats.go's
+// window of pending acknowledgements (4,000 by default); publishes to another stream
+// through the same publisher still complete at once instead of stalling behind it.
+func TestHangingStreamDoesNotStallOthers(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "HANG", Subjects: []string{"hang.>"}, NoAck: true}); err != nil {
+		t.Fatal(err)
+	}
+	pub := e.publisher(t, wmnats.PublisherConfig{PublishTimeout: 4 * time.Second})
+	const stuck = 4100
+	hung := make(chan error, 1)
+	go func() {
+		msgs := make([]*message.Message, stuck)
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), []byte("x"))
+		}
+		hung <- pub.Publish("hang.x", msgs...)
+	}()
+	// The hanging stream stores what it gets: wait until the window is full.
+	deadline := time.Now().Add(waitFor)
+	for e.streamMsgs(t, "HANG") < 4000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("HANG holds %d messages, want 4000", e.streamMsgs(t, "HANG"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	err := pub.Publish("js.ok", message.NewMessage(watermill.NewUUID(), []byte("ok")))
+	took := time.Since(start)
+	t.Logf("publish to a healthy stream beside %d unacknowledged: %s (%v)", stuck, took, err)
+	if err != nil || took > time.Second {
+		t.Fatalf("healthy publish took %s: %v", took, err)
+	}
+	if err := <-hung; err == nil {
+		t.Fatal("publishes to a stream that never acknowledges succeeded")
 	}
 }

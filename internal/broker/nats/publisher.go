@@ -29,6 +29,10 @@ const (
 // dropped, and if that is not enough, all of them.
 const maxStreamCacheEntries = 10_000
 
+// maxStreamPublishers bounds the per-stream JetStream contexts; streams beyond it share
+// the publisher's own context (and its window of pending acknowledgements).
+const maxStreamPublishers = 1_000
+
 var _ message.Publisher = (*Publisher)(nil)
 
 // PublisherConfig configures a [Publisher]. The zero value is valid.
@@ -72,6 +76,12 @@ type Publisher struct {
 	cacheMu sync.Mutex
 	cache   map[string]streamEntry
 
+	// byStream holds one JetStream context per stream for async publishes: each has its
+	// own window of pending acknowledgements (PublishAsyncMaxPending), so a stream that
+	// never acknowledges cannot stall the publishes to another stream.
+	byStreamMu sync.Mutex
+	byStream   map[string]jetstream.JetStream
+
 	viol *violations
 }
 
@@ -98,12 +108,13 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 	v := newViolations()
 	v.install(nc)
 	return &Publisher{
-		nc:    nc,
-		js:    js,
-		cfg:   cfg,
-		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
-		cache: make(map[string]streamEntry),
-		viol:  v,
+		nc:       nc,
+		js:       js,
+		cfg:      cfg,
+		log:      loggerOrDiscard(logger).With("component", "nats.publisher"),
+		cache:    make(map[string]streamEntry),
+		byStream: make(map[string]jetstream.JetStream),
+		viol:     v,
 	}, nil
 }
 
@@ -114,7 +125,9 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // captures topic (looked up once per StreamCacheTTL; a server without JetStream means
 // none), the messages are published asynchronously, then Publish waits for all the
 // publish acknowledgements (a duplicate within the stream's window counts as
-// confirmed). Otherwise each message is a core publish, and a single flush confirms that
+// confirmed). Each stream has its own window of pending acknowledgements, so a stream that
+// stores but never acknowledges delays only the publishes to itself. Otherwise each
+// message is a core publish, and a single flush confirms that
 // the server has them all (core NATS drops a message nobody subscribes to: that is not
 // an error).
 //
@@ -122,9 +135,10 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // awaited, fails. A publish the server refuses for lack of permission (reported
 // asynchronously: NewPublisher chains a recorder in front of the connection's error
 // handler) fails with a [*broker.RejectedError] of reason forbidden, one larger than the
-// server's max_payload with reason too_large. While the connection is reconnecting
-// nothing is queued in the client (use a connection with ReconnectBufSize -1, as
-// [Connect] makes): the publish fails at once and the caller tries again later. When some messages fail, the error is a [*broker.PublishError] naming them
+// server's max_payload or the stream's max_msg_size with reason too_large. While the
+// connection is reconnecting nothing is queued in the client (use a connection with
+// ReconnectBufSize -1, as [Connect] makes): the publish fails at once and the caller tries
+// again later. When some messages fail, the error is a [*broker.PublishError] naming them
 // (the others are confirmed); when the call fails as a whole (closed publisher or
 // connection, stream lookup, flush), a plain error. Messages are not modified.
 //
@@ -158,8 +172,28 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.publishCore(ctx, topic, msgs)
 }
 
+// jetStreamFor returns the JetStream context that publishes to stream: its own, created on
+// first use (at most maxStreamPublishers of them; further streams share p.js).
+func (p *Publisher) jetStreamFor(stream string) jetstream.JetStream {
+	p.byStreamMu.Lock()
+	defer p.byStreamMu.Unlock()
+	if js, ok := p.byStream[stream]; ok {
+		return js
+	}
+	if len(p.byStream) >= maxStreamPublishers {
+		return p.js
+	}
+	js, err := jetstream.New(p.nc, jetstream.WithPublishAsyncTimeout(p.cfg.PublishTimeout))
+	if err != nil {
+		return p.js
+	}
+	p.byStream[stream] = js
+	return js
+}
+
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
 	start := time.Now()
+	js := p.jetStreamFor(stream)
 	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
@@ -171,7 +205,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		if msg.UUID != "" {
 			opts = append(opts, jetstream.WithMsgID(msg.UUID))
 		}
-		f, err := p.js.PublishMsgAsync(toNATS(topic, msg), opts...)
+		f, err := js.PublishMsgAsync(toNATS(topic, msg), opts...)
 		if err != nil {
 			perr.Add(msg.UUID, classify(err))
 			continue
@@ -214,7 +248,7 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				p.forget(topic) // the stream may be gone: look it up again next time
 			}
-			return err
+			return classify(err)
 		case <-msg.Context().Done():
 			return fmt.Errorf("message context: %w", msg.Context().Err())
 		case <-ctx.Done():
@@ -261,9 +295,11 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 	return perr
 }
 
-// classify marks the synchronous errors that no retry can fix as rejections.
+// classify marks the errors that no retry can fix as rejections: a message over the
+// server's max_payload (refused by the client), or over the stream's max_msg_size (refused
+// in the publish acknowledgement).
 func classify(err error) error {
-	if errors.Is(err, natsgo.ErrMaxPayload) {
+	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
 		return broker.Reject(broker.ReasonTooLarge, err)
 	}
 	return err
@@ -321,13 +357,19 @@ func (p *Publisher) forget(subject string) {
 	p.cacheMu.Unlock()
 }
 
-// Close makes later Publish calls fail with [ErrClosed] and waits for the calls in
-// progress (each bounded by PublishTimeout). It does not close the connection.
-// Idempotent; always returns nil.
+// Close makes later Publish calls fail with [ErrClosed], waits for the calls in progress
+// (each bounded by PublishTimeout) and removes the per-stream reply subscriptions. It does
+// not close the connection. Idempotent; always returns nil.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.inflight.Wait()
+	p.byStreamMu.Lock()
+	defer p.byStreamMu.Unlock()
+	for name, js := range p.byStream {
+		js.CleanupPublisher()
+		delete(p.byStream, name)
+	}
 	return nil
 }

@@ -1,0 +1,254 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
+)
+
+// outgoing is one claimed message on its way to a broker.
+type outgoing struct {
+	claimed delaystore.Claimed
+	broker  string
+	topic   string
+	msg     *message.Message
+	err     error
+	span    trace.Span
+}
+
+// dispatch splits a claimed batch of w's shard by target. Each target takes what its
+// in-flight limit allows and is published in its own goroutine (runGroup), so no target
+// waits for another; the rest is put back unpublished, through the settler, for the
+// limiter's delay. fence is a moment before the claim: the lease runs from after it.
+func (e *Egress) dispatch(ctx context.Context, w *worker, claimed []delaystore.Claimed, fence time.Time) {
+	failpoint.Inject(failpoint.AfterClaim)
+	e.metrics.claimed(len(claimed))
+	groups := map[string][]delaystore.Claimed{}
+	var order []string
+	for _, c := range claimed {
+		if _, ok := groups[c.Envelope.Target]; !ok {
+			order = append(order, c.Envelope.Target)
+		}
+		groups[c.Envelope.Target] = append(groups[c.Envelope.Target], c)
+	}
+	var back []delaystore.RetryRequest
+	for _, target := range order {
+		g := groups[target]
+		n, wait := e.limits.acquire(target, len(g))
+		for _, c := range g[n:] {
+			back = append(back, delaystore.RetryRequest{Receipt: c.Receipt, Backoff: wait, PutBack: true})
+		}
+		if n < len(g) {
+			broker, _, _ := strings.Cut(target, ":")
+			e.metrics.putBack(broker, len(g)-n)
+		}
+		if n > 0 {
+			w.groups.Add(1)
+			go func() {
+				defer w.groups.Done()
+				w.settle.submit(e.runGroup(ctx, target, g[:n], fence))
+			}()
+		}
+	}
+	if len(back) > 0 {
+		e.log.Debug("targets at their in-flight limit; messages put back", "shard", w.shard, "count", len(back))
+		w.settle.submit(&settlement{retries: back, n: len(back)})
+	}
+}
+
+// runGroup publishes the messages of one target (one Publish call) and returns their
+// settlement: acks for the confirmed ones and the dead-lettered ones, retries for the
+// rest. It uses a context detached from ctx, bounded by DrainTimeout, so a group claimed
+// before shutdown is finished; the messages' own context ends 4/5 of the lease after
+// fence. The target's limiter slots are released as soon as Publish returns.
+func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaystore.Claimed, fence time.Time) *settlement {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
+	defer cancel()
+	mctx := dctx
+	if e.cfg.Lease > 0 {
+		var mcancel context.CancelFunc
+		mctx, mcancel = context.WithDeadline(dctx, fence.Add(e.cfg.Lease*4/5))
+		defer mcancel()
+	}
+	group := make([]*outgoing, len(claimed))
+	for i, c := range claimed {
+		o := &outgoing{claimed: c}
+		o.broker, o.topic, _ = strings.Cut(target, ":")
+		o.msg = outputMessage(c)
+		o.msg.SetContext(mctx)
+		o.span = e.startSpan(o)
+		group[i] = o
+	}
+	e.publish(group)
+	confirmedAt := e.clock.redisNow(e.now())
+	published := 0
+	for _, o := range group {
+		if o.err == nil {
+			published++
+		}
+	}
+	e.limits.release(target, len(group), published > 0)
+	failpoint.Inject(failpoint.AfterPublish)
+	return e.outcomes(dctx, group, confirmedAt)
+}
+
+// outcomes ends the spans of a published group and decides each message's fate:
+// confirmed -> ack (lateness observed at confirmedAt, the group's return); rejected or out
+// of attempts -> dead letter, then ack; otherwise (or when the dead letter fails) retry.
+func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
+	st := &settlement{n: len(group)}
+	var firstErr error
+	for _, o := range group {
+		if o.err != nil {
+			o.span.SetStatus(codes.Error, o.err.Error())
+		}
+		o.span.End()
+		switch {
+		case o.err == nil:
+			st.acks = append(st.acks, o.claimed.Receipt)
+			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
+			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
+		case e.permanent(o) && e.deadLetter(ctx, o) == nil:
+			st.acks = append(st.acks, o.claimed.Receipt)
+		default:
+			backoff := e.backoff(o.claimed.Attempts + 1)
+			st.retries = append(st.retries, delaystore.RetryRequest{Receipt: o.claimed.Receipt, Backoff: backoff})
+			e.metrics.out(o.broker, "retried")
+			e.log.Debug("publish failed; will retry", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+				"attempt", o.claimed.Attempts+1, "backoff", backoff, "err", o.err)
+			if firstErr == nil {
+				firstErr = o.err
+			}
+		}
+	}
+	if len(st.retries) > 0 {
+		e.log.Warn("publishes failed; retrying with backoff", "target", group[0].claimed.Envelope.Target,
+			"failed", len(st.retries), "group", len(group), "first_err", firstErr)
+	}
+	return st
+}
+
+// publish sends one group (same target) in one Publish call and records per-message
+// outcomes in the group's entries.
+func (e *Egress) publish(group []*outgoing) {
+	first := group[0]
+	pub := e.publishers[first.broker]
+	if pub == nil {
+		err := fmt.Errorf("broker %q of target %q is not configured", first.broker, first.claimed.Envelope.Target)
+		for _, o := range group {
+			o.err = err
+		}
+		return
+	}
+	msgs := make([]*message.Message, len(group))
+	for i, o := range group {
+		msgs[i] = o.msg
+	}
+	err := pub.Publish(first.topic, msgs...)
+	if err == nil {
+		return
+	}
+	var partial PartialFailure
+	if errors.As(err, &partial) {
+		failed := partial.FailedMessages()
+		for _, o := range group {
+			o.err = failed[o.msg.UUID]
+		}
+		return
+	}
+	for _, o := range group {
+		o.err = err
+	}
+}
+
+// permanent reports whether o's failure ends its attempts: the target rejected it for
+// good, or it has had MaxAttempts.
+func (e *Egress) permanent(o *outgoing) bool {
+	if _, ok := rejected(o.err); ok {
+		return true
+	}
+	return o.claimed.Attempts+1 >= e.cfg.MaxAttempts
+}
+
+// deadLetter publishes a message that was rejected by its target or ran out of attempts
+// to the dead-letter subject of its source broker (for the HTTP source: of its target
+// broker). x-delay-error is "<reason>: <error>" for a rejection, else "publish_failed: ...".
+// A dead letter the subject refuses as too large is sent again without its payload, with
+// x-delay-original-size. ctx bounds the dead-letter publish (the message's own context
+// may have ended). When it fails, the message is retried (the caller), and this is logged
+// at Error and counted as dead_letter_failed: it is never silently stuck.
+func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
+	broker, _, _ := strings.Cut(o.claimed.Envelope.Source, ":")
+	pub := e.publishers[broker]
+	if pub == nil {
+		broker = o.broker
+		pub = e.publishers[broker]
+	}
+	if pub == nil {
+		e.metrics.out(o.broker, "dead_letter_failed")
+		e.log.Error("no publisher for the dead letter; the message stays in the store", "id", o.claimed.ID, "broker", broker)
+		return fmt.Errorf("no publisher for dead letters of %s", o.claimed.ID)
+	}
+	reason, _ := rejected(o.err)
+	if reason == "" {
+		reason = "publish_failed"
+	}
+	dead := e.deadMessage(ctx, o, true)
+	err := pub.Publish(e.cfg.DLQSubject, dead)
+	if r, ok := rejected(err); ok && r == reasonTooLarge && len(o.msg.Payload) > 0 {
+		e.log.Warn("dead letter too large; dead-lettering it without its payload", "id", o.claimed.ID, "size", len(o.msg.Payload))
+		err = pub.Publish(e.cfg.DLQSubject, e.deadMessage(ctx, o, false))
+	}
+	if err != nil {
+		e.metrics.out(o.broker, "dead_letter_failed")
+		e.log.Error("dead-letter publish failed; the message stays in the store and is retried", "id", o.claimed.ID,
+			"target", o.claimed.Envelope.Target, "reason", reason, "attempts", o.claimed.Attempts+1, "err", err)
+		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
+	}
+	e.metrics.out(o.broker, "dead_lettered")
+	e.log.Warn("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
+	return nil
+}
+
+// deadMessage is the dead letter of o: its output headers, x-target and x-delay-error, and
+// the payload (withPayload) or instead x-delay-original-size.
+func (e *Egress) deadMessage(ctx context.Context, o *outgoing, withPayload bool) *message.Message {
+	payload := o.msg.Payload
+	if !withPayload {
+		payload = nil
+	}
+	dead := message.NewMessage(o.msg.UUID+":dlq", payload)
+	for k, v := range o.msg.Metadata {
+		dead.Metadata.Set(k, v)
+	}
+	dead.Metadata.Set(HeaderTarget, o.claimed.Envelope.Target)
+	if reason, ok := rejected(o.err); ok {
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
+	} else {
+		dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+	}
+	if !withPayload {
+		dead.Metadata.Set(HeaderOriginalSize, strconv.Itoa(len(o.msg.Payload)))
+	}
+	dead.SetContext(ctx)
+	return dead
+}
+
+func (e *Egress) backoff(attempt int) time.Duration {
+	d := e.cfg.BackoffMin
+	for i := 1; i < attempt && d < e.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, e.cfg.BackoffMax)
+}

@@ -1,0 +1,108 @@
+package egress
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/tracing"
+)
+
+// startSpan starts the publish span of o: a child of the message's traceparent, linked
+// to the ingress span stored with it (tracing.IngressSpanKey).
+func (e *Egress) startSpan(o *outgoing) trace.Span {
+	env := o.claimed.Envelope
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("messaging.system", o.broker),
+		attribute.String("messaging.destination.name", o.topic),
+		attribute.String("messaging.message.id", o.claimed.ID),
+		attribute.Int64("delaybridge.due_ms", o.claimed.Due),
+		attribute.Int("delaybridge.attempt", o.claimed.Attempts+1))}
+	if v, ok := env.Headers.Get(tracing.IngressSpanKey); ok {
+		if sc := tracing.ParseSpanContext(v); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	_, span := e.cfg.Tracer.Start(tracing.Extract(context.Background(), env.Headers), "delaybridge publish", opts...)
+	return span
+}
+
+// outputMessage builds the message for the target: the stored headers plus x-delay-id,
+// x-delay-due and x-delay-source. Its UUID "<id>:<version>" is unique per scheduled
+// firing (the NATS adapter sends it as Nats-Msg-Id).
+func outputMessage(c delaystore.Claimed) *message.Message {
+	env := c.Envelope
+	hs := make(headers.List, 0, len(env.Headers)+3)
+	for _, f := range env.Headers {
+		if f.Key != tracing.IngressSpanKey {
+			hs = append(hs, f)
+		}
+	}
+	hs.Add(HeaderID, c.ID)
+	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
+	hs.Add(HeaderSource, env.Source)
+	// SPEC section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
+	// and a message from NATS gets its x-kafka-key header as the record key.
+	var extra map[string]string
+	key := env.Key
+	toKafka := strings.HasPrefix(env.Target, "kafka:")
+	if key == nil && toKafka {
+		if v, ok := env.Headers.Get(HeaderKafkaKey); ok {
+			key = []byte(v)
+		}
+	}
+	if key != nil {
+		if toKafka {
+			extra = map[string]string{headers.MetaKafkaKey: string(key)}
+		} else if _, ok := env.Headers.Get(HeaderKafkaKey); !ok {
+			hs.Add(HeaderKafkaKey, string(key))
+		}
+	}
+	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)
+	msg.Metadata = headers.ToMetadata(hs, extra)
+	return msg
+}
+
+// redisClock maps Redis server time (unix ms) onto the local monotonic clock, from the
+// last observed pair. Safe for concurrent use.
+type redisClock struct {
+	mu    sync.Mutex
+	at    time.Time
+	redis int64
+}
+
+// observe records that the Redis time was redisMs at (or just before) local.
+func (c *redisClock) observe(redisMs int64, local time.Time) {
+	c.mu.Lock()
+	c.at, c.redis = local, redisMs
+	c.mu.Unlock()
+}
+
+// local is the local time at which the Redis clock reads redisMs. Before the first
+// observation it assumes the clocks agree.
+func (c *redisClock) local(redisMs int64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return time.UnixMilli(redisMs)
+	}
+	return c.at.Add(time.Duration(redisMs-c.redis) * time.Millisecond)
+}
+
+// redisNow estimates the Redis time at local time t.
+func (c *redisClock) redisNow(t time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return t.UnixMilli()
+	}
+	return c.redis + t.Sub(c.at).Milliseconds()
+}
