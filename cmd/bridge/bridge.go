@@ -210,7 +210,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			Security: kafkaSec,
 			// As a Java producer: the broker's auto.create.topics.enable decides.
 			AllowAutoTopicCreation: true,
-			MaxRecordBytes:         cfg.Kafka.MaxMessageBytes,
+			MaxRecordBytes:         kafkaRecordLimit(cfg.Kafka.MaxMessageBytes),
 		}, logger)
 		if err != nil {
 			return fmt.Errorf("kafka publisher: %w", err)
@@ -244,7 +244,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		MaxHeaders:     cfg.MaxHeaders,
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		MaxHops:        cfg.MaxHops,
-		Limits:         brokerLimits(natsMaxPayload, cfg.Kafka.MaxMessageBytes),
+		Limits:         brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes)),
 	}
 	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer}, store, sources, publishers, logger, inMetrics)
 	if err != nil {
@@ -333,6 +333,18 @@ func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler
 		return httpapi.ServeListener(ctx, ln, h, sc, logger)
 	}
 	return httpapi.Serve(ctx, addr, h, sc, logger)
+}
+
+// kafkaBatchOverhead is what a broker counts against message.max.bytes beyond the
+// records kafka-go counts against its batch limit: the record batch header (61 bytes),
+// rounded up.
+const kafkaBatchOverhead = 128
+
+// kafkaRecordLimit is the largest record the bridge sends to a Kafka broker whose
+// message.max.bytes is maxMessageBytes (BRIDGE_KAFKA_MAX_MESSAGE_BYTES): the producer's
+// batch limit and ingress's check, so that a full batch still fits the broker's limit.
+func kafkaRecordLimit(maxMessageBytes int) int {
+	return maxMessageBytes - kafkaBatchOverhead
 }
 
 // brokerLimits is ingress's view of the target brokers' size limits: NATS's
