@@ -198,6 +198,8 @@ var storeDocs = map[string]string{
 	"KEY_PREFIX": "namespace of every Redis key",
 	"SHARDS":     "shards of the delay store, 1-4096; must be equal on all replicas (checked)",
 	"LEASE":      "how long a claimed message may stay unconfirmed before another replica may take it",
+	"TOMBSTONE_TTL": "how long after delivery a redelivery of the same source message (JetStream, Kafka) is acked without being parked again; " +
+		"0: BRIDGE_NATS_ACK_WAIT + 1m; negative: off (extension)",
 }
 
 // VarError is one configuration problem, about one variable. Load and ValidateForRun
@@ -292,6 +294,21 @@ func (c *Config) normalize(vars map[string]string) {
 	if (c.Redis.Cluster() || c.Redis.Sentinel()) && vars[Prefix+"REDIS_URL"] == "" {
 		c.Redis.URL = ""
 	}
+}
+
+// TombstoneMargin is what BRIDGE_TOMBSTONE_TTL adds to BRIDGE_NATS_ACK_WAIT when it is 0:
+// room for a redelivered message to wait in a lane or for Redis, and for a Kafka
+// rebalance.
+const TombstoneMargin = time.Minute
+
+// StoreConfig is c.Store with its derived defaults resolved: TombstoneTTL 0 becomes
+// NATS.AckWait + [TombstoneMargin]. Pass it to delaystore.New.
+func (c Config) StoreConfig() delaystore.Config {
+	sc := c.Store
+	if sc.TombstoneTTL == 0 {
+		sc.TombstoneTTL = c.NATS.AckWait + TombstoneMargin
+	}
+	return sc
 }
 
 // trimList trims each item and drops empty ones; nil when nothing is left.

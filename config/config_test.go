@@ -50,6 +50,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_NATS_MAX_PROGRESS", "0s"},
+	{"BRIDGE_TOMBSTONE_TTL", "0s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_PPROF", "false"},
@@ -212,6 +213,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_MAX_HEADER_BYTES":        "1024",
 		"BRIDGE_MAX_HOPS":                "3",
 		"BRIDGE_LEASE":                   "45s",
+		"BRIDGE_TOMBSTONE_TTL":           "5m",
 		"BRIDGE_HTTP_ADDR":               "0.0.0.0:9090",
 		"BRIDGE_API_ADDR":                ":9091",
 		"BRIDGE_API_TOKEN":               "s3cret",
@@ -224,7 +226,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	got := mustLoad(t, m)
 	want := Config{
 		Redis:               Redis{URL: "rediss://user:pw@redis.example:6380/3"},
-		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second},
+		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute},
 		NATS:                NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second, MaxProgress: -time.Second},
 		Kafka:               Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1", MaxMessageBytes: 2 << 20},
 		CancelSubject:       "sched.cancel",
@@ -312,6 +314,7 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_SHARDS", "-1", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "4097", "must be 1 to 4096"},
 		{"BRIDGE_LEASE", "0s", "BRIDGE_LEASE: 0s: must be > 0"},
+		{"BRIDGE_TOMBSTONE_TTL", "1h1", `BRIDGE_TOMBSTONE_TTL: "1h1" is not a duration`},
 		{"BRIDGE_LEASE", "-5s", "must be > 0"},
 		{"BRIDGE_LEASE", "30", `BRIDGE_LEASE: "30" is not a duration`},
 		{"BRIDGE_LEASE", "100us", "at least 1ms"},
@@ -606,5 +609,29 @@ func TestFormatDuration(t *testing.T) {
 		if got := formatDuration(d); got != want {
 			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestTombstoneTTLDefault: BRIDGE_TOMBSTONE_TTL 0 (the default) becomes
+// BRIDGE_NATS_ACK_WAIT + 1m in StoreConfig; negative is kept (off); an explicit value is
+// kept as is, and refused when shorter than the AckWait of a JetStream source.
+func TestTombstoneTTLDefault(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want time.Duration
+	}{
+		{map[string]string{}, 90 * time.Second},
+		{map[string]string{"BRIDGE_NATS_ACK_WAIT": "5m"}, 6 * time.Minute},
+		{map[string]string{"BRIDGE_TOMBSTONE_TTL": "-1s"}, -time.Second},
+		{map[string]string{"BRIDGE_TOMBSTONE_TTL": "45s", "BRIDGE_NATS_STREAM": "IN"}, 45 * time.Second},
+		{map[string]string{"BRIDGE_TOMBSTONE_TTL": "10s"}, 10 * time.Second}, // Kafka or core NATS: no AckWait
+	} {
+		if got := mustLoad(t, tc.env).StoreConfig().TombstoneTTL; got != tc.want {
+			t.Errorf("%v: TombstoneTTL %s, want %s", tc.env, got, tc.want)
+		}
+	}
+	_, err := Load(map[string]string{"BRIDGE_TOMBSTONE_TTL": "10s", "BRIDGE_NATS_STREAM": "IN"})
+	if err == nil || !strings.Contains(err.Error(), "BRIDGE_TOMBSTONE_TTL: 10s: shorter than BRIDGE_NATS_ACK_WAIT (30s)") {
+		t.Fatalf("TTL below AckWait: %v", err)
 	}
 }

@@ -57,6 +57,10 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("SHARDS", "%d: must be 1 to %d", s, MaxShards)
 	}
 	checkPositiveDuration(add, "LEASE", c.Store.Lease, time.Millisecond)
+	if ttl := c.Store.TombstoneTTL; ttl > 0 && c.NATS.Stream != "" && ttl < c.NATS.AckWait {
+		add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
+			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", formatDuration(ttl), formatDuration(c.NATS.AckWait))
+	}
 
 	// NATS.
 	if c.NATS.URL != "" {

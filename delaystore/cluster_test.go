@@ -35,9 +35,9 @@ func TestCluster(t *testing.T) {
 	for i := range shards {
 		k := s.keys[i]
 		slot := testredis.KeySlot(k.z)
-		for _, key := range k.zmSeq {
+		for _, key := range k.zmSeqT {
 			if testredis.KeySlot(key) != slot {
-				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeq)
+				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeqT)
 			}
 		}
 		o, err := c.Owner(ctx, slot)

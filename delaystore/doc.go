@@ -5,6 +5,7 @@
 // Every state change is one embedded Lua script (lua/*.lua) that takes its time from the
 // Redis server (TIME), so all replicas share one clock and nothing is ever claimed before
 // it is due. Every key of a shard carries the hash tag {prefix:shard}, so the store works
-// unchanged on Redis Cluster. The package knows nothing of brokers or watermill; the data
-// layout is described in docs/design.md.
+// unchanged on Redis Cluster. Claim, ack, retry and cancel declare allow-oom (Redis 7), so
+// a full Redis keeps delivering while it refuses new parks (scripts.go). The package knows
+// nothing of brokers or watermill; the data layout is described in docs/design.md.
 package delaystore

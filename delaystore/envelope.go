@@ -10,8 +10,16 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// bodyFormat is the first byte of every encoded body; a new layout gets a new byte.
-const bodyFormat = 1
+// Body formats: the first byte of every encoded body; a new layout gets a new byte. They
+// differ only in where the source id is: none (format 1, the only one earlier versions
+// wrote), the message id itself (2: a message without x-delay-id, the common case, pays no
+// byte for it), or a uvarint-length-prefixed field after the format byte (3). The Lua
+// scripts read it (sourceOf in park.lua, ack.lua, cancel.lua).
+const (
+	formatNoSource   = 1
+	formatSourceIsID = 2
+	formatSource     = 3
+)
 
 // Key flag values.
 const (
@@ -19,17 +27,26 @@ const (
 	keyPresent = 1
 )
 
-// encodeBody encodes the Go-owned part of a stored envelope: format byte, then
-// uvarint-length-prefixed target and source, key flag (+ key), header count + (key, value)
-// pairs, and the payload up to the end.
-func encodeBody(e Envelope) []byte {
-	n := 1 + 2*binary.MaxVarintLen64 + len(e.Target) + len(e.Source) +
+// encodeBody encodes the Go-owned part of a stored envelope of message id: the format byte
+// (1, 2 or 3, by e.SourceID: empty, equal to id, other), with format 3 the
+// uvarint-length-prefixed source id, then uvarint-length-prefixed target and source, key
+// flag (+ key), header count + (key, value) pairs, and the payload up to the end.
+func encodeBody(e Envelope, id string) []byte {
+	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
 	for _, h := range e.Headers {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
 	b := make([]byte, 0, n)
-	b = append(b, bodyFormat)
+	switch e.SourceID {
+	case "":
+		b = append(b, formatNoSource)
+	case id:
+		b = append(b, formatSourceIsID)
+	default:
+		b = append(b, formatSource)
+		b = appendString(b, e.SourceID)
+	}
 	b = appendString(b, e.Target)
 	b = appendString(b, e.Source)
 	if e.Key == nil {
@@ -52,17 +69,28 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeBody is the inverse of encodeBody. It never panics: malformed input yields an error
-// wrapping ErrCorrupt. The returned Key and Payload alias b.
-func decodeBody(b []byte) (Envelope, error) {
+// decodeBody is the inverse of encodeBody for the body of message id. It never panics:
+// malformed input, and a format 3 source id that is empty or id (which encodeBody writes
+// as format 1 or 2), yield an error wrapping ErrCorrupt. The returned Key and Payload
+// alias b.
+func decodeBody(b []byte, id string) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
-	if b[0] != bodyFormat {
+	d := decoder{b: b[1:]}
+	switch b[0] {
+	case formatNoSource:
+	case formatSourceIsID:
+		e.SourceID = id
+	case formatSource:
+		e.SourceID = string(d.bytes("source id"))
+		if d.err == nil && (e.SourceID == "" || e.SourceID == id) {
+			d.fail("source id written as a field but empty or the message id")
+		}
+	default:
 		return e, fmt.Errorf("%w: unknown body format %d", ErrCorrupt, b[0])
 	}
-	d := decoder{b: b[1:]}
 	e.Target = string(d.bytes("target"))
 	e.Source = string(d.bytes("source"))
 	switch flag := d.byte("key flag"); {
@@ -179,12 +207,12 @@ func parseStored(s string) (stored, error) {
 	return st, nil
 }
 
-// decodeStored parses a whole stored envelope.
-func decodeStored(s string) (stored, Envelope, error) {
+// decodeStored parses a whole stored envelope of message id.
+func decodeStored(s, id string) (stored, Envelope, error) {
 	st, err := parseStored(s)
 	if err != nil {
 		return st, Envelope{}, err
 	}
-	env, err := decodeBody([]byte(st.body))
+	env, err := decodeBody([]byte(st.body), id)
 	return st, env, err
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
+// testID is the message id the envelope tests encode and decode bodies for.
+const testID = "msg-1"
+
 func TestBodyRoundTrip(t *testing.T) {
 	binary := make([]byte, 300)
 	for i := range binary {
@@ -23,6 +26,9 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"nil key", Envelope{Target: "nats:a", Source: "http", Key: nil, Payload: []byte("x")}},
 		{"empty key", Envelope{Target: "nats:a", Source: "http", Key: []byte{}, Payload: []byte("x")}},
 		{"key", Envelope{Target: "kafka:t", Source: "kafka:delay.in", Key: []byte{0, 1, 2, 0xff}}},
+		{"source id", Envelope{SourceID: "js:IN:42", Target: "nats:a", Source: "nats:delay.in", Payload: []byte("x")}},
+		{"source id is the id", Envelope{SourceID: testID, Target: "nats:a", Source: "nats:delay.in", Payload: []byte("x")}},
+		{"long source id", Envelope{SourceID: "kafka:" + string(bytes.Repeat([]byte("t"), 249)) + ":2:9000000000", Target: "kafka:t", Source: "kafka:delay.in"}},
 		{"repeated headers in order", Envelope{
 			Target: "nats:orders.timeout", Source: "nats:delay.in",
 			Headers: headers.List{{Key: "a", Value: "1"}, {Key: "B", Value: ""}, {Key: "a", Value: "2"}, {Key: "", Value: "v"}, {Key: "a", Value: "0"}},
@@ -34,8 +40,12 @@ func TestBodyRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := encodeBody(tt.env)
-			got, err := decodeBody(b)
+			b := encodeBody(tt.env, testID)
+			if want := map[string]byte{"": formatNoSource, testID: formatSourceIsID}[tt.env.SourceID]; want != 0 && b[0] != want ||
+				want == 0 && b[0] != formatSource {
+				t.Fatalf("format byte %d for source id %q", b[0], tt.env.SourceID)
+			}
+			got, err := decodeBody(b, testID)
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -53,7 +63,7 @@ func TestBodyRoundTrip(t *testing.T) {
 				t.Fatalf("key nil-ness changed: got %v want %v", got.Key == nil, tt.env.Key == nil)
 			}
 			// Through the stored form written by the scripts.
-			st, env2, err := decodeStored("12,3,1700000000123," + string(b))
+			st, env2, err := decodeStored("12,3,1700000000123,"+string(b), testID)
 			if err != nil {
 				t.Fatalf("decodeStored: %v", err)
 			}
@@ -68,15 +78,20 @@ func TestBodyRoundTrip(t *testing.T) {
 }
 
 func TestDecodeBodyCorrupt(t *testing.T) {
-	good := encodeBody(Envelope{Target: "nats:a", Source: "http", Key: []byte("k"),
-		Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte("p")})
+	good := encodeBody(Envelope{SourceID: "js:IN:1", Target: "nats:a", Source: "http", Key: []byte("k"),
+		Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte("p")}, testID)
 	tests := []struct {
 		name string
 		b    []byte
 	}{
 		{"empty", nil},
-		{"unknown format", []byte{2, 0, 0, 0, 0}},
+		{"unknown format", []byte{4, 0, 0, 0, 0, 0}},
+		{"format 0", []byte{0, 0, 0, 0, 0}},
 		{"truncated target length", []byte{1, 0x80}},
+		{"truncated source id", []byte{3, 5, 'j', 's'}},
+		{"empty source id field", []byte{3, 0, 0, 0, 0, 0}},
+		{"source id field equal to the id", append(append([]byte{3, byte(len(testID))}, testID...), 0, 0, 0, 0)},
+		{"format 2 without fields", []byte{2}},
 		{"target too long", []byte{1, 10, 'a'}},
 		{"bad key flag", []byte{1, 0, 0, 7, 0}},
 		{"missing key flag", []byte{1, 0, 0}},
@@ -94,7 +109,7 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeBody(tt.b); !errors.Is(err, ErrCorrupt) {
+			if _, err := decodeBody(tt.b, testID); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 		})
@@ -104,7 +119,7 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 func TestParseStoredCorrupt(t *testing.T) {
 	for _, s := range []string{"", "1,2", "1,2,3", "a,0,1,x", "1,b,1,x", "1,0,c,x", "1,99999999999,1,x"} {
 		t.Run(strconv.Quote(s), func(t *testing.T) {
-			if _, _, err := decodeStored(s); !errors.Is(err, ErrCorrupt) {
+			if _, _, err := decodeStored(s, testID); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 		})
@@ -114,11 +129,13 @@ func TestParseStoredCorrupt(t *testing.T) {
 func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add(encodeBody(Envelope{}))
-	f.Add(encodeBody(Envelope{Target: "nats:a", Source: "http", Key: []byte{}, Payload: []byte("x")}))
-	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Key: []byte("k")}))
+	f.Add(encodeBody(Envelope{}, testID))
+	f.Add(encodeBody(Envelope{Target: "nats:a", Source: "http", Key: []byte{}, Payload: []byte("x")}, testID))
+	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Key: []byte("k")}, testID))
+	f.Add(encodeBody(Envelope{SourceID: testID, Target: "t"}, testID))
+	f.Add(encodeBody(Envelope{SourceID: "kafka:in:0:7", Target: "t"}, testID))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		env, err := decodeBody(b)
+		env, err := decodeBody(b, testID)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error not ErrCorrupt: %v", err)
@@ -126,9 +143,45 @@ func FuzzDecodeBody(f *testing.F) {
 			return
 		}
 		// Whatever decodes must re-encode to the same bytes (the format is canonical).
-		if again := encodeBody(env); !bytes.Equal(again, b) {
+		if again := encodeBody(env, testID); !bytes.Equal(again, b) {
 			t.Fatalf("re-encode differs:\n in %x\nout %x", b, again)
 		}
-		_, _, _ = decodeStored("1,0,1," + string(b))
+		_, _, _ = decodeStored("1,0,1,"+string(b), testID)
 	})
+}
+
+// TestDecodeBodyFormat1 decodes bodies as the previous version wrote them (format byte 1,
+// no source id), so that messages parked before an upgrade are still delivered: the bytes
+// below are literal, not produced by today's encoder.
+func TestDecodeBodyFormat1(t *testing.T) {
+	b := []byte("\x01" + // format 1
+		"\x0fnats:orders.out" + // target
+		"\x0dnats:delay.in" + // source
+		"\x01\x01k" + // key present, "k"
+		"\x02" + // two headers
+		"\x01a\x011" + "\x01a\x012" +
+		"payload,1,2")
+	got, err := decodeBody(b, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Envelope{Target: "nats:orders.out", Source: "nats:delay.in", Key: []byte("k"),
+		Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Payload: []byte("payload,1,2")}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("format 1:\n got %#v\nwant %#v", got, want)
+	}
+	st, env, err := decodeStored("7,2,1700000000000,"+string(b), testID)
+	if err != nil || st.version != 7 || st.attempts != 2 || !reflect.DeepEqual(env, want) {
+		t.Fatalf("stored format 1: %+v %#v %v", st, env, err)
+	}
+	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
+		t.Fatalf("a message without source id is not written as format 1: %q", e)
+	}
+	// Formats 2 and 3 are format 1 with another format byte (and, for 3, the source id).
+	if e := encodeBody(withSource(want, testID), testID); e[0] != formatSourceIsID || !bytes.Equal(e[1:], b[1:]) {
+		t.Fatalf("format 2: %q", e)
+	}
+	if e := encodeBody(withSource(want, "js:IN:1"), testID); e[0] != formatSource || !bytes.Equal(e[1:9], []byte("\x07js:IN:1")) || !bytes.Equal(e[9:], b[1:]) {
+		t.Fatalf("format 3: %q", e)
+	}
 }

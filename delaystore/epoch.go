@@ -42,23 +42,30 @@ func (s *Store) initEpochs(ctx context.Context) error {
 }
 
 // establishEpochs sets each listed shard's epoch key unless it exists (SET NX) and returns
-// the values then stored, in the order of shards. One pipeline.
+// the values then stored, in the order of shards. One pipeline. What counts is that each
+// key exists after it: a SET refused (a full Redis refuses it even for an existing key)
+// fails only through its GET.
 func (s *Store) establishEpochs(ctx context.Context, shards []int) ([]string, error) {
 	epoch := newEpoch()
+	sets := make([]*redis.BoolCmd, len(shards))
 	gets := make([]*redis.StringCmd, len(shards))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sh := range shards {
-			p.SetNX(ctx, s.keys[sh].epoch, epoch, 0)
+			sets[i] = p.SetNX(ctx, s.keys[sh].epoch, epoch, 0)
 			gets[i] = p.Get(ctx, s.keys[sh].epoch)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
+	}) // errors are read per command
 	out := make([]string, len(shards))
 	for i, g := range gets {
-		out[i] = g.Val()
+		v, err := g.Result()
+		if err != nil {
+			if serr := sets[i].Err(); serr != nil {
+				err = fmt.Errorf("%w (set: %v)", err, serr)
+			}
+			return nil, fmt.Errorf("shard %d: %w", shards[i], err)
+		}
+		out[i] = v
 	}
 	return out, nil
 }

@@ -27,7 +27,7 @@ func TestCheckDataset(t *testing.T) {
 	// Shards 1 and 3 come back empty, as after FLUSHALL on the node holding them.
 	for _, sh := range []int{1, 3} {
 		k := f.s.keys[sh]
-		if err := f.rdb.Del(t.Context(), k.z, k.m, k.zmSeq[2], k.epoch, f.s.shardsKey).Err(); err != nil {
+		if err := f.rdb.Del(t.Context(), k.z, k.m, k.zmSeqT[2], k.epoch, f.s.shardsKey).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -97,13 +97,16 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 // for concurrent use.
 func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.Hook {
 	names := map[string]string{}
-	for name, sc := range map[string]*redis.Script{
+	for name, sc := range map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
 	} {
-		names[sc.Hash()] = name
+		for _, h := range sc.hashes() { // both forms (scripts.go)
+			names[h] = name
+		}
 	}
 	sources := map[string]string{
 		parkSrc: "park", claimSrc: "claim", ackSrc: "ack", retrySrc: "retry", cancelSrc: "cancel",
+		unflagged(claimSrc): "claim", unflagged(ackSrc): "ack", unflagged(retrySrc): "retry", unflagged(cancelSrc): "cancel",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {
 		args := c.Args()

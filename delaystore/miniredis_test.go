@@ -33,7 +33,7 @@ func TestMiniredis(t *testing.T) {
 
 	before := time.Now().UnixMilli()
 	parked, err := s.Park(ctx, []ParkRequest{
-		{ID: "a", Envelope: sampleEnvelope(1)},
+		{ID: "a", Envelope: withSource(sampleEnvelope(1), "js:IN:1")},
 		{ID: "b", Envelope: sampleEnvelope(2)},
 		{ID: "c", Envelope: sampleEnvelope(3)},
 		{ID: "later", Delay: time.Hour},
@@ -74,6 +74,10 @@ func TestMiniredis(t *testing.T) {
 	if err != nil || a.N != 2 {
 		t.Fatalf("ack = %+v, %v", a, err)
 	}
+	// a had a source id: its redelivery is absorbed by the tombstone.
+	if p, err := s.Park(ctx, []ParkRequest{{ID: "a", Envelope: withSource(sampleEnvelope(1), "js:IN:1")}}); err != nil || !p[0].Delivered {
+		t.Fatalf("redelivery after ack = %+v, %v", p, err)
+	}
 	r, err := s.Retry(ctx, []RetryRequest{{Receipt: claimed["c"].Receipt}})
 	if err != nil || r.N != 1 {
 		t.Fatalf("retry = %+v, %v", r, err)
@@ -105,4 +109,9 @@ func TestMiniredis(t *testing.T) {
 	if err != nil || st.Parked != 2 { // c (claimed) and abs
 		t.Fatalf("stats = %+v, %v", st, err)
 	}
+}
+
+func withSource(e Envelope, sourceID string) Envelope {
+	e.SourceID = sourceID
+	return e
 }

@@ -37,6 +37,7 @@ type Store struct {
 	rdb         redis.UniversalClient
 	shards      int
 	leaseMS     int64
+	tombMS      int64 // tombstone TTL in ms; 0: none
 	shardsKey   string
 	wakeChannel string
 	keys        []shardKeys
@@ -45,8 +46,9 @@ type Store struct {
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
-	// Load), so sharing them between goroutines is safe.
-	park, claim, ack, retry, cancel *redis.Script
+	// Load) and which form the server takes (scripts.go), so sharing them is safe.
+	park, claim, ack, retry, cancel *script
+	mem                             memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -55,7 +57,8 @@ type shardKeys struct {
 	z, m    string
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	zmSeq   []string // z, m, seq
+	zmt     []string // z, m, t
+	zmSeqT  []string // z, m, seq, t
 	shardID string   // the shard number as a decimal string
 }
 
@@ -91,26 +94,35 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("delaystore config: %w", err)
 	}
 	p := cfg.KeyPrefix
+	tomb := cfg.TombstoneTTL
+	switch {
+	case tomb == 0:
+		tomb = DefaultTombstoneTTL
+	case tomb < 0:
+		tomb = 0
+	}
 	s := &Store{
 		rdb:         rdb,
 		shards:      cfg.Shards,
 		leaseMS:     ceilMS(cfg.Lease),
+		tombMS:      ceilMS(tomb),
 		shardsKey:   p + ":shards",
 		wakeChannel: p + ":wake",
 		keys:        make([]shardKeys, cfg.Shards),
-		park:        redis.NewScript(parkSrc),
-		claim:       redis.NewScript(claimSrc),
-		ack:         redis.NewScript(ackSrc),
-		retry:       redis.NewScript(retrySrc),
-		cancel:      redis.NewScript(cancelSrc),
+		park:        newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
+		claim:       newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
+		ack:         newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
+		retry:       newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
+		cancel:      newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-		z, m, seq := tag+":z", tag+":m", tag+":seq"
+		z, m, seq, t := tag+":z", tag+":m", tag+":seq", tag+":t"
 		s.keys[i] = shardKeys{
 			z: z, m: m, epoch: tag + ":epoch",
 			zm:      []string{z, m},
-			zmSeq:   []string{z, m, seq},
+			zmt:     []string{z, m, t},
+			zmSeqT:  []string{z, m, seq, t},
 			shardID: strconv.Itoa(i),
 		}
 	}
@@ -129,7 +141,8 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.checkEviction(ctx); err != nil {
 		return err
 	}
-	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
+	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
+	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
@@ -147,7 +160,7 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
-	for name, sc := range map[string]*redis.Script{
+	for name, sc := range map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
 	} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
@@ -203,9 +216,12 @@ func ShardOf(id string, shards int) int {
 // Park stores the messages until they are due. It sends one script call per shard, all
 // in one pipelined round trip, and returns one Parked per request, in request order. A
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
-// Redis time. When Park returns an error some shards may have been written: calling it again
-// with the same requests is safe when Replace is false (idempotent). An empty batch does
-// no I/O. Park blocks until Redis answered or ctx is done.
+// Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
+// tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
+// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// returns an error some shards may have been written: calling it again with the same
+// requests is safe when Replace is false or the requests carry source ids (idempotent). An
+// empty batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -240,11 +256,12 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if r.Replace {
 				replace = "1"
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope))
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeq, args: args}
+		calls[ci] = call{keys: s.keys[sh].zmSeqT, args: args}
 	}
 	cmds := s.evalPipelined(ctx, s.park, calls)
+	s.mem.note(cmds)
 	out := make([]Parked, len(reqs))
 	for ci, sh := range order {
 		idx := byShard[sh]
@@ -265,7 +282,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if err := errors.Join(err1, err2); err != nil {
 				return nil, fmt.Errorf("park shard %d: %w", sh, err)
 			}
-			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed == 1}
+			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
 		}
 	}
 	return out, nil
@@ -307,7 +324,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
-		st, env, err := decodeStored(raw)
+		st, env, err := decodeStored(raw, id)
 		rc.Version = st.version
 		if err != nil {
 			c.Corrupt = append(c.Corrupt, rc)
@@ -319,12 +336,14 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 }
 
 // Ack deletes delivered messages. A receipt applies only while its claim is current (same
-// token and version); a stale or repeated one changes nothing and is not counted. It sends
+// token and version); a stale or repeated one changes nothing and is not counted. A deleted
+// message with a source id leaves a tombstone for Config.TombstoneTTL (see Park). It sends
 // one script call per shard in one pipelined round trip and blocks until Redis answered or
 // ctx is done. On error, Applied still reports the shards that succeeded; acking the same
 // receipts again is harmless.
 func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
-	return s.fenced(ctx, "ack", s.ack, len(rs), func(i int) (Receipt, []any, error) {
+	lead := []any{strconv.FormatInt(s.tombMS, 10)}
+	return s.fenced(ctx, "ack", s.ack, func(k shardKeys) []string { return k.zmt }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
@@ -335,7 +354,7 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 // token is always larger than the retried one's). Same fence, batching, blocking and
 // partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
-	return s.fenced(ctx, "retry", s.retry, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fenced(ctx, "retry", s.retry, func(k shardKeys) []string { return k.zm }, nil, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		if r.Backoff < 0 {
 			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
@@ -347,8 +366,10 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	})
 }
 
-// fenced runs ack or retry: item(i) returns the receipt and script arguments of entry i.
-func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
+// fenced runs ack or retry: keysOf picks the script's keys of a shard, lead are the
+// arguments before the per-entry ones, item(i) returns the receipt and script arguments of
+// entry i.
+func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(shardKeys) []string, lead []any, n int,
 	item func(i int) (Receipt, []any, error)) (Applied, error) {
 	if n == 0 {
 		return Applied{}, nil
@@ -365,12 +386,13 @@ func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
 		}
 		if _, ok := args[r.Shard]; !ok {
 			order = append(order, r.Shard)
+			args[r.Shard] = append([]any(nil), lead...)
 		}
 		args[r.Shard] = append(args[r.Shard], a...)
 	}
 	calls := make([]call, len(order))
 	for ci, sh := range order {
-		calls[ci] = call{keys: s.keys[sh].zm, args: args[sh]}
+		calls[ci] = call{keys: keysOf(s.keys[sh]), args: args[sh]}
 	}
 	cmds := s.evalPipelined(ctx, sc, calls)
 	out := Applied{Heads: make(map[int]int64, len(order))}
@@ -399,14 +421,15 @@ func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, n int,
 }
 
 // Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
-// then fenced). It reports whether the message existed, and blocks until Redis answered or
-// ctx is done.
+// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
+// redelivery of the cancelled source message is not parked again. It reports whether the
+// message existed, and blocks until Redis answered or ctx is done.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zm, id).Int64()
+	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmt, id, s.tombMS).Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
@@ -424,7 +447,7 @@ func (s *Store) Get(ctx context.Context, id string) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	st, env, err := decodeStored(raw)
+	st, env, err := decodeStored(raw, id)
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
@@ -618,7 +641,7 @@ type call struct {
 // evalPipelined runs sc once per call, all in one pipeline, by SHA; the calls that got
 // NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
 // sent again with EVAL in a second pipeline. Errors are left in the returned commands.
-func (s *Store) evalPipelined(ctx context.Context, sc *redis.Script, calls []call) []*redis.Cmd {
+func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.rdb.Pipeline()
 	for i, c := range calls {

@@ -845,7 +845,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 	for i, h := range hostile {
 		reqs = append(reqs, ParkRequest{
 			ID:       fmt.Sprintf("%s-%d", h, i),
-			Envelope: Envelope{Target: "nats:" + h, Source: h, Headers: headers.List{{Key: h, Value: h}}, Key: []byte(h), Payload: []byte(h)},
+			Envelope: Envelope{SourceID: h, Target: "nats:" + h, Source: h, Headers: headers.List{{Key: h, Value: h}}, Key: []byte(h), Payload: []byte(h)},
 		})
 	}
 	reqs = append(reqs, ParkRequest{ID: "later", Delay: time.Hour})
@@ -877,7 +877,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 	if _, err := f.s.Stats(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch)$`)
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()
 	for iter.Next(t.Context()) {

@@ -16,7 +16,17 @@ type Config struct {
 	// Lease is how long a claimed message may stay unconfirmed before another replica may
 	// claim it again.
 	Lease time.Duration `env:"LEASE" envDefault:"30s"`
+	// TombstoneTTL is how long, after a message with a source id was delivered
+	// (or dead-lettered, or cancelled), a park of the same source id is dropped as a
+	// redelivery of an already delivered message. It must cover the source's redelivery
+	// horizon (JetStream AckWait; a Kafka rebalance). 0 means [DefaultTombstoneTTL];
+	// negative: no tombstones. Package config turns 0 into BRIDGE_NATS_ACK_WAIT + 1m.
+	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL" envDefault:"0s"`
 }
+
+// DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
+// AckWait (30s) plus a minute.
+const DefaultTombstoneTTL = 90 * time.Second
 
 // Sentinel errors.
 var (
@@ -37,6 +47,13 @@ type Envelope struct {
 	Target string
 	// Source is where it came from: "nats:delay.in", "kafka:delay.in" or "http".
 	Source string
+	// SourceID is the stable identity of the source message ("js:<stream>:<seq>",
+	// "kafka:<topic>:<partition>:<offset>"), "" when it has none (core requests, the
+	// message API). It is stored with the message (no extra byte when it equals the
+	// message id). A message with one leaves a tombstone when it is acked or cancelled,
+	// and a park of the same source id is then dropped for Config.TombstoneTTL: a source
+	// that redelivers a delivered message does not get it delivered again.
+	SourceID string
 	// Headers are the headers to forward (control and bridge headers already removed).
 	Headers headers.List
 	// Key is the Kafka record key; nil means none (distinct from an empty key).
@@ -67,8 +84,13 @@ type Parked struct {
 	ID string
 	// Due is the scheduled due time, unix ms (Redis clock).
 	Due int64
-	// Existed: the ID was already parked and was kept (Replace=false) or replaced.
+	// Existed: the ID was already parked and was kept (Replace=false, or a redelivery of
+	// the same source message) or replaced; also true when Delivered.
 	Existed bool
+	// Delivered: the request's source id has a live tombstone (the source message was
+	// delivered, dead-lettered or cancelled within Config.TombstoneTTL): nothing was
+	// parked and Due is 0. The caller acknowledges the source as usual.
+	Delivered bool
 }
 
 // Receipt identifies one claim of one message; it fences Ack and Retry, so a stale claim

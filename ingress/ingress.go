@@ -292,6 +292,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		return
 	}
 	failpoint.Inject(failpoint.AfterPark)
+	delivered := 0
 	for i, p := range batch {
 		r := parked[i]
 		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
@@ -300,9 +301,17 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		}{r.ID, r.Due}))
 		p.msg.Ack()
 		p.span.End()
+		if r.Delivered {
+			// A redelivery of a source message that was delivered already (its source ack
+			// was lost): acked, not parked again.
+			delivered++
+			in.log.Debug("already delivered", "id", r.ID, "source_id", reqs[i].Envelope.SourceID)
+			continue
+		}
 		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
-	in.metrics.in(src.Broker, "parked", len(batch))
+	in.metrics.in(src.Broker, "parked", len(batch)-delivered)
+	in.metrics.in(src.Broker, "already_delivered", delivered)
 }
 
 // startSpan starts the ingress span of a valid message, a child of its traceparent, and

@@ -13,12 +13,13 @@ type Metrics struct {
 
 // NewMetrics registers the ingress metrics with reg:
 // delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled,
-// invalid (reason = the x-delay-error code) or nacked.
+// invalid (reason = the x-delay-error code), nacked or already_delivered (a redelivery of a
+// source message delivered within the store's tombstone TTL: acked, not parked again).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_in_total",
-			Help: "Messages taken from a source, by broker and result (parked, cancelled, invalid, nacked); reason is set for invalid.",
+			Help: "Messages taken from a source, by broker and result (parked, cancelled, invalid, nacked, already_delivered); reason is set for invalid.",
 		}, []string{"broker", "result", "reason"}),
 	}
 	if err := reg.Register(m.messages); err != nil {

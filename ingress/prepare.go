@@ -47,7 +47,8 @@ type Incoming struct {
 	// Source is the x-delay-source value: "nats:delay.in", "kafka:delay.in" or "http".
 	Source string
 	// SourceID is a stable identity of the source message ("" when it has none); used as
-	// the id when x-delay-id is absent, and makes a redelivery keep the parked copy.
+	// the id when x-delay-id is absent, and makes a redelivery keep the parked copy or,
+	// once it was delivered, be dropped (the store's tombstones).
 	SourceID string
 	// NewID makes an id when neither x-delay-id nor SourceID is present.
 	NewID func() string
@@ -163,11 +164,12 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		req.Delay = max(req.Delay, 0)
 	}
 	req.Envelope = delaystore.Envelope{
-		Target:  target.String(),
-		Source:  in.Source,
-		Headers: forward,
-		Key:     key,
-		Payload: in.Payload,
+		Target:   target.String(),
+		Source:   in.Source,
+		SourceID: in.SourceID,
+		Headers:  forward,
+		Key:      key,
+		Payload:  in.Payload,
 	}
 	return req, nil
 }

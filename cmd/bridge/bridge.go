@@ -94,7 +94,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	defer rdb.Close()
-	store, err := delaystore.New(rdb, cfg.Store)
+	store, err := delaystore.New(rdb, cfg.StoreConfig())
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}
@@ -109,7 +109,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	redisUp, err := newRedisMonitor(rdb, reg, logger)
+	redisUp, err := newRedisMonitor(rdb, reg, logger, store.MemoryFull)
 	if err != nil {
 		return err
 	}
@@ -131,6 +131,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			return errors.New("delay store not initialised yet")
 		}
 		return nil
+	}, Note: func() string {
+		// Ready all the same: a readiness failure would take the application's pod out of
+		// service, and a full Redis is the store's problem, not the pod's (README, Guarantees).
+		if redisUp.Full() {
+			return redisFullNote
+		}
+		return ""
 	}}}
 
 	// natsMaxPayload is the NATS connection's max_payload, read per message (it changes

@@ -1,14 +1,43 @@
--- ack: delete delivered messages of one shard.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
--- ARGV: per message 3 values: id, version, token
+#!lua flags=allow-oom
+-- ack: delete delivered messages of one shard, leaving tombstones of their source messages.
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms)
+-- ARGV: 1 = tombstone TTL ms (<= 0: none), then per message 3 values: id, version, token
 -- returns: {acked count, next head score or -1}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
-local z, m = KEYS[1], KEYS[2]
+-- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL
+-- (park then drops a redelivery of that source message). Then at most 2 x (deleted count)
+-- expired tombstones are removed, oldest first: the set stays bounded without a sweeper.
+-- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, since
+-- deleting delivered messages is what frees it (Redis 7 refuses any flagged script under OOM
+-- that does not declare allow-oom); the tombstone it writes is smaller than the entry it
+-- deletes. Without script flags (Redis 6, miniredis) the first line is commented out
+-- (delaystore/scripts.go).
+local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
+local ttl = tonumber(ARGV[1])
 local CHUNK = 1000
+
+-- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
+  local n, mul, i = 0, 1, p + 1
+  while true do
+    local b = string.byte(s, i)
+    if b == nil or mul > 268435456 then return '' end
+    n = n + (b % 128) * mul
+    i = i + 1
+    if b < 128 then break end
+    mul = mul * 128
+  end
+  return string.sub(s, i, i + n - 1)
+end
+
 local n = 0
+local tombs = {} -- source ids of the deleted entries
 local ids = {}
-for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 for c = 1, #ids, CHUNK do
   local last = math.min(c + CHUNK - 1, #ids)
   local envs = redis.call('HMGET', m, unpack(ids, c, last))
@@ -16,12 +45,15 @@ for c = 1, #ids, CHUNK do
   for j = 1, #envs do
     local k = c + j - 1
     local id = ids[k]
-    local a = (k - 1) * 3 + 1
+    local a = (k - 1) * 3 + 2
     if envs[j] and not seen[id] and string.match(envs[j], '^(%d+),') == ARGV[a + 1] then
       local score = redis.call('ZSCORE', z, id)
       if score and tonumber(score) == tonumber(ARGV[a + 2]) then
         del[#del + 1] = id
         seen[id] = true
+        local p = string.match(envs[j], '^%d+,%d+,%d+,()')
+        local src = p and sourceOf(envs[j], p, id) or ''
+        if src ~= '' then tombs[#tombs + 1] = src end
       end
     end
   end
@@ -29,6 +61,26 @@ for c = 1, #ids, CHUNK do
     redis.call('ZREM', z, unpack(del))
     redis.call('HDEL', m, unpack(del))
     n = n + #del
+  end
+end
+
+if n > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if ttl > 0 and #tombs > 0 then
+    local exp = string.format('%d', now + ttl)
+    local zadd = {}
+    for _, src in ipairs(tombs) do
+      zadd[#zadd + 1] = exp
+      zadd[#zadd + 1] = src
+    end
+    for i = 1, #zadd, CHUNK do
+      redis.call('ZADD', tz, unpack(zadd, i, math.min(i + CHUNK - 1, #zadd)))
+    end
+  end
+  local old = redis.call('ZRANGEBYSCORE', tz, '-inf', string.format('%d', now), 'LIMIT', 0, 2 * n)
+  for i = 1, #old, CHUNK do
+    redis.call('ZREM', tz, unpack(old, i, math.min(i + CHUNK - 1, #old)))
   end
 end
 

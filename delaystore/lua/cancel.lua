@@ -1,8 +1,42 @@
--- cancel: delete one message, pending or claimed.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
--- ARGV: 1 = id
+#!lua flags=allow-oom
+-- cancel: delete one message, pending or claimed, leaving a tombstone of its source message.
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms)
+-- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none)
 -- returns: 1 if it existed, else 0
+-- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL,
+-- as ack does: a redelivery of the cancelled source message is not parked again.
+-- flags: allow-oom (first line, Redis >= 7): a cancel frees memory, so it runs while Redis
+-- refuses writes for memory. Without script flags (Redis 6, miniredis) the first line is
+-- commented out (delaystore/scripts.go).
+
+-- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
+  local n, mul, i = 0, 1, p + 1
+  while true do
+    local b = string.byte(s, i)
+    if b == nil or mul > 268435456 then return '' end
+    n = n + (b % 128) * mul
+    i = i + 1
+    if b < 128 then break end
+    mul = mul * 128
+  end
+  return string.sub(s, i, i + n - 1)
+end
+
+local env = redis.call('HGET', KEYS[2], ARGV[1])
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
+if env and tonumber(ARGV[2]) > 0 then
+  local p = string.match(env, '^%d+,%d+,%d+,()')
+  local src = p and sourceOf(env, p, ARGV[1]) or ''
+  if src ~= '' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[3], string.format('%d', now + tonumber(ARGV[2])), src)
+  end
+end
 if a + b > 0 then return 1 end
 return 0

@@ -1,9 +1,15 @@
+#!lua flags=allow-oom
 -- claim: lease the due messages of one shard.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
 -- ARGV: 1 = lease ms, 2 = max messages
 -- returns: {now ms, token, next head score or -1, id1, env1, id2, env2, ...}
 -- Members with score <= now (Redis TIME) are re-scored to token = now + lease and returned
 -- with their stored envelope; a member without envelope is removed.
+-- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory
+-- (maxmemory reached, noeviction). It only re-scores existing members (ZADD XX) and removes
+-- orphans, so it needs no new memory, and delivering is what frees memory: refused, it would
+-- deadlock a full Redis. Servers without script flags (Redis 6, miniredis) run this source
+-- with the first line commented out (delaystore/scripts.go); there a full Redis refuses it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]

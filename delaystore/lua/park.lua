@@ -1,18 +1,42 @@
 -- park: hold messages of one shard until they are due.
 -- KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
---       3 = {P:s}:seq (version counter)
+--       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms)
 -- ARGV: 1 = wake channel (P:wake), 2 = shard number, then per message 5 values:
 --       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
--- returns: per message, in ARGV order, {due ms, existed (0 | 1)}
--- An existing id with replace = 0 is kept as is (idempotent redelivery); otherwise the entry
--- gets a new version (from seq), attempts 0 and due = now + delay or at. A wake
--- "<shard>:<due>" is published when the batch's earliest new due is earlier than the head.
--- Reads and writes are batched (HMGET, INCRBY, variadic HSET / ZADD) in chunks that stay
--- below Lua's unpack limit.
+-- returns: per message, in ARGV order, {due ms, existed (0 | 1 | 2)}
+-- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
+-- parked: {0, 2}. An existing id with replace = 0, or with replace = 1 and the same
+-- non-empty source id stored (a redelivery of the parked message), is kept as is
+-- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
+-- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
+-- earliest new due is earlier than the head. Reads and writes are batched (HMGET, INCRBY,
+-- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
+-- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
+-- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
+-- (back-pressure) until deliveries free memory. Never give it allow-oom.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
+
+-- sourceOf returns the source id of the body of message id starting at index p of s: by
+-- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3); ''
+-- when none or malformed (delaystore/envelope.go writes them).
+local function sourceOf(s, p, id)
+  local f = string.byte(s, p)
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
+  local n, mul, i = 0, 1, p + 1
+  while true do
+    local b = string.byte(s, i)
+    if b == nil or mul > 268435456 then return '' end
+    n = n + (b % 128) * mul
+    i = i + 1
+    if b < 128 then break end
+    mul = mul * 128
+  end
+  return string.sub(s, i, i + n - 1)
+end
 
 local function chunked(cmd, key, list)
   for i = 1, #list, CHUNK do
@@ -29,19 +53,30 @@ for i = 1, #ids, CHUNK do
   for j = 1, #part do olds[i + j - 1] = part[j] end
 end
 
--- cur[id] = due of the entry as it stands while the batch is applied (nil: absent).
-local cur = {}
+-- cur[id] = due of the entry as it stands while the batch is applied (nil: absent), and
+-- curSrc[id] its source id.
+local cur, curSrc = {}, {}
 local out = {}
 local writes = {} -- indexes into ids of the messages to write, in order
 local dues = {}
 for k = 1, #ids do
   local id = ids[k]
   local a = 3 + (k - 1) * 5
+  local src = sourceOf(ARGV[a + 4], 1, id)
+  local tomb = false
+  if src ~= '' then
+    local exp = redis.call('ZSCORE', KEYS[4], src)
+    tomb = exp and tonumber(exp) > now
+  end
   local existing = cur[id]
   if existing == nil and olds[k] then
-    existing = tonumber(string.match(olds[k], '^%d+,%d+,(%d+),')) or 0
+    local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
+    existing = tonumber(due) or 0
+    curSrc[id] = p and sourceOf(olds[k], p, id) or ''
   end
-  if existing ~= nil and ARGV[a + 2] == '0' then
+  if tomb then
+    out[k] = {0, 2}
+  elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
     cur[id] = existing
     out[k] = {existing, 1}
   else
@@ -52,6 +87,7 @@ for k = 1, #ids do
       due = now + tonumber(ARGV[a + 3])
     end
     cur[id] = due
+    curSrc[id] = src
     writes[#writes + 1] = k
     dues[k] = due
     if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end

@@ -1,9 +1,14 @@
+#!lua flags=allow-oom
 -- retry: reschedule claimed messages of one shard after a failed delivery.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m
 -- ARGV: per message 4 values: id, version, token, backoff ms
 -- returns: {retried count, next head score or -1}
 -- Same fence as ack (score == token and version matches); then attempts + 1 and
 -- score = now + backoff (Redis TIME). The scheduled due time is kept.
+-- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, so a
+-- failed delivery is rescheduled rather than stuck; it rewrites existing entries only (the
+-- attempts counter may gain a digit). Without script flags (Redis 6, miniredis) the first
+-- line is commented out (delaystore/scripts.go).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 )
 
 // dbSystem: redis-server + embedded NATS JetStream + `replicas` bridge processes.
@@ -82,7 +83,7 @@ func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool) (_ 
 		"BRIDGE_REDIS_URL":   "redis://" + s.rp.addr + "/0",
 		"BRIDGE_NATS_URL":    s.np.url(),
 		"BRIDGE_NATS_STREAM": "IN",
-		"BRIDGE_KEY_PREFIX":  "bench",
+		"BRIDGE_KEY_PREFIX":  benchPrefix,
 	}
 	if kafka {
 		if s.ks, err = startKafka(); err != nil {
@@ -236,5 +237,58 @@ func (s *dbSystem) close() {
 	}
 	if s.rp != nil {
 		s.rp.stop()
+	}
+}
+
+// benchShards is the bridge's BRIDGE_SHARDS (its default) and benchPrefix its
+// BRIDGE_KEY_PREFIX: the store's keys are {bench:<shard>}:z, :m, :t.
+const (
+	benchShards = 16
+	benchPrefix = "bench"
+)
+
+// storeCounts sums, over the shards, the parked entries (ZCARD z) and the tombstones
+// (ZCARD t), in one pipeline.
+func (s *dbSystem) storeCounts() (parked, tombstones int64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pipe := s.rp.rdb.Pipeline()
+	zs, ts := make([]*redis.IntCmd, benchShards), make([]*redis.IntCmd, benchShards)
+	for i := range benchShards {
+		tag := fmt.Sprintf("{%s:%d}", benchPrefix, i)
+		zs[i], ts[i] = pipe.ZCard(ctx, tag+":z"), pipe.ZCard(ctx, tag+":t")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, 0, err
+	}
+	for i := range benchShards {
+		parked += zs[i].Val()
+		tombstones += ts[i].Val()
+	}
+	return parked, tombstones, nil
+}
+
+// tombstoneBytes waits until the store holds no parked entry (every message delivered and
+// acked) and returns the tombstones left and Redis used_memory beyond before per
+// tombstone: once z and m are empty Redis has deleted them, so what remains beyond the
+// memory before the workload is the tombstone sets (and 16 small seq counters).
+func (s *dbSystem) tombstoneBytes(before int64) (n int64, perTombstone float64, err error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		parked, tombs, err := s.storeCounts()
+		if err != nil {
+			return 0, 0, err
+		}
+		if parked == 0 {
+			if tombs == 0 {
+				return 0, 0, errors.New("no tombstones after the burst")
+			}
+			used := s.rp.stats().usedMemory
+			return tombs, float64(used-before) / float64(tombs), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("%d entries still parked 30 s after the burst", parked)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -219,6 +219,9 @@ func brief(r result) string {
 	s := fmt.Sprintf("ingest %s/s release %s/s p50 %s p99 %s max %s ms, B/msg %s, redis %s s/1k, worker %s s/1k",
 		fnum(r.ingest, 0), fnum(r.release, 0), fnum(r.p50, 1), fnum(r.p99, 1), fnum(r.max, 1),
 		fnum(r.bytesBeyond, 0), fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4))
+	if !math.IsNaN(r.bytesTomb) {
+		s += fmt.Sprintf(", tombstones %s x %s B", fnum(r.tombs, 0), fnum(r.bytesTomb, 0))
+	}
 	if r.err != "" {
 		s += " ERROR: " + r.err
 	}

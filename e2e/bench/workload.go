@@ -103,6 +103,8 @@ type result struct {
 	ingest, release       float64 // msgs/s
 	p50, p99, p999, max   float64 // ms
 	bytesBeyond           float64 // Redis bytes per parked message beyond the payload
+	bytesTomb             float64 // burst: Redis bytes per tombstone left by the delivered messages
+	tombs                 float64 // burst: tombstones counted for bytesTomb
 	redisCPUk, workerCPUk float64 // CPU seconds per 1000 messages handled
 	redisUtil, workerUtil float64 // fraction of one core over the workload
 	harnessUtil           float64
@@ -121,7 +123,7 @@ func nan() float64 { return math.NaN() }
 
 func newResult(sys system, w string) result {
 	return result{system: sys.name(), workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
-		p999: nan(), max: nan(), bytesBeyond: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
+		p999: nan(), max: nan(), bytesBeyond: nan(), bytesTomb: nan(), tombs: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
 		forks: nan(), relForks: nan()}
@@ -308,6 +310,14 @@ func runBurst(sys system, n, base int, label string) result {
 		res.err = err.Error()
 	}
 	c1 := snap(sys)
+	// Tombstones (delaybridge, burst on an empty store): every delivered message left one.
+	if db, ok := sys.(*dbSystem); ok && base == 0 && res.err == "" {
+		if n, per, err := db.tombstoneBytes(c0.redis.usedMemory); err != nil {
+			res.err = "tombstones: " + err.Error()
+		} else {
+			res.tombs, res.bytesTomb = float64(n), per
+		}
+	}
 	res.relRedis, res.relWorker, res.relHarness = utils(cDue, c1)
 	res.forks, res.relForks = float64(c1.redis.forks-c0.redis.forks), float64(c1.redis.forks-cDue.redis.forks)
 	from := max(due.UnixNano(), tIng.UnixNano()) // never credit time spent before everything was parked

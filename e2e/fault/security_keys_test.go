@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,8 +30,10 @@ var secHostile = []string{
 
 // TestRedisKeySetIndependentOfInput is row H1: secHostile target names and ids, plus 1000
 // distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
-// key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq for each shard, and P:shards), whatever
-// was parked, dead-lettered or cancelled.
+// key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq, {P:i}:epoch for each shard, P:shards, and
+// {P:i}:t, the tombstones, in the shards where a message with a source id was cancelled),
+// whatever was parked, dead-lettered or cancelled; tombstone members are the adapter's
+// source ids (js:IN:<seq>), never input.
 func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	s := newStack(t)
 	prefix := s.env["BRIDGE_KEY_PREFIX"]
@@ -112,11 +115,28 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			t.Errorf("unexpected key %q", k)
 		}
 	}
-	if !slices.Equal(keys, want) {
-		t.Errorf("keys %d, want exactly %d: got %q", len(keys), len(want), keys)
+	var tombs []string
+	for _, k := range keys {
+		if strings.HasSuffix(k, "}:t") {
+			tombs = append(tombs, k)
+		}
 	}
-	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 4 x %d shards + 1, none from input",
-		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards)
+	if got := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return strings.HasSuffix(k, "}:t") }); !slices.Equal(got, want) {
+		t.Errorf("keys %d (besides %d tombstone sets), want exactly %d: got %q", len(got), len(tombs), len(want), got)
+	}
+	if len(tombs) == 0 {
+		t.Error("no tombstone set: the cancelled messages with source ids left none")
+	}
+	member := regexp.MustCompile(`^js:IN:[0-9]+$`)
+	for _, k := range tombs {
+		for _, m := range admin.ZRange(t.Context(), k, 0, -1).Val() {
+			if !member.MatchString(m) {
+				t.Errorf("tombstone set %s holds %q, not a source id", k, m)
+			}
+		}
+	}
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 4 x %d shards + 1 + %d tombstone sets, none from input",
+		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards, len(tombs))
 }
 
 // secConsumed reports whether the IN stream's consumer has nothing pending or unacked.

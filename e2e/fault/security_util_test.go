@@ -75,7 +75,7 @@ func secACLCommands(line string) []string {
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t)$`),
 		regexp.MustCompile(`^` + q + `:shards$`),
 	}
 }

@@ -13,15 +13,18 @@ import (
 )
 
 // Check is one readiness dependency: Probe returns nil when the dependency is reachable.
+// Note, if set, returns a state worth naming that does not fail readiness (for example
+// "full": Redis refuses new messages for memory); "" when there is none. It must not block.
 type Check struct {
 	Name  string
 	Probe func(ctx context.Context) error
+	Note  func() string
 }
 
 // NewOps returns the operations handler: GET /healthz (the process is alive: always 200),
 // GET /readyz (200 when every check passes, else 503 naming each failing part; a check
 // that has passed once fails only after failing on consecutive probes for a few seconds,
-// see readyWindow), and GET /metrics (Prometheus exposition of g).
+// see readyWindow; either way the body then lists each check's Note), and GET /metrics (Prometheus exposition of g).
 func NewOps(checks []Check, g prometheus.Gatherer) http.Handler {
 	return newOps(checks, g, false)
 }
@@ -59,6 +62,11 @@ func newOps(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler 
 			}
 			if tolerated != nil {
 				pending = append(pending, fmt.Sprintf("%s: %v", c.check.Name, tolerated))
+			}
+			if c.check.Note != nil {
+				if n := c.check.Note(); n != "" {
+					pending = append(pending, fmt.Sprintf("%s: %s", c.check.Name, n))
+				}
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +110,45 @@ func TestReadyzDebounce(t *testing.T) {
 			t.Fatalf("/readyz not ready again after the restart: %d", code)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A check's Note is named in /readyz's body without failing it (a full Redis: the sidecar
+// stays ready), and also while the check fails.
+func TestReadyzNote(t *testing.T) {
+	var note atomic.Value
+	note.Store("")
+	var down atomic.Bool
+	h := NewOps([]Check{{Name: "redis", Probe: func(context.Context) error {
+		if down.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}, Note: func() string { return note.Load().(string) }}}, prometheus.NewRegistry())
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	get := func() (int, string) {
+		resp, err := http.Get(ts.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz without a note = %d %q", code, body)
+	}
+	note.Store("full (maxmemory)")
+	if code, body := get(); code != 200 || body != "ready\nredis: full (maxmemory)\n" {
+		t.Fatalf("/readyz with a note = %d %q, want 200 naming it", code, body)
+	}
+	down.Store(true)
+	code, body := get()
+	for deadline := time.Now().Add(readyWindow + 2*time.Second); code == 200 && time.Now().Before(deadline); code, body = get() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 503 || !strings.Contains(body, "redis: full (maxmemory)") {
+		t.Fatalf("/readyz failing with a note = %d %q", code, body)
 	}
 }

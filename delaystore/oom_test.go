@@ -1,0 +1,227 @@
+package delaystore
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+// fill makes srv refuse writes for memory: noeviction and a maxmemory below what it uses.
+func fill(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := t.Context()
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A full Redis (maxmemory reached, noeviction) refuses new parks, the back-pressure, but
+// claim, ack, retry and cancel still run (allow-oom), also when sent with EVAL after the
+// script cache was flushed: delivery goes on and frees memory. Room again: parks resume.
+func TestFullRedisKeepsDelivering(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1 })
+	ctx := t.Context()
+	if _, err := f.s.Park(ctx, []ParkRequest{
+		{ID: "due-1", Envelope: sampleEnvelope(1)},
+		{ID: "due-2", Envelope: sampleEnvelope(2)},
+		{ID: "due-3", Envelope: sampleEnvelope(3)},
+		{ID: "later", Delay: time.Hour, Envelope: sampleEnvelope(4)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if full, n := f.s.MemoryFull(); full || n != 0 {
+		t.Fatalf("MemoryFull before Redis was full = %v, %d", full, n)
+	}
+	fill(t, f.rdb)
+
+	_, err := f.s.Park(ctx, []ParkRequest{{ID: "refused", Envelope: sampleEnvelope(5)}})
+	if !IsOOM(err) {
+		t.Fatalf("park on a full Redis = %v, want -OOM", err)
+	}
+	if full, n := f.s.MemoryFull(); !full || n != 1 {
+		t.Fatalf("MemoryFull after a park refused with -OOM = %v, %d; want true, 1", full, n)
+	}
+	if _, err := f.s.Get(ctx, "refused"); err == nil {
+		t.Fatal("a refused park wrote its message")
+	}
+
+	// A replica that starts now (a restarted sidecar) initialises and delivers too.
+	other, err := New(f.rdb, Config{KeyPrefix: f.prefix, Shards: 1, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Init(ctx); err != nil {
+		t.Fatalf("init on a full Redis: %v", err)
+	}
+	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil { // and its SCRIPT LOAD went through
+		t.Fatal(err)
+	}
+	if err := other.Init(ctx); err != nil {
+		t.Fatalf("init on a full Redis after SCRIPT FLUSH: %v", err)
+	}
+	if other.claim.usePlain.Load() {
+		t.Fatal("init on a full Redis chose the unflagged claim")
+	}
+
+	c, err := f.s.Claim(ctx, 0, 10)
+	if err != nil {
+		t.Fatalf("claim on a full Redis: %v", err)
+	}
+	if len(c.Messages) != 3 {
+		t.Fatalf("claimed %d messages, want 3", len(c.Messages))
+	}
+	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil { // next calls go EVALSHA -> NOSCRIPT -> EVAL
+		t.Fatal(err)
+	}
+	retried, err := f.s.Retry(ctx, []RetryRequest{{Receipt: c.Messages[0].Receipt, Backoff: time.Millisecond}})
+	if err != nil || retried.N != 1 {
+		t.Fatalf("retry on a full Redis = %+v, %v", retried, err)
+	}
+	acked, err := f.s.Ack(ctx, []Receipt{c.Messages[1].Receipt, c.Messages[2].Receipt})
+	if err != nil || acked.N != 2 {
+		t.Fatalf("ack on a full Redis = %+v, %v", acked, err)
+	}
+	if ok, err := f.s.Cancel(ctx, "later"); err != nil || !ok {
+		t.Fatalf("cancel on a full Redis = %v, %v", ok, err)
+	}
+	// The retried message comes due again (1 ms) and is delivered, still on a full Redis.
+	var again Claim
+	deadline := time.Now().Add(10 * time.Second)
+	for len(again.Messages) == 0 && time.Now().Before(deadline) {
+		if again, err = f.s.Claim(ctx, 0, 10); err != nil {
+			t.Fatalf("second claim on a full Redis: %v", err)
+		}
+	}
+	if len(again.Messages) != 1 || again.Messages[0].ID != c.Messages[0].ID || again.Messages[0].Attempts != 1 {
+		t.Fatalf("second claim = %+v, want %s with attempts 1", again.Messages, c.Messages[0].ID)
+	}
+	if a, err := f.s.Ack(ctx, []Receipt{again.Messages[0].Receipt}); err != nil || a.N != 1 {
+		t.Fatalf("ack of the retried message = %+v, %v", a, err)
+	}
+	if z, m := f.counts(t); z != 0 || m != 0 {
+		t.Fatalf("store holds %d/%d entries after delivering everything", z, m)
+	}
+	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "refused", Envelope: sampleEnvelope(5)}}); !IsOOM(err) {
+		t.Fatalf("park still on a full Redis = %v, want -OOM", err)
+	}
+
+	// Room again: the next park writes and clears MemoryFull.
+	if err := f.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "refused", Envelope: sampleEnvelope(5)}}); err != nil {
+		t.Fatalf("park after memory was freed: %v", err)
+	}
+	if full, n := f.s.MemoryFull(); full || n != 2 {
+		t.Fatalf("MemoryFull after a park wrote = %v, %d; want false, 2 refusals in all", full, n)
+	}
+}
+
+// Without the flags, a full Redis refuses the claim: the unflagged form (what Redis 6 and
+// miniredis run) is the source with the shebang commented out, and the flag is what lets
+// delivery go on.
+func TestFullRedisRefusesUnflaggedClaim(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1 })
+	ctx := t.Context()
+	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "due", Envelope: sampleEnvelope(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, f.rdb)
+	f.s.claim.usePlain.Store(true)
+	if _, err := f.s.Claim(ctx, 0, 10); !IsOOM(err) {
+		t.Fatalf("unflagged claim on a full Redis = %v, want -OOM", err)
+	}
+	f.s.claim.usePlain.Store(false)
+	if c, err := f.s.Claim(ctx, 0, 10); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("flagged claim on a full Redis = %+v, %v", c, err)
+	}
+}
+
+// Servers that cannot compile a shebang (miniredis here, Redis 6) get the unflagged form
+// from Init on, by SHA and in the EVAL resent after NOSCRIPT; Redis 7 keeps the flags.
+func TestScriptFormFallback(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 1, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, sc := range map[string]*script{"claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel} {
+		if !sc.usePlain.Load() {
+			t.Errorf("%s: miniredis got the flagged form", name)
+		}
+	}
+	if _, err := s.Park(ctx, []ParkRequest{{ID: "a", Envelope: sampleEnvelope(1)}, {ID: "b", Envelope: sampleEnvelope(2)},
+		{ID: "c", Delay: time.Hour, Envelope: sampleEnvelope(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	flush := func() {
+		t.Helper()
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush() // every call below goes EVALSHA -> NOSCRIPT -> EVAL
+	c, err := s.Claim(ctx, 0, 10)
+	if err != nil || len(c.Messages) != 2 {
+		t.Fatalf("claim after SCRIPT FLUSH = %+v, %v", c, err)
+	}
+	flush()
+	if r, err := s.Retry(ctx, []RetryRequest{{Receipt: c.Messages[0].Receipt, Backoff: time.Hour}}); err != nil || r.N != 1 {
+		t.Fatalf("retry after SCRIPT FLUSH = %+v, %v", r, err)
+	}
+	flush()
+	if a, err := s.Ack(ctx, []Receipt{c.Messages[1].Receipt}); err != nil || a.N != 1 {
+		t.Fatalf("ack after SCRIPT FLUSH = %+v, %v", a, err)
+	}
+	flush()
+	if ok, err := s.Cancel(ctx, "c"); err != nil || !ok {
+		t.Fatalf("cancel after SCRIPT FLUSH = %v, %v", ok, err)
+	}
+
+	real := newFixture(t, testredis.URL(t))
+	for name, sc := range map[string]*script{"claim": real.s.claim, "ack": real.s.ack, "retry": real.s.retry, "cancel": real.s.cancel} {
+		if sc.usePlain.Load() {
+			t.Errorf("%s: redis-server 7 got the unflagged form", name)
+		}
+	}
+}
+
+// TestUnflagged: the unflagged form differs from the source only by "--" before its
+// shebang line, and exactly the scripts that must run on a full Redis declare allow-oom.
+func TestUnflagged(t *testing.T) {
+	for name, tc := range map[string]struct {
+		src      string
+		allowOOM bool
+	}{
+		"park": {parkSrc, false}, "claim": {claimSrc, true}, "ack": {ackSrc, true},
+		"retry": {retrySrc, true}, "cancel": {cancelSrc, true},
+	} {
+		first, _, _ := strings.Cut(tc.src, "\n")
+		if got := first == "#!lua flags=allow-oom"; got != tc.allowOOM {
+			t.Errorf("%s: first line %q, allow-oom %v, want %v", name, first, got, tc.allowOOM)
+		}
+		want := tc.src
+		if tc.allowOOM {
+			want = "--" + tc.src
+		}
+		if got := unflagged(tc.src); got != want {
+			t.Errorf("%s: unflagged form is not the source with its first line commented out", name)
+		}
+	}
+}
