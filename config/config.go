@@ -61,6 +61,14 @@ type Config struct {
 	// APIAddr is the listen address of the message API; "" turns the API off (an empty
 	// BRIDGE_API_ADDR does that, unlike other variables, where empty means the default).
 	APIAddr string `env:"API_ADDR" envDefault:"127.0.0.1:8081" envDoc:"listen address of the message API; empty turns it off"`
+	// APIMaxInflightBytes bounds the request-body bytes the message API holds at once
+	// (extension, not in SPEC); it is raised to one largest request when smaller.
+	APIMaxInflightBytes int64 `env:"API_MAX_INFLIGHT_BYTES" envDefault:"33554432" envDoc:"request-body bytes the message API reads at once; beyond: 503 with Retry-After (extension)"`
+	// APIMaxConns bounds the message API's open connections (extension, not in SPEC).
+	APIMaxConns int `env:"API_MAX_CONNS" envDefault:"256" envDoc:"most open connections of the message API; more wait to be accepted (extension)"`
+	// HTTPIdleTimeout closes an idle keep-alive connection of either HTTP listener
+	// (extension, not in SPEC).
+	HTTPIdleTimeout time.Duration `env:"HTTP_IDLE_TIMEOUT" envDefault:"1m" envDoc:"idle keep-alive connections of both HTTP listeners are closed after this (extension)"`
 	// APIToken is the bearer token the message API requires when non-empty. Secret: never
 	// printed ([Config.Redacted]).
 	APIToken string `env:"API_TOKEN" envDoc:"bearer token the message API requires when set (secret)"`
@@ -177,6 +185,10 @@ type Kafka struct {
 	SASLUsername     string `env:"KAFKA_SASL_USERNAME" envDoc:"Kafka SASL user"`
 	SASLPassword     string `env:"KAFKA_SASL_PASSWORD" envDoc:"Kafka SASL password (secret)"`
 	SASLPasswordFile string `env:"KAFKA_SASL_PASSWORD_FILE" envDoc:"file holding BRIDGE_KAFKA_SASL_PASSWORD"`
+	// MaxMessageBytes is the largest record the target brokers take (their
+	// message.max.bytes, or a topic's max.message.bytes if lower), key and headers
+	// included; the publisher's batch limit too (extension, not in SPEC).
+	MaxMessageBytes int `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"1048576" envDoc:"largest Kafka record the brokers take (message.max.bytes), key and headers included; larger messages are refused at ingress (extension)"`
 	// KafkaTLS turns TLS on with the system CAs; the TLS file variables turn it on too.
 	KafkaTLS bool `env:"KAFKA_TLS" envDefault:"false" envDoc:"connect to Kafka over TLS (the TLS file variables imply it)"`
 	// TLSCAFile, TLSCertFile, TLSKeyFile: CA bundle, client certificate and key.

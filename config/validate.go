@@ -24,6 +24,9 @@ const (
 	MaxMaxDelay = 100 * 8766 * time.Hour
 	// MaxMaxPayload is the largest accepted BRIDGE_MAX_PAYLOAD: Redis' limit on a value.
 	MaxMaxPayload = 512 << 20
+	// MaxKafkaMessageBytes is the largest accepted BRIDGE_KAFKA_MAX_MESSAGE_BYTES (Kafka
+	// sizes are int32; a gibibyte is far beyond any sane broker setting).
+	MaxKafkaMessageBytes = 1 << 30
 )
 
 // validate returns every semantic problem of c (already normalized). vars are the raw
@@ -110,6 +113,9 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			add("KAFKA_BROKERS", "%s: %s", quoteValue(b), p)
 		}
 	}
+	if n := c.Kafka.MaxMessageBytes; n < 1024 || n > MaxKafkaMessageBytes {
+		add("KAFKA_MAX_MESSAGE_BYTES", "%d: must be 1024 to %d", n, MaxKafkaMessageBytes)
+	}
 	kafkaTopicOK := checkTopic(c.Kafka.Topic) == ""
 	if !kafkaTopicOK {
 		add("KAFKA_TOPIC", "%s: %s", quoteValue(c.Kafka.Topic), checkTopic(c.Kafka.Topic))
@@ -194,6 +200,13 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			add("API_ADDR", "%s: %s", quoteValue(c.APIAddr), p)
 		}
 	}
+	if c.APIMaxInflightBytes <= 0 {
+		add("API_MAX_INFLIGHT_BYTES", "%d: must be > 0", c.APIMaxInflightBytes)
+	}
+	if c.APIMaxConns <= 0 {
+		add("API_MAX_CONNS", "%d: must be > 0", c.APIMaxConns)
+	}
+	checkPositiveDuration(add, "HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, time.Millisecond)
 	if hasSpaceOrControl(c.APIToken) {
 		add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
 	}

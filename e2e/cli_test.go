@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // runCLI runs a bridge tool command and returns its combined output.
@@ -101,6 +106,94 @@ func TestDevQuickStart(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a duplicate publish would arrive within this
 	if n := strings.Count(b.Out.String(), "arrived on demo.hello"); n != 1 {
 		t.Fatalf("demo.hello arrived %d times, want once:\n%s", n, b.Out.String())
+	}
+	if err, _ := b.Stop(t, 30*time.Second); err != nil {
+		t.Fatalf("dev exit after SIGTERM: %v", err)
+	}
+}
+
+// TestDevCoreRequest: `bridge dev` answers a core NATS request on delay.in and
+// delay.cancel with the documented reply (not a JetStream PubAck), as the README's quick
+// start promises for any NATS client; a rejected message also lands in the dev stream's
+// dead letters.
+func TestDevCoreRequest(t *testing.T) {
+	env := map[string]string{"BRIDGE_HTTP_ADDR": freeAddr(t), "BRIDGE_API_ADDR": freeAddr(t)}
+	b := startProcess(t, env, "dev", "--nats-port", "-1")
+	urlRe := regexp.MustCompile(`NATS\s+(nats://\S+)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.Out.String(), "Try it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev banner not printed:\n%s", b.Out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := urlRe.FindStringSubmatch(b.Out.String())
+	if m == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", b.Out.String())
+	}
+	nc, err := nats.Connect(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	request := func(subject string, hs ...string) map[string]any {
+		t.Helper()
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte("hi")
+		for i := 0; i+1 < len(hs); i += 2 {
+			msg.Header.Add(hs[i], hs[i+1])
+		}
+		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			t.Fatalf("request %s %v: %v", subject, hs, err)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(reply.Data, &body); err != nil {
+			t.Fatalf("reply to %s is not JSON: %q", subject, reply.Data)
+		}
+		if _, ok := body["stream"]; ok {
+			t.Fatalf("reply to %s is a JetStream PubAck: %s", subject, reply.Data)
+		}
+		return body
+	}
+
+	bad := request("delay.in", "x-delay", "banana", "x-target", "demo.hello")
+	if e, _ := bad["error"].(string); !strings.HasPrefix(e, "invalid_delay") {
+		t.Fatalf("x-delay:banana: reply %v, want {\"error\": \"invalid_delay: ...\"}", bad)
+	}
+	ok := request("delay.in", "x-delay", "1h", "x-target", "demo.hello", "x-delay-id", "dev-req")
+	if ok["id"] != "dev-req" || ok["due"] == nil {
+		t.Fatalf("valid request: reply %v, want {\"id\": \"dev-req\", \"due\": ...}", ok)
+	}
+	cancel := request("delay.cancel", "x-delay-id", "dev-req")
+	if cancel["id"] != "dev-req" || cancel["cancelled"] != true {
+		t.Fatalf("cancel request: reply %v, want {\"id\": \"dev-req\", \"cancelled\": true}", cancel)
+	}
+	again := request("delay.cancel", "x-delay-id", "dev-req")
+	if again["cancelled"] != false {
+		t.Fatalf("second cancel: reply %v, want cancelled false", again)
+	}
+
+	// The rejected message is a dead letter in the dev stream.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	for {
+		st, err := js.Stream(ctx, "DELAYBRIDGE")
+		if err != nil {
+			t.Fatalf("dev stream: %v", err)
+		}
+		if st.CachedInfo().State.Msgs == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("dev stream holds %d messages, want the 1 dead letter", st.CachedInfo().State.Msgs)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if err, _ := b.Stop(t, 30*time.Second); err != nil {
 		t.Fatalf("dev exit after SIGTERM: %v", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -399,7 +400,16 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	dead.Metadata.Set(HeaderError, text)
 	err := in.retry(ctx, "dead-letter", func(opCtx context.Context) error {
 		dead.SetContext(opCtx)
-		return in.dlq[src.Broker].Publish(in.cfg.DLQSubject, dead)
+		err := in.dlq[src.Broker].Publish(in.cfg.DLQSubject, dead)
+		if tooLarge(err) && len(dead.Payload) > 0 {
+			// The dead letter (the message plus x-delay-error) is more than the broker
+			// takes: send it without its payload rather than retry it forever.
+			in.log.Warn("dead letter too large; dead-lettering it without its payload", "id", logID(msg), "size", len(dead.Payload))
+			dead = withoutPayload(dead)
+			dead.SetContext(opCtx)
+			err = in.dlq[src.Broker].Publish(in.cfg.DLQSubject, dead)
+		}
+		return err
 	})
 	if err != nil {
 		msg.Nack()
@@ -412,6 +422,35 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	msg.Ack()
 	in.log.Debug("rejected", "id", logID(msg), "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
 	in.metrics.rejected(src.Broker, Reason(cause))
+}
+
+// HeaderOriginalSize is set on a dead letter sent without its payload because the
+// dead-letter subject refused it as too large: the payload's size in bytes.
+const HeaderOriginalSize = "x-delay-original-size"
+
+// tooLarge reports whether err is (or wraps) a broker's permanent refusal of a message
+// as too large (an error with RejectReason() "too_large", as the adapters make).
+func tooLarge(err error) bool {
+	var r interface{ RejectReason() string }
+	return errors.As(err, &r) && r.RejectReason() == "too_large"
+}
+
+// withoutPayload is a copy of dead with an empty payload and HeaderOriginalSize.
+func withoutPayload(dead *message.Message) *message.Message {
+	out := message.NewMessage(dead.UUID, nil)
+	for k, v := range dead.Metadata {
+		out.Metadata.Set(k, v)
+	}
+	list := headers.FromMetadata(out.Metadata)
+	list.Add(HeaderOriginalSize, strconv.Itoa(len(dead.Payload)))
+	extra := map[string]string{}
+	for k, v := range out.Metadata {
+		if headers.IsReserved(k) && k != headers.MetaHeaders {
+			extra[k] = v
+		}
+	}
+	out.Metadata = headers.ToMetadata(list, extra)
+	return out
 }
 
 // replyJSON encodes a reply body without HTML escaping (error texts quote subjects such

@@ -15,8 +15,13 @@ import (
 type Rules struct {
 	// MaxDelay is the longest accepted delay (BRIDGE_MAX_DELAY); it bounds x-deliver-at too.
 	MaxDelay time.Duration
-	// MaxPayload is the largest accepted payload in bytes (BRIDGE_MAX_PAYLOAD).
+	// MaxPayload is the largest accepted payload in bytes (BRIDGE_MAX_PAYLOAD), the
+	// user's own cap; Limits adds the target broker's.
 	MaxPayload int
+	// Limits, when set, gives the largest message each target broker takes: a message
+	// whose outgoing form (payload and the headers as egress will send them) exceeds it is
+	// rejected with payload_too_large. nil: only MaxPayload is checked.
+	Limits SizeLimits
 	// Targets validates x-target.
 	Targets TargetPolicy
 	// MaxHeaders is the most headers a message may have, control headers included
@@ -58,8 +63,9 @@ type Incoming struct {
 //
 // Besides the control headers it checks the header list as a whole: the MaxHeaders and
 // MaxHeaderBytes limits, x-delay-hops (MaxHops; the parked message carries the incoming
-// count + 1), a single well-formed x-kafka-key, and, for a NATS target, that NATS can carry
-// every forwarded header unchanged (Kafka to Kafka carries any bytes). Headers the bridge
+// count + 1), a single well-formed x-kafka-key, for a NATS target that NATS can carry
+// every forwarded header unchanged (Kafka to Kafka carries any bytes), and that the
+// outgoing message fits the target broker's limit (Limits, [SizeLimits]). Headers the bridge
 // sets itself, Nats-* headers and internal metadata keys are stripped ([isDropped]).
 //
 // The compatibility headers of NATS message schedules and kafka-message-scheduler are
@@ -145,6 +151,9 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		}
 	}
 	forward.Add(HeaderHops, strconv.Itoa(hops+1))
+	if err := checkOutgoingSize(r.Limits, target.Broker, forward, req.ID, in.Source, key, in.Payload); err != nil {
+		return req, err
+	}
 	if sched.Absolute {
 		req.Absolute, req.At = true, sched.At
 	} else {

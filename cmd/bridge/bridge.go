@@ -140,6 +140,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return ""
 	}}}
 
+	// natsMaxPayload is the NATS connection's max_payload, read per message (it changes
+	// when the connection moves to a server with another limit); 0 (unknown) without NATS.
+	natsMaxPayload := func() int64 { return 0 }
 	publishers := map[string]message.Publisher{}
 	var sources []ingress.Source
 	defaultBroker := ""
@@ -163,6 +166,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 				nc.Close()
 			}
 		})
+		natsMaxPayload = nc.MaxPayload
 		if err := checkIngressStream(ctx, nc, cfg.NATS); err != nil {
 			return err
 		}
@@ -213,6 +217,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 			Security: kafkaSec,
 			// As a Java producer: the broker's auto.create.topics.enable decides.
 			AllowAutoTopicCreation: true,
+			MaxRecordBytes:         kafkaRecordLimit(cfg.Kafka.MaxMessageBytes),
 		}, logger)
 		if err != nil {
 			return fmt.Errorf("kafka publisher: %w", err)
@@ -246,6 +251,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		MaxHeaders:     cfg.MaxHeaders,
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		MaxHops:        cfg.MaxHops,
+		Limits:         brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes)),
 	}
 	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer}, store, sources, publishers, logger, inMetrics)
 	if err != nil {
@@ -269,11 +275,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if cfg.Pprof {
 		ops = httpapi.NewOpsWithPprof(checks, reg)
 	}
-	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, logger) })
+	opsServer := httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout}
+	g.Go(func() error { return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, ops, opsServer, logger) })
 	g.Go(func() error { return redisUp.Run(gctx) })
 	if cfg.APIAddr != "" || ls.api != nil {
-		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken, Metrics: inMetrics}, store, logger)
-		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, logger) })
+		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken,
+			Metrics: inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes}, store, logger)
+		apiServer := httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout, MaxConns: cfg.APIMaxConns}
+		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, apiServer, logger) })
 	}
 	g.Go(func() error {
 		if err := initStore(gctx, store, logger); err != nil {
@@ -327,11 +336,37 @@ func checkIngressStream(ctx context.Context, nc *natsgo.Conn, cfg config.NATS) e
 		cfg.Stream, cfg.Subject, strings.Join(st.CachedInfo().Config.Subjects, ", "))
 }
 
-func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler, logger *slog.Logger) error {
+func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler, sc httpapi.ServerConfig, logger *slog.Logger) error {
 	if ln != nil {
-		return httpapi.ServeListener(ctx, ln, h, logger)
+		return httpapi.ServeListener(ctx, ln, h, sc, logger)
 	}
-	return httpapi.Serve(ctx, addr, h, logger)
+	return httpapi.Serve(ctx, addr, h, sc, logger)
+}
+
+// kafkaBatchOverhead is what a broker counts against message.max.bytes beyond the
+// records kafka-go counts against its batch limit: the record batch header (61 bytes),
+// rounded up.
+const kafkaBatchOverhead = 128
+
+// kafkaRecordLimit is the largest record the bridge sends to a Kafka broker whose
+// message.max.bytes is maxMessageBytes (BRIDGE_KAFKA_MAX_MESSAGE_BYTES): the producer's
+// batch limit and ingress's check, so that a full batch still fits the broker's limit.
+func kafkaRecordLimit(maxMessageBytes int) int {
+	return maxMessageBytes - kafkaBatchOverhead
+}
+
+// brokerLimits is ingress's view of the target brokers' size limits: NATS's
+// max_payload as the connection knows it now, Kafka's BRIDGE_KAFKA_MAX_MESSAGE_BYTES.
+func brokerLimits(natsMaxPayload func() int64, kafkaMax int) ingress.SizeLimits {
+	return ingress.SizeLimitsFunc(func(broker string) int64 {
+		switch broker {
+		case ingress.BrokerNATS:
+			return natsMaxPayload()
+		case ingress.BrokerKafka:
+			return int64(kafkaMax)
+		}
+		return 0
+	})
 }
 
 // initStore records or checks the shard count, retrying while Redis is unreachable. A

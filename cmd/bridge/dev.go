@@ -22,7 +22,10 @@ import (
 	"github.com/delaybridge/delaybridge/config"
 )
 
-// devStream is the JetStream stream `bridge dev` creates for its own subjects.
+// devStream is the JetStream stream `bridge dev` creates for its dead letters. It does
+// not capture the ingress and cancel subjects: a stream answers a core request with its
+// PubAck, so `nats request delay.in ...` would never see the bridge's reply. Dev consumes
+// them with core queue subscriptions instead.
 const devStream = "DELAYBRIDGE"
 
 // runDev is `bridge dev`: an embedded nats-server with JetStream and an in-memory
@@ -65,7 +68,7 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	defer mr.Close()
 
 	cfg.NATS.URL = ns.ClientURL()
-	cfg.NATS.Stream = devStream
+	cfg.NATS.Stream = "" // core subscriptions: a core request gets the bridge's reply
 	cfg.Redis = config.Redis{URL: "redis://" + mr.Addr() + "/0"}
 
 	nc, err := natsgo.Connect(cfg.NATS.URL, natsgo.Name("delaybridge-dev"))
@@ -118,8 +121,8 @@ func startDevNATS(port int, storeDir string) (*server.Server, error) {
 	return ns, nil
 }
 
-// createDevStream creates the stream capturing the bridge's ingress, cancel and
-// dead-letter subjects (in run mode the bridge never creates streams).
+// createDevStream creates the stream capturing the bridge's dead-letter subject, so dead
+// letters can be read back (in run mode the bridge never creates streams).
 func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -127,7 +130,7 @@ func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) er
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:     devStream,
-		Subjects: []string{cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject},
+		Subjects: []string{cfg.DLQSubject},
 		Storage:  jetstream.MemoryStorage,
 	})
 	if err != nil {
@@ -144,18 +147,19 @@ func printDevBanner(w io.Writer, cfg config.Config, ls listeners) {
 	fmt.Fprintf(w, `
 delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream.
 
-  NATS      %s   stream %s captures %s, %s, %s
+  NATS      %s   ingress %s, cancel %s (core NATS); stream %s keeps dead letters (%s)
   metrics   http://%s/metrics
   API       %s
 
 Try it from another terminal:
   bridge send --delay 5s --target demo.hello hi
   nats --server %s pub %s hi -H x-delay:5s -H x-target:demo.hello
+  nats --server %s request %s hi -H x-delay:5s -H x-target:demo.hello   (replies {"id","due"} or {"error"})
 
 Messages arriving on demo.> are printed here. Ctrl-C stops.
 
-`, cfg.NATS.URL, devStream, cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject,
-		ls.ops.Addr(), api, cfg.NATS.URL, cfg.NATS.Subject)
+`, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
+		ls.ops.Addr(), api, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
 }
 
 // arrivalPrinter prints messages delivered to demo.> with their lateness.

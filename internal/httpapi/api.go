@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
@@ -42,27 +44,80 @@ type APIConfig struct {
 	// Metrics, when set, counts the API's messages in delaybridge_messages_in_total with
 	// broker "http" (parked, invalid by reason, cancelled).
 	Metrics *ingress.Metrics
+	// MaxInflightBytes bounds the request-body bytes read at once over all requests
+	// (BRIDGE_API_MAX_INFLIGHT_BYTES); it is raised to one largest request
+	// ([APIConfig.MaxBodyBytes]) when smaller. 0: [DefaultMaxInflightBytes].
+	MaxInflightBytes int64
+}
+
+// DefaultMaxInflightBytes is the default of APIConfig.MaxInflightBytes (32 MiB).
+const DefaultMaxInflightBytes = 32 << 20
+
+// MaxBodyBytes is the largest request body accepted: twice the payload limit (base64
+// and JSON escaping) plus 64 KiB for the other fields and headers.
+func (c APIConfig) MaxBodyBytes() int64 {
+	return int64(c.Rules.MaxPayload)*2 + 64<<10
 }
 
 // NewAPI returns the message API handler (SPEC section 6):
 // POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
+//
+// Every request is authenticated first (when a token is set): a 401 is answered with
+// Connection: close and the body is never read. A request body is then limited to
+// cfg.MaxBodyBytes (a larger Content-Length gets 413 unread) and its bytes are reserved
+// from the MaxInflightBytes budget before it is read; when the budget is spent the answer
+// is 503 with Retry-After, at once and without reading the body.
 func NewAPI(cfg APIConfig, store Store, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a := &api{cfg: cfg, store: store, log: logger.With("component", "api")}
+	budget := cfg.MaxInflightBytes
+	if budget <= 0 {
+		budget = DefaultMaxInflightBytes
+	}
+	budget = max(budget, cfg.MaxBodyBytes())
+	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", a.post)
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
 	mux.HandleFunc("GET /v1/stats", a.stats)
-	return a.auth(mux)
+	return a.auth(a.limitBody(mux))
 }
 
 type api struct {
-	cfg   APIConfig
-	store Store
-	log   *slog.Logger
+	cfg      APIConfig
+	store    Store
+	log      *slog.Logger
+	inflight *semaphore.Weighted // request-body bytes being read or decoded
+}
+
+// limitBody caps a request's body at MaxBodyBytes and holds its bytes in the in-flight
+// budget while the request is served.
+func (a *api) limitBody(next http.Handler) http.Handler {
+	limit := a.cfg.MaxBodyBytes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > limit {
+			refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes: the limit is %d", r.ContentLength, limit))
+			return
+		}
+		n := r.ContentLength
+		if n < 0 { // chunked: reserve the most it may be
+			n = limit
+		}
+		if !a.inflight.TryAcquire(n) {
+			w.Header().Set("Retry-After", "1")
+			refuse(w, http.StatusServiceUnavailable, "too many request bytes in flight (BRIDGE_API_MAX_INFLIGHT_BYTES): retry later")
+			return
+		}
+		defer a.inflight.Release(n)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (a *api) auth(next http.Handler) http.Handler {
@@ -74,7 +129,7 @@ func (a *api) auth(next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			refuse(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -120,11 +175,14 @@ type StatsResponse struct {
 
 func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	received := failpoint.Now()
-	limit := int64(a.cfg.Rules.MaxPayload)*2 + 64<<10 // base64 and JSON escaping room
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec := json.NewDecoder(r.Body) // limited by limitBody
 	dec.DisallowUnknownFields()
 	var req PostRequest
 	if err := dec.Decode(&req); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the limit of %d bytes", tooBig.Limit))
+			return
+		}
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
@@ -284,6 +342,41 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // error texts name subjects like orders.> verbatim
 	_ = enc.Encode(v)
+}
+
+// refuseCloseDelay is how long a refused connection stays half-open after the answer, so
+// that the client reads the answer before the close (closing a socket with unread input
+// sends a reset, which may destroy the answer in flight).
+const refuseCloseDelay = 500 * time.Millisecond
+
+// refuse answers status with {"error": msg} and Connection: close, and closes the
+// connection without reading the request body. net/http itself would drain up to 256 KiB
+// of an unread body after the handler, even with Connection: close, so the connection
+// is taken over (hijacked) and the answer written by hand. Where hijacking is not
+// possible (HTTP/2) it falls back to a normal answer.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Connection", "close")
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, status, msg)
+		return
+	}
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{"error": strings.TrimSpace(msg)})
+	h := w.Header().Clone()
+	h.Set("Content-Type", "application/json")
+	resp := &http.Response{StatusCode: status, ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
+		ContentLength: int64(body.Len()), Body: io.NopCloser(&body)}
+	_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if err := resp.Write(rw); err == nil {
+		_ = rw.Flush()
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	time.AfterFunc(refuseCloseDelay, func() { _ = conn.Close() })
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -2,10 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -86,35 +83,4 @@ func newOps(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler 
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// Serve listens on addr and serves h until ctx is cancelled, then shuts down gracefully
-// (bounded by 5s). It returns a listen error at once, nil after a clean shutdown.
-func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
-	}
-	return ServeListener(ctx, ln, h, logger)
-}
-
-// ServeListener is Serve on an existing listener, which it closes.
-func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && logger != nil {
-		logger.Warn("http shutdown", "addr", ln.Addr().String(), "err", err)
-	}
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	}
-	return nil
 }

@@ -794,6 +794,29 @@ func TestPublishErrorPerMessage(t *testing.T) {
 	}
 }
 
+// MaxRecordBytes is the publisher's record limit: a record over it fails alone as a
+// too_large rejection, one under it is written.
+func TestPublisherMaxRecordBytes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkafka.CreateTopic(t, e.brokers, "maxrec", 1)
+	pub := e.publisher(t, wmkafka.PublisherConfig{MaxRecordBytes: 4096})
+	small := message.NewMessage(watermill.NewUUID(), bytes.Repeat([]byte("s"), 3000))
+	big := message.NewMessage(watermill.NewUUID(), bytes.Repeat([]byte("b"), 4096))
+	err := pub.Publish("maxrec", small, big)
+	var perr *broker.PublishError
+	if !errors.As(err, &perr) || perr.Len() != 1 {
+		t.Fatalf("err = %v, want one failed message", err)
+	}
+	reason, ok := broker.IsRejected(perr.FailedMessages()[big.UUID])
+	if !ok || reason != broker.ReasonTooLarge {
+		t.Fatalf("big record: %v, want a too_large rejection", perr.FailedMessages()[big.UUID])
+	}
+	if got := endOffsets(t, e, "maxrec", 1); got[0] != 1 {
+		t.Fatalf("end offset %v, want the small record written", got)
+	}
+}
+
 func endOffsets(t *testing.T, e *env, topic string, partitions int) []int64 {
 	t.Helper()
 	tr := &kafkago.Transport{}
@@ -911,8 +934,9 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 	pubs := map[string]wmkafka.PublisherConfig{
-		"no brokers": {},
-		"negative":   {Brokers: brokers, BatchTimeout: -1},
+		"no brokers":          {},
+		"negative":            {Brokers: brokers, BatchTimeout: -1},
+		"negative max record": {Brokers: brokers, MaxRecordBytes: -1},
 	}
 	for name, cfg := range pubs {
 		t.Run("publisher "+name, func(t *testing.T) {

@@ -21,8 +21,8 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 )
 
-// maxRecordBytes is the writer's batch limit in bytes (kafka-go's default, just under
-// the brokers' default message.max.bytes); a larger record cannot be sent.
+// maxRecordBytes is the default of PublisherConfig.MaxRecordBytes (kafka-go's default
+// batch limit, just under the brokers' default message.max.bytes).
 const maxRecordBytes = 1 << 20
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -56,14 +56,19 @@ type PublisherConfig struct {
 	UUIDHeader string
 	// Security is the connection's TLS and SASL; the zero value is plaintext, no auth.
 	Security Security
+	// MaxRecordBytes is the largest record (key, value and headers) sent: the writer's
+	// batch limit, to be set to the brokers' message.max.bytes
+	// (BRIDGE_KAFKA_MAX_MESSAGE_BYTES). A larger record fails alone, rejected as
+	// too_large. Default 1 MiB (kafka-go's default).
+	MaxRecordBytes int
 }
 
 func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
 	if err := checkBrokers(c.Brokers); err != nil {
 		return c, fmt.Errorf("kafka publisher config: %w", err)
 	}
-	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.BatchSize < 0 {
-		return c, errors.New("kafka publisher config: BatchTimeout, BatchSize and WriteTimeout must not be negative")
+	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.BatchSize < 0 || c.MaxRecordBytes < 0 {
+		return c, errors.New("kafka publisher config: BatchTimeout, BatchSize, WriteTimeout and MaxRecordBytes must not be negative")
 	}
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID
@@ -76,6 +81,9 @@ func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = maxRecordBytes
 	}
 	return c, nil
 }
@@ -116,7 +124,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		Addr:                   kafkago.TCP(cfg.Brokers...),
 		Balancer:               &kafkago.Murmur2Balancer{},
 		BatchSize:              cfg.BatchSize,
-		BatchBytes:             maxRecordBytes,
+		BatchBytes:             int64(cfg.MaxRecordBytes),
 		BatchTimeout:           cfg.BatchTimeout,
 		ReadTimeout:            cfg.WriteTimeout,
 		WriteTimeout:           cfg.WriteTimeout,
@@ -144,7 +152,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 // error is a [*broker.PublishError] naming them by UUID; the others are written. When the
 // call fails as a whole (closed publisher, unknown topic, timeout), a plain error: a
 // timed-out call may still have written some records. A record larger than the
-// writer's batch limit (1 MiB, headers and key included) fails alone. Messages are not
+// writer's batch limit (MaxRecordBytes, headers and key included) fails alone. Messages are not
 // modified. Failures no retry can fix (TOPIC_AUTHORIZATION_FAILED, a record too large)
 // are [*broker.RejectedError]s, with reason forbidden or too_large.
 //
@@ -171,9 +179,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			continue
 		}
 		km := toKafka(topic, msg, p.cfg.UUIDHeader)
-		if n := recordSize(&km); n > maxRecordBytes {
+		if n := recordSize(&km); n > p.cfg.MaxRecordBytes {
 			perr.Add(msg.UUID, broker.Reject(broker.ReasonTooLarge,
-				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, maxRecordBytes, kafkago.MessageSizeTooLarge)))
+				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, p.cfg.MaxRecordBytes, kafkago.MessageSizeTooLarge)))
 			continue
 		}
 		records = append(records, km)
