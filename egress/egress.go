@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // Output header names (SPEC section 2), and the error header of dead letters.
@@ -23,9 +24,8 @@ const (
 	HeaderError    = "x-delay-error"
 	HeaderTarget   = "x-target"
 	HeaderKafkaKey = "x-kafka-key"
-	// HeaderOriginalSize is set on a dead letter sent without its payload (the dead-letter
-	// subject refused it as too large): the payload's size in bytes.
-	HeaderOriginalSize = "x-delay-original-size"
+	// HeaderOriginalSize: see headers.OriginalSize.
+	HeaderOriginalSize = headers.OriginalSize
 )
 
 // reasonTooLarge is the RejectReason of a message larger than the broker takes.

@@ -424,9 +424,8 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	in.metrics.rejected(src.Broker, Reason(cause))
 }
 
-// HeaderOriginalSize is set on a dead letter sent without its payload because the
-// dead-letter subject refused it as too large: the payload's size in bytes.
-const HeaderOriginalSize = "x-delay-original-size"
+// HeaderOriginalSize: see headers.OriginalSize.
+const HeaderOriginalSize = headers.OriginalSize
 
 // tooLarge reports whether err is (or wraps) a broker's permanent refusal of a message
 // as too large (an error with RejectReason() "too_large", as the adapters make).

@@ -25,6 +25,11 @@ const (
 	MetaKafkaKey = ReservedPrefix + "kafka_key"
 )
 
+// OriginalSize is the header of a dead letter sent without its payload, because the
+// dead-letter subject refused it as too large: the payload's size in bytes. Ingress (a
+// rejected message) and egress (an undeliverable one) both set it.
+const OriginalSize = "x-delay-original-size"
+
 // Header is one header field.
 type Header struct {
 	Key   string
