@@ -62,7 +62,7 @@ func TestStoreCollector(t *testing.T) {
 delaybridge_due_messages{within="1m"} 1
 delaybridge_due_messages{within="1h"} 2
 delaybridge_due_messages{within="24h"} 3
-# HELP delaybridge_overdue_messages Messages past their due time and not being delivered (score at or before the Redis time), all shards.
+# HELP delaybridge_overdue_messages Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), all shards.
 # TYPE delaybridge_overdue_messages gauge
 delaybridge_overdue_messages 1
 # HELP delaybridge_parked_messages_all Messages in the delay store (pending and claimed), all shards.
