@@ -19,9 +19,12 @@ import (
 // TestB7WaitSwitchover: SENTINEL FAILOVER with BRIDGE_REDIS_MIN_REPLICAS=1. The promoted
 // replica stops acknowledging the old primary, whose WAIT then answers 0: every park it
 // takes from then on fails and is retried, not acked, until the bridge writes to the new
-// primary and the old one replicates it. Lost 0, early 0.
+// primary and the old one replicates it. Lost 0, early 0. The WAIT timeout is short
+// (250 ms), so that the old primary's WAITs answer within the switchover window: then the
+// replica count, not the FailoverClient's closing of the old connections at
+// +switch-master, is what refuses the writes.
 func TestB7WaitSwitchover(t *testing.T) {
-	r := waitFault(t, "b7ws", "1", switchover)
+	r := waitFault(t, "b7ws", "1", switchover, "BRIDGE_REDIS_WAIT_TIMEOUT", "250ms")
 	requireSafe(t, r)
 }
 
@@ -81,18 +84,18 @@ func switchover(ctx context.Context, _ *testing.T, d *testredis.Sentinel) (*test
 }
 
 // waitFault runs a bridge with BRIDGE_REDIS_MIN_REPLICAS=minReplicas on 1 primary + 1
-// replica + 3 sentinels, sends at ~500 msgs/s (delays 0-1 s) for 3 s, applies fault
+// replica + 3 sentinels (and env: key, value, ...), sends at ~500 msgs/s (delays 0-1 s) for 3 s, applies fault
 // (which returns the old primary), waits for the failover, sends 3 s more, and returns
 // the checker's report over every message sent. It logs the failover time, the report,
 // the WAIT shortfalls and the store at the end.
 func waitFault(t *testing.T, name, minReplicas string,
-	fault func(context.Context, *testing.T, *testredis.Sentinel) (*testredis.Server, error)) report {
+	fault func(context.Context, *testing.T, *testredis.Sentinel) (*testredis.Server, error), env ...string) report {
 	t.Helper()
 	d := testredis.StartSentinel(t, testredis.SentinelOptions{Replicas: 1})
 	s := newTopologyStack(t, "BRIDGE_REDIS_SENTINEL_ADDRS", strings.Join(d.Addrs(), ","),
 		"BRIDGE_REDIS_SENTINEL_MASTER", testredis.SentinelMaster)
 	c := newChecker(t, s)
-	b := e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_REDIS_MIN_REPLICAS", minReplicas))
+	b := e2etest.StartReady(t, bridgeBin, s.envWith(append([]string{"BRIDGE_REDIS_MIN_REPLICAS", minReplicas}, env...)...))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
