@@ -1,6 +1,7 @@
 // Command bench is delaybridge's end-to-end benchmark (`make bench`).
 //
-// It spawns its own redis-server (AOF everysec or always), embeds nats-server with
+// It spawns its own redis-server (AOF everysec or always; the wait variant adds a replica
+// and runs the bridge with BRIDGE_REDIS_MIN_REPLICAS=1), embeds nats-server with
 // JetStream, runs the built bridge binary (1 or 3 replicas), drives the workloads through
 // JetStream and measures ingest and release rates, lateness, Redis memory and CPU and bridge
 // CPU. The same workloads run on github.com/hibiken/asynq (scheduled tasks) on an identically
@@ -10,6 +11,7 @@
 //	go run ./e2e/bench                 # full run (~13 min): prints the table
 //	go run ./e2e/bench -quick          # short run (~2 min): x1 everysec and asynq, 1 run, no Kafka
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
+//	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
 package main
 
 import (
