@@ -322,3 +322,38 @@ func TestClusterWait(t *testing.T) {
 	}
 	t.Logf("%d of 16 shards on the master whose replica was stopped failed with ErrNotReplicated", failed)
 }
+
+// BenchmarkParkWait measures Park on a primary with one replica, without and with
+// MinReplicas 1 (the WAIT after each pipeline), for a single message and for a
+// 256-message batch over 16 shards (ingress's lane batch). ns/op is per Park call.
+func BenchmarkParkWait(b *testing.B) {
+	primary := testredis.Start(b, "--appendfsync", "everysec")
+	testredis.StartReplica(b, primary, "--appendfsync", "everysec")
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	payload := make([]byte, 100)
+	for _, batch := range []int{1, 256} {
+		for _, n := range []int{0, 1} {
+			b.Run(fmt.Sprintf("batch=%d/min_replicas=%d", batch, n), func(b *testing.B) {
+				s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(b), Shards: 16, Lease: time.Second, MinReplicas: n, WaitTimeout: time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Init(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				reqs := make([]ParkRequest, batch)
+				b.ResetTimer()
+				for i := range b.N {
+					for k := range reqs {
+						reqs[k] = ParkRequest{ID: fmt.Sprintf("01J%012d%06d", i, k), Delay: time.Hour,
+							Envelope: Envelope{Target: "nats:orders.timeout", Source: "nats:delay.in", Payload: payload}}
+					}
+					if _, err := s.Park(b.Context(), reqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
