@@ -357,3 +357,66 @@ func BenchmarkParkWait(b *testing.B) {
 		}
 	}
 }
+
+// TestClusterWaitMoved: a shard's slot moves to another master behind the store's back.
+// The confirmed park goes to the master the store's slot map names, which answers MOVED:
+// the script did not run, the park fails, and after the slot map's reload a repeat is
+// confirmed on the new master.
+func TestClusterWaitMoved(t *testing.T) {
+	c := testredis.StartCluster(t, testredis.ClusterOptions{Replicas: 1})
+	rdb := c.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second, MinReplicas: 1, WaitTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for i := 0; len(ids) < 2; i++ {
+		if id := fmt.Sprintf("m-%d", i); s.ShardOf(id) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	if err := parkOne(ctx, s, ids[0]); err != nil { // the store's client now knows the slot map
+		t.Fatal(err)
+	}
+	slot := testredis.KeySlot(s.keys[0].z)
+	from, err := c.Owner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	if _, err := c.MoveSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	err = parkOne(ctx, s, ids[1])
+	if err == nil || !strings.Contains(err.Error(), "MOVED") {
+		t.Fatalf("park to the old master: %v, want a MOVED error", err)
+	}
+	t.Log(err)
+	moved := time.Now()
+	deadline := moved.Add(10 * time.Second)
+	for err != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("park after the move still fails: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		err = parkOne(ctx, s, ids[1])
+	}
+	t.Logf("confirmed on the new master %s after the MOVED", time.Since(moved).Round(time.Millisecond))
+	n := redis.NewClient(&redis.Options{Addr: to.Addr()})
+	defer n.Close()
+	if ok, err := n.HExists(ctx, s.keys[0].m, ids[1]).Result(); err != nil || !ok {
+		t.Fatalf("%s not on the new master %s: %v %v", ids[1], to.Addr(), ok, err)
+	}
+}
