@@ -27,8 +27,11 @@ import (
 // current offset. Without it a repeated Park (idempotent: it writes nothing) or Cancel (the
 // id is already gone) would be confirmed against an older offset of this connection, not
 // the one of the first attempt that wrote the message (on another connection) and whose WAIT
-// fell short. Under maxmemory the fence may be refused (-OOM); WAIT then confirms the
-// connection's own writes only.
+// fell short (WAIT's documented semantics: the writes of the current connection). Redis
+// 7.0.15 moves a connection's WAIT offset on every command, so there the fence is redundant
+// (TestWaitFence passes without it); it keeps the guarantee on servers that do not. Under
+// maxmemory the fence may be refused (-OOM); WAIT then confirms the connection's own
+// writes only.
 //
 // Cluster: a go-redis cluster pipeline splits commands per node and sends a key-less WAIT
 // to a random node, so evalPerMaster groups the calls by master (MasterForKey) and runs one
