@@ -28,7 +28,8 @@ const DefaultAPIAddr = "127.0.0.1:8081"
 type Config struct {
 	// Redis selects the Redis deployment.
 	Redis Redis
-	// Store configures the delay store: BRIDGE_KEY_PREFIX, BRIDGE_SHARDS, BRIDGE_LEASE.
+	// Store configures the delay store: BRIDGE_KEY_PREFIX, BRIDGE_SHARDS, BRIDGE_LEASE,
+	// BRIDGE_REDIS_MIN_REPLICAS, BRIDGE_REDIS_WAIT_TIMEOUT.
 	Store delaystore.Config
 	// NATS configures the NATS broker; off when NATS.URL is empty.
 	NATS NATS

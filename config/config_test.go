@@ -76,6 +76,9 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_KAFKA_TLS_CERT_FILE", ""},
 	{"BRIDGE_KAFKA_TLS_KEY_FILE", ""},
 	{"BRIDGE_API_TOKEN_FILE", ""},
+	// SPEC section 7: durability under Redis failover.
+	{"BRIDGE_REDIS_MIN_REPLICAS", "0"},
+	{"BRIDGE_REDIS_WAIT_TIMEOUT", "1s"},
 }
 
 func mustLoad(t testing.TB, m map[string]string) Config {
@@ -152,7 +155,7 @@ func TestDefaultsTyped(t *testing.T) {
 		got := mustLoad(t, m)
 		want := Config{
 			Redis:               Redis{URL: "redis://127.0.0.1:6379/0"},
-			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second},
+			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second, WaitTimeout: time.Second},
 			NATS:                NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge", AckWait: 30 * time.Second},
 			Kafka:               Kafka{Topic: "delay.in", Group: "delaybridge", MaxMessageBytes: 1048576},
 			CancelSubject:       "delay.cancel",
@@ -216,6 +219,8 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_MAX_HOPS":                "3",
 		"BRIDGE_LEASE":                   "45s",
 		"BRIDGE_TOMBSTONE_TTL":           "5m",
+		"BRIDGE_REDIS_MIN_REPLICAS":      "2",
+		"BRIDGE_REDIS_WAIT_TIMEOUT":      "250ms",
 		"BRIDGE_HTTP_ADDR":               "0.0.0.0:9090",
 		"BRIDGE_API_ADDR":                ":9091",
 		"BRIDGE_API_TOKEN":               "s3cret",
@@ -228,7 +233,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	got := mustLoad(t, m)
 	want := Config{
 		Redis:               Redis{URL: "rediss://user:pw@redis.example:6380/3"},
-		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute},
+		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute, MinReplicas: 2, WaitTimeout: 250 * time.Millisecond},
 		NATS:                NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second, MaxProgress: -time.Second},
 		Kafka:               Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1", MaxMessageBytes: 2 << 20},
 		CancelSubject:       "sched.cancel",
@@ -301,6 +306,33 @@ func TestEmptyValues(t *testing.T) {
 	}
 	if c = mustLoad(t, map[string]string{"BRIDGE_API_ADDR": "  "}); c.APIAddr != "" {
 		t.Fatalf("APIAddr = %q", c.APIAddr)
+	}
+}
+
+// TestWaitValues: BRIDGE_REDIS_MIN_REPLICAS >= 0; with it > 0, BRIDGE_REDIS_WAIT_TIMEOUT
+// at least 1ms and 500ms shorter than the Redis read timeout.
+func TestWaitValues(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1"}, ""},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "2", "BRIDGE_REDIS_WAIT_TIMEOUT": "2500ms"}, ""},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "0", "BRIDGE_REDIS_WAIT_TIMEOUT": "0s"}, ""},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "-1"}, "BRIDGE_REDIS_MIN_REPLICAS: -1: must be >= 0"},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "x"}, `BRIDGE_REDIS_MIN_REPLICAS: "x" is not an integer`},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_WAIT_TIMEOUT": "0s"}, "BRIDGE_REDIS_WAIT_TIMEOUT: 0s: must be > 0"},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_WAIT_TIMEOUT": "100us"}, "at least 1ms"},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_WAIT_TIMEOUT": "3s"}, "go-redis' default read timeout"},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_URL": "redis://h:6379/0?read_timeout=300ms"},
+			"BRIDGE_REDIS_WAIT_TIMEOUT: 1s: must be at least 500ms shorter than the Redis read timeout (300ms, read_timeout in BRIDGE_REDIS_URL)"},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_URL": "redis://h:6379/0?read_timeout=5s", "BRIDGE_REDIS_WAIT_TIMEOUT": "4s"}, ""},
+		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1", "BRIDGE_REDIS_URL": "redis://h:6379/0?read_timeout=-1", "BRIDGE_REDIS_WAIT_TIMEOUT": "10s"}, ""},
+	} {
+		_, err := Load(tc.env)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Load(%v) = %v, want %q", tc.env, err, tc.want)
+		}
 	}
 }
 

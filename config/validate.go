@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -61,6 +62,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
 			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", formatDuration(ttl), formatDuration(c.NATS.AckWait))
 	}
+	c.validateWait(add)
 
 	// NATS.
 	if c.NATS.URL != "" {
@@ -295,6 +297,37 @@ func checkTLSFiles(add func(string, string, ...any), system, ca, cert, key strin
 	}
 	_ = ca
 }
+
+// waitReadMargin is how much of the Redis client's read timeout a confirmed write keeps
+// beyond BRIDGE_REDIS_WAIT_TIMEOUT for its scripts: the pipeline's answers, WAIT's last,
+// must arrive within the read timeout.
+const waitReadMargin = 500 * time.Millisecond
+
+// validateWait checks BRIDGE_REDIS_MIN_REPLICAS and BRIDGE_REDIS_WAIT_TIMEOUT (the store's
+// own limits: delaystore.MinWaitTimeout) against the Redis client's read timeout (go-redis'
+// default, or read_timeout in BRIDGE_REDIS_URL).
+func (c *Config) validateWait(add func(string, string, ...any)) {
+	st := c.Store
+	if st.MinReplicas < 0 {
+		add("REDIS_MIN_REPLICAS", "%d: must be >= 0", st.MinReplicas)
+	}
+	if st.MinReplicas <= 0 || !checkPositiveDuration(add, "REDIS_WAIT_TIMEOUT", st.WaitTimeout, delaystore.MinWaitTimeout) {
+		return
+	}
+	read, source := defaultReadTimeout, "go-redis' default read timeout"
+	if !c.Redis.Cluster() && !c.Redis.Sentinel() {
+		if o, err := redis.ParseURL(c.Redis.URL); err == nil && o.ReadTimeout != 0 {
+			read, source = o.ReadTimeout, "read_timeout in BRIDGE_REDIS_URL"
+		}
+	}
+	if read > 0 && st.WaitTimeout+waitReadMargin > read {
+		add("REDIS_WAIT_TIMEOUT", "%s: must be at least %s shorter than the Redis read timeout (%s, %s), or the client gives up before WAIT answers",
+			formatDuration(st.WaitTimeout), formatDuration(waitReadMargin), formatDuration(read), source)
+	}
+}
+
+// defaultReadTimeout is go-redis' read timeout when none is set.
+const defaultReadTimeout = 3 * time.Second
 
 // checkPositiveDuration adds a problem unless d > 0 and >= min; it reports whether d
 // passed.

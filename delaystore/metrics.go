@@ -123,8 +123,11 @@ func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overd
 // A pipeline (Park, Ack and Retry send one script call per shard in one) is one round
 // trip, reported once; commands that are not the store's scripts are not reported. Add
 // it to the client the store uses (AddHook) before the first call. observe must be safe
-// for concurrent use.
+// for concurrent use. With Config.MinReplicas > 0 on Redis Cluster, park and cancel run on
+// the masters' own clients, which do not run the cluster client's hooks: the store then
+// reports their round trip (all masters in parallel, once) to observe itself.
 func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.Hook {
+	s.timer.Store(&observe)
 	names := map[string]string{}
 	for name, sc := range map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,

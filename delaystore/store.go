@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +48,17 @@ type Store struct {
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
 
+	// Replicated durability (wait.go): WAIT minReplicas waitTimeout after every confirmed
+	// write; 0 replicas: none.
+	minReplicas int
+	waitTimeout time.Duration
+	log         *slog.Logger
+	shortfalls  atomic.Uint64
+	inShortfall atomic.Bool
+	// timer, when set by ScriptTimer, also times the per-master pipelines that bypass the
+	// cluster client's hooks (wait.go).
+	timer atomic.Pointer[func(string, time.Duration)]
+
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load) and which form the server takes (scripts.go), so sharing them is safe.
 	park, claim, ack, retry, cancel *script
@@ -61,6 +75,7 @@ type shardKeys struct {
 	zmR     []string // z, m, r: retry
 	zmtR    []string // z, m, t, r: ack, cancel
 	zmSeqTR []string // z, m, seq, t, r: park
+	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
 	shardID string   // the shard number as a decimal string
 }
 
@@ -74,8 +89,8 @@ type Applied struct {
 }
 
 // New validates cfg and returns a Store over rdb (a *redis.Client, *redis.ClusterClient,
-// ...). It does no I/O; call Init before use.
-func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+// ...), adjusted by opts. It does no I/O; call Init before use.
+func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
 	var errs []error
 	if rdb == nil {
 		errs = append(errs, errors.New("redis client is nil"))
@@ -91,6 +106,12 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	if cfg.Lease < time.Millisecond {
 		errs = append(errs, fmt.Errorf("lease %s is shorter than 1ms", cfg.Lease))
+	}
+	if cfg.MinReplicas < 0 {
+		errs = append(errs, fmt.Errorf("min replicas %d is negative", cfg.MinReplicas))
+	}
+	if cfg.MinReplicas > 0 && cfg.WaitTimeout < MinWaitTimeout {
+		errs = append(errs, fmt.Errorf("wait timeout %s is shorter than %s", cfg.WaitTimeout, MinWaitTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("delaystore config: %w", err)
@@ -116,6 +137,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		ack:         newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
 		retry:       newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
 		cancel:      newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
+		minReplicas: cfg.MinReplicas,
+		waitTimeout: time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
+		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
@@ -126,8 +150,12 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 			zmR:     []string{z, m, r},
 			zmtR:    []string{z, m, t, r},
 			zmSeqTR: []string{z, m, seq, t, r},
+			seq:     seq,
 			shardID: strconv.Itoa(i),
 		}
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	return s, nil
 }
@@ -140,8 +168,15 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // every shard's dataset epoch, which CheckDataset compares against. It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA. Call it once at start; it blocks
 // until Redis answered, and is safe to call concurrently and repeatedly.
+//
+// It also reads INFO replication of every master (Cluster: each; otherwise the one the
+// client writes to) and logs its connected replicas; with Config.MinReplicas > 0 a master
+// with fewer, or one that refuses INFO, is an error wrapping ErrTooFewReplicas.
 func (s *Store) Init(ctx context.Context) error {
 	if err := s.checkEviction(ctx); err != nil {
+		return err
+	}
+	if err := s.checkReplicas(ctx); err != nil {
 		return err
 	}
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
@@ -217,7 +252,9 @@ func ShardOf(id string, shards int) int {
 }
 
 // Park stores the messages until they are due. It sends one script call per shard, all
-// in one pipelined round trip, and returns one Parked per request, in request order. A
+// in one pipelined round trip (with Config.MinReplicas > 0: one per master, each ending in
+// WAIT; a shard whose write is not confirmed fails with an error wrapping
+// ErrNotReplicated), and returns one Parked per request, in request order. A
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
 // tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
@@ -261,9 +298,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeqTR, args: args}
+		calls[ci] = call{keys: s.keys[sh].zmSeqTR, args: args, fence: s.keys[sh].seq}
 	}
-	cmds := s.evalPipelined(ctx, s.park, calls)
+	cmds := s.evalConfirmed(ctx, s.park, calls)
 	s.mem.note(cmds)
 	out := make([]Parked, len(reqs))
 	for ci, sh := range order {
@@ -436,13 +473,17 @@ func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(s
 // Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
 // then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
 // redelivery of the cancelled source message is not parked again. It reports whether the
-// message existed, and blocks until Redis answered or ctx is done.
+// message existed, and blocks until Redis answered or ctx is done. With Config.MinReplicas > 0
+// the deletion is confirmed by WAIT; fewer replicas is an error wrapping ErrNotReplicated
+// (the deletion may still have happened on the master: cancelling again is safe, but may
+// then report false).
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	n, err := s.cancel.Run(ctx, s.rdb, s.keys[sh].zmtR, id, s.tombMS).Int64()
+	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].zmtR, args: []any{id, s.tombMS}, fence: s.keys[sh].seq}})
+	n, err := cmds[0].Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
@@ -649,18 +690,32 @@ func (s *Store) checkShard(sh int) error {
 type call struct {
 	keys []string
 	args []any
+	// fence is a string key of the call's shard (its seq key) that evalConfirmed writes
+	// with INCRBY 0 before WAIT (wait.go); empty for calls that are never confirmed.
+	fence string
 }
 
-// evalPipelined runs sc once per call, all in one pipeline, by SHA; the calls that got
-// NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
-// sent again with EVAL in a second pipeline. Errors are left in the returned commands.
+// evalPipelined runs sc once per call, all in one pipeline, without WAIT (for writes
+// whose loss in a failover only costs a duplicate: claim leases, acks, retries). Errors
+// are left in the returned commands.
 func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*redis.Cmd {
+	return s.evalOn(ctx, s.rdb, "", sc, calls, false)
+}
+
+// evalOn runs sc once per call, all in one pipeline on c, by SHA; the calls that got
+// NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
+// sent again with EVAL in a second pipeline. With confirm, each pipeline ends with the WAIT
+// fence (confirmPipeline), so the EVAL resend is confirmed too; master names c in errors.
+// Errors are left in the returned commands.
+func (s *Store) evalOn(ctx context.Context, c pipeliner, master string, sc *script, calls []call, confirm bool) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	pipe := s.rdb.Pipeline()
-	for i, c := range calls {
-		cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	s.sendPipeline(ctx, c, master, calls, all, cmds, confirm, func(p redis.Pipeliner, c call) *redis.Cmd {
+		return sc.EvalSha(ctx, p, c.keys, c.args...)
+	})
 	var again []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -670,12 +725,29 @@ func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*
 	if len(again) == 0 {
 		return cmds
 	}
-	pipe = s.rdb.Pipeline()
-	for _, i := range again {
-		cmds[i] = sc.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	_, _ = pipe.Exec(ctx)
+	s.sendPipeline(ctx, c, master, calls, again, cmds, confirm, func(p redis.Pipeliner, c call) *redis.Cmd {
+		return sc.Eval(ctx, p, c.keys, c.args...)
+	})
 	return cmds
+}
+
+// sendPipeline sends calls[i] for every i in idx in one pipeline on c, storing their
+// commands in cmds[i]; with confirm the pipeline ends with the WAIT fence, and the
+// commands that succeeded get an error when WAIT does not confirm them.
+func (s *Store) sendPipeline(ctx context.Context, c pipeliner, master string, calls []call, idx []int,
+	cmds []*redis.Cmd, confirm bool, send func(redis.Pipeliner, call) *redis.Cmd) {
+	pipe := c.Pipeline()
+	for _, i := range idx {
+		cmds[i] = send(pipe, calls[i])
+	}
+	var wait *redis.IntCmd
+	if confirm {
+		wait = s.appendWait(ctx, pipe, calls[idx[0]].fence)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	if wait != nil {
+		s.confirmed(wait, master, cmds, idx)
+	}
 }
 
 func isNoScript(err error) bool {

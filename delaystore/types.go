@@ -22,11 +22,23 @@ type Config struct {
 	// horizon (JetStream AckWait; a Kafka rebalance). 0 means [DefaultTombstoneTTL];
 	// negative: no tombstones. Package config turns 0 into BRIDGE_NATS_ACK_WAIT + 1m.
 	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL" envDefault:"0s"`
+	// MinReplicas, when > 0, makes every write that an acknowledgement or an answer depends
+	// on (Park, Cancel) count as done only when Redis WAIT, on the master that executed it,
+	// confirms that many replicas within WaitTimeout; fewer is an error wrapping
+	// ErrNotReplicated. Init refuses a master with fewer connected replicas. 0: no WAIT.
+	MinReplicas int `env:"REDIS_MIN_REPLICAS" envDefault:"0" envDoc:"when > 0, a park, upsert or cancel counts as done only when Redis WAIT confirms that many replicas of the master that took it; the start is refused when a master has fewer"`
+	// WaitTimeout bounds that WAIT (whole milliseconds, rounded up; at least
+	// MinWaitTimeout when MinReplicas > 0).
+	WaitTimeout time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"1s" envDoc:"how long that WAIT may take; fewer replicas in time = the write failed (source not acked, API 503)"`
 }
 
 // DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
 // AckWait (30s) plus a minute.
 const DefaultTombstoneTTL = 90 * time.Second
+
+// MinWaitTimeout is the shortest accepted Config.WaitTimeout when MinReplicas > 0: WAIT
+// counts whole milliseconds, and WAIT with 0 would block for ever.
+const MinWaitTimeout = time.Millisecond
 
 // Sentinel errors.
 var (
@@ -39,6 +51,14 @@ var (
 	ErrEvictionPolicy = errors.New("delaystore: redis maxmemory-policy evicts keys without a TTL")
 	// ErrCorrupt: a stored envelope could not be decoded.
 	ErrCorrupt = errors.New("delaystore: corrupt envelope")
+	// ErrNotReplicated: Redis WAIT confirmed fewer than Config.MinReplicas replicas of a
+	// write in time. The write may have been applied on the master but is not durable
+	// across a failover: the caller must treat it as failed (not acknowledge its source)
+	// and may repeat it (Park with Replace false is idempotent).
+	ErrNotReplicated = errors.New("delaystore: write not confirmed by enough redis replicas")
+	// ErrTooFewReplicas: at Init, a master has fewer connected replicas than
+	// Config.MinReplicas, or does not say how many it has.
+	ErrTooFewReplicas = errors.New("delaystore: redis master has fewer connected replicas than required")
 )
 
 // Envelope is what the store keeps of a message besides its schedule.

@@ -264,14 +264,17 @@ func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
 // park parks one batch and then acks its messages, or nacks them all when the store
 // stays unavailable until ctx ends. A relative delay loses the time its message waited
 // in ingress (retries included), so that the due time counts from the moment the bridge
-// received it.
+// received it. When Redis replicas do not confirm the write (delaystore.ErrNotReplicated),
+// the core requests of the batch are answered with an error at once (their senders wait,
+// and their source cannot redeliver) and the rest is retried.
 func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
-	reqs := make([]delaystore.ParkRequest, len(batch))
+	var reqs []delaystore.ParkRequest
 	var parked []delaystore.Parked
 	err := in.retry(ctx, "park", func(opCtx context.Context) error {
 		// At every attempt: a park retried while Redis was unreachable keeps the due time
 		// counted from receipt, rather than from the attempt that succeeded.
 		now := in.now()
+		reqs = make([]delaystore.ParkRequest, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
 			if !p.req.Absolute {
@@ -280,6 +283,12 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		}
 		var err error
 		parked, err = in.store.Park(opCtx, reqs)
+		if errors.Is(err, delaystore.ErrNotReplicated) {
+			if batch = in.refuseRequests(src, batch, err); len(batch) == 0 {
+				reqs, parked = nil, nil
+				return nil
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -289,6 +298,9 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 			p.msg.Nack()
 		}
 		in.metrics.in(src.Broker, "nacked", len(batch))
+		return
+	}
+	if len(batch) == 0 {
 		return
 	}
 	failpoint.Inject(failpoint.AfterPark)
@@ -312,6 +324,33 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 	}
 	in.metrics.in(src.Broker, "parked", len(batch)-delivered)
 	in.metrics.in(src.Broker, "already_delivered", delivered)
+}
+
+// refuseRequests answers the core requests of batch (headers.MetaRequest) with
+// {"error": "not_replicated: ..."} and returns the other messages. A refused request may
+// still stand on the Redis master: its sender retries (with x-delay-id, idempotently).
+func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []prepared {
+	keep := batch[:0:0]
+	for _, p := range batch {
+		if p.msg.Metadata.Get(headers.MetaRequest) != "1" {
+			keep = append(keep, p)
+			continue
+		}
+		p.msg.Metadata.Set(headers.MetaReply, notReplicatedReply(cause))
+		p.msg.Ack() // a core request: the ack sends the reply
+		p.span.SetStatus(codes.Error, "not replicated")
+		p.span.End()
+		in.metrics.in(src.Broker, "nacked", 1)
+	}
+	return keep
+}
+
+// notReplicatedReply is the error reply to a core request whose write Redis replicas did
+// not confirm.
+func notReplicatedReply(cause error) string {
+	return replyJSON(struct {
+		Error string `json:"error"`
+	}{"not_replicated: " + cause.Error() + "; retry the request"})
 }
 
 // startSpan starts the ingress span of a valid message, a child of its traceparent, and
@@ -364,11 +403,22 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	}
 	id := ids[0]
 	var cancelled bool
+	refused := false
 	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
 		var err error
 		cancelled, err = in.store.Cancel(opCtx, id)
+		if errors.Is(err, delaystore.ErrNotReplicated) && msg.Metadata.Get(headers.MetaRequest) == "1" {
+			msg.Metadata.Set(headers.MetaReply, notReplicatedReply(err))
+			refused = true
+			return nil // answered with the error below; the sender retries
+		}
 		return err
 	})
+	if err == nil && refused {
+		msg.Ack()
+		in.metrics.in(src.Broker, "nacked", 1)
+		return
+	}
 	if err != nil {
 		msg.Nack()
 		in.metrics.in(src.Broker, "nacked", 1)

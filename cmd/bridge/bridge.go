@@ -94,7 +94,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	defer rdb.Close()
-	store, err := delaystore.New(rdb, cfg.StoreConfig())
+	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}
@@ -115,6 +115,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	}
 	reg.MustRegister(newStoreCollector(store, redisUp.Err))
 	if err := registerScriptTimer(reg, rdb, store); err != nil {
+		return err
+	}
+	if err := registerWaitShortfalls(reg, store); err != nil {
 		return err
 	}
 	dataset, err := newDatasetWatch(store, logger, reg)
@@ -370,7 +373,8 @@ func brokerLimits(natsMaxPayload func() int64, kafkaMax int) ingress.SizeLimits 
 }
 
 // initStore records or checks the shard count, retrying while Redis is unreachable. A
-// shard-count mismatch is fatal.
+// shard-count mismatch, an evicting maxmemory-policy and a master with fewer replicas than
+// BRIDGE_REDIS_MIN_REPLICAS are fatal.
 func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger) error {
 	wait := 200 * time.Millisecond
 	for {
@@ -378,7 +382,8 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) {
+		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) ||
+			errors.Is(err, delaystore.ErrTooFewReplicas) {
 			return err
 		}
 		if isRedisAuthError(err) {

@@ -143,3 +143,17 @@ func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, s
 	rdb.AddHook(store.ScriptTimer(func(script string, d time.Duration) { h.WithLabelValues(script).Observe(d.Seconds()) }))
 	return nil
 }
+
+// registerWaitShortfalls registers delaybridge_redis_wait_shortfall_total: the WAITs that
+// confirmed fewer replicas than BRIDGE_REDIS_MIN_REPLICAS (each failed a park or cancel,
+// which is then retried and its source not acked meanwhile).
+func registerWaitShortfalls(reg prometheus.Registerer, store *delaystore.Store) error {
+	c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "delaybridge_redis_wait_shortfall_total",
+		Help: "Redis WAITs that confirmed fewer replicas than BRIDGE_REDIS_MIN_REPLICAS in time; each failed a park or cancel (retried, source not acked).",
+	}, func() float64 { return float64(store.WaitShortfalls()) })
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("register delaybridge_redis_wait_shortfall_total: %w", err)
+	}
+	return nil
+}

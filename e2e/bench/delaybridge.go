@@ -18,6 +18,7 @@ import (
 // core subscription on a separate connection.
 type dbSystem struct {
 	rp      *redisProc
+	replica *redisProc // with waitReplicas > 0: the primary's replica
 	np      *natsProc
 	bridges []*bridgeProc
 	pubNC   *nats.Conn
@@ -29,15 +30,27 @@ type dbSystem struct {
 	ks      *kafkaSource // Kafka variant: the source is kfake, the target still NATS
 }
 
-func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool) (_ *dbSystem, err error) {
+// startDelaybridge starts Redis (with waitReplicas > 0: plus one replica, and the bridges
+// run with BRIDGE_REDIS_MIN_REPLICAS=waitReplicas), NATS and the bridge replicas.
+func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool, waitReplicas int) (_ *dbSystem, err error) {
 	s := &dbSystem{r: newRecorder(capacity)}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	if s.rp, err = startRedis(fsync); err != nil {
+	if waitReplicas == 0 {
+		s.rp, err = startRedis(fsync)
+	} else {
+		s.rp, err = startRedis(fsync, "--repl-diskless-sync-delay", "0")
+	}
+	if err != nil {
 		return nil, err
+	}
+	if waitReplicas > 0 {
+		if s.replica, err = startReplica(s.rp, fsync); err != nil {
+			return nil, err
+		}
 	}
 	if s.np, err = startNATS(); err != nil {
 		return nil, err
@@ -84,6 +97,9 @@ func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool) (_ 
 		"BRIDGE_NATS_URL":    s.np.url(),
 		"BRIDGE_NATS_STREAM": "IN",
 		"BRIDGE_KEY_PREFIX":  benchPrefix,
+	}
+	if waitReplicas > 0 {
+		env["BRIDGE_REDIS_MIN_REPLICAS"] = strconv.Itoa(waitReplicas)
 	}
 	if kafka {
 		if s.ks, err = startKafka(); err != nil {
@@ -234,6 +250,9 @@ func (s *dbSystem) close() {
 	}
 	if s.np != nil {
 		s.np.stop()
+	}
+	if s.replica != nil {
+		s.replica.stop()
 	}
 	if s.rp != nil {
 		s.rp.stop()

@@ -39,15 +39,17 @@ type redisProc struct {
 	done chan struct{}
 }
 
-func startRedis(fsync string) (*redisProc, error) {
+// startRedis spawns redis-server with AOF fsync (everysec or always) and extra arguments.
+func startRedis(fsync string, extra ...string) (*redisProc, error) {
 	dir, err := os.MkdirTemp("", "delaybridge-bench-redis-")
 	if err != nil {
 		return nil, err
 	}
 	addr := freeAddr()
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", fsync, "--logfile", filepath.Join(dir, "redis.log"))
+	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", dir,
+		"--save", "", "--appendonly", "yes", "--appendfsync", fsync, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
@@ -69,6 +71,30 @@ func startRedis(fsync string) (*redisProc, error) {
 			return nil, fmt.Errorf("redis-server not ready: %w", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startReplica spawns a replica of primary (same AOF fsync) and waits until primary counts
+// it online.
+func startReplica(primary *redisProc, fsync string) (*redisProc, error) {
+	host, port, _ := net.SplitHostPort(primary.addr)
+	r, err := startRedis(fsync, "--replicaof", host, port)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := primary.rdb.Info(ctx, "replication").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			r.stop()
+			return nil, fmt.Errorf("replica of %s not online: %v %q", primary.addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command bench is delaybridge's end-to-end benchmark (`make bench`).
 //
-// It spawns its own redis-server (AOF everysec or always), embeds nats-server with
+// It spawns its own redis-server (AOF everysec or always; the wait variant adds a replica
+// and runs the bridge with BRIDGE_REDIS_MIN_REPLICAS=1), embeds nats-server with
 // JetStream, runs the built bridge binary (1 or 3 replicas), drives the workloads through
 // JetStream and measures ingest and release rates, lateness, Redis memory and CPU and bridge
 // CPU. The same workloads run on github.com/hibiken/asynq (scheduled tasks) on an identically
@@ -10,6 +11,7 @@
 //	go run ./e2e/bench                 # full run (~13 min): prints the table
 //	go run ./e2e/bench -quick          # short run (~2 min): x1 everysec and asynq, 1 run, no Kafka
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
+//	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
 package main
 
 import (
@@ -30,6 +32,8 @@ type variant struct {
 	replicas int
 	aof      string
 	kafka    bool // source is Kafka (kfake) instead of NATS JetStream
+	// wait > 0: Redis has one replica and the bridges run with BRIDGE_REDIS_MIN_REPLICAS=wait.
+	wait int
 }
 
 func (v variant) String() string {
@@ -39,7 +43,16 @@ func (v variant) String() string {
 	if v.kafka {
 		return fmt.Sprintf("delaybridge/kafka x%d aof=%s", v.replicas, v.aof)
 	}
-	return fmt.Sprintf("delaybridge x%d aof=%s", v.replicas, v.aof)
+	return fmt.Sprintf("delaybridge x%d aof=%s", v.replicas, v.aofLabel())
+}
+
+// aofLabel is the AOF column of the report: the fsync policy, and the replica and WAIT of
+// a wait variant.
+func (v variant) aofLabel() string {
+	if v.wait > 0 {
+		return fmt.Sprintf("%s, 1 Redis replica, WAIT %d", v.aof, v.wait)
+	}
+	return v.aof
 }
 
 func main() {
@@ -47,7 +60,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
 	workloads := flag.String("workloads", "uniform,steady,burst,parked", "comma-separated: uniform, steady, burst, parked")
 	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
-	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always (default: both in a full run, none with -quick)")
+	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	bridgeBin := flag.String("bridge", "", "bridge binary (default: go build ./cmd/bridge into a temp dir)")
 	parkedN := flag.Int("parked", 1_000_000, "messages parked in the backlog workload")
@@ -58,7 +71,7 @@ func main() {
 	flag.Parse()
 
 	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
-	extra := []variant{{"delaybridge", 3, "everysec", false}, {"delaybridge", 1, "always", false}}
+	extra := []variant{{"delaybridge", 3, "everysec", false, 0}, {"delaybridge", 1, "always", false, 0}, {"delaybridge", 1, "everysec", false, 1}}
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
@@ -80,12 +93,18 @@ func main() {
 	if set["variants"] {
 		extra = nil
 		for _, s := range splitList(*variants) {
-			var r int
+			var r, w int
 			var a string
-			if _, err := fmt.Sscanf(strings.Replace(s, "-", " ", 1), "x%d %s", &r, &a); err != nil || (a != "everysec" && a != "always") || r < 1 {
-				fatalf("bad variant %q (want e.g. x3-everysec)", s)
+			spec, waitSpec, hasWait := strings.Cut(s, "-wait")
+			if hasWait {
+				if _, err := fmt.Sscanf(waitSpec, "%d", &w); err != nil || w != 1 {
+					fatalf("bad variant %q (the wait variant has one replica: -wait1)", s)
+				}
 			}
-			extra = append(extra, variant{"delaybridge", r, a, false})
+			if _, err := fmt.Sscanf(strings.Replace(spec, "-", " ", 1), "x%d %s", &r, &a); err != nil || (a != "everysec" && a != "always") || r < 1 {
+				fatalf("bad variant %q (want e.g. x3-everysec or x1-everysec-wait1)", s)
+			}
+			extra = append(extra, variant{"delaybridge", r, a, false, w})
 		}
 	}
 	wl := splitList(*workloads)
@@ -116,15 +135,15 @@ func main() {
 	var vs []variant
 	syss := splitList(*systems)
 	if slices.Contains(syss, "delaybridge") {
-		vs = append(vs, variant{"delaybridge", 1, "everysec", false})
+		vs = append(vs, variant{"delaybridge", 1, "everysec", false, 0})
 	}
 	if slices.Contains(syss, "asynq") {
-		vs = append(vs, variant{"asynq", 1, "everysec", false})
+		vs = append(vs, variant{"asynq", 1, "everysec", false, 0})
 	}
 	if slices.Contains(syss, "delaybridge") {
 		vs = append(vs, extra...)
 		if *withKafka {
-			vs = append(vs, variant{"delaybridge", 1, "everysec", true})
+			vs = append(vs, variant{"delaybridge", 1, "everysec", true, 0})
 		}
 	}
 
@@ -134,7 +153,7 @@ func main() {
 		// The extra variants run the three short workloads only: the backlog one is about
 		// memory, which neither replicas nor fsync change.
 		for _, w := range wl {
-			if v != vs[0] && v.system == "delaybridge" && v != (variant{"delaybridge", 1, "everysec", false}) && w == "parked" {
+			if v != vs[0] && v.system == "delaybridge" && v != (variant{"delaybridge", 1, "everysec", false, 0}) && w == "parked" {
 				continue
 			}
 			n := *runs
@@ -143,7 +162,7 @@ func main() {
 			}
 			for run := range n {
 				res := runOne(bin, v, w, p)
-				res.replicas, res.aof = v.replicas, v.aof
+				res.replicas, res.aof = v.replicas, v.aofLabel()
 				fmt.Fprintf(os.Stderr, "[%s] %-28s %-26s run %d/%d: %s\n", time.Since(started).Round(time.Second), v, res.workload, run+1, n, brief(res))
 				all = append(all, res)
 			}
@@ -169,7 +188,7 @@ func runOne(bin string, v variant, w string, p params) result {
 	if v.system == "asynq" {
 		sys, err = startAsynq(v.aof, capacity)
 	} else {
-		sys, err = startDelaybridge(bin, v.aof, v.replicas, capacity, v.kafka)
+		sys, err = startDelaybridge(bin, v.aof, v.replicas, capacity, v.kafka, v.wait)
 	}
 	if err != nil {
 		r := result{system: v.system, workload: w, err: "setup: " + err.Error()}

@@ -55,7 +55,7 @@ func secACLLine(t *testing.T, prefix, password string) string {
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hget", "hmget", "hset", "incrby", "info", "ping",
 	"publish", "script|load", "set", "subscribe", "time", "zadd", "zcard", "zcount", "zrange",
-	"zrangebyscore", "zrem", "zscore",
+	"zrangebyscore", "zrem", "zscore", "wait",
 }
 
 // secACLCommands returns the +commands of an ACL line, sorted.

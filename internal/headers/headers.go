@@ -23,6 +23,11 @@ const (
 	MetaReply = ReservedPrefix + "reply"
 	// MetaKafkaKey carries a Kafka record key.
 	MetaKafkaKey = ReservedPrefix + "kafka_key"
+	// MetaRequest is "1" on a message whose sender waits for a reply and which its source
+	// cannot redeliver (a core NATS request). Ingress answers it with an error instead of
+	// keeping it for a retry when a write is refused for good reasons of durability
+	// (delaystore.ErrNotReplicated).
+	MetaRequest = ReservedPrefix + "request"
 )
 
 // OriginalSize is the header of a dead letter sent without its payload, because the

@@ -23,6 +23,12 @@ import (
 func newAPI(t *testing.T, token string) (*Client, *delaystore.Store) {
 	t.Helper()
 	st := storetest.New(t, time.Second)
+	return newAPIOn(t, token, st), st
+}
+
+// newAPIOn serves the message API over st.
+func newAPIOn(t *testing.T, token string, st *delaystore.Store) *Client {
+	t.Helper()
 	h := NewAPI(APIConfig{
 		Rules: ingress.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: ingress.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
@@ -33,7 +39,7 @@ func newAPI(t *testing.T, token string) (*Client, *delaystore.Store) {
 	}, st, nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &Client{Base: srv.URL, Token: token}, st
+	return &Client{Base: srv.URL, Token: token}
 }
 
 func str(s string) *string { return &s }

@@ -23,9 +23,11 @@ type SentinelOptions struct {
 	// Password, when set, is every data node's requirepass and masterauth (the sentinels
 	// themselves have none).
 	Password string
+	// Replicas is the number of replicas (default 2).
+	Replicas int
 }
 
-// Sentinel is 1 primary + 2 replicas + 3 sentinels (quorum 2), all spawned redis-server
+// Sentinel is 1 primary + 2 replicas (SentinelOptions.Replicas) + 3 sentinels (quorum 2), all spawned redis-server
 // processes on loopback: data nodes with an AOF (fsync always), sentinels with
 // down-after-milliseconds 1000, so a killed primary is replaced within a few seconds. Its
 // methods are safe for concurrent use.
@@ -35,20 +37,24 @@ type Sentinel struct {
 	// Sentinels are the sentinel processes.
 	Sentinels []*Server
 	password  string
+	replicas  int
 }
 
-// StartSentinel starts the deployment and blocks until every sentinel knows both replicas
+// StartSentinel starts the deployment and blocks until every sentinel knows every replica
 // and the other sentinels and the replicas are in sync; t.Fatal on failure, never skips.
 func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 	t.Helper()
-	d := &Sentinel{password: opts.Password}
+	if opts.Replicas == 0 {
+		opts.Replicas = 2
+	}
+	d := &Sentinel{password: opts.Password, replicas: opts.Replicas}
 	args := []string{"--repl-diskless-sync-delay", "0"}
 	if opts.Password != "" {
 		args = append(args, "--requirepass", opts.Password, "--masterauth", opts.Password)
 	}
 	primary := start(t, &Server{dir: t.TempDir(), args: args, password: opts.Password})
 	d.Data = append(d.Data, primary)
-	for range 2 {
+	for range opts.Replicas {
 		r := start(t, &Server{dir: t.TempDir(), args: append(args, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port)),
 			password: opts.Password})
 		d.Data = append(d.Data, r)
@@ -160,7 +166,7 @@ func (d *Sentinel) WaitFailover(ctx context.Context, old *Server) (*Server, erro
 	return p, poll(ctx, func(ctx context.Context) error { return d.dataSettled(ctx, p, 1) })
 }
 
-// waitSettled waits until the sentinels see the primary, 2 replicas and each other.
+// waitSettled waits until the sentinels see the primary, every replica and each other.
 func (d *Sentinel) waitSettled(ctx context.Context, primary string) error {
 	p, err := d.byAddr(primary)
 	if err != nil {
@@ -174,12 +180,12 @@ func (d *Sentinel) waitSettled(ctx context.Context, primary string) error {
 			if err != nil {
 				return err
 			}
-			if net.JoinHostPort(m["ip"], m["port"]) != primary || m["num-slaves"] != "2" || m["num-other-sentinels"] != "2" {
+			if net.JoinHostPort(m["ip"], m["port"]) != primary || m["num-slaves"] != strconv.Itoa(d.replicas) || m["num-other-sentinels"] != "2" {
 				return fmt.Errorf("sentinel %s: master %s:%s, %s replicas, %s other sentinels",
 					s.Addr(), m["ip"], m["port"], m["num-slaves"], m["num-other-sentinels"])
 			}
 		}
-		return d.dataSettled(ctx, p, 2)
+		return d.dataSettled(ctx, p, d.replicas)
 	})
 }
 

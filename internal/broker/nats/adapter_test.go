@@ -139,6 +139,7 @@ func TestRepeatedHeadersFromTheWire(t *testing.T) {
 			m.Header["Nats-Msg-Id"] = []string{"id-1"}
 			m.Header[headers.MetaReply] = []string{"spoofed"}     // never taken from the wire
 			m.Header[headers.MetaSourceID] = []string{"js:X:666"} // never taken from the wire
+			m.Header[headers.MetaRequest] = []string{"1"}         // never taken from the wire
 			m.Data = []byte("payload")
 			if err := e.nc.PublishMsg(m); err != nil {
 				t.Fatal(err)
@@ -162,8 +163,8 @@ func TestRepeatedHeadersFromTheWire(t *testing.T) {
 			if _, ok := list.Get(wmnats.MsgIDHeader); ok {
 				t.Errorf("Nats-Msg-Id in metadata: %v", got.Metadata)
 			}
-			if got.Metadata[headers.MetaReply] != "" {
-				t.Errorf("reserved reply key taken from the wire: %v", got.Metadata)
+			if got.Metadata[headers.MetaReply] != "" || got.Metadata[headers.MetaRequest] != "" {
+				t.Errorf("reserved reply or request key taken from the wire: %v", got.Metadata)
 			}
 			wantSource := ""
 			if mode.name == "jetstream" {
@@ -245,6 +246,9 @@ func TestCoreRequestGetsReplyOnAck(t *testing.T) {
 		res <- result{m, err}
 	}()
 	got := next(t, ch)
+	if got.Metadata.Get(headers.MetaRequest) != "1" {
+		t.Fatalf("a core request without %s", headers.MetaRequest)
+	}
 	got.Metadata.Set(headers.MetaReply, `{"id":"a","due":1}`)
 	got.Ack()
 	r := <-res

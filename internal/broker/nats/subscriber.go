@@ -142,7 +142,8 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 //     ("js:<stream>:<stream sequence>").
 //   - Core: Ack sends metadata [headers.MetaReply], when set and the message is a
 //     request, as the reply. Nack sends nothing: core NATS has no redelivery, the
-//     message is gone (a requester times out).
+//     message is gone (a requester times out). A request carries [headers.MetaRequest]
+//     "1" (never taken from the wire).
 type Subscriber struct {
 	nc  *natsgo.Conn
 	js  jetstream.JetStream
@@ -524,7 +525,11 @@ func (s *Subscriber) runCore(ctx context.Context, out chan *message.Message, sub
 			log.Warn("core subscription ended", "error", err)
 			return
 		}
-		wm := fromNATS(m.Header, m.Data, nil)
+		var extra map[string]string
+		if m.Reply != "" {
+			extra = map[string]string{headers.MetaRequest: "1"}
+		}
+		wm := fromNATS(m.Header, m.Data, extra)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
 		select {
