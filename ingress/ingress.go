@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -88,6 +89,22 @@ type Ingress struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	// subscribed is set once Run has subscribed to every source (Subscribed).
+	subscribed atomic.Bool
+}
+
+// errNotSubscribed is Subscribed's answer until Run has subscribed to every source.
+var errNotSubscribed = errors.New("ingress not subscribed yet")
+
+// Subscribed returns nil once Run has subscribed to every source, so that a producer that
+// waited for readiness finds a subscriber (a core NATS request to a subject nobody
+// subscribes to fails at once with "no responders"). It does not block; safe for
+// concurrent use.
+func (in *Ingress) Subscribed() error {
+	if !in.subscribed.Load() {
+		return errNotSubscribed
+	}
+	return nil
 }
 
 // New checks the wiring and returns an Ingress. dlq maps a broker name to the publisher
@@ -159,6 +176,7 @@ func (in *Ingress) Run(ctx context.Context) error {
 		subs = append(subs, sub{s, ch})
 		in.log.Info("consuming", "broker", s.Broker, "topic", s.Topic, "kind", kindName(s.Kind))
 	}
+	in.subscribed.Store(len(subs) == len(in.sources))
 	var wg sync.WaitGroup
 	for _, s := range subs {
 		wg.Add(1)

@@ -260,6 +260,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
+	checks = append(checks, httpapi.Check{Name: "ingress", Probe: func(context.Context) error { return in.Subscribed() }})
 	out, err := egress.New(egress.Config{
 		Tracer:         ls.tracer,
 		DLQSubject:     cfg.DLQSubject,
