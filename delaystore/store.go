@@ -259,9 +259,11 @@ func ShardOf(id string, shards int) int {
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
 // tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
 // equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
-// returns an error some shards may have been written: calling it again with the same
-// requests is safe when Replace is false or the requests carry source ids (idempotent). An
-// empty batch does no I/O. Park blocks until Redis answered or ctx is done.
+// returns an error, the Parked of every request whose shard call succeeded (and was
+// confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
+// only the others (a request with an empty ID in the result). The failed shards may have
+// been written too: calling Park again with the same requests is safe when Replace is
+// false or the requests carry source ids (idempotent). An empty batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -303,29 +305,42 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	cmds := s.evalConfirmed(ctx, s.park, calls)
 	s.mem.note(cmds)
 	out := make([]Parked, len(reqs))
+	var errs []error
 	for ci, sh := range order {
-		idx := byShard[sh]
-		res, err := cmds[ci].Slice()
-		if err != nil {
-			return nil, fmt.Errorf("park shard %d: %w", sh, err)
-		}
-		if len(res) != len(idx) {
-			return nil, fmt.Errorf("park shard %d: %d results for %d messages", sh, len(res), len(idx))
-		}
-		for k, i := range idx {
-			pair, ok := res[k].([]any)
-			if !ok || len(pair) != 2 {
-				return nil, fmt.Errorf("park shard %d: unexpected result %v", sh, res[k])
-			}
-			due, err1 := toInt64(pair[0])
-			existed, err2 := toInt64(pair[1])
-			if err := errors.Join(err1, err2); err != nil {
-				return nil, fmt.Errorf("park shard %d: %w", sh, err)
-			}
-			out[i] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
+		if err := parkResults(cmds[ci], reqs, byShard[sh], out); err != nil {
+			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// parkResults fills out[i] for the requests idx of one shard's park call, or, when the
+// call failed, leaves them zero and returns the error.
+func parkResults(cmd *redis.Cmd, reqs []ParkRequest, idx []int, out []Parked) error {
+	res, err := cmd.Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != len(idx) {
+		return fmt.Errorf("%d results for %d messages", len(res), len(idx))
+	}
+	got := make([]Parked, len(idx))
+	for k, i := range idx {
+		pair, ok := res[k].([]any)
+		if !ok || len(pair) != 2 {
+			return fmt.Errorf("unexpected result %v", res[k])
+		}
+		due, err1 := toInt64(pair[0])
+		existed, err2 := toInt64(pair[1])
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
+	}
+	for k, i := range idx {
+		out[i] = got[k]
+	}
+	return nil
 }
 
 // Claim leases up to limit due messages of one shard (score <= Redis time): each is

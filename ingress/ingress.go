@@ -282,9 +282,13 @@ func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
 // park parks one batch and then acks its messages, or nacks them all when the store
 // stays unavailable until ctx ends. A relative delay loses the time its message waited
 // in ingress (retries included), so that the due time counts from the moment the bridge
-// received it. When Redis replicas do not confirm the write (delaystore.ErrNotReplicated),
-// the core requests of the batch are answered with an error at once (their senders wait,
-// and their source cannot redeliver) and the rest is retried.
+// received it. When only some shards failed (one refused for memory, one master's
+// replicas behind), the messages of the others are acked at once and only the rest is
+// retried: a message acked late could be delivered meanwhile and then, parked again by
+// the retry after its tombstone expired, delivered twice. When Redis replicas do not
+// confirm the write (delaystore.ErrNotReplicated), the core requests of the batch are
+// answered with an error at once (their senders wait, and their source cannot
+// redeliver) and the rest is retried.
 func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 	var reqs []delaystore.ParkRequest
 	var parked []delaystore.Parked
@@ -301,7 +305,13 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		}
 		var err error
 		parked, err = in.store.Park(opCtx, reqs)
-		if errors.Is(err, delaystore.ErrNotReplicated) {
+		if err != nil {
+			if batch = in.ackParked(src, batch, reqs, parked); len(batch) == 0 {
+				reqs, parked = nil, nil
+				return nil
+			}
+		}
+		if len(batch) > 0 && errors.Is(err, delaystore.ErrNotReplicated) {
 			if batch = in.refuseRequests(src, batch, err); len(batch) == 0 {
 				reqs, parked = nil, nil
 				return nil
@@ -318,13 +328,28 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		in.metrics.in(src.Broker, "nacked", len(batch))
 		return
 	}
-	if len(batch) == 0 {
-		return
+	in.ackParked(src, batch, reqs, parked)
+}
+
+// ackParked acks the messages of batch whose park succeeded (parked[i].ID set; reqs[i]
+// is batch[i]'s request) and returns the others, in order. A message whose source id had
+// a live tombstone (Parked.Delivered) is acked and counted as already delivered.
+func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.ParkRequest, parked []delaystore.Parked) []prepared {
+	if len(parked) != len(batch) {
+		return batch // nothing was parked (the call was refused before any shard ran)
 	}
-	failpoint.Inject(failpoint.AfterPark)
-	delivered := 0
+	rest := batch[:0:0]
+	acked, delivered := 0, 0
 	for i, p := range batch {
 		r := parked[i]
+		if r.ID == "" {
+			rest = append(rest, p)
+			continue
+		}
+		if acked == 0 {
+			failpoint.Inject(failpoint.AfterPark)
+		}
+		acked++
 		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
 			ID  string `json:"id"`
 			Due int64  `json:"due"`
@@ -340,8 +365,9 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 		}
 		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
-	in.metrics.in(src.Broker, "parked", len(batch)-delivered)
+	in.metrics.in(src.Broker, "parked", acked-delivered)
 	in.metrics.in(src.Broker, "already_delivered", delivered)
+	return rest
 }
 
 // refuseRequests answers the core requests of batch (headers.MetaRequest) with
