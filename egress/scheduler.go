@@ -128,7 +128,10 @@ type claimer struct {
 // failed claim, and false when ctx ended.
 func (e *Egress) claimInto(ctx context.Context, c *claimer, room int) (int64, bool) {
 	w := c.w
-	fence := e.now() // before the claim: the lease runs from a moment after it
+	// Before the claim: the lease runs from a moment after it. It becomes a context
+	// deadline, so it is read from the process clock, never from e.now (a test clock
+	// shifted by DELAYBRIDGE_TEST_CLOCK_OFFSET would put it in the past or future).
+	fence := time.Now()
 	cl, err := e.store.Claim(ctx, w.shard, room)
 	w.room.release(room - len(cl.Messages))
 	if err != nil {
