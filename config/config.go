@@ -90,7 +90,7 @@ type Config struct {
 	// TargetInflight is the most messages of one target this replica has being published
 	// at once (extension, not in SPEC): a hanging target holds only that many, the others
 	// are put back unpublished, without counting an attempt.
-	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica; more are put back untried, so a hanging target cannot hold the others up (extension)"`
+	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
 	// Pprof serves Go's net/http/pprof profiles under /debug/pprof/ on HTTPAddr
 	// (extension, not in SPEC). Off by default: profiles reveal internals.
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`

@@ -90,9 +90,10 @@ type Config struct {
 	// its claim (after the lease another replica may publish the same message).
 	Lease time.Duration
 	// TargetInflight is the most messages of one target (broker:name) this replica has
-	// in Publish at once, over all shards (default 256). A claimed message over it is put
-	// back unpublished, without counting an attempt, so that a hanging target holds only
-	// its own share of the in-flight capacity.
+	// in Publish at once, over all shards, while the target is not confirming (default
+	// 256; flowingFactor times as many while it is, see limiter). A claimed message over
+	// it is put back unpublished, without counting an attempt, so that a hanging target
+	// holds only its own share of the in-flight capacity.
 	TargetInflight int
 	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
 	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
