@@ -48,9 +48,18 @@ func TestSentinel(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Replication is asynchronous: make sure a replica has v2 before its primary is killed.
-	if n, err := direct.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
-		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	// Replication is asynchronous: make sure every replica has v2 before its primary is
+	// killed (the sentinels may promote either; with WAIT 1 the promoted one could be the
+	// replica that had not got it yet, the old primary still resyncing).
+	replicas := len(d.Data) - 1
+	for {
+		n, err := direct.Do(ctx, "WAIT", replicas, 1000).Int()
+		if err == nil && n >= replicas {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("WAIT: %d of %d replicas, %v", n, replicas, err)
+		}
 	}
 	start = time.Now()
 	killed, err := d.KillPrimary(ctx)
