@@ -9,29 +9,16 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // TestNotReplicatedRequests: with BRIDGE_REDIS_MIN_REPLICAS 1 and the replica paused, a
 // core request (park or cancel) is answered with a not_replicated error at once, while a
 // message its source can redeliver is not acked until the replica confirms it.
 func TestNotReplicatedRequests(t *testing.T) {
-	primary := testredis.Start(t)
-	replica := testredis.StartReplica(t, primary)
-	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second,
-		MinReplicas: 1, WaitTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st, replica := storetest.NewConfirmed(t, time.Second)
 	mk := func(id string, request bool, hs ...headers.Header) *message.Message {
 		extra := map[string]string{}
 		if request {

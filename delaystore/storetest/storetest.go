@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -22,4 +24,25 @@ func New(t testing.TB, lease time.Duration) *delaystore.Store {
 		t.Fatalf("storetest: init: %v", err)
 	}
 	return st
+}
+
+// NewConfirmed returns an initialised store (4 shards, the given lease) on a spawned
+// primary with one replica, with MinReplicas 1 (WaitTimeout 2s), and that replica, so a
+// test can pause it (SIGSTOP) to make WAIT fall short. Both servers and the client end
+// with t.
+func NewConfirmed(t testing.TB, lease time.Duration) (*delaystore.Store, *testredis.Server) {
+	t.Helper()
+	primary := testredis.Start(t)
+	replica := testredis.StartReplica(t, primary)
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: lease,
+		MinReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	if err := st.Init(t.Context()); err != nil {
+		t.Fatalf("storetest: init: %v", err)
+	}
+	return st, replica
 }

@@ -166,19 +166,7 @@ func (c *checker) send(prefix string, n int, delay func(i int) time.Duration) []
 	c.t.Helper()
 	seqs := make([]string, n)
 	for i := range n {
-		seq := fmt.Sprintf("%s-%d", prefix, i)
-		seqs[i] = seq
-		m := nats.NewMsg("delay.in")
-		d := delay(i)
-		m.Header.Set("x-delay", strconv.FormatInt(d.Milliseconds(), 10))
-		m.Header.Set("x-target", "out.fault")
-		m.Header.Set("seq", seq)
-		c.mu.Lock()
-		c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
-		c.mu.Unlock()
-		if _, err := c.js.PublishMsgAsync(m); err != nil {
-			c.t.Fatalf("publish %s: %v", seq, err)
-		}
+		seqs[i] = c.publishOne(fmt.Sprintf("%s-%d", prefix, i), delay(i), nil)
 	}
 	select {
 	case <-c.js.PublishAsyncComplete():
@@ -186,6 +174,25 @@ func (c *checker) send(prefix string, n int, delay func(i int) time.Duration) []
 		c.t.Fatal("PubAcks for delay.in did not arrive")
 	}
 	return seqs
+}
+
+// publishOne publishes one message to delay.in (x-delay d, target out.fault, header seq)
+// without waiting for its PubAck, and records the earliest moment it may arrive. It
+// returns seq.
+func (c *checker) publishOne(seq string, d time.Duration, body []byte) string {
+	c.t.Helper()
+	m := nats.NewMsg("delay.in")
+	m.Header.Set("x-delay", strconv.FormatInt(d.Milliseconds(), 10))
+	m.Header.Set("x-target", "out.fault")
+	m.Header.Set("seq", seq)
+	m.Data = body
+	c.mu.Lock()
+	c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
+	c.mu.Unlock()
+	if _, err := c.js.PublishMsgAsync(m); err != nil {
+		c.t.Fatalf("publish %s: %v", seq, err)
+	}
+	return seq
 }
 
 // report is what the checker counted for one run.

@@ -185,20 +185,7 @@ func (c *checker) sendSized(prefix string, n int, delay func(i int) time.Duratio
 	body := []byte(strings.Repeat("x", size))
 	seqs := make([]string, n)
 	for i := range n {
-		seq := fmt.Sprintf("%s-%d", prefix, i)
-		seqs[i] = seq
-		m := nats.NewMsg("delay.in")
-		d := delay(i)
-		m.Header.Set("x-delay", strconv.FormatInt(d.Milliseconds(), 10))
-		m.Header.Set("x-target", "out.fault")
-		m.Header.Set("seq", seq)
-		m.Data = body
-		c.mu.Lock()
-		c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
-		c.mu.Unlock()
-		if _, err := c.js.PublishMsgAsync(m); err != nil {
-			c.t.Fatalf("publish %s: %v", seq, err)
-		}
+		seqs[i] = c.publishOne(fmt.Sprintf("%s-%d", prefix, i), delay(i), body)
 		if i%500 == 499 || i == n-1 { // larger messages: bound what is in flight
 			select {
 			case <-c.js.PublishAsyncComplete():

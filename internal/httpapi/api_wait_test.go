@@ -9,27 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/internal/testredis"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 )
 
 // TestNotReplicated503: with BRIDGE_REDIS_MIN_REPLICAS 1 and the only replica paused, an
 // upsert and a delete are not confirmed: 503, never 201 or 204.
 func TestNotReplicated503(t *testing.T) {
-	primary := testredis.Start(t)
-	replica := testredis.StartReplica(t, primary)
-	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second,
-		MinReplicas: 1, WaitTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st, replica := storetest.NewConfirmed(t, time.Second)
 	c := newAPIOn(t, "", st)
 	ctx := context.Background()
 	if _, err := c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "kept", Payload: str("x")}); err != nil {
@@ -39,7 +25,7 @@ func TestNotReplicated503(t *testing.T) {
 	replica.Signal(t, syscall.SIGSTOP)
 	defer replica.Signal(t, syscall.SIGCONT)
 	var apiErr *APIError
-	_, err = c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "o-1", Payload: str("x")})
+	_, err := c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "o-1", Payload: str("x")})
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "replicas confirmed") {
 		t.Fatalf("POST with the replica paused: %v, want 503 naming the replicas", err)
 	}
