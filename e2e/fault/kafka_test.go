@@ -103,6 +103,7 @@ func TestA2CrashAfterParkKafka(t *testing.T) {
 	c := newKafkaChecker(t, k)
 	a := e2etest.StartReady(t, bridgeBin, k.envWith(failpoint.Env, failpoint.AfterPark+"=crash@3"))
 	b := e2etest.StartReady(t, bridgeBin, k.envWith())
+	waitAssigned(t, b, "delay.in") // the kill falls after the join, not into it
 	seqs := c.send("a2", 2000, -1, uniform(time.Second), nil)
 	crashed(t, a, failpoint.AfterPark)
 	r := c.await(seqs, 60*time.Second)

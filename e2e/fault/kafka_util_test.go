@@ -364,3 +364,24 @@ func testkafkaCreate(t *testing.T, k *kstack, topic string) {
 	t.Helper()
 	testkafka.CreateTopic(t, k.brokers, topic, 3)
 }
+
+// waitAssigned waits until b's member for topic has been given partitions in a
+// generation of the group. When b joined a group that another bridge already had, the
+// group is then stable with both: every member rejoined and synced. A test that kills a
+// member waits for this first, so the kill does not fall into the join: a member that
+// dies during a rebalance holds the group for up to its rebalance timeout (30 s), and
+// the joins that time out meanwhile add more members to wait for.
+func waitAssigned(t *testing.T, b *e2etest.Bridge, topic string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(b.Out.String(), "\n") {
+			if strings.Contains(line, `msg="kafka consumer group generation"`) &&
+				strings.Contains(line, " topic="+topic+" ") && !strings.Contains(line, `partitions="[]"`) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no partition of %s was assigned to the bridge in 60 s:\n%s", topic, b.Out.String())
+}
