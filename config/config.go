@@ -91,6 +91,10 @@ type Config struct {
 	// at once (extension, not in SPEC): a hanging target holds only that many, the others
 	// are put back unpublished, without counting an attempt.
 	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
+	// OwnershipTTL is how long a replica's membership of the fleet, and with it the
+	// shards it claims, lives without a heartbeat (extension, not in SPEC): a killed
+	// replica's shards are claimed again within OwnershipTTL + OwnershipTTL/3.
+	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
 	// Pprof serves Go's net/http/pprof profiles under /debug/pprof/ on HTTPAddr
 	// (extension, not in SPEC). Off by default: profiles reveal internals.
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`

@@ -54,6 +54,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_TARGET_INFLIGHT", "256"},
+	{"BRIDGE_OWNERSHIP_TTL", "3s"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -177,6 +178,8 @@ func TestDefaultsTyped(t *testing.T) {
 			MaxAttempts:         10,
 			RetryBackoff:        time.Second,
 			TargetInflight:      256,
+			OwnershipTTL:        3 * time.Second,
+			OwnershipTTL:        3 * time.Second,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -256,6 +259,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		MaxAttempts:         3,
 		RetryBackoff:        time.Second,
 		TargetInflight:      256,
+		OwnershipTTL:        3 * time.Second,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

@@ -233,6 +233,9 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	if c.MaxAttempts < 1 {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
 	}
+	if c.OwnershipTTL < 300*time.Millisecond || c.OwnershipTTL > time.Minute {
+		add("OWNERSHIP_TTL", "%s: must be between 300ms and 1m", c.OwnershipTTL)
+	}
 	if c.TargetInflight < 1 {
 		add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
 	}

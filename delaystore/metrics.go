@@ -178,9 +178,12 @@ func (h scriptTimer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h scriptTimer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		name := ""
+		name := "" // a pipeline of several scripts (Exchange) is timed as "exchange"
 		for _, c := range cmds {
-			if name = h.name(c); name != "" {
+			if n := h.name(c); n != "" && name == "" {
+				name = n
+			} else if n != "" && n != name {
+				name = "exchange"
 				break
 			}
 		}

@@ -349,16 +349,30 @@ func parkResults(cmd *redis.Cmd, reqs []ParkRequest, idx []int, out []Parked) er
 // Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
 // concurrent claims on one shard never return the same message under the same lease.
 func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
-	if err := s.checkShard(shard); err != nil {
-		return Claim{}, fmt.Errorf("claim: %w", err)
+	c, err := s.claimCall(shard, limit)
+	if err != nil {
+		return Claim{}, err
 	}
-	if limit < 1 {
-		return Claim{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
-	}
-	res, err := s.claim.Run(ctx, s.rdb, s.keys[shard].zm, s.leaseMS, limit).Slice()
+	res, err := s.claim.Run(ctx, s.rdb, c.keys, c.args...).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
+	return parseClaim(shard, res)
+}
+
+// claimCall is the claim script's call for one shard.
+func (s *Store) claimCall(shard, limit int) (call, error) {
+	if err := s.checkShard(shard); err != nil {
+		return call{}, fmt.Errorf("claim: %w", err)
+	}
+	if limit < 1 {
+		return call{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
+	}
+	return call{keys: s.keys[shard].zm, args: []any{s.leaseMS, limit}}, nil
+}
+
+// parseClaim reads the claim script's answer for shard.
+func parseClaim(shard int, res []any) (Claim, error) {
 	if len(res) < 3 || len(res)%2 != 1 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
 	}
@@ -397,8 +411,20 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 // ctx is done. On error, Applied still reports the shards that succeeded; acking the same
 // receipts again is harmless.
 func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
+	if len(rs) == 0 {
+		return Applied{}, nil
+	}
+	calls, order, err := s.ackCalls(rs)
+	if err != nil {
+		return Applied{}, err
+	}
+	return readApplied("ack", s.evalPipelined(ctx, s.ack, calls), order)
+}
+
+// ackCalls builds Ack's script calls, one per shard, and the shard of each.
+func (s *Store) ackCalls(rs []Receipt) ([]call, []int, error) {
 	lead := []any{strconv.FormatInt(s.tombMS, 10)}
-	return s.fenced(ctx, "ack", s.ack, func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fencedCalls("ack", func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
@@ -411,7 +437,19 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 // request with PutBack only moves the next claim (no attempt, no retry set). Same fence,
 // batching, blocking and partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
-	return s.fenced(ctx, "retry", s.retry, func(k shardKeys) []string { return k.zmR }, nil, len(rs), func(i int) (Receipt, []any, error) {
+	if len(rs) == 0 {
+		return Applied{}, nil
+	}
+	calls, order, err := s.retryCalls(rs)
+	if err != nil {
+		return Applied{}, err
+	}
+	return readApplied("retry", s.evalPipelined(ctx, s.retry, calls), order)
+}
+
+// retryCalls builds Retry's script calls, one per shard, and the shard of each.
+func (s *Store) retryCalls(rs []RetryRequest) ([]call, []int, error) {
+	return s.fencedCalls("retry", func(k shardKeys) []string { return k.zmR }, nil, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		if r.Backoff < 0 {
 			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
@@ -431,14 +469,11 @@ func countArg(putBack bool) string {
 	return "1"
 }
 
-// fenced runs ack or retry: keysOf picks the script's keys of a shard, lead are the
-// arguments before the per-entry ones, item(i) returns the receipt and script arguments of
-// entry i.
-func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(shardKeys) []string, lead []any, n int,
-	item func(i int) (Receipt, []any, error)) (Applied, error) {
-	if n == 0 {
-		return Applied{}, nil
-	}
+// fencedCalls builds the calls of ack or retry, one per shard, and the shard of each call:
+// keysOf picks the script's keys of a shard, lead are the arguments before the per-entry
+// ones, item(i) returns the receipt and script arguments of entry i.
+func (s *Store) fencedCalls(op string, keysOf func(shardKeys) []string, lead []any, n int,
+	item func(i int) (Receipt, []any, error)) ([]call, []int, error) {
 	args := make(map[int][]any)
 	var order []int
 	for i := range n {
@@ -447,7 +482,7 @@ func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(s
 			err = s.checkShard(r.Shard)
 		}
 		if err != nil {
-			return Applied{}, fmt.Errorf("%s %s: %w", op, r.ID, err)
+			return nil, nil, fmt.Errorf("%s %s: %w", op, r.ID, err)
 		}
 		if _, ok := args[r.Shard]; !ok {
 			order = append(order, r.Shard)
@@ -459,7 +494,11 @@ func (s *Store) fenced(ctx context.Context, op string, sc *script, keysOf func(s
 	for ci, sh := range order {
 		calls[ci] = call{keys: keysOf(s.keys[sh]), args: args[sh]}
 	}
-	cmds := s.evalPipelined(ctx, sc, calls)
+	return calls, order, nil
+}
+
+// readApplied reads the answers of fenced calls ({applied, next head} each).
+func readApplied(op string, cmds []*redis.Cmd, order []int) (Applied, error) {
 	out := Applied{Heads: make(map[int]int64, len(order))}
 	var errs []error
 	for ci, sh := range order {

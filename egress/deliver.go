@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 )
 
@@ -26,11 +27,20 @@ type outgoing struct {
 	span    trace.Span
 }
 
-// dispatch splits a claimed batch of w's shard by target. Each target takes what its
+// settlement is what one target group (or one put-back) asks of the store.
+type settlement struct {
+	shard   int
+	acks    []delaystore.Receipt
+	retries []delaystore.RetryRequest
+	n       int // messages it settles: given back to the shard's capacity
+}
+
+// dispatch splits a claimed batch of shard by target. Each target takes what its
 // in-flight limit allows and is published in its own goroutine (runGroup), so no target
-// waits for another; the rest is put back unpublished, through the settler, for the
-// limiter's delay. fence is a moment before the claim: the lease runs from after it.
-func (e *Egress) dispatch(ctx context.Context, w *worker, claimed []delaystore.Claimed, fence time.Time) {
+// waits for another; each group's settlement goes to the scheduler's next round trip as
+// soon as its own Publish returned. The rest is put back unpublished, for the limiter's
+// delay. fence is a moment before the claim: the lease runs from after it.
+func (e *Egress) dispatch(ctx context.Context, s *scheduler, shard int, claimed []delaystore.Claimed, fence time.Time) {
 	failpoint.Inject(failpoint.AfterClaim)
 	e.metrics.claimed(len(claimed))
 	groups := map[string][]delaystore.Claimed{}
@@ -53,16 +63,19 @@ func (e *Egress) dispatch(ctx context.Context, w *worker, claimed []delaystore.C
 			e.metrics.putBack(broker, len(g)-n)
 		}
 		if n > 0 {
-			w.groups.Add(1)
+			s.active.Add(1)
 			go func() {
-				defer w.groups.Done()
-				w.settle.submit(e.runGroup(ctx, target, g[:n], fence))
+				st := e.runGroup(ctx, target, g[:n], fence)
+				st.shard = shard
+				s.submit(st) // before the group stops counting as active: see scheduler.run
+				s.active.Add(-1)
+				s.poke()
 			}()
 		}
 	}
 	if len(back) > 0 {
-		e.log.Debug("targets at their in-flight limit; messages put back", "shard", w.shard, "count", len(back))
-		w.settle.submit(&settlement{retries: back, n: len(back)})
+		e.log.Debug("targets at their in-flight limit; messages put back", "shard", shard, "count", len(back))
+		s.submit(&settlement{shard: shard, retries: back, n: len(back)})
 	}
 }
 
@@ -246,9 +259,5 @@ func (e *Egress) deadMessage(ctx context.Context, o *outgoing, withPayload bool)
 }
 
 func (e *Egress) backoff(attempt int) time.Duration {
-	d := e.cfg.BackoffMin
-	for i := 1; i < attempt && d < e.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, e.cfg.BackoffMax)
+	return backoff.Exp(e.cfg.BackoffMin, e.cfg.BackoffMax, attempt)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -31,15 +32,17 @@ const (
 // reasonTooLarge is the RejectReason of a message larger than the broker takes.
 const reasonTooLarge = "too_large"
 
-// Claimer is the part of the delay store egress needs. Implementations must be safe for
-// concurrent use. Ack and Retry are fenced by the receipt: a stale receipt changes nothing.
+// Claimer is the part of the delay store egress needs (delaystore.Store implements it).
+// Implementations must be safe for concurrent use. Acks and retries are fenced by the
+// receipt: a stale receipt changes nothing.
 type Claimer interface {
+	Fleet
 	Shards() int
-	Claim(ctx context.Context, shard, max int) (delaystore.Claim, error)
-	Ack(ctx context.Context, receipts []delaystore.Receipt) (delaystore.Applied, error)
-	Retry(ctx context.Context, reqs []delaystore.RetryRequest) (delaystore.Applied, error)
-	Heads(ctx context.Context) (heads []int64, now int64, err error)
-	Wakeups(ctx context.Context) (<-chan delaystore.Wake, error)
+	// Exchange settles (acks, retries) and claims in one round trip.
+	Exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
+		claims []delaystore.ClaimRequest) delaystore.Exchanged
+	Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error)
+	Wakeups(ctx context.Context) (*delaystore.Wakeups, error)
 }
 
 // PartialFailure is implemented by a publish error that knows which messages of the call
@@ -98,6 +101,19 @@ type Config struct {
 	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
 	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
 	Tracer trace.Tracer
+	// MemberID is this replica's id in the fleet's membership (default NewMemberID()).
+	MemberID string
+	// OwnershipTTL is how long this replica's membership, and with it its shards, lives
+	// without a heartbeat (one every OwnershipTTL/3). A killed replica's shards are claimed
+	// again within OwnershipTTL + OwnershipTTL/3. Default 3s.
+	OwnershipTTL time.Duration
+	// ClaimAll claims every shard whatever the ownership (the behaviour before ownership).
+	// Fault tests use it to force two replicas to claim the same shards; the claim lease
+	// keeps that correct.
+	ClaimAll bool
+	// Now is the clock of scheduling decisions (default time.Now). Lease fences are
+	// always taken from time.Now.
+	Now func() time.Time
 }
 
 func (c *Config) defaults() {
@@ -125,6 +141,15 @@ func (c *Config) defaults() {
 	if c.TargetInflight <= 0 {
 		c.TargetInflight = 256
 	}
+	if c.MemberID == "" {
+		c.MemberID = NewMemberID()
+	}
+	if c.OwnershipTTL <= 0 {
+		c.OwnershipTTL = 3 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // Egress publishes due messages. Create with New, then Run once.
@@ -137,7 +162,7 @@ type Egress struct {
 	clock      redisClock
 	now        func() time.Time // the local clock of scheduling decisions
 	limits     *limiter
-	workers    []*worker
+	own        *ownership
 }
 
 // New returns an Egress publishing through publishers, keyed by broker name ("nats",
@@ -157,51 +182,46 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 		logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Egress{cfg: cfg, store: store, publishers: publishers, log: logger.With("component", "egress"),
-		metrics: metrics, now: failpoint.Now}
+		metrics: metrics, now: cfg.Now}
 	e.limits = newLimiter(cfg.TargetInflight, e.now)
-	for s := range store.Shards() {
-		e.workers = append(e.workers, newWorker(s, shardCapacity*cfg.BatchSize))
-	}
+	e.own = newOwnership(cfg.MemberID, store.Shards(), cfg.OwnershipTTL, store, e.log, cfg.ClaimAll)
 	return e, nil
 }
 
-// Run delivers due messages until ctx is cancelled, then finishes the batches in flight
-// (bounded by DrainTimeout) and returns nil. While Redis is unreachable or slow it waits
-// and retries (the wake-up subscription included); it does not fail.
+// Owned returns the shards this replica claims now, in order (for gauges).
+func (e *Egress) Owned() []int {
+	v := e.own.snapshot()
+	out := make([]int, 0, len(v.owned))
+	for s := range v.owned {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run delivers due messages until ctx is cancelled, then leaves the fleet (its shards
+// move at once), finishes the batches in flight (bounded by DrainTimeout) and returns nil.
+// While Redis is unreachable or slow it waits and retries (the wake-up subscription
+// included); it does not fail.
 func (e *Egress) Run(ctx context.Context) error {
 	wakes, ok := e.wakeups(ctx)
 	if !ok {
 		return nil
 	}
+	defer wakes.Close()
+	s := newScheduler(e, e.own, wakes)
 	var wg sync.WaitGroup
-	for _, w := range e.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.runWorker(ctx, w)
-		}()
-	}
-	e.resync(ctx)
-	ticker := time.NewTicker(e.cfg.ResyncInterval)
-	defer ticker.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case w, ok := <-wakes:
-			if !ok {
-				break loop
-			}
-			if w.Shard < 0 {
-				e.resync(ctx)
-			} else if w.Shard < len(e.workers) {
-				e.workers[w.Shard].offer(w.Due)
-			}
-		case <-ticker.C:
-			e.resync(ctx)
-		}
-	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.listen()
+	}()
+	go func() {
+		defer wg.Done()
+		e.own.run(ctx)
+	}()
+	s.run(ctx)
+	_ = wakes.Close() // ends listen
 	wg.Wait()
 	return nil
 }
@@ -209,12 +229,12 @@ loop:
 // wakeups subscribes to the store's wake-ups, retrying with backoff while Redis is
 // unreachable or slow (a bridge started into a Redis outage waits rather than exits). It
 // returns false when ctx ends first.
-func (e *Egress) wakeups(ctx context.Context) (<-chan delaystore.Wake, bool) {
-	wait := 100 * time.Millisecond
-	for failed := false; ; failed = true {
+func (e *Egress) wakeups(ctx context.Context) (*delaystore.Wakeups, bool) {
+	wait := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
 		wakes, err := e.store.Wakeups(ctx)
 		if err == nil {
-			if failed {
+			if wait.Failing() {
 				e.log.Info("wake-up subscription recovered")
 			}
 			return wakes, true
@@ -222,29 +242,11 @@ func (e *Egress) wakeups(ctx context.Context) (<-chan delaystore.Wake, bool) {
 		if ctx.Err() != nil {
 			return nil, false
 		}
-		if !failed {
+		if !wait.Failing() {
 			e.log.Warn("wake-up subscription failed; retrying with backoff", "err", err)
 		}
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait.Next()) {
 			return nil, false
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
-}
-
-// resync reads every shard's head and offers it to its worker.
-func (e *Egress) resync(ctx context.Context) {
-	heads, now, err := e.store.Heads(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			e.log.Debug("resync heads", "err", err)
-		}
-		return
-	}
-	e.clock.observe(now, e.now())
-	for s, h := range heads {
-		if h >= 0 && s < len(e.workers) {
-			e.workers[s].offer(h)
 		}
 	}
 }

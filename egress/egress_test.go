@@ -304,11 +304,14 @@ type lostAcks struct {
 	lose atomic.Int64
 }
 
-func (l *lostAcks) Ack(ctx context.Context, rs []delaystore.Receipt) (delaystore.Applied, error) {
-	if l.lose.Add(-1) >= 0 {
-		return delaystore.Applied{}, errors.New("crashed before ack")
+func (l *lostAcks) Exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
+	claims []delaystore.ClaimRequest) delaystore.Exchanged {
+	if len(acks) > 0 && l.lose.Add(-1) >= 0 {
+		x := l.Store.Exchange(ctx, nil, retries, claims)
+		x.AckErr = errors.New("crashed before ack")
+		return x
 	}
-	return l.Store.Ack(ctx, rs)
+	return l.Store.Exchange(ctx, acks, retries, claims)
 }
 
 // TestCrashBetweenPublishAndAck: the message is published again after the lease, with

@@ -358,20 +358,23 @@ func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	return sum
 }
 
-// slowAcks is the store with every Ack taking 20 ms longer (a Redis under load): groups
-// that complete meanwhile must be settled together, not one Ack call each.
+// slowAcks is the store with every round trip that acks taking 20 ms longer (a Redis
+// under load): groups that complete meanwhile must be settled together, not one call each.
 type slowAcks struct {
 	*delaystore.Store
 	mu    sync.Mutex
 	calls int
 }
 
-func (s *slowAcks) Ack(ctx context.Context, rs []delaystore.Receipt) (delaystore.Applied, error) {
-	s.mu.Lock()
-	s.calls++
-	s.mu.Unlock()
-	time.Sleep(20 * time.Millisecond)
-	return s.Store.Ack(ctx, rs)
+func (s *slowAcks) Exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
+	claims []delaystore.ClaimRequest) delaystore.Exchanged {
+	if len(acks) > 0 {
+		s.mu.Lock()
+		s.calls++
+		s.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s.Store.Exchange(ctx, acks, retries, claims)
 }
 
 // counting counts Publish calls (one per target group).
@@ -389,8 +392,8 @@ func (c *counting) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // TestSettlerCoalesces: 1,000 messages due at once to 100 targets make hundreds of target
-// groups; a shard's settler sends the acks of every group that completed while its last
-// Ack call ran in one call, so there are far fewer Ack calls than groups.
+// groups; the scheduler sends the acks of every group that completed while its last round
+// trip ran in the next one, so there are far fewer round trips with acks than groups.
 func TestSettlerCoalesces(t *testing.T) {
 	st := &slowAcks{Store: storetest.New(t, 30*time.Second)}
 	gc := newBroker(t)

@@ -11,6 +11,7 @@ type Metrics struct {
 	messages *prometheus.CounterVec
 	lateness prometheus.Histogram
 	inflight prometheus.Gauge
+	owns     prometheus.Gauge
 }
 
 // NewMetrics registers the egress metrics with reg:
@@ -18,7 +19,8 @@ type Metrics struct {
 // dead_letter_failed: a dead letter that could not be published, the message is retried;
 // put_back: claimed while its target was at its in-flight limit, put back unpublished) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
-// the Redis clock) and delaybridge_inflight_messages (claimed, not yet settled).
+// the Redis clock), delaybridge_inflight_messages (claimed, not yet settled) and
+// delaybridge_owned_shards (the shards this replica claims).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -34,8 +36,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "delaybridge_inflight_messages",
 			Help: "Messages this replica claimed and has not yet settled (being published, acked, retried or dead-lettered).",
 		}),
+		owns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delaybridge_owned_shards",
+			Help: "Shards this replica claims (shard ownership over the fleet's live members; 0: ingress only).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.lateness, m.inflight} {
+	for _, c := range []prometheus.Collector{m.messages, m.lateness, m.inflight, m.owns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -75,4 +81,11 @@ func (m *Metrics) putBack(broker string, n int) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, "put_back").Add(float64(n))
 	}
+}
+
+func (m *Metrics) owned(n int) {
+	if m == nil {
+		return
+	}
+	m.owns.Set(float64(n))
 }

@@ -3,239 +3,488 @@ package egress
 import (
 	"context"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/backoff"
 )
 
 // shardCapacity bounds, per shard, the messages claimed and not yet settled, in units of
-// BatchSize (so at most shardCapacity x BatchSize messages): the memory bound of egress.
-// Which target may use that capacity is the limiter's business (limit.go).
-const shardCapacity = 4
+// BatchSize (so at most shardCapacity x BatchSize messages). replicaCapacity bounds them
+// over all shards (16 default shards' worth), so that owning 1024 shards does not raise
+// the memory bound. Which target may use that capacity is the limiter's business.
+const (
+	shardCapacity   = 4
+	replicaCapacity = 16 * shardCapacity
+)
 
-// worker owns one shard: it sleeps until the shard's head is due, claims into the shard's
-// free capacity and hands each claimed batch to dispatch. Its settler (settle.go) settles
-// the target groups as they complete.
-type worker struct {
-	shard   int
-	offered atomic.Int64 // earliest due offered since the worker last looked; MaxInt64 = none
+// resyncBatch is how many owned shards a periodic resync reads (rotating): the idle cost
+// of the safety net stays O(1) per replica whatever BRIDGE_SHARDS is.
+const resyncBatch = 16
+
+// unknownHead marks a shard whose head must be read before it is waited for.
+const unknownHead = math.MinInt64
+
+// shardState is the scheduler's knowledge of one owned shard. Only the scheduler's
+// goroutine touches it.
+type shardState struct {
+	shard    int
+	startAt  time.Time // local: no claim before (handover pause)
+	head     int64     // earliest score (Redis ms); -1 empty; unknownHead: read it
+	inflight int       // claimed and not yet settled
+	errs     backoff.Backoff
+	retryAt  time.Time // after a failed claim: no claim before
+}
+
+// scheduler claims the due messages of the shards this replica owns. One goroutine (run)
+// owns all shard states and makes one store round trip at a time (Exchange): the acks and
+// retries that completed since the last one, and a claim for every owned shard that is
+// due and has room. While a round trip is in flight, what becomes due or completes waits
+// for the next one: under load the round trips per message fall by themselves, when idle
+// a due message is claimed at once.
+type scheduler struct {
+	e     *Egress
+	own   *ownership
+	wakes *delaystore.Wakeups
+
+	shards map[int]*shardState
+	view   ownedView
+	total  int // messages claimed and not yet settled, over all shards
+	cursor int // next position of the periodic resync
+
 	kick    chan struct{}
-	room    *capacity
-	settle  *settler
-	groups  sync.WaitGroup // target groups being published
+	mu      sync.Mutex
+	offers  map[int]int64 // shard -> earliest due offered by wake-ups
+	resync  bool          // re-read every owned head (a resubscription)
+	settleQ []*settlement
+	active  atomic.Int64 // target groups being published
 }
 
-func newWorker(shard, capacity int) *worker {
-	w := &worker{shard: shard, kick: make(chan struct{}, 1), room: newCapacity(capacity), settle: newSettler()}
-	w.offered.Store(math.MaxInt64)
-	return w
+func newScheduler(e *Egress, own *ownership, wakes *delaystore.Wakeups) *scheduler {
+	s := &scheduler{e: e, own: own, wakes: wakes, shards: map[int]*shardState{},
+		kick: make(chan struct{}, 1), offers: map[int]int64{}}
+	own.notify = s.poke
+	return s
 }
 
-// offer tells the worker that something may be due at due (Redis ms). Safe for concurrent
-// use; never blocks.
-func (w *worker) offer(due int64) {
-	for {
-		cur := w.offered.Load()
-		if due >= cur || w.offered.CompareAndSwap(cur, due) {
-			break
-		}
-	}
+// poke makes the scheduler look at its inputs again. Never blocks.
+func (s *scheduler) poke() {
 	select {
-	case w.kick <- struct{}{}:
+	case s.kick <- struct{}{}:
 	default:
 	}
 }
 
-// runWorker claims the shard's due messages until ctx ends, then waits for the target
-// groups in flight (each bounded by the lease fence and DrainTimeout) and for the settler.
-func (e *Egress) runWorker(ctx context.Context, w *worker) {
-	settled := make(chan struct{})
-	go func() {
-		defer close(settled)
-		e.runSettler(ctx, w)
-	}()
-	defer func() {
-		w.groups.Wait()
-		w.settle.close()
-		<-settled
-	}()
-	next := int64(-1) // the shard's head as last known; -1: empty, wait for an offer
+// offer tells the scheduler that shard may have a message due at due (Redis ms).
+func (s *scheduler) offer(shard int, due int64) {
+	s.mu.Lock()
+	if cur, ok := s.offers[shard]; !ok || due < cur {
+		s.offers[shard] = due
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// submit queues a settlement for the next round trip.
+func (s *scheduler) submit(st *settlement) {
+	s.mu.Lock()
+	s.settleQ = append(s.settleQ, st)
+	s.mu.Unlock()
+	s.poke()
+}
+
+// listen turns wake-ups into offers, resyncs and heartbeats until the channel closes.
+func (s *scheduler) listen() {
+	for w := range s.wakes.C {
+		switch {
+		case w.Shard == delaystore.WakeFleet:
+			s.own.wake()
+		case w.Shard == delaystore.WakeResync:
+			s.mu.Lock()
+			s.resync = true
+			s.mu.Unlock()
+			s.poke()
+		case w.Shard >= 0:
+			s.offer(w.Shard, w.Due)
+		}
+	}
+}
+
+// run claims and settles until ctx ends; then it stops claiming, waits for the target
+// groups in flight (each bounded by the lease fence and DrainTimeout) and settles them.
+// Its store calls use a context detached from ctx that ends DrainTimeout after ctx (what
+// is not settled by then comes back after the lease).
+func (s *scheduler) run(ctx context.Context) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		s.poke()
+		time.AfterFunc(s.e.cfg.DrainTimeout, cancel)
+	})
+	defer stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	c := claimer{w: w, errWait: 100 * time.Millisecond}
+	resync := time.NewTicker(s.e.cfg.ResyncInterval)
+	defer resync.Stop()
 	for {
-		if o := w.offered.Swap(math.MaxInt64); o != math.MaxInt64 && (next < 0 || o < next) {
-			next = o
+		claiming := ctx.Err() == nil
+		if claiming {
+			s.follow(ctx)
 		}
-		if !e.waitDue(ctx, w, timer, next) {
-			if ctx.Err() != nil {
-				return
-			}
+		s.takeOffers(ctx)
+		acks, retries, n := s.takeSettlements()
+		var claims []delaystore.ClaimRequest
+		if claiming {
+			claims = s.due()
+		}
+		if len(acks)+len(retries)+len(claims) > 0 {
+			s.exchange(sctx, acks, retries, claims, n)
 			continue
 		}
-		room, ok := w.room.reserve(ctx, e.cfg.BatchSize)
-		if !ok {
-			return
+		if !claiming && s.active.Load() == 0 && s.settleEmpty() {
+			return // a group submits its settlement before it stops counting as active
 		}
-		head, ok := e.claimInto(ctx, &c, room)
-		if !ok {
-			return
-		}
-		if head != noChange {
-			next = head
-		}
-	}
-}
-
-// waitDue waits until next (Redis ms; -1: no head known) is due. It returns false when ctx
-// ended or an offer came first (then the caller looks at the offers again).
-func (e *Egress) waitDue(ctx context.Context, w *worker, timer *time.Timer, next int64) bool {
-	var fire <-chan time.Time
-	if next >= 0 {
-		if d := e.clock.local(next).Sub(e.now()); d > 0 {
-			timer.Reset(d)
-			fire = timer.C
-		} else {
-			fire = closedTime
-		}
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-w.kick:
-		timer.Stop()
-		return false
-	case <-fire:
-		return true
-	}
-}
-
-// noChange is claimInto's answer when the shard's head is not known anew (a failed claim).
-const noChange = math.MinInt64
-
-// claimer is the claim loop's error state: a streak of claim errors is logged once at Warn.
-type claimer struct {
-	w       *worker
-	failing bool
-	errWait time.Duration
-}
-
-// claimInto claims up to room messages (room is reserved in the shard's capacity; what is
-// not claimed is given back) and dispatches them. It returns the shard's next head to wait
-// for (the claim's Now when the claim was full: more may be due), or noChange after a
-// failed claim, and false when ctx ended.
-func (e *Egress) claimInto(ctx context.Context, c *claimer, room int) (int64, bool) {
-	w := c.w
-	// Before the claim: the lease runs from a moment after it. It becomes a context
-	// deadline, so it is read from the process clock, never from e.now (a test clock
-	// shifted by DELAYBRIDGE_TEST_CLOCK_OFFSET would put it in the past or future).
-	fence := time.Now()
-	cl, err := e.store.Claim(ctx, w.shard, room)
-	w.room.release(room - len(cl.Messages))
-	if err != nil {
-		if ctx.Err() != nil {
-			return noChange, false
-		}
-		if !c.failing {
-			e.log.Warn("claim failed; retrying with backoff", "shard", w.shard, "err", err)
-			c.failing = true
-		} else {
-			e.log.Debug("claim failed", "shard", w.shard, "err", err)
-		}
-		if !sleep(ctx, c.errWait) {
-			return noChange, false
-		}
-		c.errWait = min(2*c.errWait, 5*time.Second)
-		return noChange, true
-	}
-	if c.failing {
-		e.log.Info("claim recovered", "shard", w.shard)
-		c.failing = false
-	}
-	c.errWait = 100 * time.Millisecond
-	e.clock.observe(cl.Now, e.now())
-	if len(cl.Corrupt) > 0 {
-		e.quarantine(ctx, cl.Corrupt)
-	}
-	if len(cl.Messages) > 0 {
-		e.dispatch(ctx, w, cl.Messages, fence)
-	}
-	if len(cl.Messages) == room {
-		return cl.Now, true // more may be due: claim again at once (capacity permitting)
-	}
-	return cl.Next, true
-}
-
-var closedTime = func() chan time.Time { c := make(chan time.Time); close(c); return c }()
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// capacity counts a shard's messages claimed and not yet settled. Safe for concurrent use.
-type capacity struct {
-	mu    sync.Mutex
-	used  int
-	max   int
-	freed chan struct{} // signalled (buffered, 1) when release makes room
-}
-
-func newCapacity(max int) *capacity {
-	return &capacity{max: max, freed: make(chan struct{}, 1)}
-}
-
-// reserve waits until there is room and reserves up to n; false when ctx ended first.
-func (c *capacity) reserve(ctx context.Context, n int) (int, bool) {
-	for {
-		c.mu.Lock()
-		if free := c.max - c.used; free > 0 {
-			got := min(n, free)
-			c.used += got
-			c.mu.Unlock()
-			return got, true
-		}
-		c.mu.Unlock()
 		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-c.freed:
+		case <-sctx.Done():
+			return
+		case <-s.kick:
+		case <-s.wait(timer, claiming):
+		case <-resync.C:
+			s.resyncSome(ctx)
 		}
 	}
 }
 
-// release gives n reserved messages back.
-func (c *capacity) release(n int) {
-	if n <= 0 {
+func (s *scheduler) settleEmpty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.settleQ) == 0
+}
+
+// follow applies a new ownership view: shards no longer owned are dropped (their claims
+// in flight settle as usual), the wake channels follow the owned set, and the heads of the
+// gained shards are read after their channels are subscribed (no park in between is
+// missed).
+func (s *scheduler) follow(ctx context.Context) {
+	v := s.own.snapshot()
+	if v.gen == s.view.gen && s.view.owned != nil {
+		s.view.until = v.until
 		return
 	}
-	c.mu.Lock()
-	c.used -= n
-	c.mu.Unlock()
+	changed := len(v.owned) != len(s.shards)
+	var gained []int
+	for sh, start := range v.owned {
+		st, ok := s.shards[sh]
+		if !ok {
+			st = &shardState{shard: sh, head: unknownHead, errs: backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}}
+			s.shards[sh] = st
+			gained = append(gained, sh)
+			changed = true
+		}
+		st.startAt = start
+	}
+	for sh, st := range s.shards {
+		if _, ok := v.owned[sh]; !ok && st.inflight == 0 {
+			delete(s.shards, sh)
+			changed = true
+		}
+	}
+	if changed {
+		owned := make([]int, 0, len(v.owned))
+		for sh := range v.owned {
+			owned = append(owned, sh)
+		}
+		sort.Ints(owned)
+		if err := s.wakes.Follow(ctx, owned); err != nil {
+			if ctx.Err() == nil {
+				s.e.log.Warn("follow the owned shards' wake channels; heads are resynced periodically", "err", err)
+			}
+		}
+		s.e.metrics.owned(len(owned))
+	}
+	s.view = v
+	if len(gained) > 0 {
+		sort.Ints(gained)
+		s.readHeads(ctx, gained)
+	}
+}
+
+// owns reports whether shard is owned in the current view.
+func (s *scheduler) owns(sh int) bool {
+	_, ok := s.view.owned[sh]
+	return ok
+}
+
+// readHeads reads the heads of shards (one pipeline) into their states.
+func (s *scheduler) readHeads(ctx context.Context, shards []int) {
+	heads, now, err := s.e.store.Heads(ctx, shards)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.e.log.Debug("read heads", "err", err)
+		}
+		return // unknown heads are claimed at once (an empty claim tells the head)
+	}
+	s.e.clock.observe(now, s.e.now())
+	for i, sh := range shards {
+		if st := s.shards[sh]; st != nil {
+			st.head = heads[i]
+		}
+	}
+}
+
+// resyncSome re-reads the heads of up to resyncBatch owned shards, rotating, or of all of
+// them after a resubscription.
+func (s *scheduler) resyncSome(ctx context.Context) {
+	owned := make([]int, 0, len(s.shards))
+	for sh := range s.shards {
+		if s.owns(sh) {
+			owned = append(owned, sh)
+		}
+	}
+	if len(owned) == 0 {
+		return
+	}
+	sort.Ints(owned)
+	if len(owned) > resyncBatch {
+		start := s.cursor % len(owned)
+		s.cursor = start + resyncBatch
+		owned = append(owned[start:], owned[:start]...)[:resyncBatch]
+	}
+	s.readHeads(ctx, owned)
+}
+
+// takeOffers folds the wake-ups' offers into the heads (a head only moves earlier) and
+// runs a full resync when one was asked for.
+func (s *scheduler) takeOffers(ctx context.Context) {
+	s.mu.Lock()
+	offers, resync := s.offers, s.resync
+	s.offers, s.resync = map[int]int64{}, false
+	s.mu.Unlock()
+	for sh, due := range offers {
+		if st := s.shards[sh]; st != nil && (st.head < 0 || due < st.head) && st.head != unknownHead {
+			st.head = due
+		}
+	}
+	if resync && ctx.Err() == nil {
+		var owned []int
+		for _, sh := range s.sorted() {
+			if s.owns(sh) {
+				owned = append(owned, sh)
+			}
+		}
+		if len(owned) > 0 {
+			s.readHeads(ctx, owned)
+		}
+	}
+}
+
+// takeSettlements empties the settlement queue into one list of acks and one of retries;
+// n is the messages they settle.
+func (s *scheduler) takeSettlements() (acks []delaystore.Receipt, retries []delaystore.RetryRequest, n map[int]int) {
+	s.mu.Lock()
+	q := s.settleQ
+	s.settleQ = nil
+	s.mu.Unlock()
+	n = map[int]int{}
+	for _, st := range q {
+		acks = append(acks, st.acks...)
+		retries = append(retries, st.retries...)
+		n[st.shard] += st.n
+	}
+	return acks, retries, n
+}
+
+// due returns a claim for every owned shard that may be claimed now: started, due by the
+// Redis clock estimate (or head unknown), not backing off after an error, with room.
+func (s *scheduler) due() []delaystore.ClaimRequest {
+	now := s.e.now()
+	if !time.Now().Before(s.view.until) {
+		return nil // the membership may have expired: another replica may own these shards
+	}
+	redisNow := s.e.clock.redisNow(now)
+	batch := s.e.cfg.BatchSize
+	room := replicaCapacity*batch - s.total
+	var claims []delaystore.ClaimRequest
+	for _, sh := range s.sorted() {
+		st := s.shards[sh]
+		free := min(shardCapacity*batch-st.inflight, batch, room)
+		if free <= 0 || !s.owns(sh) || now.Before(st.startAt) || now.Before(st.retryAt) {
+			continue
+		}
+		if st.head != unknownHead && (st.head < 0 || st.head > redisNow) {
+			continue
+		}
+		claims = append(claims, delaystore.ClaimRequest{Shard: sh, Max: free})
+		st.inflight += free // reserved; what is not claimed is given back
+		s.total += free
+		room -= free
+	}
+	return claims
+}
+
+// sorted returns the owned shards in order (claims go out in a stable order).
+func (s *scheduler) sorted() []int {
+	out := make([]int, 0, len(s.shards))
+	for sh := range s.shards {
+		out = append(out, sh)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// wait returns a channel that fires when the earliest owned shard is due (or may start),
+// or nil when nothing is known to be due.
+func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
+	if !claiming || !time.Now().Before(s.view.until) {
+		return nil // not claiming, or the membership lapsed: a heartbeat pokes
+	}
+	now := s.e.now()
+	var next time.Time
+	consider := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	batch := s.e.cfg.BatchSize
+	full := s.total >= replicaCapacity*batch
+	for sh, st := range s.shards {
+		if !s.owns(sh) || full || st.inflight >= shardCapacity*batch || st.head == -1 {
+			continue
+		}
+		at := now
+		if st.head != unknownHead {
+			at = s.e.clock.local(st.head)
+		}
+		if at.Before(st.startAt) {
+			at = st.startAt
+		}
+		if at.Before(st.retryAt) {
+			at = st.retryAt
+		}
+		consider(at)
+	}
+	if next.IsZero() {
+		return nil
+	}
+	timer.Stop()
 	select {
-	case c.freed <- struct{}{}:
+	case <-timer.C:
 	default:
+	}
+	timer.Reset(max(next.Sub(now), 0))
+	return timer.C
+}
+
+// exchange makes one round trip: settlements and claims. fence is taken before the call:
+// the lease runs from a moment after it. It becomes a context deadline, so it is read
+// from the process clock, never from e.now (a test clock shifted by
+// DELAYBRIDGE_TEST_CLOCK_OFFSET would put it in the past or future).
+func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
+	claims []delaystore.ClaimRequest, settled map[int]int) {
+	fence := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, s.e.cfg.DrainTimeout)
+	x := s.e.store.Exchange(cctx, acks, retries, claims)
+	cancel()
+	s.settled(acks, retries, x, settled)
+	for i, req := range claims {
+		st := s.shards[req.Shard]
+		cl, err := x.Claims[i], x.ClaimErrs[i]
+		st.inflight -= req.Max - len(cl.Messages) - len(cl.Corrupt)
+		s.total -= req.Max - len(cl.Messages) - len(cl.Corrupt)
+		if err != nil {
+			s.claimFailed(ctx, st, err)
+			continue
+		}
+		if st.errs.Failing() {
+			s.e.log.Info("claim recovered", "shard", st.shard)
+			st.errs.Reset()
+		}
+		s.e.clock.observe(cl.Now, s.e.now())
+		st.head = cl.Next
+		if len(cl.Messages)+len(cl.Corrupt) == req.Max {
+			st.head = cl.Now // more may be due: claim again at once (capacity permitting)
+		}
+		if len(cl.Corrupt) > 0 {
+			s.quarantine(st.shard, cl.Corrupt)
+		}
+		if len(cl.Messages) > 0 {
+			s.e.dispatch(ctx, s, st.shard, cl.Messages, fence)
+		}
+	}
+}
+
+// claimFailed backs the shard off after a failed claim; a streak is logged once at Warn.
+func (s *scheduler) claimFailed(ctx context.Context, st *shardState, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if !st.errs.Failing() {
+		s.e.log.Warn("claim failed; retrying with backoff", "shard", st.shard, "err", err)
+	} else {
+		s.e.log.Debug("claim failed", "shard", st.shard, "err", err)
+	}
+	st.retryAt = s.e.now().Add(st.errs.Next())
+}
+
+// settled applies the settlement part of an exchange: logs, heads, capacity.
+func (s *scheduler) settled(acks []delaystore.Receipt, retries []delaystore.RetryRequest, x delaystore.Exchanged, n map[int]int) {
+	if len(acks) > 0 {
+		if x.AckErr != nil {
+			// The lease expires and the messages are published again (same x-delay-id and
+			// Nats-Msg-Id): a duplicate, never a loss.
+			s.e.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", x.AckErr)
+		} else if stale := len(acks) - x.Acked.N; stale > 0 {
+			// The lease expired before the target confirmed (a pause, a slow broker): another
+			// replica claimed these messages and the store fenced this ack. The copy just
+			// published is a duplicate with the same Nats-Msg-Id.
+			s.e.log.Warn("acks fenced: the lease expired before the publish was confirmed; another replica owns these messages",
+				"stale", stale, "acks", len(acks))
+		}
+		s.heads(x.Acked.Heads)
+	}
+	if len(retries) > 0 {
+		if x.RetryErr != nil {
+			s.e.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", x.RetryErr)
+		} else if stale := len(retries) - x.Retried.N; stale > 0 {
+			// As with acks: the lease ran out first (a paused replica whose messages'
+			// contexts ended meanwhile); another replica owns these messages.
+			s.e.log.Warn("retries fenced: the lease expired before the publish failed; another replica owns these messages",
+				"stale", stale, "retries", len(retries))
+		}
+		s.heads(x.Retried.Heads) // retries and put-backs may make a head earlier
+	}
+	for sh, k := range n {
+		if st := s.shards[sh]; st != nil {
+			st.inflight -= k
+			if st.inflight == 0 && !s.owns(sh) {
+				delete(s.shards, sh) // lost while its claims were in flight
+			}
+		}
+		s.total -= k
+		s.e.metrics.settled(k)
+	}
+}
+
+// heads takes the heads a settle call reported (the state after it).
+func (s *scheduler) heads(heads map[int]int64) {
+	for sh, h := range heads {
+		if st := s.shards[sh]; st != nil {
+			st.head = h
+		}
 	}
 }
 
 // quarantine handles entries whose envelope could not be decoded: they cannot be
 // published or dead-lettered, so they stay in Redis for an operator, tried again only
 // every BackoffMax, and are logged at Error.
-func (e *Egress) quarantine(ctx context.Context, corrupt []delaystore.Receipt) {
+func (s *scheduler) quarantine(shard int, corrupt []delaystore.Receipt) {
 	reqs := make([]delaystore.RetryRequest, len(corrupt))
 	for i, r := range corrupt {
-		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: e.cfg.BackoffMax}
-		e.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
+		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: s.e.cfg.BackoffMax}
+		s.e.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
 	}
-	if _, err := e.store.Retry(ctx, reqs); err != nil {
-		e.log.Error("reschedule corrupt entries", "err", err)
-	}
+	s.submit(&settlement{shard: shard, retries: reqs, n: len(reqs)})
 }

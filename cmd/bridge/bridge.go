@@ -26,6 +26,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/subject"
 	"github.com/delaybridge/delaybridge/internal/tracing"
@@ -269,6 +270,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		DrainTimeout:   cfg.ShutdownTimeout,
 		Lease:          cfg.Store.Lease,
 		TargetInflight: cfg.TargetInflight,
+		OwnershipTTL:   cfg.OwnershipTTL,
+		ClaimAll:       failpoint.ClaimAll(),
+		Now:            failpoint.Now, // shifted only in failpoints builds (fault tests)
 	}, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err

@@ -131,13 +131,13 @@ func (c *storeCollector) observe() (delaystore.Observation, error) {
 func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, store *delaystore.Store) error {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "delaybridge_redis_duration_seconds",
-		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel), pipelined calls counted once.",
+		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel; exchange: egress's pipeline of acks, retries and claims), pipelined calls counted once.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"script"})
 	if err := reg.Register(h); err != nil {
 		return fmt.Errorf("register delaybridge_redis_duration_seconds: %w", err)
 	}
-	for _, s := range []string{"park", "claim", "ack", "retry", "cancel"} {
+	for _, s := range []string{"park", "claim", "ack", "retry", "cancel", "exchange"} {
 		h.WithLabelValues(s) // present from the start, at 0
 	}
 	rdb.AddHook(store.ScriptTimer(func(script string, d time.Duration) { h.WithLabelValues(script).Observe(d.Seconds()) }))

@@ -28,3 +28,8 @@ const Env = "DELAYBRIDGE_FAILPOINTS"
 // fault test can run replicas whose clocks disagree (row E3 of FAULTS.md). libfaketime
 // does not work on Go binaries, hence this hook.
 const ClockEnv = "DELAYBRIDGE_TEST_CLOCK_OFFSET"
+
+// ClaimAllEnv is the variable a failpoints build reads to make egress claim every shard
+// whatever the fleet's ownership ("1"): two replicas so armed claim the same shards at
+// once, which the claim lease must keep correct (fault row "forced ownership overlap").
+const ClaimAllEnv = "DELAYBRIDGE_TEST_CLAIM_ALL"

@@ -103,3 +103,6 @@ func Inject(name string) {
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL cannot be caught; never go on
 }
+
+// ClaimAll reports whether DELAYBRIDGE_TEST_CLAIM_ALL is "1".
+func ClaimAll() bool { return os.Getenv(ClaimAllEnv) == "1" }
