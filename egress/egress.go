@@ -38,8 +38,8 @@ type Claimer interface {
 	Claim(ctx context.Context, shard, max int) (delaystore.Claim, error)
 	Ack(ctx context.Context, receipts []delaystore.Receipt) (delaystore.Applied, error)
 	Retry(ctx context.Context, reqs []delaystore.RetryRequest) (delaystore.Applied, error)
-	Heads(ctx context.Context) (heads []int64, now int64, err error)
-	Wakeups(ctx context.Context) (<-chan delaystore.Wake, error)
+	Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error)
+	Wakeups(ctx context.Context) (*delaystore.Wakeups, error)
 }
 
 // PartialFailure is implemented by a publish error that knows which messages of the call
@@ -173,6 +173,7 @@ func (e *Egress) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	defer wakes.Close()
 	var wg sync.WaitGroup
 	for _, w := range e.workers {
 		wg.Add(1)
@@ -189,13 +190,13 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
-		case w, ok := <-wakes:
+		case w, ok := <-wakes.C:
 			if !ok {
 				break loop
 			}
-			if w.Shard < 0 {
+			if w.Shard == delaystore.WakeResync {
 				e.resync(ctx)
-			} else if w.Shard < len(e.workers) {
+			} else if w.Shard >= 0 && w.Shard < len(e.workers) {
 				e.workers[w.Shard].offer(w.Due)
 			}
 		case <-ticker.C:
@@ -206,13 +207,18 @@ loop:
 	return nil
 }
 
-// wakeups subscribes to the store's wake-ups, retrying with backoff while Redis is
-// unreachable or slow (a bridge started into a Redis outage waits rather than exits). It
-// returns false when ctx ends first.
-func (e *Egress) wakeups(ctx context.Context) (<-chan delaystore.Wake, bool) {
+// wakeups subscribes to the store's wake-ups of every shard, retrying with backoff while
+// Redis is unreachable or slow (a bridge started into a Redis outage waits rather than
+// exits). It returns false when ctx ends first.
+func (e *Egress) wakeups(ctx context.Context) (*delaystore.Wakeups, bool) {
 	wait := 100 * time.Millisecond
 	for failed := false; ; failed = true {
 		wakes, err := e.store.Wakeups(ctx)
+		if err == nil {
+			if err = wakes.Follow(ctx, e.allShards()); err != nil {
+				_ = wakes.Close()
+			}
+		}
 		if err == nil {
 			if failed {
 				e.log.Info("wake-up subscription recovered")
@@ -232,9 +238,18 @@ func (e *Egress) wakeups(ctx context.Context) (<-chan delaystore.Wake, bool) {
 	}
 }
 
+// allShards lists every shard of the store.
+func (e *Egress) allShards() []int {
+	all := make([]int, len(e.workers))
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
 // resync reads every shard's head and offers it to its worker.
 func (e *Egress) resync(ctx context.Context) {
-	heads, now, err := e.store.Heads(ctx)
+	heads, now, err := e.store.Heads(ctx, e.allShards())
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Debug("resync heads", "err", err)

@@ -113,7 +113,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newStoreCollector(store, redisUp.Err))
+	// The lead rewires owned to egress's owned shards (issue 13); until then: every shard.
+	allShards := make([]int, store.Shards())
+	for i := range allShards {
+		allShards[i] = i
+	}
+	reg.MustRegister(newStoreCollector(store, func() []int { return allShards }, redisUp.Err))
 	if err := registerScriptTimer(reg, rdb, store); err != nil {
 		return err
 	}
