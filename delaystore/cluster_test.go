@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,7 @@ func TestCluster(t *testing.T) {
 
 	// The shards' keys: one slot per shard, the shards over every master.
 	owners := map[string]int{}
+	ownerOf := map[int]string{}
 	for i := range shards {
 		k := s.keys[i]
 		slot := testredis.KeySlot(k.z)
@@ -45,17 +48,67 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		owners[o.Addr()]++
+		ownerOf[i] = o.Addr()
 	}
 	if len(owners) != 3 {
 		t.Fatalf("16 shards on %d masters (%v), want 3", len(owners), owners)
+	}
+
+	// The dataset check reads one epoch per master, not per shard, and sees one master's
+	// FLUSHALL at the next call: exactly that master's shards.
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.ConfigResetStat(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if reset, err := s.CheckDataset(ctx); err != nil || reset != nil {
+			t.Fatalf("intact cluster: reset %v, %v", reset, err)
+		}
+	}
+	var mu sync.Mutex
+	var masters []*redis.Client
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, m)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gets := 0
+	for _, m := range masters {
+		gets += cmdCalls(t, m, "get")
+	}
+	if gets != 4*3 {
+		t.Fatalf("4 checks sent %d GETs on 3 masters, want 12", gets)
+	}
+	flushed := redis.NewClient(&redis.Options{Addr: ownerOf[0]})
+	err = flushed.FlushAll(ctx).Err()
+	flushed.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for i := range shards {
+		if ownerOf[i] == ownerOf[0] {
+			want = append(want, i)
+		}
+	}
+	if reset, err := s.CheckDataset(ctx); err != nil || !slices.Equal(reset, want) {
+		t.Fatalf("after FLUSHALL of %s: reset %v, %v; want %v", ownerOf[0], reset, err, want)
 	}
 
 	wake, err := s.Wakeups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := nextWake(t, wake, 5*time.Second); w.Shard != -1 {
+	defer wake.Close()
+	if w := nextWake(t, wake.C, 5*time.Second); w.Shard != WakeResync {
 		t.Fatalf("first wake %+v, want resync", w)
+	}
+	if err := wake.Follow(ctx, allShards(shards)); err != nil {
+		t.Fatal(err)
 	}
 
 	const n = 400
@@ -70,14 +123,14 @@ func TestCluster(t *testing.T) {
 	if _, err := s.Park(ctx, reqs[:10]); err != nil { // idempotent again
 		t.Fatal(err)
 	}
-	if w := nextWake(t, wake, 5*time.Second); w.Shard < 0 {
+	if w := nextWake(t, wake.C, 5*time.Second); w.Shard < 0 {
 		t.Fatalf("wake %+v after park", w)
 	}
 	st, err := s.Stats(ctx)
 	if err != nil || st.Parked != n+1 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
-	if _, _, err := s.Heads(ctx); err != nil {
+	if _, _, err := s.Heads(ctx, allShards(shards)); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := s.Get(ctx, "later"); err != nil || m.ID != "later" {

@@ -70,38 +70,36 @@ func (s *Store) establishEpochs(ctx context.Context, shards []int) ([]string, er
 	return out, nil
 }
 
-// CheckDataset reads every shard's epoch key and reports the shards whose key is gone or
-// holds another value than this replica saw: their parked messages were lost in Redis
-// (FLUSHALL, a restart without persistence...). It then re-creates their epochs (and the
-// shard-count record), so a reset is reported once per replica. On error it reports no
-// shard and remembers the old epochs, so the next call sees the reset again. Init must have succeeded first. It blocks until Redis
-// answered or ctx is done; safe for concurrent use.
+// CheckDataset detects a reset of the Redis dataset: it reads the epoch of one shard per
+// Redis master (Cluster: the shards grouped by the master serving their slot; standalone
+// and Sentinel: one), a different shard of each master from call to call, so a call costs
+// O(masters) commands whatever the shard count, and the loss of a master's data (FLUSHALL, a
+// restart without persistence...) is seen at the next call. When one of them is gone or
+// holds another value than this replica saw, it reads every shard's epoch (one pipeline)
+// and reports every shard whose key is gone or changed: their parked messages were lost in
+// Redis. It then re-creates their epochs (and the shard-count record), so a reset is
+// reported once per replica. A shard whose keys alone vanished (not its master's whole
+// dataset) is found when the rotation reaches it. On error it reports no shard and
+// remembers the old epochs, so a later call sees the reset again. Init must have succeeded
+// first. It blocks until Redis answered or ctx is done; safe for concurrent use.
 func (s *Store) CheckDataset(ctx context.Context) (reset []int, err error) {
 	s.epochMu.Lock()
 	defer s.epochMu.Unlock()
 	if len(s.epochs) != s.shards {
 		return nil, errors.New("check dataset: store not initialised")
 	}
-	gets := make([]*redis.StringCmd, s.shards)
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range gets {
-			gets[i] = p.Get(ctx, s.keys[i].epoch)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("check dataset: %w", err)
+	sample := s.epochSample(ctx)
+	s.epochTurn++
+	changed, err := s.changedEpochs(ctx, sample)
+	if err != nil || len(changed) == 0 {
+		return nil, err
 	}
-	for i, g := range gets {
-		if err := g.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("check dataset: %w", err)
-		}
-		if g.Val() != s.epochs[i] {
-			reset = append(reset, i)
-		}
+	all := make([]int, s.shards)
+	for i := range all {
+		all[i] = i
 	}
-	if len(reset) == 0 {
-		return nil, nil
+	if reset, err = s.changedEpochs(ctx, all); err != nil || len(reset) == 0 {
+		return nil, err
 	}
 	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
 		return nil, fmt.Errorf("check dataset: record shard count: %w", err)
@@ -114,4 +112,62 @@ func (s *Store) CheckDataset(ctx context.Context) (reset []int, err error) {
 		s.epochs[sh] = seen[i]
 	}
 	return reset, nil
+}
+
+// epochSample picks the shards whose epochs this check reads: per Redis master (Cluster:
+// by the slot map, no I/O unless the client reloads it; else one master) the next of its
+// shards in turn. A shard whose master is unknown (slot map not loaded) is read too. Called
+// with epochMu held.
+func (s *Store) epochSample(ctx context.Context) []int {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []int{s.epochTurn % s.shards}
+	}
+	groups := map[*redis.Client][]int{}
+	var order []*redis.Client
+	var sample []int
+	for sh := range s.shards {
+		node, err := cc.MasterForKey(ctx, s.keys[sh].epoch)
+		if err != nil {
+			sample = append(sample, sh)
+			continue
+		}
+		if _, ok := groups[node]; !ok {
+			order = append(order, node)
+		}
+		groups[node] = append(groups[node], sh)
+	}
+	if len(sample) > 0 {
+		return sample // no slot map: read them all, as a full check would
+	}
+	for _, node := range order {
+		g := groups[node]
+		sample = append(sample, g[s.epochTurn%len(g)])
+	}
+	return sample
+}
+
+// changedEpochs reads the epochs of shards in one pipeline and returns those that are gone
+// or differ from the remembered ones, in the order of shards. Called with epochMu held.
+func (s *Store) changedEpochs(ctx context.Context, shards []int) ([]int, error) {
+	gets := make([]*redis.StringCmd, len(shards))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sh := range shards {
+			gets[i] = p.Get(ctx, s.keys[sh].epoch)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("check dataset: %w", err)
+	}
+	var changed []int
+	for i, g := range gets {
+		if err := g.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("check dataset: %w", err)
+		}
+		if g.Val() != s.epochs[shards[i]] {
+			changed = append(changed, shards[i])
+		}
+	}
+	return changed, nil
 }

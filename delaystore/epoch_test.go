@@ -2,8 +2,14 @@ package delaystore
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // TestCheckDataset (FAULTS.md B10): a shard whose keys vanish under a running replica is
@@ -31,18 +37,83 @@ func TestCheckDataset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A call reads one shard's epoch (one master); the rotation reaches a reset shard within
+	// a round, and then every reset shard is reported at once.
 	for _, s := range []*Store{f.s, other} {
-		reset, err := s.CheckDataset(t.Context())
-		if err != nil || !slices.Equal(reset, []int{1, 3}) {
-			t.Fatalf("after the loss: reset %v, err %v; want [1 3]", reset, err)
+		var reset []int
+		for i := 0; i < s.Shards() && reset == nil; i++ {
+			if reset, err = s.CheckDataset(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(reset, []int{1, 3}) {
+			t.Fatalf("after the loss: reset %v within a round; want [1 3]", reset)
 		}
 	}
 	for _, s := range []*Store{f.s, other} {
-		if reset, err := s.CheckDataset(t.Context()); err != nil || reset != nil {
-			t.Fatalf("reported twice: reset %v, err %v", reset, err)
+		for range 2 * s.Shards() {
+			if reset, err := s.CheckDataset(t.Context()); err != nil || reset != nil {
+				t.Fatalf("reported twice: reset %v, err %v", reset, err)
+			}
 		}
 	}
 	if n, err := f.rdb.Get(t.Context(), f.s.shardsKey).Int(); err != nil || n != 4 {
 		t.Fatalf("shard count record %d, %v; want 4", n, err)
 	}
+}
+
+// TestCheckDatasetFlushAll: with 1024 shards a check sends one GET (one master), not one
+// per shard, and a FLUSHALL is still seen at the very next check, with every shard reported
+// once.
+func TestCheckDatasetFlushAll(t *testing.T) {
+	srv := testredis.Start(t) // its own server: FLUSHALL
+	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1024 })
+	ctx := t.Context()
+	if err := f.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 5
+	for range calls {
+		if reset, err := f.s.CheckDataset(ctx); err != nil || reset != nil {
+			t.Fatalf("intact dataset: reset %v, err %v", reset, err)
+		}
+	}
+	if n := cmdCalls(t, f.rdb, "get"); n != calls {
+		t.Fatalf("%d checks sent %d GETs, want %d (one per master)", calls, n, calls)
+	}
+	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reset, err := f.s.CheckDataset(ctx)
+	if err != nil || len(reset) != 1024 || reset[0] != 0 || reset[1023] != 1023 {
+		t.Fatalf("check after FLUSHALL: %d shards reset (%v), want all 1024", len(reset), err)
+	}
+	for range 3 {
+		if reset, err := f.s.CheckDataset(ctx); err != nil || reset != nil {
+			t.Fatalf("reported twice: reset %d shards, err %v", len(reset), err)
+		}
+	}
+	if n, err := f.rdb.Get(ctx, f.s.shardsKey).Int(); err != nil || n != 1024 {
+		t.Fatalf("shard count record %d, %v; want 1024", n, err)
+	}
+}
+
+// cmdCalls reads how many times Redis ran cmd since the last CONFIG RESETSTAT (INFO
+// commandstats).
+func cmdCalls(t *testing.T, c redis.Cmdable, cmd string) int {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, err := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }

@@ -10,6 +10,8 @@ import (
 
 // ShardGauge is one shard's figures in an Observation.
 type ShardGauge struct {
+	// Shard is the shard number.
+	Shard int
 	// Parked is the shard's ZCARD (pending and claimed).
 	Parked int64
 	// OldestOverdue is how long the shard's earliest entry has been due (Now minus its
@@ -30,16 +32,22 @@ type ShardGauge struct {
 type Observation struct {
 	// Now is the Redis server time, unix ms.
 	Now int64
-	// Shards is indexed by shard number.
+	// Shards are the observed shards, in the order Observe was asked for them.
 	Shards []ShardGauge
 }
 
-// Observe reads the gauges an operator watches, in two round trips: TIME, then one
-// pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, and once per horizon) per
-// shard, and ZRANGE 0 0 WITHSCORES and ZCOUNT of the shard's retry set. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
+// Observe reads the gauges an operator watches of the given shards, in two round trips:
+// TIME, then one pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, and once per
+// horizon) per shard, and ZRANGE 0 0 WITHSCORES and ZCOUNT of the shard's retry set. The
+// cost grows with len(shards) only, not with the store's shard count. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
 // cheap enough for every scrape. Shards are not one atomic snapshot. It blocks until Redis
 // answered or ctx is done.
-func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observation, error) {
+func (s *Store) Observe(ctx context.Context, shards []int, horizons []time.Duration) (Observation, error) {
+	for _, sh := range shards {
+		if err := s.checkShard(sh); err != nil {
+			return Observation{}, fmt.Errorf("observe: %w", err)
+		}
+	}
 	tm, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return Observation{}, fmt.Errorf("observe: time: %w", err)
@@ -55,9 +63,10 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 		retryHead    *redis.ZSliceCmd
 		retryOverdue *redis.IntCmd
 	}
-	cmds := make([]shardCmds, s.shards)
+	cmds := make([]shardCmds, len(shards))
 	pipe := s.rdb.Pipeline()
-	for i, k := range s.keys {
+	for i, sh := range shards {
+		k := s.keys[sh]
 		c := shardCmds{
 			card:    pipe.ZCard(ctx, k.z),
 			head:    pipe.ZRangeWithScores(ctx, k.z, 0, 0),
@@ -72,19 +81,19 @@ func (s *Store) Observe(ctx context.Context, horizons []time.Duration) (Observat
 		cmds[i] = c
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	obs := Observation{Now: now, Shards: make([]ShardGauge, s.shards)}
+	obs := Observation{Now: now, Shards: make([]ShardGauge, len(shards))}
 	for i, c := range cmds {
-		g := ShardGauge{DueWithin: make([]int64, len(horizons))}
+		g := ShardGauge{Shard: shards[i], DueWithin: make([]int64, len(horizons))}
 		var err error
 		if g.Parked, err = c.card.Result(); err != nil {
-			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+			return Observation{}, fmt.Errorf("observe shard %d: %w", shards[i], err)
 		}
 		if err := overdueOf(&g, now, c.head, c.retryHead, c.overdue, c.retryOverdue); err != nil {
-			return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+			return Observation{}, fmt.Errorf("observe shard %d: %w", shards[i], err)
 		}
 		for j, w := range c.within {
 			if g.DueWithin[j], err = w.Result(); err != nil {
-				return Observation{}, fmt.Errorf("observe shard %d: %w", i, err)
+				return Observation{}, fmt.Errorf("observe shard %d: %w", shards[i], err)
 			}
 		}
 		obs.Shards[i] = g
@@ -119,7 +128,8 @@ func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overd
 }
 
 // ScriptTimer returns a go-redis hook that reports the round trip of every call of the
-// store's scripts to observe, with the script's name (park, claim, ack, retry, cancel).
+// store's scripts to observe, with the script's name (park, claim, ack, retry, cancel,
+// member: Heartbeat and Leave).
 // A pipeline (Park, Ack and Retry send one script call per shard in one) is one round
 // trip, reported once; commands that are not the store's scripts are not reported. Add
 // it to the client the store uses (AddHook) before the first call. observe must be safe
@@ -130,7 +140,7 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 	s.timer.Store(&observe)
 	names := map[string]string{}
 	for name, sc := range map[string]*script{
-		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
+		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel, "member": s.member,
 	} {
 		for _, h := range sc.hashes() { // both forms (scripts.go)
 			names[h] = name
@@ -139,6 +149,7 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 	sources := map[string]string{
 		parkSrc: "park", claimSrc: "claim", ackSrc: "ack", retrySrc: "retry", cancelSrc: "cancel",
 		unflagged(claimSrc): "claim", unflagged(ackSrc): "ack", unflagged(retrySrc): "retry", unflagged(cancelSrc): "cancel",
+		memberSrc: "member", unflagged(memberSrc): "member",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {
 		args := c.Args()

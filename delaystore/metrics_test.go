@@ -27,7 +27,7 @@ func TestObserve(t *testing.T) {
 		ParkRequest{ID: future[2], Delay: 2 * time.Hour, Envelope: sampleEnvelope(4)},
 		ParkRequest{ID: future[3], Delay: 48 * time.Hour, Envelope: sampleEnvelope(5)},
 	)
-	obs, err := f.s.Observe(t.Context(), horizons)
+	obs, err := f.s.Observe(t.Context(), allShards(f.s.Shards()), horizons)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,21 @@ func TestObserve(t *testing.T) {
 	if err != nil || len(c.Messages) != 2 {
 		t.Fatalf("claim: %v, %d messages", err, len(c.Messages))
 	}
-	obs, err = f.s.Observe(t.Context(), horizons)
+	obs, err = f.s.Observe(t.Context(), allShards(f.s.Shards()), horizons)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g := obs.Shards[1]; g.Parked != 2 || g.Overdue != 0 || g.OldestOverdue != 0 || !slices.Equal(g.DueWithin, []int64{2, 2, 2}) {
 		t.Fatalf("shard 1 after the claim (30s lease) = %+v", g)
+	}
+	// Only the shards asked for, in that order.
+	obs, err = f.s.Observe(t.Context(), []int{2, 1}, horizons)
+	if err != nil || len(obs.Shards) != 2 || obs.Shards[0].Shard != 2 || obs.Shards[0].Parked != 4 ||
+		obs.Shards[1].Shard != 1 || obs.Shards[1].Parked != 2 {
+		t.Fatalf("observe [2 1] = %+v, %v", obs, err)
+	}
+	if _, err := f.s.Observe(t.Context(), []int{4}, nil); err == nil {
+		t.Fatal("shard 4 of 4 observed")
 	}
 }
 
@@ -97,7 +106,7 @@ func TestScriptTimer(t *testing.T) {
 	if _, err := f.s.Cancel(t.Context(), ids[2]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Observe(t.Context(), nil); err != nil { // not a script: not reported
+	if _, err := f.s.Observe(t.Context(), allShards(f.s.Shards()), nil); err != nil { // not a script: not reported
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -136,7 +145,7 @@ func TestRetrySetOverdue(t *testing.T) {
 	}
 	overdue := func(want int64) {
 		t.Helper()
-		obs, err := f.s.Observe(t.Context(), nil)
+		obs, err := f.s.Observe(t.Context(), allShards(f.s.Shards()), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,8 +27,26 @@ func TestMiniredis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := nextWake(t, wakes, 5*time.Second); w.Shard != -1 {
+	defer wakes.Close()
+	if w := nextWake(t, wakes.C, 5*time.Second); w.Shard != WakeResync {
 		t.Fatalf("first wake %+v", w)
+	}
+	if err := wakes.Follow(ctx, []int{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Membership runs there too (member.lua, unflagged).
+	m, err := s.Heartbeat(ctx, "dev-1", time.Minute, 0)
+	if err != nil || !m.Changed || m.Version != 1 || !reflect.DeepEqual(m.IDs, []string{"dev-1"}) {
+		t.Fatalf("heartbeat = %+v, %v", m, err)
+	}
+	if w := nextWake(t, wakes.C, 5*time.Second); w != (Wake{Shard: WakeFleet, Due: 1}) {
+		t.Fatalf("wake %+v, want fleet version 1", w)
+	}
+	if err := s.Leave(ctx, "dev-1"); err != nil {
+		t.Fatal(err)
+	}
+	if w := nextWake(t, wakes.C, 5*time.Second); w != (Wake{Shard: WakeFleet, Due: 2}) {
+		t.Fatalf("wake %+v, want fleet version 2", w)
 	}
 
 	before := time.Now().UnixMilli()
@@ -45,7 +63,7 @@ func TestMiniredis(t *testing.T) {
 	if parked[0].Due < before || parked[0].Due > time.Now().UnixMilli() || parked[4].Due != 4102444800123 {
 		t.Fatalf("parked %+v", parked)
 	}
-	if w := nextWake(t, wakes, 5*time.Second); w.Shard < 0 {
+	if w := nextWake(t, wakes.C, 5*time.Second); w.Shard < 0 {
 		t.Fatalf("wake %+v", w)
 	}
 	again, err := s.Park(ctx, []ParkRequest{{ID: "a", Delay: time.Hour}})

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -137,7 +138,8 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		f.Add(s, []byte(s))
 	}
 	fx := newFixture(f, testredis.URL(f))
-	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t|r)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$`)
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t|r)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$|^\{` +
+		regexp.QuoteMeta(fx.prefix) + `:fleet\}:(members|version)$`)
 	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {
 		id := "id-" + s
@@ -163,6 +165,16 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		}
 		if p, err := fx.s.Park(t.Context(), []ParkRequest{{ID: id, Replace: true, Delay: time.Hour, Envelope: env}}); err != nil || !p[0].Delivered {
 			t.Fatalf("redelivery of cancelled %q: %+v %v", src, p, err)
+		}
+		// A replica id of the same bytes goes through member.lua unchanged.
+		if rid := "r-" + s; len(rid) <= MaxMemberID {
+			m, err := fx.s.Heartbeat(t.Context(), rid, time.Minute, -1)
+			if err != nil || !slices.Contains(m.IDs, rid) {
+				t.Fatalf("heartbeat %q: %+v %v", rid, m, err)
+			}
+			if err := fx.s.Leave(t.Context(), rid); err != nil {
+				t.Fatalf("leave %q: %v", rid, err)
+			}
 		}
 		iter := fx.rdb.Scan(t.Context(), 0, "*"+fx.prefix+"*", 1000).Iterator()
 		for iter.Next(t.Context()) {

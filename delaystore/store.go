@@ -37,16 +37,20 @@ const MaxShards = 4096
 // All methods are safe for concurrent use; every method that talks to Redis blocks until
 // Redis answered or ctx is done. The caller owns the Redis client and closes it.
 type Store struct {
-	rdb         redis.UniversalClient
-	shards      int
-	leaseMS     int64
-	tombMS      int64 // tombstone TTL in ms; 0: none
-	shardsKey   string
-	wakeChannel string
-	keys        []shardKeys
+	rdb       redis.UniversalClient
+	shards    int
+	leaseMS   int64
+	tombMS    int64 // tombstone TTL in ms; 0: none
+	shardsKey string
+	keys      []shardKeys
+	// The fleet (fleet.go): {P:fleet}:members, {P:fleet}:version, and channel P:wake:fleet.
+	fleetKeys    []string
+	fleetChannel string
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
+	// epochTurn counts CheckDataset calls: it picks each master's shard to read (epoch.go).
+	epochTurn int
 
 	// Replicated durability (wait.go): WAIT minReplicas waitTimeout after every confirmed
 	// write; 0 replicas: none.
@@ -61,8 +65,8 @@ type Store struct {
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load) and which form the server takes (scripts.go), so sharing them is safe.
-	park, claim, ack, retry, cancel *script
-	mem                             memoryState // what parks learned about Redis memory
+	park, claim, ack, retry, cancel, member *script
+	mem                                     memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -77,6 +81,7 @@ type shardKeys struct {
 	zmSeqTR []string // z, m, seq, t, r: park
 	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
 	shardID string   // the shard number as a decimal string
+	wake    string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
 }
 
 // Applied is the outcome of Ack or Retry.
@@ -125,21 +130,23 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		tomb = 0
 	}
 	s := &Store{
-		rdb:         rdb,
-		shards:      cfg.Shards,
-		leaseMS:     ceilMS(cfg.Lease),
-		tombMS:      ceilMS(tomb),
-		shardsKey:   p + ":shards",
-		wakeChannel: p + ":wake",
-		keys:        make([]shardKeys, cfg.Shards),
-		park:        newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
-		claim:       newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
-		ack:         newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
-		retry:       newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
-		cancel:      newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
-		minReplicas: cfg.MinReplicas,
-		waitTimeout: time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
-		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		rdb:          rdb,
+		shards:       cfg.Shards,
+		leaseMS:      ceilMS(cfg.Lease),
+		tombMS:       ceilMS(tomb),
+		shardsKey:    p + ":shards",
+		keys:         make([]shardKeys, cfg.Shards),
+		fleetKeys:    []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version"},
+		fleetChannel: p + ":wake:fleet",
+		park:         newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
+		claim:        newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
+		ack:          newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
+		retry:        newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
+		cancel:       newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
+		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
+		minReplicas:  cfg.MinReplicas,
+		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
+		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for i := range s.keys {
 		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
@@ -152,6 +159,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 			zmSeqTR: []string{z, m, seq, t, r},
 			seq:     seq,
 			shardID: strconv.Itoa(i),
+			wake:    p + ":wake:" + strconv.Itoa(i),
 		}
 	}
 	for _, o := range opts {
@@ -199,7 +207,7 @@ func (s *Store) Init(ctx context.Context) error {
 		return err
 	}
 	for name, sc := range map[string]*script{
-		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
+		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel, "member": s.member,
 	} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("init: load script %s: %w", name, err)
@@ -287,7 +295,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	for ci, sh := range order {
 		idx := byShard[sh]
 		args := make([]any, 0, 2+5*len(idx))
-		args = append(args, s.wakeChannel, s.keys[sh].shardID)
+		args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
 		for _, i := range idx {
 			r := &reqs[i]
 			mode, when := "r", ceilMS(r.Delay)
@@ -599,30 +607,35 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// Heads returns every shard's earliest score (unix ms, -1 when the shard is empty) and
-// the Redis time, in one pipelined round trip. It blocks until Redis answered or ctx is
-// done.
-func (s *Store) Heads(ctx context.Context) ([]int64, int64, error) {
+// Heads returns the earliest score (unix ms, -1 when the shard is empty) of each of shards,
+// aligned with it, and the Redis time, in one pipelined round trip (ZRANGE 0 0 WITHSCORES
+// per shard, plus TIME). It blocks until Redis answered or ctx is done.
+func (s *Store) Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error) {
+	for _, sh := range shards {
+		if err := s.checkShard(sh); err != nil {
+			return nil, 0, fmt.Errorf("heads: %w", err)
+		}
+	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, s.shards)
-	for i := range s.keys {
-		cmds[i] = pipe.ZRangeWithScores(ctx, s.keys[i].z, 0, 0)
+	cmds := make([]*redis.ZSliceCmd, len(shards))
+	for i, sh := range shards {
+		cmds[i] = pipe.ZRangeWithScores(ctx, s.keys[sh].z, 0, 0)
 	}
 	tm := pipe.Time(ctx)
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	heads := make([]int64, s.shards)
+	heads = make([]int64, len(shards))
 	for i, c := range cmds {
 		h, err := headOf(c)
 		if err != nil {
-			return nil, 0, fmt.Errorf("heads shard %d: %w", i, err)
+			return nil, 0, fmt.Errorf("heads shard %d: %w", shards[i], err)
 		}
 		heads[i] = h
 	}
-	now, err := tm.Result()
+	t, err := tm.Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("heads time: %w", err)
 	}
-	return heads, now.UnixMilli(), nil
+	return heads, t.UnixMilli(), nil
 }
 
 func headOf(c *redis.ZSliceCmd) (int64, error) {
@@ -634,103 +647,6 @@ func headOf(c *redis.ZSliceCmd) (int64, error) {
 		return -1, nil
 	}
 	return int64(zs[0].Score), nil
-}
-
-// wakeBuffer is the capacity of the channel returned by Wakeups.
-const wakeBuffer = 64
-
-// Wakeups subscribes to the wake channel ("<prefix>:wake") and returns a channel of
-// wake-ups: Wake{Shard, Due} when a park made a shard's head earlier, and Wake{Shard: -1}
-// (resync every shard) once the subscription is active and again after every reconnect,
-// since wake-ups may have been missed meanwhile. It blocks until the first subscription is
-// confirmed (or ctx is done) and returns its error. The channel is closed when ctx is done
-// or the Redis client is closed; the caller must keep reading it (a reader stalled for a
-// minute loses wake-ups). Each call makes its own subscription; safe for concurrent use.
-func (s *Store) Wakeups(ctx context.Context) (<-chan Wake, error) {
-	ps := s.rdb.Subscribe(ctx, s.wakeChannel)
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	// The first reply is the subscription confirmation: a failed connection shows here.
-	msg, err := ps.ReceiveTimeout(ctx, 10*time.Second)
-	if err == nil {
-		if _, ok := msg.(*redis.Subscription); !ok {
-			err = fmt.Errorf("unexpected first message %T", msg)
-		}
-	}
-	if err != nil {
-		stop()
-		_ = ps.Close()
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, fmt.Errorf("subscribe %s: %w", s.wakeChannel, err)
-	}
-	in := ps.ChannelWithSubscriptions() // go-redis pings and re-subscribes by itself
-	out := make(chan Wake, wakeBuffer)
-	go func() {
-		defer close(out)
-		defer func() {
-			stop()
-			_ = ps.Close()
-			for range in { // let go-redis's receive goroutine finish
-			}
-		}()
-		send := func(w Wake) bool {
-			select {
-			case out <- w:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		if !send(Wake{Shard: -1}) {
-			return
-		}
-		for {
-			var m any
-			var ok bool
-			select {
-			case m, ok = <-in:
-				if !ok {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-			var w Wake
-			switch m := m.(type) {
-			case *redis.Subscription:
-				if m.Kind != "subscribe" {
-					continue
-				}
-				w = Wake{Shard: -1}
-			case *redis.Message:
-				var ok bool
-				if w, ok = s.parseWake(m.Payload); !ok {
-					continue // not ours; the periodic resync covers any gap
-				}
-			default:
-				continue
-			}
-			if !send(w) {
-				return
-			}
-		}
-	}()
-	return out, nil
-}
-
-// parseWake parses "<shard>:<due ms>".
-func (s *Store) parseWake(p string) (Wake, bool) {
-	a, b, ok := strings.Cut(p, ":")
-	if !ok {
-		return Wake{}, false
-	}
-	sh, err1 := strconv.Atoi(a)
-	due, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil || sh < 0 || sh >= s.shards {
-		return Wake{}, false
-	}
-	return Wake{Shard: sh, Due: due}, true
 }
 
 func (s *Store) checkShard(sh int) error {

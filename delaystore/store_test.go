@@ -646,9 +646,17 @@ func TestStatsHeads(t *testing.T) {
 	if st.Parked != 10 || sum != 10 || !reflect.DeepEqual(st.PerShard, want) || st.NextDue != 5_000_000_000_000 {
 		t.Fatalf("stats = %+v, want per shard %v", st, want)
 	}
-	heads, now, err := f.s.Heads(t.Context())
+	heads, now, err := f.s.Heads(t.Context(), allShards(4))
 	if err != nil || !reflect.DeepEqual(heads, wantHeads) || now < st.Now {
 		t.Fatalf("heads = %v, %d, %v; want %v", heads, now, err, wantHeads)
+	}
+	// Some shards only, aligned with the argument.
+	sub, _, err := f.s.Heads(t.Context(), []int{3, 0, 3})
+	if want := []int64{wantHeads[3], wantHeads[0], wantHeads[3]}; err != nil || !reflect.DeepEqual(sub, want) {
+		t.Fatalf("heads of [3 0 3] = %v, %v; want %v", sub, err, want)
+	}
+	if _, _, err := f.s.Heads(t.Context(), []int{-1}); err == nil {
+		t.Fatal("heads of shard -1")
 	}
 }
 
@@ -750,16 +758,29 @@ func nextWake(t *testing.T, ch <-chan Wake, within time.Duration) Wake {
 	}
 }
 
+// allShards returns 0..n-1.
+func allShards(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 func TestWakeups(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	ch, err := f.s.Wakeups(ctx)
+	w, err := f.s.Wakeups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := nextWake(t, ch, 5*time.Second); w.Shard != -1 {
+	ch := w.C
+	if w := nextWake(t, ch, 5*time.Second); w.Shard != WakeResync {
 		t.Fatalf("first wake %+v, want resync", w)
+	}
+	if err := w.Follow(ctx, allShards(4)); err != nil {
+		t.Fatal(err)
 	}
 	ids := idsOnShard(f.s, 2, 3, "w")
 	p := f.park(t, ParkRequest{ID: ids[0], Delay: time.Minute})
@@ -784,6 +805,9 @@ func TestWakeups(t *testing.T) {
 		select {
 		case _, ok := <-ch:
 			if !ok {
+				if err := w.Follow(t.Context(), []int{1}); !errors.Is(err, ErrWakeupsClosed) {
+					t.Fatalf("follow after the end: %v, want ErrWakeupsClosed", err)
+				}
 				return
 			}
 		case <-deadline:
@@ -792,26 +816,32 @@ func TestWakeups(t *testing.T) {
 	}
 }
 
+// After a reconnect go-redis resubscribes every channel; the fleet channel's confirmation
+// alone is the resync: one WakeResync, not one per followed shard.
 func TestWakeupsResyncOnReconnect(t *testing.T) {
 	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 64 })
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(t.Context())
-	ch, err := f.s.Wakeups(ctx)
+	w, err := f.s.Wakeups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := nextWake(t, ch, 5*time.Second); w.Shard != -1 {
+	ch := w.C
+	if w := nextWake(t, ch, 5*time.Second); w.Shard != WakeResync {
 		t.Fatalf("first wake %+v", w)
+	}
+	if err := w.Follow(ctx, allShards(64)); err != nil {
+		t.Fatal(err)
 	}
 	srv.Kill()
 	srv.Restart(t)
-	if w := nextWake(t, ch, 10*time.Second); w.Shard != -1 {
+	if w := nextWake(t, ch, 10*time.Second); w.Shard != WakeResync {
 		t.Fatalf("wake after reconnect %+v, want resync", w)
 	}
 	p := f.park(t, ParkRequest{ID: "after-reconnect", Delay: time.Minute})
 	if w := nextWake(t, ch, 5*time.Second); w != (Wake{Shard: f.s.ShardOf("after-reconnect"), Due: p[0].Due}) {
-		t.Fatalf("wake %+v after reconnect", w)
+		t.Fatalf("wake %+v after reconnect (want the park's; a second resync means one per channel)", w)
 	}
 	cancel()
 	for range ch {
@@ -877,7 +907,23 @@ func TestKeysIndependentOfInput(t *testing.T) {
 	if _, err := f.s.Stats(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|r)$`)
+	// Replica ids are zset members, never key names.
+	for i, h := range hostile {
+		id := fmt.Sprintf("%s-%d", h, i)
+		if len(id) > MaxMemberID {
+			id = id[:MaxMemberID]
+		}
+		if _, err := f.s.Heartbeat(t.Context(), id, time.Minute, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := f.s.Leave(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|r)$|^\{` +
+		regexp.QuoteMeta(f.prefix) + `:fleet\}:(members|version)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()
 	for iter.Next(t.Context()) {

@@ -319,7 +319,7 @@ func TestDeadLetterFailureStaysOverdue(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		msg, err := st.Get(ctx, "stuck")
-		obs, oerr := st.Observe(ctx, nil)
+		obs, oerr := st.Observe(ctx, []int{st.ShardOf("stuck")}, nil)
 		overdue := int64(0)
 		for _, g := range obs.Shards {
 			overdue += g.Overdue

@@ -114,7 +114,15 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newStoreCollector(store, redisUp.Err))
+	// The store gauges cover the shards this replica owns (egress, created below).
+	var egressOwned atomic.Pointer[egress.Egress]
+	owned := func() []int {
+		if e := egressOwned.Load(); e != nil {
+			return e.Owned()
+		}
+		return nil
+	}
+	reg.MustRegister(newStoreCollector(store, owned, redisUp.Err))
 	if err := registerScriptTimer(reg, rdb, store); err != nil {
 		return err
 	}
@@ -277,6 +285,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	if err != nil {
 		return err
 	}
+	egressOwned.Store(out)
 
 	g, gctx := errgroup.WithContext(ctx)
 	ops := httpapi.NewOps(checks, reg)

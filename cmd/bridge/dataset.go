@@ -10,8 +10,8 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// datasetCheckInterval is how often the dataset epoch is read (FAULTS.md B10): 16 GETs in
-// one pipeline.
+// datasetCheckInterval is how often the dataset epoch is read (FAULTS.md B10): one GET per
+// Redis master (delaystore.CheckDataset), every shard only after a reset was found.
 const datasetCheckInterval = 2 * time.Second
 
 // datasetWatch detects a Redis that came back empty under the bridge (FLUSHALL, a restart

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,34 +25,52 @@ var dueHorizons = []struct {
 	d     time.Duration
 }{{"1m", time.Minute}, {"1h", time.Hour}, {"24h", 24 * time.Hour}}
 
-// storeCollector exports the delay store's gauges, read from Redis at scrape time
-// (delaystore.Observe: TIME, then ZCARD, ZRANGE 0 0 and ZCOUNT per shard in one pipeline).
-// A read that fails or takes longer than storeScrapeTimeout never fails the scrape: the
-// store gauges are left out and delaybridge_store_scrape_error is 1.
+// storeScrapeShards is the most shards one scrape reads from Redis.
+const storeScrapeShards = 16
+
+// storeCollector exports the delay store's gauges of the shards this replica owns (owned),
+// read from Redis at scrape time (delaystore.Observe: TIME, then ZCARD, ZRANGE 0 0 and
+// ZCOUNT per shard in one pipeline). A scrape reads at most storeScrapeShards of them, the
+// least recently read first, and reports the others from their last reading (an owned shard
+// never read yet is left out until it is), so its Redis cost does not grow with the shard
+// count. A read that fails or takes longer than storeScrapeTimeout never fails the scrape:
+// the store gauges are left out and delaybridge_store_scrape_error is 1.
 type storeCollector struct {
 	store *delaystore.Store
+	// owned returns the shards this replica owns (egress); safe for concurrent use.
+	owned func() []int
 	// redisErr, when set and returning an error other than errNotPinged, tells that Redis
 	// is known to be unreachable (the Redis monitor): the scrape does not try it.
 	redisErr func() error
 	timeout  time.Duration
 
+	mu    sync.Mutex           // one scrape at a time: the cache below
+	cache map[int]shardReading // owned shards read so far
+	turn  uint64               // scrapes that read Redis
+
 	parked, parkedAll, overdue, oldest, due, scrapeErr *prometheus.Desc
 }
 
-func newStoreCollector(s *delaystore.Store, redisErr func() error) *storeCollector {
+// shardReading is a shard's last reading and the scrape that made it.
+type shardReading struct {
+	g    delaystore.ShardGauge
+	turn uint64
+}
+
+func newStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() error) *storeCollector {
 	return &storeCollector{
-		store: s, redisErr: redisErr, timeout: storeScrapeTimeout,
+		store: s, owned: owned, redisErr: redisErr, timeout: storeScrapeTimeout, cache: map[int]shardReading{},
 		parked: prometheus.NewDesc("delaybridge_parked_messages",
-			"Messages in the delay store (pending and claimed), by shard (ZCARD).", []string{"shard"}, nil),
+			"Messages in the delay store (pending and claimed), by shard, for the shards this replica owns (ZCARD; up to 16 shards read per scrape, the others as last read).", []string{"shard"}, nil),
 		parkedAll: prometheus.NewDesc("delaybridge_parked_messages_all",
-			"Messages in the delay store (pending and claimed), all shards.", nil, nil),
+			"Messages in the delay store (pending and claimed), sum over the shards this replica owns (sum over replicas for the store).", nil, nil),
 		overdue: prometheus.NewDesc("delaybridge_overdue_messages",
-			"Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), all shards.", nil, nil),
+			"Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), sum over the shards this replica owns.", nil, nil),
 		oldest: prometheus.NewDesc("delaybridge_oldest_overdue_seconds",
-			"How long the shard's earliest message has been due and not delivered (Redis clock); 0 when none is overdue.",
+			"How long the shard's earliest message has been due and not delivered (Redis clock); 0 when none is overdue; shards this replica owns, as last read.",
 			[]string{"shard"}, nil),
 		due: prometheus.NewDesc("delaybridge_due_messages",
-			"Messages that fall due within the next 1m, 1h or 24h (not counting overdue ones), all shards.",
+			"Messages that fall due within the next 1m, 1h or 24h (not counting overdue ones), sum over the shards this replica owns.",
 			[]string{"within"}, nil),
 		scrapeErr: prometheus.NewDesc("delaybridge_store_scrape_error",
 			"1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.",
@@ -64,7 +85,12 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	obs, err := c.observe()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	owned := slices.Clone(c.owned())
+	slices.Sort(owned)
+	owned = slices.Compact(owned) // a shard listed twice is one series
+	err := c.refresh(owned)
 	failed := 0.0
 	if err != nil {
 		failed = 1
@@ -75,8 +101,13 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var all, overdue int64
 	within := make([]int64, len(dueHorizons))
-	for i, g := range obs.Shards {
-		shard := strconv.Itoa(i)
+	for _, sh := range owned {
+		r, ok := c.cache[sh]
+		if !ok {
+			continue // not read yet
+		}
+		g := r.g
+		shard := strconv.Itoa(sh)
 		all += g.Parked
 		overdue += g.Overdue
 		for j, n := range g.DueWithin {
@@ -92,15 +123,59 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observe reads the store within c.timeout. The read runs in its own goroutine, so the
-// scrape returns at the timeout even when the client does not honour context deadlines
-// (the goroutine ends with the client's own read timeout).
-func (c *storeCollector) observe() (delaystore.Observation, error) {
+// refresh drops the cached shards no longer owned and reads up to storeScrapeShards of
+// the owned ones, never read or least recently read first (ties: the lower shard).
+// Called with c.mu held.
+func (c *storeCollector) refresh(owned []int) error {
+	keep := make(map[int]bool, len(owned))
+	for _, sh := range owned {
+		keep[sh] = true
+	}
+	for sh := range c.cache {
+		if !keep[sh] {
+			delete(c.cache, sh)
+		}
+	}
+	pick := slices.Clone(owned)
+	slices.SortFunc(pick, func(a, b int) int {
+		ra, oka := c.cache[a]
+		rb, okb := c.cache[b]
+		switch {
+		case oka != okb && !oka:
+			return -1
+		case oka != okb:
+			return 1
+		case ra.turn != rb.turn:
+			return cmp.Compare(ra.turn, rb.turn)
+		}
+		return cmp.Compare(a, b)
+	})
+	if len(pick) > storeScrapeShards {
+		pick = pick[:storeScrapeShards]
+	}
+	obs, err := c.observe(pick)
+	if err != nil {
+		return err
+	}
+	c.turn++
+	for _, g := range obs.Shards {
+		c.cache[g.Shard] = shardReading{g: g, turn: c.turn}
+	}
+	return nil
+}
+
+// observe reads the gauges of shards within c.timeout. The read runs in its own goroutine,
+// so the scrape returns at the timeout even when the client does not honour context
+// deadlines (the goroutine ends with the client's own read timeout). No shard: no read.
+func (c *storeCollector) observe(shards []int) (delaystore.Observation, error) {
 	if c.redisErr != nil {
 		// Before the monitor's first PING (errNotPinged) the read is tried, bounded.
 		if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
 			return delaystore.Observation{}, err
 		}
+	}
+	if len(shards) == 0 {
+		return delaystore.Observation{}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -114,7 +189,7 @@ func (c *storeCollector) observe() (delaystore.Observation, error) {
 		horizons[i] = h.d
 	}
 	go func() {
-		obs, err := c.store.Observe(ctx, horizons)
+		obs, err := c.store.Observe(ctx, shards, horizons)
 		done <- result{obs, err}
 	}()
 	select {
@@ -131,13 +206,13 @@ func (c *storeCollector) observe() (delaystore.Observation, error) {
 func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, store *delaystore.Store) error {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "delaybridge_redis_duration_seconds",
-		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel; exchange: egress's pipeline of acks, retries and claims), pipelined calls counted once.",
+		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel, member; exchange: egress's pipeline of acks, retries and claims), pipelined calls counted once.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"script"})
 	if err := reg.Register(h); err != nil {
 		return fmt.Errorf("register delaybridge_redis_duration_seconds: %w", err)
 	}
-	for _, s := range []string{"park", "claim", "ack", "retry", "cancel", "exchange"} {
+	for _, s := range []string{"park", "claim", "ack", "retry", "cancel", "member", "exchange"} {
 		h.WithLabelValues(s) // present from the start, at 0
 	}
 	rdb.AddHook(store.ScriptTimer(func(script string, d time.Duration) { h.WithLabelValues(script).Observe(d.Seconds()) }))

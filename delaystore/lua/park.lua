@@ -2,7 +2,7 @@
 -- KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
 --       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       5 = {P:s}:r (retry set; a replaced id leaves it)
--- ARGV: 1 = wake channel (P:wake), 2 = shard number, then per message 5 values:
+-- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
 -- returns: per message, in ARGV order, {due ms, existed (0 | 1 | 2)}
 -- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
