@@ -24,26 +24,37 @@ type Members struct {
 	Version int64
 	// Changed: Version differs from the caller's known version; IDs is then set.
 	Changed bool
-	// IDs are the live members, sorted ascending (the caller included); nil unless Changed.
+	// IDs are the live members, sorted ascending; nil unless Changed. The caller is among
+	// them once it has been Confirmed.
 	IDs []string
+	// Token is what the caller's next heartbeat must show to be confirmed.
+	Token string
+	// Confirmed: the heartbeat showed the token of the caller's previous answer, so the
+	// caller is live until Now + ttl. An unconfirmed heartbeat (the first one, or one after
+	// a lost or late answer) renews nothing; send the next at once with the new Token.
+	Confirmed bool
 }
 
 // Heartbeat adds or renews replica id in the fleet ("{P:fleet}:members"), live until the
-// Redis TIME of the call + ttl (rounded up to the millisecond), and removes the members whose
-// time ran out. When the set changed (a join, an expiry) it increments the membership
+// Redis TIME of the call + ttl (rounded up to the millisecond), when the heartbeat is
+// confirmed: token is the Token of the caller's previous answer, proof that it got it. A
+// heartbeat with another token (the first, "", or one after an answer that was lost or
+// came too late) is not confirmed: it only gets a new Token (and a pending entry that owns
+// nothing), so a replica whose answers stall cannot stay live by requests that still reach
+// Redis. It removes the entries whose time ran out. When the set changed (a join, an expiry) it increments the membership
 // version and publishes it on the fleet channel ("P:wake:fleet", see Wakeups). It returns
 // the member list only when the version after the call differs from known (a steady
 // heartbeat costs O(1)). One script call (member.lua), one round trip; it runs on a full
 // Redis too (allow-oom). id must be non-empty and at most MaxMemberID bytes, ttl at least
 // 1ms. It blocks until Redis answered or ctx is done; safe for concurrent use.
-func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, known int64) (Members, error) {
+func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, known int64, token string) (Members, error) {
 	if err := checkMemberID(id); err != nil {
 		return Members{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	if ttl < time.Millisecond {
 		return Members{}, fmt.Errorf("heartbeat %s: ttl %s is shorter than 1ms", id, ttl)
 	}
-	res, err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, ceilMS(ttl), strconv.FormatInt(known, 10), s.fleetChannel).Slice()
+	res, err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, ceilMS(ttl), strconv.FormatInt(known, 10), s.fleetChannel, token).Slice()
 	if err != nil {
 		return Members{}, fmt.Errorf("heartbeat %s: %w", id, err)
 	}
@@ -62,7 +73,7 @@ func (s *Store) Leave(ctx context.Context, id string) error {
 	if err := checkMemberID(id); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
-	if err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, -1, "-1", s.fleetChannel).Err(); err != nil {
+	if err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, -1, "-1", s.fleetChannel, "").Err(); err != nil {
 		return fmt.Errorf("leave %s: %w", id, err)
 	}
 	return nil
@@ -78,22 +89,27 @@ func checkMemberID(id string) error {
 	return nil
 }
 
-// membersOf reads member.lua's reply {now, version, ids...}.
+// membersOf reads member.lua's reply {now, version, token, confirmed, ids...}.
 func membersOf(res []any, known int64) (Members, error) {
-	if len(res) < 2 {
+	if len(res) < 4 {
 		return Members{}, fmt.Errorf("unexpected reply of %d values", len(res))
 	}
 	now, err1 := toInt64(res[0])
 	version, err2 := toInt64(res[1])
-	if err := errors.Join(err1, err2); err != nil {
+	token, ok := res[2].(string)
+	confirmed, err3 := toInt64(res[3])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return Members{}, err
 	}
-	m := Members{Now: now, Version: version, Changed: version != known}
+	if !ok {
+		return Members{}, fmt.Errorf("unexpected token type %T", res[2])
+	}
+	m := Members{Now: now, Version: version, Changed: version != known, Token: token, Confirmed: confirmed == 1}
 	if !m.Changed {
 		return m, nil
 	}
-	m.IDs = make([]string, 0, len(res)-2)
-	for _, v := range res[2:] {
+	m.IDs = make([]string, 0, len(res)-4)
+	for _, v := range res[4:] {
 		id, ok := v.(string)
 		if !ok {
 			return Members{}, fmt.Errorf("unexpected member type %T", v)

@@ -37,7 +37,7 @@ func TestFleetHeartbeat(t *testing.T) {
 	}
 	beat := func(id string, ttl time.Duration, known int64) Members {
 		t.Helper()
-		m, err := f.s.Heartbeat(ctx, id, ttl, known)
+		m, err := confirmedBeat(ctx, f.s, id, ttl, known, "")
 		if err != nil {
 			t.Fatalf("heartbeat %s: %v", id, err)
 		}
@@ -117,7 +117,7 @@ func TestFleetValidation(t *testing.T) {
 		{"a", time.Millisecond - 1, "shorter than 1ms"},
 		{"a", -time.Second, "shorter than 1ms"},
 	} {
-		if _, err := f.s.Heartbeat(ctx, tc.id, tc.ttl, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := f.s.Heartbeat(ctx, tc.id, tc.ttl, 0, ""); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("heartbeat(%.10q, %s) = %v, want %q", tc.id, tc.ttl, err, tc.want)
 		}
 	}
@@ -129,7 +129,7 @@ func TestFleetValidation(t *testing.T) {
 	if n := f.rdb.Exists(ctx, "{"+f.prefix+":fleet}:members", "{"+f.prefix+":fleet}:version").Val(); n != 0 {
 		t.Fatalf("%d fleet keys written by refused calls", n)
 	}
-	if _, err := f.s.Heartbeat(ctx, strings.Repeat("x", MaxMemberID), time.Millisecond, 0); err != nil {
+	if _, err := confirmedBeat(ctx, f.s, strings.Repeat("x", MaxMemberID), time.Millisecond, 0, ""); err != nil {
 		t.Fatalf("the longest id and the shortest ttl: %v", err)
 	}
 }
@@ -140,20 +140,20 @@ func TestFleetFullRedis(t *testing.T) {
 	srv := testredis.Start(t)
 	f := newFixture(t, srv.URL())
 	ctx := t.Context()
-	if _, err := f.s.Heartbeat(ctx, "r1", time.Minute, 0); err != nil {
+	if _, err := confirmedBeat(ctx, f.s, "r1", time.Minute, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, f.rdb)
 	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "refused"}}); !IsOOM(err) {
 		t.Fatalf("park on a full Redis = %v, want -OOM (is Redis full?)", err)
 	}
-	if m, err := f.s.Heartbeat(ctx, "r1", time.Minute, 1); err != nil || m.Changed {
+	if m, err := confirmedBeat(ctx, f.s, "r1", time.Minute, 1, ""); err != nil || m.Changed {
 		t.Fatalf("renewal on a full Redis = %+v, %v", m, err)
 	}
 	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := f.s.Heartbeat(ctx, "r2", time.Minute, 1); err != nil || !slices.Equal(m.IDs, []string{"r1", "r2"}) {
+	if m, err := confirmedBeat(ctx, f.s, "r2", time.Minute, 1, ""); err != nil || !slices.Equal(m.IDs, []string{"r1", "r2"}) {
 		t.Fatalf("join on a full Redis after SCRIPT FLUSH = %+v, %v", m, err)
 	}
 	if err := f.s.Leave(ctx, "r2"); err != nil {
@@ -219,7 +219,7 @@ func TestWakeFollow(t *testing.T) {
 	parkOn(0)
 	parkOn(1)
 	// The fleet channel is still followed.
-	if _, err := f.s.Heartbeat(ctx, "r", time.Minute, 0); err != nil {
+	if _, err := confirmedBeat(ctx, f.s, "r", time.Minute, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if wk := nextWake(t, w.C, 5*time.Second); wk != (Wake{Shard: WakeFleet, Due: 1}) {
@@ -327,7 +327,7 @@ func TestWakeCoalesced(t *testing.T) {
 	}
 	// Fill the buffer of C with fleet versions (unread), then park on shard 1 ever earlier.
 	for i := range wakeBuffer + 10 {
-		if _, err := f.s.Heartbeat(ctx, fmt.Sprintf("r%d", i), time.Minute, 0); err != nil {
+		if _, err := confirmedBeat(ctx, f.s, fmt.Sprintf("r%d", i), time.Minute, 0, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -360,5 +360,79 @@ func TestWakeCoalesced(t *testing.T) {
 		len(shard1) == len(ids) {
 		t.Fatalf("%d wakes (shard 1: %v), fleet up to %d: want the latest fleet version %d, shard 1's earliest due %d last, coalesced",
 			len(got), shard1, fleetMax, wakeBuffer+10, last)
+	}
+}
+
+// confirmedBeat is a heartbeat that counts: when the answer is not confirmed (token was
+// not the one of the id's last answer), it sends the next one at once with the new token,
+// as egress does.
+func confirmedBeat(ctx context.Context, s *Store, id string, ttl time.Duration, known int64, token string) (Members, error) {
+	m, err := s.Heartbeat(ctx, id, ttl, known, token)
+	if err != nil || m.Confirmed {
+		return m, err
+	}
+	return s.Heartbeat(ctx, id, ttl, known, m.Token)
+}
+
+// A heartbeat renews a member only when it shows the token of the member's previous
+// answer: a replica whose answers are lost (a connection that stalls on the way back)
+// keeps reaching Redis but expires, and one that never got an answer never becomes live.
+// One lost answer costs one extra round trip, no expiry.
+func TestFleetUnconfirmedHeartbeatRenewsNothing(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	first, err := f.s.Heartbeat(ctx, "r1", 400*time.Millisecond, 0, "")
+	if err != nil || first.Confirmed || first.Token == "" || slices.Contains(first.IDs, "r1") {
+		t.Fatalf("first heartbeat = %+v, %v: want unconfirmed, a token, not live", first, err)
+	}
+	live, err := f.s.Heartbeat(ctx, "r1", 400*time.Millisecond, 0, first.Token)
+	if err != nil || !live.Confirmed || !slices.Equal(live.IDs, []string{"r1"}) {
+		t.Fatalf("heartbeat with the token = %+v, %v: want confirmed and live", live, err)
+	}
+	// One lost answer: the next heartbeat shows an old token (unconfirmed), the one after it
+	// the new token (confirmed); r1 stayed live throughout.
+	lost, err := f.s.Heartbeat(ctx, "r1", 400*time.Millisecond, live.Version, first.Token)
+	if err != nil || lost.Confirmed || lost.Changed {
+		t.Fatalf("heartbeat after a lost answer = %+v, %v", lost, err)
+	}
+	if again, err := f.s.Heartbeat(ctx, "r1", 400*time.Millisecond, live.Version, lost.Token); err != nil || !again.Confirmed || again.Changed {
+		t.Fatalf("heartbeat after that = %+v, %v: want confirmed, no membership change", again, err)
+	}
+	// Answers stall: every heartbeat reaches Redis with a stale token. r1 expires, and a
+	// replica that never saw an answer ("r2") never joins.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if _, err := f.s.Heartbeat(ctx, "r1", 400*time.Millisecond, 0, "stale"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.Heartbeat(ctx, "r2", 400*time.Millisecond, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := f.rdb.ZRange(ctx, "{"+f.prefix+":fleet}:members", 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ids, "r2") {
+			t.Fatalf("a member that never showed a token is live: %v", ids)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("r1 still live after 3 s of unconfirmed heartbeats: %v", ids)
+		}
+		time.Sleep(50 * time.Millisecond) // heartbeat pace
+	}
+	// Leave clears the pending entry and the token.
+	for _, id := range []string{"r1", "r2"} {
+		if err := f.s.Leave(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := f.rdb.HLen(ctx, "{"+f.prefix+":fleet}:tokens").Result(); err != nil || n != 0 {
+		t.Fatalf("tokens left after leave: %d, %v", n, err)
+	}
+	if n, err := f.rdb.ZCard(ctx, "{"+f.prefix+":fleet}:pending").Result(); err != nil || n != 0 {
+		t.Fatalf("pending entries left after leave: %d, %v", n, err)
 	}
 }

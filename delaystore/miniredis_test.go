@@ -35,7 +35,7 @@ func TestMiniredis(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Membership runs there too (member.lua, unflagged).
-	m, err := s.Heartbeat(ctx, "dev-1", time.Minute, 0)
+	m, err := confirmedBeat(ctx, s, "dev-1", time.Minute, 0, "")
 	if err != nil || !m.Changed || m.Version != 1 || !reflect.DeepEqual(m.IDs, []string{"dev-1"}) {
 		t.Fatalf("heartbeat = %+v, %v", m, err)
 	}

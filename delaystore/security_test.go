@@ -139,7 +139,7 @@ func FuzzARGVRoundTrip(f *testing.F) {
 	}
 	fx := newFixture(f, testredis.URL(f))
 	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t|r)$|^` + regexp.QuoteMeta(fx.prefix) + `:shards$|^\{` +
-		regexp.QuoteMeta(fx.prefix) + `:fleet\}:(members|version)$`)
+		regexp.QuoteMeta(fx.prefix) + `:fleet\}:(members|version|pending|tokens)$`)
 	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {
 		id := "id-" + s
@@ -168,7 +168,7 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		}
 		// A replica id of the same bytes goes through member.lua unchanged.
 		if rid := "r-" + s; len(rid) <= MaxMemberID {
-			m, err := fx.s.Heartbeat(t.Context(), rid, time.Minute, -1)
+			m, err := confirmedBeat(t.Context(), fx.s, rid, time.Minute, -1, "")
 			if err != nil || !slices.Contains(m.IDs, rid) {
 				t.Fatalf("heartbeat %q: %+v %v", rid, m, err)
 			}

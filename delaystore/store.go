@@ -43,7 +43,8 @@ type Store struct {
 	tombMS    int64 // tombstone TTL in ms; 0: none
 	shardsKey string
 	keys      []shardKeys
-	// The fleet (fleet.go): {P:fleet}:members, {P:fleet}:version, and channel P:wake:fleet.
+	// The fleet (fleet.go): {P:fleet}:members, :version, :pending, :tokens, and channel
+	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
 
@@ -130,13 +131,14 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		tomb = 0
 	}
 	s := &Store{
-		rdb:          rdb,
-		shards:       cfg.Shards,
-		leaseMS:      ceilMS(cfg.Lease),
-		tombMS:       ceilMS(tomb),
-		shardsKey:    p + ":shards",
-		keys:         make([]shardKeys, cfg.Shards),
-		fleetKeys:    []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version"},
+		rdb:       rdb,
+		shards:    cfg.Shards,
+		leaseMS:   ceilMS(cfg.Lease),
+		tombMS:    ceilMS(tomb),
+		shardsKey: p + ":shards",
+		keys:      make([]shardKeys, cfg.Shards),
+		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
+			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
 		park:         newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
 		claim:        newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),

@@ -26,7 +26,7 @@ const leaveTimeout = 2 * time.Second
 
 // Fleet is the membership part of the delay store (delaystore.Store implements it).
 type Fleet interface {
-	Heartbeat(ctx context.Context, id string, ttl time.Duration, known int64) (delaystore.Members, error)
+	Heartbeat(ctx context.Context, id string, ttl time.Duration, known int64, token string) (delaystore.Members, error)
 	Leave(ctx context.Context, id string) error
 }
 
@@ -58,6 +58,7 @@ type ownership struct {
 
 	mu         sync.Mutex
 	known      int64    // membership version of members; -1: none yet (or lapsed)
+	token      string   // the token of the last answered heartbeat (proof for the next one)
 	members    []string // live members, sorted, as last read
 	owned      map[int]time.Time
 	validUntil time.Time // local monotonic: the membership may have expired in Redis after it
@@ -131,7 +132,7 @@ func (o *ownership) run(ctx context.Context) {
 			t.Stop()
 		}
 		wait := every
-		if err := o.heartbeat(ctx, every); err != nil {
+		if confirmed, err := o.heartbeat(ctx, every); err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
@@ -142,18 +143,25 @@ func (o *ownership) run(ctx context.Context) {
 			}
 			o.checkLapse()
 			wait = errs.Next()
-		} else if errs.Failing() {
-			o.log.Info("fleet heartbeat recovered", "member", o.id)
-			errs.Reset()
+		} else {
+			if errs.Failing() {
+				o.log.Info("fleet heartbeat recovered", "member", o.id)
+				errs.Reset()
+			}
+			if !confirmed {
+				wait = 0 // a first heartbeat, or one after a lost answer: confirm at once
+			}
 		}
 		t.Reset(wait)
 	}
 }
 
-// heartbeat renews the membership and applies a new member list.
-func (o *ownership) heartbeat(ctx context.Context, timeout time.Duration) error {
+// heartbeat renews the membership and applies a new member list; it reports whether the
+// heartbeat was confirmed (it showed the token of the previous answer: only then is the
+// membership live until the send time + TTL).
+func (o *ownership) heartbeat(ctx context.Context, timeout time.Duration) (bool, error) {
 	o.mu.Lock()
-	known := o.known
+	known, token := o.known, o.token
 	if o.validUntil.Before(time.Now()) {
 		known = -1 // lapsed (or first): our entry may have expired; read the list anew
 	}
@@ -161,12 +169,16 @@ func (o *ownership) heartbeat(ctx context.Context, timeout time.Duration) error 
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	m, err := o.store.Heartbeat(hctx, o.id, o.ttl, known)
+	m, err := o.store.Heartbeat(hctx, o.id, o.ttl, known, token)
 	if err != nil {
-		return err
+		return false, err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.token = m.Token
+	if !m.Confirmed {
+		return false, nil // renews nothing; the next heartbeat (at once) confirms
+	}
 	lapsed := known < 0
 	o.validUntil = sent.Add(o.ttl) // Redis set the expiry from a TIME after sent
 	if m.Changed || lapsed {
@@ -179,7 +191,7 @@ func (o *ownership) heartbeat(ctx context.Context, timeout time.Duration) error 
 	}
 	o.gen++
 	o.notify()
-	return nil
+	return true, nil
 }
 
 // checkLapse drops every shard once the membership may have expired in Redis (no
