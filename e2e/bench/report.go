@@ -83,6 +83,11 @@ func medians(all []result) []row {
 		m.relRedis = f(func(r result) float64 { return r.relRedis })
 		m.relWorker = f(func(r result) float64 { return r.relWorker })
 		m.relHarness = f(func(r result) float64 { return r.relHarness })
+		m.cmdsMsg = f(func(r result) float64 { return r.cmdsMsg })
+		m.scriptsMsg = f(func(r result) float64 { return r.scriptsMsg })
+		m.readsMsg = f(func(r result) float64 { return r.readsMsg })
+		m.nodeCPUus = perIndexMedian(g, func(r result) []float64 { return r.nodeCPUus })
+		m.nodeCmdsMsg = perIndexMedian(g, func(r result) []float64 { return r.nodeCmdsMsg })
 		rw := row{result: m, runs: len(g)}
 		m.missing, m.early = 0, 0
 		for _, r := range g {
@@ -108,10 +113,37 @@ func medians(all []result) []row {
 	return rows
 }
 
-func renderReport(rows []row, runs int, p params, took time.Duration) string {
+// perIndexMedian is the median of get(r)[i] over the runs that have index i.
+func perIndexMedian(g []result, get func(result) []float64) []float64 {
+	var out []float64
+	for i := 0; ; i++ {
+		var xs []float64
+		for _, r := range g {
+			if v := get(r); i < len(v) {
+				xs = append(xs, v[i])
+			}
+		}
+		if len(xs) == 0 {
+			return out
+		}
+		out = append(out, median(xs))
+	}
+}
+
+// extraSections are the sections after the main table: fleet, idle, cluster.
+type extraSections struct {
+	fleet, cluster []row
+	idle           []idleResult
+	perMaster      []int // cluster: shards per master
+}
+
+func renderReport(rows []row, runs int, p params, took time.Duration, x extraSections) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| system | replicas | AOF | workload | runs | ingest msgs/s | release msgs/s | lateness p50 ms | p99 ms | p99.9 ms | max ms | Redis B/msg beyond 100 B payload | Redis CPU s/1k msgs | bridge CPU s/1k msgs | Redis / bridge / harness CPU (cores) | notes |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	if len(rows) == 0 {
+		b.WriteString("(no uniform, steady, burst or parked rows)\n")
+	}
+	fmt.Fprintf(&b, "| system | replicas | AOF | workload | runs | ingest msgs/s | release msgs/s | lateness p50 ms | p99 ms | p99.9 ms | max ms | Redis B/msg beyond 100 B payload | Redis CPU s/1k msgs | bridge CPU s/1k msgs | Redis cmds / scripts / reads per msg | Redis / bridge / harness CPU (cores) | notes |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		rep := fmt.Sprint(r.replicas)
 		if r.system == "asynq" {
@@ -152,10 +184,11 @@ func renderReport(rows []row, runs int, p params, took time.Duration) string {
 		for _, e := range r.errs {
 			notes = append(notes, "error: "+strings.ReplaceAll(e, "|", "/"))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s / %s | %s |\n",
 			r.system, rep, r.aof, r.workload, r.runs, fnum(r.ingest, 0), fnum(r.release, 0),
 			fnum(r.p50, 2), fnum(r.p99, 2), fnum(r.p999, 2), fnum(r.max, 2), fnum(r.bytesBeyond, 0),
-			fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.redisUtil, 2), fnum(r.workerUtil, 2), fnum(r.harnessUtil, 2),
+			fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2),
+			fnum(r.redisUtil, 2), fnum(r.workerUtil, 2), fnum(r.harnessUtil, 2),
 			strings.Join(notes, "; "))
 	}
 
@@ -188,7 +221,11 @@ func renderReport(rows []row, runs int, p params, took time.Duration) string {
 		fmt.Fprintf(&b, "| workload | ingest | release | lateness p99 | lateness max | Redis bytes per message | Redis CPU per message |\n|---|---|---|---|---|---|---|\n")
 		b.WriteString(ratios.String())
 	}
-	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady and parked: at most 2); whole run took %s.\n", runs, took.Round(time.Second))
+	b.WriteString(renderSteady(rows))
+	b.WriteString(renderFleet(x.fleet))
+	b.WriteString(renderIdle(x.idle))
+	b.WriteString(renderCluster(x.cluster, x.perMaster))
+	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady, parked, fleet and cluster: at most 2; idle: 1); whole run took %s.\n", runs, took.Round(time.Second))
 	return b.String()
 }
 
