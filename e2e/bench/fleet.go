@@ -195,12 +195,12 @@ func renderFleet(rows []row) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nFleet: R bridge replicas on one redis-server (AOF everysec), paced JetStream traffic, delays uniform 0..1 s:\n\n")
-	fmt.Fprintf(&b, "| rate msgs/s | replicas | runs | fleet members | Redis cmds/msg | scripts/msg | reads/msg | Redis CPU us/msg | bridge CPU us/msg (all replicas) | Redis / bridges CPU (cores) | lateness p50 ms | p99 ms | max ms | notes |\n")
+	fmt.Fprintf(&b, "| rate msgs/s | replicas | runs | fleet members | Redis cmds/msg | scripts/msg | reads/msg | Redis CPU us/msg | bridge CPU us/msg (all replicas) | Redis / bridges / harness CPU (cores) | lateness p50 ms | p99 ms | max ms | notes |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s | %s | %s | %s |\n",
 			fnum(r.rate, 0), r.replicas, r.runs, membersLabel(r.members), fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2),
-			fnum(r.redisCPUk*1000, 1), fnum(r.workerCPUk*1000, 1), fnum(r.redisUtil, 2), fnum(r.workerUtil, 2),
+			fnum(r.redisCPUk*1000, 1), fnum(r.workerCPUk*1000, 1), fnum(r.redisUtil, 2), fnum(r.workerUtil, 2), fnum(r.harnessUtil, 2),
 			fnum(r.p50, 2), fnum(r.p99, 2), fnum(r.max, 2), strings.Join(rowNotes(r), "; "))
 	}
 	var rates []float64

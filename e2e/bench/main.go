@@ -8,8 +8,8 @@
 // configured redis-server as the peer baseline. Every (system, variant, workload, run) gets
 // fresh servers, so counters and memory are not polluted by earlier runs.
 //
-//	go run ./e2e/bench                 # full run (~13 min): prints the table
-//	go run ./e2e/bench -quick          # short run (~2 min): x1 everysec and asynq, 1 run, no Kafka
+//	go run ./e2e/bench                 # full run (~32 min): prints the tables
+//	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
 //	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
 //	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,32 -fleet-for 15s      # issue 13's fleet rows
@@ -64,7 +64,7 @@ func (v variant) aofLabel() string {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants (~1 min)")
+	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
 	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster")
 	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
