@@ -85,7 +85,9 @@ func runFleet(bin string, rate float64, replicas int, d time.Duration) result {
 	currentVariant = fmt.Sprintf("delaybridge x%d fleet", replicas)
 	s, err := startDelaybridge(bin, dbOpts{fsync: "everysec", replicas: replicas, capacity: n + 1000})
 	if err != nil {
-		return result{system: "delaybridge", workload: label, replicas: replicas, aof: "everysec", rate: rate, err: "setup: " + err.Error()}
+		res := blankResult("delaybridge", label)
+		res.replicas, res.aof, res.rate, res.err = replicas, "everysec", rate, "setup: "+err.Error()
+		return res
 	}
 	defer s.close()
 	members := waitMembers(s, replicas)
@@ -105,7 +107,9 @@ func runCluster(bin string, masters, shards int, rate float64, d time.Duration) 
 	currentVariant = "delaybridge cluster"
 	s, err := startDelaybridge(bin, dbOpts{fsync: "everysec", replicas: 1, capacity: n + 1000, shards: shards, clusterMasters: masters})
 	if err != nil {
-		return result{system: "delaybridge", workload: label, replicas: 1, aof: "everysec", rate: rate, err: "setup: " + err.Error()}, nil
+		res := blankResult("delaybridge", label)
+		res.replicas, res.aof, res.rate, res.err = 1, "everysec", rate, "setup: "+err.Error()
+		return res, nil
 	}
 	defer s.close()
 	perMaster := shardsPerMaster(s.masters, shards)

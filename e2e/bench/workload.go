@@ -134,8 +134,11 @@ type result struct {
 
 func nan() float64 { return math.NaN() }
 
-func newResult(sys system, w string) result {
-	return result{system: sys.name(), workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
+func newResult(sys system, w string) result { return blankResult(sys.name(), w) }
+
+// blankResult is a result of system (a name) and workload w with nothing measured.
+func blankResult(system, w string) result {
+	return result{system: system, workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
 		p999: nan(), max: nan(), bytesBeyond: nan(), bytesTomb: nan(), tombs: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
