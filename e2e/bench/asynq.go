@@ -62,9 +62,9 @@ func startAsynq(fsync string, capacity int) (_ *asynqSystem, err error) {
 	return s, nil
 }
 
-func (s *asynqSystem) name() string      { return "asynq" }
-func (s *asynqSystem) rec() *recorder    { return s.r }
-func (s *asynqSystem) redis() *redisProc { return s.rp }
+func (s *asynqSystem) name() string             { return "asynq" }
+func (s *asynqSystem) rec() *recorder           { return s.r }
+func (s *asynqSystem) redisNodes() []*redisProc { return []*redisProc{s.rp} }
 func (s *asynqSystem) workerCPU() float64 {
 	return selfCPU()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // Input: JetStream stream IN on delay.in; output: stream OUT on bench.out.>, observed by a
 // core subscription on a separate connection.
 type dbSystem struct {
-	rp      *redisProc
-	replica *redisProc // with waitReplicas > 0: the primary's replica
+	rp      *redisProc   // nil on a Redis Cluster
+	masters []*redisProc // Redis Cluster: the masters
+	replica *redisProc   // with waitReplicas > 0: the primary's replica
 	np      *natsProc
 	bridges []*bridgeProc
 	pubNC   *nats.Conn
@@ -30,18 +32,38 @@ type dbSystem struct {
 	ks      *kafkaSource // Kafka variant: the source is kfake, the target still NATS
 }
 
-// startDelaybridge starts Redis (with waitReplicas > 0: plus one replica, and the bridges
-// run with BRIDGE_REDIS_MIN_REPLICAS=waitReplicas), NATS and the bridge replicas.
-func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool, waitReplicas int) (_ *dbSystem, err error) {
-	s := &dbSystem{r: newRecorder(capacity)}
+// dbOpts shapes a delaybridge system.
+type dbOpts struct {
+	fsync    string // AOF fsync: everysec or always
+	replicas int    // bridge processes
+	capacity int    // arrivals the recorder keeps
+	kafka    bool   // the source is kfake instead of JetStream
+	// wait > 0: Redis gets one replica and the bridges run with BRIDGE_REDIS_MIN_REPLICAS=wait.
+	wait int
+	// shards > 0: BRIDGE_SHARDS (else the bridge's default, benchShards).
+	shards int
+	// clusterMasters > 0: a Redis Cluster of that many masters (BRIDGE_REDIS_CLUSTER_ADDRS)
+	// instead of one redis-server.
+	clusterMasters int
+}
+
+// startDelaybridge starts Redis (with o.wait > 0: plus one replica, and the bridges run
+// with BRIDGE_REDIS_MIN_REPLICAS=o.wait; with o.clusterMasters > 0: a Redis Cluster),
+// NATS and the bridge replicas, and returns once every replica answers /readyz.
+func startDelaybridge(bin string, o dbOpts) (_ *dbSystem, err error) {
+	s := &dbSystem{r: newRecorder(o.capacity)}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	if waitReplicas == 0 {
+	fsync, waitReplicas, kafka := o.fsync, o.wait, o.kafka
+	switch {
+	case o.clusterMasters > 0:
+		s.masters, err = startCluster(fsync, o.clusterMasters)
+	case waitReplicas == 0:
 		s.rp, err = startRedis(fsync)
-	} else {
+	default:
 		s.rp, err = startRedis(fsync, "--repl-diskless-sync-delay", "0")
 	}
 	if err != nil {
@@ -93,10 +115,21 @@ func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool, wai
 		return nil, err
 	}
 	env := map[string]string{
-		"BRIDGE_REDIS_URL":   "redis://" + s.rp.addr + "/0",
 		"BRIDGE_NATS_URL":    s.np.url(),
 		"BRIDGE_NATS_STREAM": "IN",
 		"BRIDGE_KEY_PREFIX":  benchPrefix,
+	}
+	if s.rp != nil {
+		env["BRIDGE_REDIS_URL"] = "redis://" + s.rp.addr + "/0"
+	} else {
+		var addrs []string
+		for _, m := range s.masters {
+			addrs = append(addrs, m.addr)
+		}
+		env["BRIDGE_REDIS_CLUSTER_ADDRS"] = strings.Join(addrs, ",")
+	}
+	if o.shards > 0 {
+		env["BRIDGE_SHARDS"] = strconv.Itoa(o.shards)
 	}
 	if waitReplicas > 0 {
 		env["BRIDGE_REDIS_MIN_REPLICAS"] = strconv.Itoa(waitReplicas)
@@ -107,14 +140,12 @@ func startDelaybridge(bin, fsync string, replicas, capacity int, kafka bool, wai
 		}
 		env["BRIDGE_KAFKA_BROKERS"] = s.ks.brokers()
 	}
-	for range replicas {
-		b, err := startBridge(bin, env)
-		if err != nil {
-			return nil, err
-		}
-		s.bridges = append(s.bridges, b)
+	if s.bridges, err = startBridges(bin, env, o.replicas); err != nil {
+		return nil, err
 	}
-	if s.cons, err = s.js.Consumer(ctx, "IN", "delaybridge"); err != nil {
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second) // ctx may be spent by a slow fleet start
+	defer ccancel()
+	if s.cons, err = s.js.Consumer(cctx, "IN", "delaybridge"); err != nil {
 		return nil, fmt.Errorf("bridge consumer: %w", err)
 	}
 	return s, nil
@@ -149,8 +180,13 @@ func (s *dbSystem) name() string {
 	return "delaybridge"
 }
 
-func (s *dbSystem) rec() *recorder    { return s.r }
-func (s *dbSystem) redis() *redisProc { return s.rp }
+func (s *dbSystem) rec() *recorder { return s.r }
+func (s *dbSystem) redisNodes() []*redisProc {
+	if s.rp == nil {
+		return s.masters
+	}
+	return []*redisProc{s.rp}
+}
 func (s *dbSystem) workerCPU() float64 {
 	var c float64
 	for _, b := range s.bridges {
@@ -236,9 +272,7 @@ func (s *dbSystem) waitIngested(total int, timeout time.Duration) (time.Time, er
 }
 
 func (s *dbSystem) close() {
-	for _, b := range s.bridges {
-		b.stop()
-	}
+	stopBridges(s.bridges)
 	if s.pubNC != nil {
 		s.pubNC.Close()
 	}
@@ -256,6 +290,9 @@ func (s *dbSystem) close() {
 	}
 	if s.rp != nil {
 		s.rp.stop()
+	}
+	for _, m := range s.masters {
+		m.stop()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ type redisProc struct {
 	dir  string
 	rdb  *redis.Client
 	done chan struct{}
+	// infos counts the INFO calls of the harness (see redisStats.infos).
+	infos atomic.Int64
 }
 
 // startRedis spawns redis-server with AOF fsync (everysec or always) and extra arguments.
@@ -110,16 +113,64 @@ type redisStats struct {
 	usedMemory int64
 	cpu        float64 // used_cpu_sys + used_cpu_user (+ _children: AOF rewrites), seconds
 	forks      int64   // total_forks: AOF rewrites (there are no RDB saves)
+	// calls is the sum of calls over every cmdstat_* line of INFO commandstats: every
+	// command Redis executed, those called by Lua scripts included (an EVALSHA that calls
+	// ZADD and HSET counts 3). cmds is the same per command (keys as in INFO: "evalsha",
+	// "client|setname").
+	calls int64
+	cmds  map[string]int64
+	// reads is total_reads_processed: socket read events, about one per round trip (a
+	// pipeline that arrives in one segment is one read).
+	reads int64
+	// infos is how many INFO calls the harness sent to this server before this one: the
+	// harness's own INFOs are counted by Redis too, and deltas subtract them (see sub).
+	infos int64
+}
+
+// sub returns b - a for the counters (calls, cmds, reads), without the harness's own INFO
+// calls: b's INFO answer counts a's INFO and every INFO sent between, not its own.
+func (b redisStats) sub(a redisStats) (calls, reads int64, cmds map[string]int64) {
+	own := b.infos - a.infos
+	cmds = map[string]int64{}
+	for k, v := range b.cmds {
+		if d := v - a.cmds[k]; d != 0 {
+			cmds[k] = d
+		}
+	}
+	if cmds["info"] -= own; cmds["info"] <= 0 {
+		delete(cmds, "info")
+	}
+	return b.calls - a.calls - own, b.reads - a.reads - own, cmds
+}
+
+// add sums the counters of two servers (a cluster's masters).
+func (a redisStats) add(b redisStats) redisStats {
+	a.usedMemory += b.usedMemory
+	a.cpu += b.cpu
+	a.forks += b.forks
+	a.calls += b.calls
+	a.reads += b.reads
+	a.infos += b.infos
+	m := make(map[string]int64, len(a.cmds)+len(b.cmds))
+	for k, v := range a.cmds {
+		m[k] += v
+	}
+	for k, v := range b.cmds {
+		m[k] += v
+	}
+	a.cmds = m
+	return a
 }
 
 func (r *redisProc) stats() redisStats {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := r.rdb.Info(ctx, "memory", "cpu", "stats").Result()
+	infos := r.infos.Add(1) - 1
+	s, err := r.rdb.Info(ctx, "memory", "cpu", "stats", "commandstats").Result()
 	if err != nil {
-		return redisStats{}
+		return redisStats{infos: infos}
 	}
-	var st redisStats
+	st := redisStats{cmds: map[string]int64{}, infos: infos}
 	for _, line := range strings.Split(s, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok {
@@ -133,9 +184,84 @@ func (r *redisProc) stats() redisStats {
 			st.cpu += f
 		case "total_forks":
 			st.forks, _ = strconv.ParseInt(v, 10, 64)
+		case "total_reads_processed":
+			st.reads, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if name, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+			// calls=N,usec=...,usec_per_call=...,rejected_calls=...,failed_calls=...
+			calls, _, _ := strings.Cut(v, ",")
+			if n, ok := strings.CutPrefix(calls, "calls="); ok {
+				c, _ := strconv.ParseInt(n, 10, 64)
+				st.cmds[name] = c
+				st.calls += c
+			}
 		}
 	}
 	return st
+}
+
+// startCluster spawns a Redis Cluster of masters (no replicas) with AOF fsync, as
+// internal/testredis.StartCluster does for the tests (slots split evenly, ADDSLOTSRANGE /
+// SET-CONFIG-EPOCH / MEET, no redis-cli), and waits until every node reports
+// cluster_state:ok. The nodes are returned in slot order.
+func startCluster(fsync string, masters int) (_ []*redisProc, err error) {
+	var nodes []*redisProc
+	defer func() {
+		if err != nil {
+			for _, n := range nodes {
+				n.stop()
+			}
+		}
+	}()
+	bus := map[*redisProc]string{}
+	for range masters {
+		b := freeAddr()
+		_, bport, _ := net.SplitHostPort(b)
+		n, err := startRedis(fsync, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", bport, "--cluster-node-timeout", "5000", "--cluster-require-full-coverage", "yes")
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+		bus[n] = bport
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const slots = 16384
+	for i, n := range nodes {
+		lo, hi := i*slots/masters, (i+1)*slots/masters-1
+		if err := n.rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			return nil, fmt.Errorf("cluster addslotsrange on %s: %w", n.addr, err)
+		}
+		if err := n.rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return nil, fmt.Errorf("cluster set-config-epoch on %s: %w", n.addr, err)
+		}
+	}
+	for _, n := range nodes[1:] {
+		host, port, _ := net.SplitHostPort(n.addr)
+		if err := nodes[0].rdb.Do(ctx, "CLUSTER", "MEET", host, port, bus[n]).Err(); err != nil {
+			return nil, fmt.Errorf("cluster meet %s: %w", n.addr, err)
+		}
+	}
+	for {
+		ok := true
+		for _, n := range nodes {
+			info, err := n.rdb.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
+				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", masters)) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nodes, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster of %d masters not ok within 30 s", masters)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // natsProc is an embedded nats-server with JetStream (file store).
@@ -200,11 +326,101 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startBridge(bin string, env map[string]string) (*bridgeProc, error) {
-	b := &bridgeProc{httpAddr: freeAddr(), out: &syncBuffer{}, done: make(chan struct{})}
+// reserveAddrs returns n distinct loopback addresses whose ports were free a moment ago:
+// all n listeners are open at once, so no two addresses share a port (n separate freeAddr
+// calls may get the same port back).
+func reserveAddrs(n int) []string {
+	lns := make([]net.Listener, n)
+	addrs := make([]string, n)
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// startBridges starts n bridge processes with env, at most 8 starting at a time, each on
+// its own HTTP and API ports (a start that loses a port race is retried on new ports),
+// and returns once every one answers /readyz with 200 (checked again once all are up,
+// since the first may have become unready while the others started). On error the ones
+// started are stopped.
+func startBridges(bin string, env map[string]string, n int) ([]*bridgeProc, error) {
+	addrs := reserveAddrs(2 * n)
+	bs := make([]*bridgeProc, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			httpAddr, apiAddr := addrs[2*i], addrs[2*i+1]
+			for try := 0; ; try++ {
+				bs[i], errs[i] = startBridge(bin, env, httpAddr, apiAddr)
+				if errs[i] == nil || try == 2 || !strings.Contains(errs[i].Error(), "address already in use") {
+					return
+				}
+				a := reserveAddrs(2)
+				httpAddr, apiAddr = a[0], a[1]
+			}
+		})
+	}
+	wg.Wait()
+	var started []*bridgeProc
+	var firstErr error
+	for i, b := range bs {
+		if b != nil {
+			started = append(started, b)
+		}
+		if errs[i] != nil && firstErr == nil {
+			firstErr = fmt.Errorf("bridge %d of %d: %w", i+1, n, errs[i])
+		}
+	}
+	if firstErr == nil {
+		deadline := time.Now().Add(30 * time.Second)
+		for _, b := range started {
+			for httpStatus("http://"+b.httpAddr+"/readyz") != http.StatusOK {
+				if time.Now().After(deadline) {
+					firstErr = fmt.Errorf("bridge %s: /readyz not 200 30 s after all %d started:\n%s", b.httpAddr, n, tail(b.out.String(), 2000))
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if firstErr != nil {
+				break
+			}
+		}
+	}
+	if firstErr != nil {
+		stopBridges(started)
+		return nil, firstErr
+	}
+	return started, nil
+}
+
+// stopBridges sends SIGTERM to every bridge at once, then waits for each (SIGKILL after
+// 10 s), so that a fleet stops in about the time of one.
+func stopBridges(bs []*bridgeProc) {
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		wg.Go(b.stop)
+	}
+	wg.Wait()
+}
+
+// startBridge starts one bridge on httpAddr (BRIDGE_HTTP_ADDR) and apiAddr
+// (BRIDGE_API_ADDR) and waits until its /readyz answers 200 (at most 30 s).
+func startBridge(bin string, env map[string]string, httpAddr, apiAddr string) (*bridgeProc, error) {
+	b := &bridgeProc{httpAddr: httpAddr, out: &syncBuffer{}, done: make(chan struct{})}
 	b.cmd = exec.Command(bin)
 	b.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"BRIDGE_HTTP_ADDR=" + b.httpAddr, "BRIDGE_API_ADDR=" + freeAddr(), "BRIDGE_LOG_LEVEL=warn"}
+		"BRIDGE_HTTP_ADDR=" + b.httpAddr, "BRIDGE_API_ADDR=" + apiAddr, "BRIDGE_LOG_LEVEL=warn"}
 	if profileDir != "" {
 		b.cmd.Env = append(b.cmd.Env, "BRIDGE_PPROF=true")
 	}

@@ -8,10 +8,18 @@
 // configured redis-server as the peer baseline. Every (system, variant, workload, run) gets
 // fresh servers, so counters and memory are not polluted by earlier runs.
 //
-//	go run ./e2e/bench                 # full run (~13 min): prints the table
-//	go run ./e2e/bench -quick          # short run (~2 min): x1 everysec and asynq, 1 run, no Kafka
+//	go run ./e2e/bench                 # full run (~32 min): prints the tables
+//	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
 //	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
+//	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,32 -fleet-for 15s      # issue 13's fleet rows
+//	go run ./e2e/bench -quick -workloads idle,cluster
+//
+// The fleet, idle and cluster workloads (delaybridge only, after the others) measure the
+// bridge from outside: Redis INFO (commandstats, CPU), arrivals on NATS, /proc CPU.
+// fleet: 1, 8, 32 replicas on one redis-server at paced 1k/s and 5k/s, with the ratios
+// at 32 / at 1 replica; idle: Redis commands per second per idle replica with 16 and 1024
+// shards; cluster: one bridge on a 3-master Redis Cluster at 5k/s, per-master CPU.
 package main
 
 import (
@@ -56,9 +64,9 @@ func (v variant) aofLabel() string {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants (~1 min)")
+	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
-	workloads := flag.String("workloads", "uniform,steady,burst,parked", "comma-separated: uniform, steady, burst, parked")
+	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster")
 	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -68,6 +76,15 @@ func main() {
 	steadyFor := flag.Duration("steady-for", 30*time.Second, "duration of the steady workload")
 	flag.StringVar(&profileDir, "profile", "", "write a CPU profile of every bridge process, the first -profile-for of each workload, into this directory")
 	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
+	fleetRates := flag.String("fleet-rates", "1000,5000", "fleet: paced rates (msgs/s), comma-separated")
+	fleetReplicas := flag.String("fleet-replicas", "1,8,32", "fleet: bridge replicas per row, comma-separated (-quick: 1,8); the ratios compare the most with 1")
+	fleetFor := flag.Duration("fleet-for", 12*time.Second, "fleet and cluster: sending time per row (-quick: 5s)")
+	idleReplicas := flag.String("idle-replicas", "1,8", "idle: bridge replicas per row, comma-separated (-quick: 1,4)")
+	idleShards := flag.String("idle-shards", "16,1024", "idle: BRIDGE_SHARDS per row, comma-separated")
+	idleWarmup := flag.Duration("idle-warmup", 5*time.Second, "idle: wait after the replicas are ready before measuring (-quick: 2s)")
+	idleFor := flag.Duration("idle-for", 20*time.Second, "idle: measured window (-quick: 5s)")
+	clusterShards := flag.Int("cluster-shards", 64, "cluster: BRIDGE_SHARDS (16 hash tags fall 4/5/7 on 3 masters; 64: 21/20/23)")
+	clusterRate := flag.Float64("cluster-rate", 5000, "cluster: paced rate, msgs/s")
 	flag.Parse()
 
 	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
@@ -89,7 +106,25 @@ func main() {
 		if !set["kafka"] {
 			*withKafka = false
 		}
+		if !set["fleet-replicas"] {
+			*fleetReplicas = "1,8"
+		}
+		if !set["fleet-for"] {
+			*fleetFor = 5 * time.Second
+		}
+		if !set["idle-replicas"] {
+			*idleReplicas = "1,4"
+		}
+		if !set["idle-warmup"] {
+			*idleWarmup = 2 * time.Second
+		}
+		if !set["idle-for"] {
+			*idleFor = 5 * time.Second
+		}
 	}
+	fp := fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: max(1, min(*runs, 2)),
+		idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
+		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate}
 	if set["variants"] {
 		extra = nil
 		for _, s := range splitList(*variants) {
@@ -109,7 +144,7 @@ func main() {
 	}
 	wl := splitList(*workloads)
 	for _, w := range wl {
-		if !slices.Contains([]string{"uniform", "steady", "burst", "parked"}, w) {
+		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
@@ -153,6 +188,9 @@ func main() {
 		// The extra variants run the three short workloads only: the backlog one is about
 		// memory, which neither replicas nor fsync change.
 		for _, w := range wl {
+			if slices.Contains(fleetWorkloads, w) {
+				continue // below, once
+			}
 			if v != vs[0] && v.system == "delaybridge" && v != (variant{"delaybridge", 1, "everysec", false, 0}) && w == "parked" {
 				continue
 			}
@@ -169,8 +207,12 @@ func main() {
 		}
 	}
 
+	var x extraSections
+	if slices.Contains(syss, "delaybridge") {
+		x = runFleetSets(bin, wl, fp, started)
+	}
 	rows := medians(all)
-	report := renderReport(rows, *runs, p, time.Since(started))
+	report := renderReport(rows, *runs, p, time.Since(started), x)
 	fmt.Println(report)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(markdownDoc(report)), 0o644); err != nil {
@@ -188,7 +230,7 @@ func runOne(bin string, v variant, w string, p params) result {
 	if v.system == "asynq" {
 		sys, err = startAsynq(v.aof, capacity)
 	} else {
-		sys, err = startDelaybridge(bin, v.aof, v.replicas, capacity, v.kafka, v.wait)
+		sys, err = startDelaybridge(bin, dbOpts{fsync: v.aof, replicas: v.replicas, capacity: capacity, kafka: v.kafka, wait: v.wait})
 	}
 	if err != nil {
 		r := result{system: v.system, workload: w, err: "setup: " + err.Error()}
@@ -227,6 +269,80 @@ func runOne(bin string, v variant, w string, p params) result {
 	return res
 }
 
+// fleetWorkloads run once on delaybridge (not per variant, not on asynq).
+var fleetWorkloads = []string{"fleet", "idle", "cluster"}
+
+// runFleetSets runs the fleet, idle and cluster workloads that wl names.
+func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) extraSections {
+	var x extraSections
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "[%s] "+format+"\n", append([]any{time.Since(started).Round(time.Second)}, a...)...)
+	}
+	if slices.Contains(wl, "fleet") {
+		var all []result
+		for _, rate := range fp.rates {
+			for _, r := range fp.replicas {
+				for run := range fp.runs {
+					res := runFleet(bin, rate, r, fp.dur)
+					logf("delaybridge x%-3d fleet %-22s run %d/%d: %s", r, res.workload, run+1, fp.runs, brief(res))
+					all = append(all, res)
+					runtime.GC()
+				}
+			}
+		}
+		x.fleet = medians(all)
+	}
+	if slices.Contains(wl, "idle") {
+		for _, sh := range fp.idleShards {
+			for _, r := range fp.idleReplicas {
+				res := runIdle(bin, r, sh, fp.idleWarmup, fp.idleFor)
+				logf("delaybridge x%-3d idle, %d shards: %.1f Redis cmds/s per replica, %.2f scripts/s, Redis CPU %.1f ms/s %s",
+					r, sh, res.cmds, res.scripts, res.redisCPU, res.err)
+				x.idle = append(x.idle, res)
+			}
+		}
+	}
+	if slices.Contains(wl, "cluster") {
+		var all []result
+		for run := range fp.runs {
+			res, perMaster := runCluster(bin, fp.clusterMasters, fp.clusterShards, fp.clusterRate, fp.dur)
+			if perMaster != nil {
+				x.perMaster = perMaster
+			}
+			logf("delaybridge x1 %s run %d/%d: %s; per master CPU us/msg %s, cmds/msg %s", res.workload, run+1, fp.runs, brief(res),
+				joinNums(res.nodeCPUus, 1), joinNums(res.nodeCmdsMsg, 1))
+			all = append(all, res)
+			runtime.GC()
+		}
+		x.cluster = medians(all)
+	}
+	return x
+}
+
+func intList(s string) []int {
+	var out []int
+	for _, f := range splitList(s) {
+		var n int
+		if _, err := fmt.Sscanf(f, "%d", &n); err != nil || n < 1 {
+			fatalf("bad count %q in %q", f, s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func floatList(s string) []float64 {
+	var out []float64
+	for _, f := range splitList(s) {
+		var x float64
+		if _, err := fmt.Sscanf(f, "%g", &x); err != nil || x <= 0 {
+			fatalf("bad rate %q in %q", f, s)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
@@ -235,9 +351,9 @@ func tail(s string, n int) string {
 }
 
 func brief(r result) string {
-	s := fmt.Sprintf("ingest %s/s release %s/s p50 %s p99 %s max %s ms, B/msg %s, redis %s s/1k, worker %s s/1k",
+	s := fmt.Sprintf("ingest %s/s release %s/s p50 %s p99 %s max %s ms, B/msg %s, redis %s s/1k, worker %s s/1k, redis cmds %s scripts %s reads %s /msg",
 		fnum(r.ingest, 0), fnum(r.release, 0), fnum(r.p50, 1), fnum(r.p99, 1), fnum(r.max, 1),
-		fnum(r.bytesBeyond, 0), fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4))
+		fnum(r.bytesBeyond, 0), fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2))
 	if !math.IsNaN(r.bytesTomb) {
 		s += fmt.Sprintf(", tombstones %s x %s B", fnum(r.tombs, 0), fnum(r.bytesTomb, 0))
 	}

@@ -28,7 +28,9 @@ type system interface {
 	// the life of the system) and returns the moment it saw it.
 	waitIngested(total int, timeout time.Duration) (time.Time, error)
 	rec() *recorder
-	redis() *redisProc
+	// redisNodes are the Redis servers the system writes to (one, or a cluster's masters);
+	// the counters are summed over them.
+	redisNodes() []*redisProc
 	// workerCPU is the CPU seconds of the delaying component: the bridge processes, or for
 	// asynq this harness process (its client and server run here).
 	workerCPU() float64
@@ -113,20 +115,34 @@ type result struct {
 	ingRedis, ingWorker, ingHarness float64
 	relRedis, relWorker, relHarness float64
 	forks, relForks                 float64 // AOF rewrites over the workload, and while releasing
-	releasedIn                      float64 // burst: seconds from due to the last arrival
-	releaseVsEmpty                  float64 // parked: release rate / release rate of the burst on an empty store
-	missing, early                  int
-	err                             string
+	// Redis commands per message handled (INFO commandstats calls, Lua-called commands
+	// included), scripts (EVAL/EVALSHA/FCALL) per message, socket reads per message
+	// (total_reads_processed: about the round trips), over the same window as the CPU.
+	cmdsMsg, scriptsMsg, readsMsg float64
+	// Per Redis node (a cluster's masters, in slot order): CPU us per message, commands
+	// per message.
+	nodeCPUus, nodeCmdsMsg []float64
+	// fleet rows: the offered rate, and the fleet members seen before sending (-1: the
+	// binary keeps no membership key).
+	rate           float64
+	members        int
+	releasedIn     float64 // burst: seconds from due to the last arrival
+	releaseVsEmpty float64 // parked: release rate / release rate of the burst on an empty store
+	missing, early int
+	err            string
 }
 
 func nan() float64 { return math.NaN() }
 
-func newResult(sys system, w string) result {
-	return result{system: sys.name(), workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
+func newResult(sys system, w string) result { return blankResult(sys.name(), w) }
+
+// blankResult is a result of system (a name) and workload w with nothing measured.
+func blankResult(system, w string) result {
+	return result{system: system, workload: w, ingest: nan(), release: nan(), p50: nan(), p99: nan(),
 		p999: nan(), max: nan(), bytesBeyond: nan(), bytesTomb: nan(), tombs: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
-		forks: nan(), relForks: nan()}
+		forks: nan(), relForks: nan(), cmdsMsg: nan(), scriptsMsg: nan(), readsMsg: nan(), rate: nan()}
 }
 
 func (res *result) lateness(r *recorder) {
@@ -187,13 +203,31 @@ func noteIngest(sys system, rate float64) {
 // measure wraps a workload body with the CPU and Redis counters.
 type counters struct {
 	t      time.Time
-	redis  redisStats
+	redis  redisStats   // summed over the nodes
+	nodes  []redisStats // per node
 	worker float64
 	self   float64
 }
 
 func snap(sys system) counters {
-	return counters{t: time.Now(), redis: sys.redis().stats(), worker: sys.workerCPU(), self: selfCPU()}
+	c := counters{t: time.Now()}
+	for _, n := range sys.redisNodes() {
+		st := n.stats()
+		c.nodes = append(c.nodes, st)
+		c.redis = c.redis.add(st)
+	}
+	c.worker, c.self = sys.workerCPU(), selfCPU()
+	return c
+}
+
+// scriptCalls is the number of script invocations among the commands of a commandstats
+// delta.
+func scriptCalls(cmds map[string]int64) int64 {
+	var n int64
+	for _, k := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+		n += cmds[k]
+	}
+	return n
 }
 
 func (res *result) cpu(a, b counters, handled int) {
@@ -202,6 +236,17 @@ func (res *result) cpu(a, b counters, handled int) {
 	res.redisCPUk = rc / float64(handled) * 1000
 	res.workerCPUk = wc / float64(handled) * 1000
 	res.redisUtil, res.workerUtil, res.harnessUtil = rc/wall, wc/wall, hc/wall
+	calls, reads, cmds := b.redis.sub(a.redis)
+	res.cmdsMsg, res.readsMsg = float64(calls)/float64(handled), float64(reads)/float64(handled)
+	res.scriptsMsg = float64(scriptCalls(cmds)) / float64(handled)
+	if len(a.nodes) > 1 && len(a.nodes) == len(b.nodes) {
+		res.nodeCPUus, res.nodeCmdsMsg = nil, nil
+		for i := range a.nodes {
+			c, _, _ := b.nodes[i].sub(a.nodes[i])
+			res.nodeCPUus = append(res.nodeCPUus, (b.nodes[i].cpu-a.nodes[i].cpu)/float64(handled)*1e6)
+			res.nodeCmdsMsg = append(res.nodeCmdsMsg, float64(c)/float64(handled))
+		}
+	}
 	if res.system == "asynq" { // its worker is this process: do not count it twice
 		res.harnessUtil = nan()
 	}
