@@ -298,6 +298,23 @@ func TestStoreCollectorOwned(t *testing.T) {
 	if read != 16 || len(got) != 20 || got["12"] != 3 || total != 22 {
 		t.Fatalf("second scrape: read %d, series %v, total %v; want 16 read, 20 series, shard 12 at 3, total 22", read, got, total)
 	}
+	// Turns: 22..25 were read once, the others twice. A new message on shard 29: the third
+	// scrape reads 22..25 and 10..21 (29 still as last read), the fourth 26..29 first.
+	extra = ""
+	for i := 0; extra == ""; i++ {
+		if id := fmt.Sprintf("y-%d", i); store.ShardOf(id) == 29 {
+			extra = id
+		}
+	}
+	if _, err := store.Park(ctx, []delaystore.ParkRequest{{ID: extra, Delay: time.Hour, Envelope: env}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, total, _ = scrape(); got["29"] != 1 || total != 22 {
+		t.Fatalf("third scrape: shard 29 at %v, total %v; want its last reading 1, total 22", got["29"], total)
+	}
+	if got, total, _ = scrape(); got["29"] != 2 || total != 23 {
+		t.Fatalf("fourth scrape: shard 29 at %v, total %v; want 2 (least recently read), total 23", got["29"], total)
+	}
 	// Ownership moves: dropped shards vanish, totals cover the owned ones only.
 	mu.Lock()
 	owned = []int{12, 40}
