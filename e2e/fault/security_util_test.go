@@ -54,8 +54,8 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // agree).
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hget", "hmget", "hset", "incrby", "info", "ping",
-	"publish", "script|load", "set", "subscribe", "time", "zadd", "zcard", "zcount", "zrange",
-	"zrangebyscore", "zrem", "zscore", "wait",
+	"publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard", "zcount", "zrange",
+	"zrangebyscore", "zremrangebyscore", "zrem", "zscore", "wait",
 }
 
 // secACLCommands returns the +commands of an ACL line, sorted.
@@ -71,12 +71,14 @@ func secACLCommands(line string) []string {
 }
 
 // secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
-// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:r (retry set) and p:shards. Nothing a user sends may add to them.
+// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:r (retry set), p:shards, and the fleet's
+// {p:fleet}:members and {p:fleet}:version. Nothing a user sends may add to them.
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
 		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r)$`),
 		regexp.MustCompile(`^` + q + `:shards$`),
+		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version)$`),
 	}
 }
 
