@@ -179,7 +179,6 @@ func TestDefaultsTyped(t *testing.T) {
 			RetryBackoff:        time.Second,
 			TargetInflight:      256,
 			OwnershipTTL:        3 * time.Second,
-			OwnershipTTL:        3 * time.Second,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -321,6 +320,9 @@ func TestWaitValues(t *testing.T) {
 		want string // "" = valid
 	}{
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "1"}, ""},
+		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "1s"}, ""},
+		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "100ms"}, "BRIDGE_OWNERSHIP_TTL: 100ms: must be between 300ms and 1m"},
+		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "2m"}, "BRIDGE_OWNERSHIP_TTL: 2m0s: must be between 300ms and 1m"},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "2", "BRIDGE_REDIS_WAIT_TIMEOUT": "2500ms"}, ""},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "0", "BRIDGE_REDIS_WAIT_TIMEOUT": "0s"}, ""},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "-1"}, "BRIDGE_REDIS_MIN_REPLICAS: -1: must be >= 0"},
