@@ -31,11 +31,12 @@ type callEvent struct {
 // starts at once with the waiting messages of every lane that has no call under way
 // (lanes that are not ready yet go early, never later); while a call is in flight, ready
 // lanes wait for it to return and then go together in the next call, unless they hold a
-// full batch (BatchSize), which starts a call at once, as a lane did alone. A call takes
+// full batch (BatchSize) or one of them has been ready for Linger already (a slow call
+// delays the others by at most one more Linger): then a call starts at once. A call takes
 // at most BatchSize messages per lane and stops adding lanes at maxCallBytes of payload.
 // A lane takes part in one call at a time (retries of its failed shards included), so
-// the messages of one id are parked in the order they came. group reads in until it is
-// closed, then parks what is left and returns when every call has finished.
+// the messages of one id are parked in the order they came. group reads input until it
+// is closed, then parks what is left and returns when every call has finished.
 func (in *Ingress) group(ctx context.Context, src Source, input <-chan prepared) {
 	lanes := make([]laneQueue, in.cfg.Lanes)
 	events := make(chan callEvent)
