@@ -47,7 +47,7 @@ func (in *Ingress) group(ctx context.Context, src Source, input <-chan prepared)
 	calls := 0          // calls not finished (in flight or waiting to retry)
 	closed := false
 	for {
-		now := time.Now()
+		now := in.now()
 		// Start calls while the rule allows it.
 		for {
 			ready, overdue, next := in.ready(lanes, now, closed, inflight > 0)
@@ -143,7 +143,7 @@ func (in *Ingress) arm(timer *time.Timer, armed *time.Time, next time.Time) {
 		timer.Stop()
 		return
 	}
-	timer.Reset(time.Until(next))
+	timer.Reset(next.Sub(in.now()))
 }
 
 // lanesFull reports whether a lane holds BatchSize messages or more: then no more are
