@@ -6,7 +6,8 @@ import (
 )
 
 // maxCallBytes bounds the payload bytes of a merged park call: lanes are added to a call
-// while it holds less (its first lane always goes, as a lane's batch did alone).
+// while it holds less, and fewer than BatchSize messages (its first lane always goes, as
+// a lane's batch did alone).
 const maxCallBytes = 4 << 20
 
 // laneQueue is one lane: the messages of its shards not yet handed to a park call, in
@@ -33,7 +34,8 @@ type callEvent struct {
 // lanes wait for it to return and then go together in the next call, unless they hold a
 // full batch (BatchSize) or one of them has been ready for Linger already (a slow call
 // delays the others by at most one more Linger): then a call starts at once. A call takes
-// at most BatchSize messages per lane and stops adding lanes at maxCallBytes of payload.
+// at most BatchSize messages per lane and stops adding lanes at BatchSize messages or
+// maxCallBytes of payload, so that under heavy load several calls run in parallel.
 // A lane takes part in one call at a time (retries of its failed shards included), so
 // the messages of one id are parked in the order they came. group reads input until it
 // is closed, then parks what is left and returns when every call has finished.
@@ -158,15 +160,16 @@ func (in *Ingress) lanesFull(lanes []laneQueue) bool {
 }
 
 // takeCall takes the next call's batch: up to BatchSize messages of every lane without a
-// call, the full lanes first, until maxCallBytes of payload; the lanes taken are marked
-// busy and returned.
+// call, the full lanes first, until the call holds BatchSize messages or maxCallBytes of
+// payload (under heavy load the lanes left out start their own calls, in parallel, as
+// lanes did before group commit); the lanes taken are marked busy and returned.
 func (in *Ingress) takeCall(lanes []laneQueue) ([]prepared, []int) {
 	var batch []prepared
 	var held []int
 	bytes := 0
 	take := func(i int) {
 		l := &lanes[i]
-		if l.busy || len(l.pending) == 0 || (len(held) > 0 && bytes >= maxCallBytes) {
+		if l.busy || len(l.pending) == 0 || (len(held) > 0 && (len(batch) >= in.cfg.BatchSize || bytes >= maxCallBytes)) {
 			return
 		}
 		k := min(len(l.pending), in.cfg.BatchSize)
