@@ -63,13 +63,17 @@ type Config struct {
 	Rules
 	// DLQSubject is where invalid messages go, on their source broker.
 	DLQSubject string
-	// BatchSize is the most messages parked in one store call (default 256).
+	// BatchSize is the most messages of one lane in one store call (default 256); a lane
+	// that holds that many is parked at once.
 	BatchSize int
-	// Lanes is how many batches of one source may be parked at the same time (default
-	// 4). A lane takes whole shards, so messages with the same id always take the same
-	// lane, in order.
+	// Lanes is how many lanes a source's messages are split into by shard (default 4). A
+	// lane takes whole shards, so messages with the same id always take the same lane,
+	// and a lane has one store call under way at a time, so they are parked in order.
+	// Ready lanes share a store call (group commit); full ones may go in parallel.
 	Lanes int
-	// Linger is how long a batch waits for more messages after its first (default 1ms).
+	// Linger is how long a lane waits for more messages after its first (default 1ms).
+	// A lane that is ready while another call is in flight waits for that call (to go
+	// with the next one), at most one more Linger.
 	Linger time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts when the store or a
 	// dead-letter publish fails (defaults 50ms and 5s).
@@ -207,12 +211,13 @@ type prepared struct {
 	received
 	req  delaystore.ParkRequest
 	span trace.Span
+	lane int // shard of req.ID mod Lanes
 }
 
 // consume reads ch until it is closed. Cancels are handled one by one. Delayed messages are
-// validated as they arrive (invalid ones are dead-lettered at once) and handed to one of
-// Lanes lanes by the shard of their id, so that a lane parks its batches while the others
-// fill or park theirs, and the messages of one id keep their order.
+// validated as they arrive (invalid ones are dead-lettered at once) and handed to group,
+// which parks them by lane (the shard of their id mod Lanes), so that the messages of one
+// id keep their order, in as few park calls as the load allows.
 func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.Message) {
 	if src.Kind == Cancels {
 		for msg := range ch {
@@ -220,12 +225,9 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 		}
 		return
 	}
-	lanes := make([]chan prepared, in.cfg.Lanes)
+	input := make(chan prepared, in.cfg.BatchSize)
 	var wg sync.WaitGroup
-	for i := range lanes {
-		lanes[i] = make(chan prepared, in.cfg.BatchSize)
-		wg.Go(func() { in.lane(ctx, src, lanes[i]) })
-	}
+	wg.Go(func() { in.group(ctx, src, input) })
 	for msg := range ch {
 		r := received{msg: msg, at: in.now()}
 		req, err := in.cfg.Prepare(in.incoming(src, r), r.at)
@@ -234,49 +236,10 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 			continue
 		}
 		span := in.startSpan(src, &req)
-		lanes[in.store.ShardOf(req.ID)%len(lanes)] <- prepared{received: r, req: req, span: span}
+		input <- prepared{received: r, req: req, span: span, lane: in.store.ShardOf(req.ID) % in.cfg.Lanes}
 	}
-	for _, l := range lanes {
-		close(l)
-	}
+	close(input)
 	wg.Wait()
-}
-
-// lane batches the messages of ch: a batch closes at BatchSize messages or Linger after
-// its first message, whichever comes first; each is parked before the next is read.
-func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
-	batch := make([]prepared, 0, in.cfg.BatchSize)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	flush := func() {
-		if len(batch) > 0 {
-			in.park(ctx, src, batch)
-			batch = batch[:0]
-		}
-		timer.Stop()
-	}
-	for {
-		var timeout <-chan time.Time
-		if len(batch) > 0 {
-			timeout = timer.C
-		}
-		select {
-		case p, ok := <-ch:
-			if !ok {
-				flush()
-				return
-			}
-			if len(batch) == 0 {
-				timer.Reset(in.cfg.Linger)
-			}
-			batch = append(batch, p)
-			if len(batch) >= in.cfg.BatchSize {
-				flush()
-			}
-		case <-timeout:
-			flush()
-		}
-	}
 }
 
 // park parks one batch and then acks its messages, or nacks them all when the store
@@ -288,34 +251,34 @@ func (in *Ingress) lane(ctx context.Context, src Source, ch <-chan prepared) {
 // the retry after its tombstone expired, delivered twice. When Redis replicas do not
 // confirm the write (delaystore.ErrNotReplicated), the core requests of the batch are
 // answered with an error at once (their senders wait, and their source cannot
-// redeliver) and the rest is retried.
-func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
-	var reqs []delaystore.ParkRequest
-	var parked []delaystore.Parked
+// redeliver) and the rest is retried. attempt is called before every store call (retry:
+// not the first), returned after each with the messages still to park (none on success).
+func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attempt func(retry bool), returned func(rest []prepared)) {
+	first := true
 	err := in.retry(ctx, "park", func(opCtx context.Context) error {
+		attempt(!first)
+		first = false
 		// At every attempt: a park retried while Redis was unreachable keeps the due time
 		// counted from receipt, rather than from the attempt that succeeded.
 		now := in.now()
-		reqs = make([]delaystore.ParkRequest, len(batch))
+		reqs := make([]delaystore.ParkRequest, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
 			if !p.req.Absolute {
 				reqs[i].Delay = max(p.req.Delay-now.Sub(p.at), 0)
 			}
 		}
-		var err error
-		parked, err = in.store.Park(opCtx, reqs)
-		if err != nil {
-			if batch = in.ackParked(src, batch, reqs, parked); len(batch) == 0 {
-				reqs, parked = nil, nil
-				return nil
-			}
+		parked, err := in.store.Park(opCtx, reqs)
+		batch = in.ackParked(src, batch, reqs, parked)
+		if err == nil && len(batch) > 0 {
+			err = fmt.Errorf("park: %d of %d messages without a result", len(batch), len(reqs))
 		}
 		if len(batch) > 0 && errors.Is(err, delaystore.ErrNotReplicated) {
-			if batch = in.refuseRequests(src, batch, err); len(batch) == 0 {
-				reqs, parked = nil, nil
-				return nil
-			}
+			batch = in.refuseRequests(src, batch, err)
+		}
+		returned(batch)
+		if len(batch) == 0 {
+			return nil
 		}
 		return err
 	})
@@ -326,9 +289,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared) {
 			p.msg.Nack()
 		}
 		in.metrics.in(src.Broker, "nacked", len(batch))
-		return
 	}
-	in.ackParked(src, batch, reqs, parked)
 }
 
 // ackParked acks the messages of batch whose park succeeded (parked[i].ID set; reqs[i]
