@@ -42,6 +42,9 @@ type dbOpts struct {
 	wait int
 	// shards > 0: BRIDGE_SHARDS (else the bridge's default, benchShards).
 	shards int
+	// gomaxprocs > 0: GOMAXPROCS of every bridge (a sidecar with a CPU limit of about that
+	// many cores, as Go's cgroup-aware default would set it).
+	gomaxprocs int
 	// clusterMasters > 0: a Redis Cluster of that many masters (BRIDGE_REDIS_CLUSTER_ADDRS)
 	// instead of one redis-server.
 	clusterMasters int
@@ -130,6 +133,9 @@ func startDelaybridge(bin string, o dbOpts) (_ *dbSystem, err error) {
 	}
 	if o.shards > 0 {
 		env["BRIDGE_SHARDS"] = strconv.Itoa(o.shards)
+	}
+	if o.gomaxprocs > 0 {
+		env["GOMAXPROCS"] = strconv.Itoa(o.gomaxprocs)
 	}
 	if waitReplicas > 0 {
 		env["BRIDGE_REDIS_MIN_REPLICAS"] = strconv.Itoa(waitReplicas)

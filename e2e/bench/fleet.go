@@ -83,7 +83,10 @@ func runFleet(bin string, rate float64, replicas int, d time.Duration) result {
 	n := int(rate * d.Seconds())
 	label := fmt.Sprintf("fleet %.0f/s %s", rate, d)
 	currentVariant = fmt.Sprintf("delaybridge x%d fleet", replicas)
-	s, err := startDelaybridge(bin, dbOpts{fsync: "everysec", replicas: replicas, capacity: n + 1000})
+	// GOMAXPROCS=1 per replica: a fleet's sidecars each have a small CPU limit (Go sets
+	// GOMAXPROCS from it); 32 bridges with 2 threads each on this 2-core box would measure
+	// the kernel's run queue, not the bridge.
+	s, err := startDelaybridge(bin, dbOpts{fsync: "everysec", replicas: replicas, capacity: n + 1000, gomaxprocs: 1})
 	if err != nil {
 		res := blankResult("delaybridge", label)
 		res.replicas, res.aof, res.rate, res.err = replicas, "everysec", rate, "setup: "+err.Error()
