@@ -52,22 +52,7 @@ func collect(t *testing.T, sub message.Subscriber, topic string) chan got {
 
 func runEgress(t *testing.T, cfg Config, st Claimer, pubs map[string]message.Publisher) {
 	t.Helper()
-	if cfg.DLQSubject == "" {
-		cfg.DLQSubject = "delay.dlq"
-	}
-	e, err := New(cfg, st, pubs, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("egress Run: %v", err)
-		}
-	})
+	startEgress(t, cfg, st, pubs)
 }
 
 func park(t *testing.T, st *delaystore.Store, id string, delay time.Duration, target string, hs headers.List) delaystore.Parked {

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
-// startEgress runs an egress until the returned stop is called (or the test ends).
+// startEgress runs an egress until the returned stop is called (or the test ends); Run
+// must return nil.
 func startEgress(t *testing.T, cfg Config, st Claimer, pubs map[string]message.Publisher) (*Egress, func()) {
 	t.Helper()
 	if cfg.DLQSubject == "" {
@@ -24,9 +26,17 @@ func startEgress(t *testing.T, cfg Config, st Claimer, pubs map[string]message.P
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Run(ctx); close(done) }()
-	stop := func() { cancel(); <-done }
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("egress Run: %v", err)
+			}
+		})
+	}
 	t.Cleanup(stop)
 	return e, stop
 }

@@ -133,6 +133,11 @@ func (s *scheduler) run(ctx context.Context) {
 		claiming := ctx.Err() == nil
 		if claiming {
 			s.follow(ctx)
+			select {
+			case <-resync.C: // here too: under steady load the loop may never wait below
+				s.resyncSome(ctx)
+			default:
+			}
 		}
 		s.takeOffers(ctx)
 		acks, retries, n := s.takeSettlements()

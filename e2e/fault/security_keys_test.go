@@ -108,6 +108,11 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 		}
 	}
 	want = append(want, prefix+":shards")
+	// The fleet membership of the one replica (pending entries only live between a first
+	// heartbeat and the next).
+	for _, k := range []string{"members", "tokens", "version"} {
+		want = append(want, fmt.Sprintf("{%s:fleet}:%s", prefix, k))
+	}
 	slices.Sort(want)
 	pats := secKeyPatterns(prefix)
 	for _, k := range keys {
@@ -135,7 +140,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 4 x %d shards + 1 + %d tombstone sets, none from input",
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 4 x %d shards + 1 + 3 fleet keys + %d tombstone sets, none from input",
 		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards, len(tombs))
 }
 
