@@ -32,7 +32,7 @@ const unknownHead = math.MinInt64
 // goroutine touches it.
 type shardState struct {
 	shard    int
-	startAt  time.Time // local: no claim before (handover pause)
+	startAt  time.Time // e.now's clock: no claim before (handover pause)
 	head     int64     // earliest score (Redis ms); -1 empty; unknownHead: read it
 	inflight int       // claimed and not yet settled
 	errs     backoff.Backoff
@@ -189,7 +189,9 @@ func (s *scheduler) follow(ctx context.Context) {
 			gained = append(gained, sh)
 			changed = true
 		}
-		st.startAt = start
+		// Ownership runs on the process clock; the scheduler's own decisions on e.now
+		// (shifted in fault builds, DELAYBRIDGE_TEST_CLOCK_OFFSET).
+		st.startAt = s.e.now().Add(time.Until(start))
 	}
 	for sh, st := range s.shards {
 		if _, ok := v.owned[sh]; !ok && st.inflight == 0 {

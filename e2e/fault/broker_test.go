@@ -107,7 +107,7 @@ func TestD1DisconnectDuringPublish(t *testing.T) {
 func TestC5NATSServerRestart(t *testing.T) {
 	s := newStack(t)
 	c := newChecker(t, s)
-	e2etest.StartReady(t, bridgeBin, s.envWith())
+	b := e2etest.StartReady(t, bridgeBin, s.envWith())
 	seqs := c.send("c5-0", 2000, uniform(2*time.Second))
 	time.Sleep(500 * time.Millisecond) // releasing has begun
 	s.nats.Restart(t)
@@ -116,6 +116,16 @@ func TestC5NATSServerRestart(t *testing.T) {
 	seqs = append(seqs, c.send("c5-1", 1000, uniform(time.Second))...)
 	r := c.await(seqs, 60*time.Second)
 	t.Logf("C5: NATS server restarted while releasing: %s", r)
+	if r.lost > 0 { // where they are: parked per shard, and the bridge's view
+		t.Logf("store after the wait: %s", parked(t, b))
+		code, body := e2etest.HTTPGet("http://" + b.HTTPAddr + "/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "delaybridge_") && !strings.HasPrefix(line, "delaybridge_redis_duration") &&
+				!strings.Contains(line, "lateness_seconds_bucket") {
+				t.Logf("metrics %d: %s", code, line)
+			}
+		}
+	}
 	requireSafe(t, r)
 }
 
