@@ -80,13 +80,12 @@ type redisClock struct {
 }
 
 // observe records that the Redis time was redisMs at (or just before) local. redisMs is
-// a whole millisecond read before the reply left Redis, so the true time at local is up to
-// about a millisecond later: the mapping takes redisMs+1, so that a claim timed by it is
-// late by up to a millisecond rather than early (an early claim finds nothing and costs a
-// round trip; it is never early for the message: Redis decides).
+// a whole millisecond read before the reply left Redis, so the estimate runs behind the
+// true Redis time by up to about a millisecond: claims timed by it are that much late,
+// never early.
 func (c *redisClock) observe(redisMs int64, local time.Time) {
 	c.mu.Lock()
-	c.at, c.redis = local, redisMs+1
+	c.at, c.redis = local, redisMs
 	c.mu.Unlock()
 }
 
