@@ -188,6 +188,19 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 	return e, nil
 }
 
+// errNotJoined is Joined's answer before the first confirmed heartbeat.
+var errNotJoined = errors.New("not a fleet member yet (no heartbeat confirmed)")
+
+// Joined reports nil once this replica's membership of the fleet was confirmed by Redis
+// (its shards are assigned from then on; /readyz waits for it), else an error. It does
+// not go back: a lapse later is reported by the Redis checks and the owned-shards gauge.
+func (e *Egress) Joined() error {
+	if !e.own.joined.Load() {
+		return errNotJoined
+	}
+	return nil
+}
+
 // Owned returns the shards this replica claims now, in order (for gauges).
 func (e *Egress) Owned() []int {
 	v := e.own.snapshot()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -61,8 +62,9 @@ type ownership struct {
 	token      string   // the token of the last answered heartbeat (proof for the next one)
 	members    []string // live members, sorted, as last read
 	owned      map[int]time.Time
-	validUntil time.Time // local monotonic: the membership may have expired in Redis after it
-	gen        uint64    // counts changes of owned or validity
+	validUntil time.Time   // local monotonic: the membership may have expired in Redis after it
+	gen        uint64      // counts changes of owned or validity
+	joined     atomic.Bool // a heartbeat was confirmed once (or all)
 }
 
 func newOwnership(id string, shards int, ttl time.Duration, store Fleet, log *slog.Logger, all bool) *ownership {
@@ -72,6 +74,7 @@ func newOwnership(id string, shards int, ttl time.Duration, store Fleet, log *sl
 		for s := range shards {
 			o.owned[s] = time.Time{}
 		}
+		o.joined.Store(true)
 	}
 	return o
 }
@@ -181,6 +184,7 @@ func (o *ownership) heartbeat(ctx context.Context, timeout time.Duration) (bool,
 	}
 	lapsed := known < 0
 	o.validUntil = sent.Add(o.ttl) // Redis set the expiry from a TIME after sent
+	o.joined.Store(true)
 	if m.Changed || lapsed {
 		old := o.members
 		if lapsed {

@@ -286,6 +286,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	egressOwned.Store(out)
+	checks = append(checks, httpapi.Check{Name: "egress", Probe: func(context.Context) error { return out.Joined() }})
 
 	g, gctx := errgroup.WithContext(ctx)
 	ops := httpapi.NewOps(checks, reg)
