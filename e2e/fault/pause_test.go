@@ -14,7 +14,9 @@ import (
 )
 
 // E2: a replica is paused (SIGSTOP) for twice the lease while it holds claimed batches,
-// then resumed (SIGCONT). The other replica re-claims the expired leases and publishes;
+// then resumed (SIGCONT). Its fleet membership (BRIDGE_OWNERSHIP_TTL 1 s, shorter than the
+// pause) expires meanwhile, so the other replica takes its shards, re-claims the expired
+// leases and publishes;
 // the paused one wakes up and publishes its stale batches too. Those copies carry the
 // same Nats-Msg-Id, so the OUT stream drops them (extra copies 0), and their acks are
 // fenced by the lease token: they do not delete the newer claims' entries, and the store
@@ -23,8 +25,11 @@ func TestE2ReplicaPausedLongerThanLease(t *testing.T) {
 	s := newStack(t)
 	c := newChecker(t, s)
 	const lease = time.Second
-	a := e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_LEASE", lease.String()))
-	b := e2etest.StartReady(t, bridgeBin, s.envWith("BRIDGE_LEASE", lease.String()))
+	env := func() map[string]string {
+		return s.envWith("BRIDGE_LEASE", lease.String(), "BRIDGE_OWNERSHIP_TTL", "1s")
+	}
+	a := e2etest.StartReady(t, bridgeBin, env())
+	b := e2etest.StartReady(t, bridgeBin, env())
 
 	// 6000 messages due within one second, 1.5 s after they are sent: both replicas are
 	// busy claiming and publishing when A is stopped in the middle of that second.
