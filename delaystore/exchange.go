@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ClaimRequest asks Exchange to claim up to Max due messages of Shard.
@@ -35,17 +33,17 @@ type Exchanged struct {
 // answered or ctx is done; errors are reported per part in Exchanged.
 func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryRequest, claims []ClaimRequest) Exchanged {
 	out := Exchanged{Claims: make([]Claim, len(claims)), ClaimErrs: make([]error, len(claims))}
-	var calls []scriptCall
+	var calls []call // each with its own script
 	var ackOrder, retryOrder []int
 	if len(acks) > 0 {
 		c, order, err := s.ackCalls(acks)
 		out.AckErr, ackOrder = err, order
-		calls = appendCalls(calls, s.ack, c)
+		calls = withScript(calls, s.ack, c)
 	}
 	if len(retries) > 0 {
 		c, order, err := s.retryCalls(retries)
 		out.RetryErr, retryOrder = err, order
-		calls = appendCalls(calls, s.retry, c)
+		calls = withScript(calls, s.retry, c)
 	}
 	claimAt := make([]int, len(claims)) // index of each claim request's call, -1: none
 	for i, r := range claims {
@@ -55,12 +53,12 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 			continue
 		}
 		claimAt[i] = len(calls)
-		calls = append(calls, scriptCall{s.claim, c})
+		calls = withScript(calls, s.claim, []call{c})
 	}
 	if len(calls) == 0 {
 		return out
 	}
-	cmds := s.evalMixed(ctx, calls)
+	cmds := s.evalOn(ctx, s.rdb, "", nil, calls, false) // NOSCRIPT answers resent with EVAL
 	next := 0
 	if len(ackOrder) > 0 {
 		out.Acked, out.AckErr = readApplied("ack", cmds[next:next+len(ackOrder)], ackOrder)
@@ -88,42 +86,11 @@ func (x Exchanged) Err() error {
 	return errors.Join(append([]error{x.AckErr, x.RetryErr}, x.ClaimErrs...)...)
 }
 
-// scriptCall is one call of one script in a mixed pipeline.
-type scriptCall struct {
-	sc *script
-	call
-}
-
-func appendCalls(to []scriptCall, sc *script, calls []call) []scriptCall {
+// withScript sets sc as the script of each of calls and appends them to to.
+func withScript(to []call, sc *script, calls []call) []call {
 	for _, c := range calls {
-		to = append(to, scriptCall{sc, c})
+		c.sc = sc
+		to = append(to, c)
 	}
 	return to
-}
-
-// evalMixed runs calls of several scripts in one pipeline by SHA; the ones answered
-// NOSCRIPT did not run and are sent again with EVAL in a second pipeline. Errors are
-// left in the returned commands.
-func (s *Store) evalMixed(ctx context.Context, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := s.rdb.Pipeline()
-	for i, c := range calls {
-		cmds[i] = c.sc.EvalSha(ctx, pipe, c.keys, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return cmds
-	}
-	pipe = s.rdb.Pipeline()
-	for _, i := range again {
-		cmds[i] = calls[i].sc.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	return cmds
 }

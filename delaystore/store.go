@@ -665,6 +665,17 @@ type call struct {
 	// fence is a string key of the call's shard (its seq key) that evalConfirmed writes
 	// with INCRBY 0 before WAIT (wait.go); empty for calls that are never confirmed.
 	fence string
+	// sc, when set, is the call's own script, overriding evalOn's (a pipeline of several
+	// scripts: Exchange).
+	sc *script
+}
+
+// script returns the call's script: its own, else def.
+func (c call) script(def *script) *script {
+	if c.sc != nil {
+		return c.sc
+	}
+	return def
 }
 
 // evalPipelined runs sc once per call, all in one pipeline, without WAIT (for writes
@@ -674,7 +685,7 @@ func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*
 	return s.evalOn(ctx, s.rdb, "", sc, calls, false)
 }
 
-// evalOn runs sc once per call, all in one pipeline on c, by SHA; the calls that got
+// evalOn runs sc (or a call's own script) once per call, all in one pipeline on c, by SHA; the calls that got
 // NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
 // sent again with EVAL in a second pipeline. With confirm, each pipeline ends with the WAIT
 // fence (confirmPipeline), so the EVAL resend is confirmed too; master names c in errors.
@@ -686,7 +697,7 @@ func (s *Store) evalOn(ctx context.Context, c pipeliner, master string, sc *scri
 		all[i] = i
 	}
 	s.sendPipeline(ctx, c, master, calls, all, cmds, confirm, func(p redis.Pipeliner, c call) *redis.Cmd {
-		return sc.EvalSha(ctx, p, c.keys, c.args...)
+		return c.script(sc).EvalSha(ctx, p, c.keys, c.args...)
 	})
 	var again []int
 	for i, c := range cmds {
@@ -698,7 +709,7 @@ func (s *Store) evalOn(ctx context.Context, c pipeliner, master string, sc *scri
 		return cmds
 	}
 	s.sendPipeline(ctx, c, master, calls, again, cmds, confirm, func(p redis.Pipeliner, c call) *redis.Cmd {
-		return sc.Eval(ctx, p, c.keys, c.args...)
+		return c.script(sc).Eval(ctx, p, c.keys, c.args...)
 	})
 	return cmds
 }
