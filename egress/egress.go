@@ -221,7 +221,6 @@ func (e *Egress) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	defer wakes.Close()
 	s := newScheduler(e, e.own, wakes)
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -90,19 +91,23 @@ type ownedView struct {
 func (o *ownership) snapshot() ownedView {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	until := o.validUntil
-	if o.all {
-		until = time.Now().Add(time.Hour)
-	}
-	return ownedView{gen: o.gen, owned: maps(o.owned), until: until}
+	return ownedView{gen: o.gen, owned: maps.Clone(o.owned), until: o.until()}
 }
 
-func maps(m map[int]time.Time) map[int]time.Time {
-	c := make(map[int]time.Time, len(m))
-	for k, v := range m {
-		c[k] = v
+// peek returns the generation and validity without copying the owned set (the scheduler
+// calls it every round; it takes a snapshot only when the generation moved).
+func (o *ownership) peek() (uint64, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.gen, o.until()
+}
+
+// until is the end of the membership's validity. Caller holds mu.
+func (o *ownership) until() time.Time {
+	if o.all {
+		return time.Now().Add(time.Hour)
 	}
-	return c
+	return o.validUntil
 }
 
 // wake asks for a heartbeat now (the fleet channel said the membership moved). Never

@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 )
@@ -81,7 +82,7 @@ func TestAssignHandover(t *testing.T) {
 	}
 	// ids[1] leaves: its shards that come to me start at once.
 	left := without(ids, ids[1])
-	prev := maps(o.owned)
+	prev := maps.Clone(o.owned)
 	o.assign(ids, left, false)
 	now := newRendezvous(left)
 	gained := 0

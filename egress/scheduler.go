@@ -210,11 +210,11 @@ func (s *scheduler) settleEmpty() bool {
 // gained shards are read after their channels are subscribed (no park in between is
 // missed).
 func (s *scheduler) follow(ctx context.Context) {
-	v := s.own.snapshot()
-	if v.gen == s.view.gen && s.view.owned != nil {
-		s.view.until = v.until
+	if gen, until := s.own.peek(); gen == s.view.gen && s.view.owned != nil {
+		s.view.until = until
 		return
 	}
+	v := s.own.snapshot()
 	changed := len(v.owned) != len(s.shards)
 	var gained []int
 	for sh, start := range v.owned {
