@@ -43,7 +43,8 @@ lint:
 # `go run ./e2e/bench -quick`. Other flags: -runs N,
 # -workloads uniform,steady,burst,parked,fleet,idle,cluster, -systems delaybridge,asynq,
 # -variants x3-everysec,x1-always, -kafka=false, -fleet-replicas 1,8,32, -fleet-for 12s,
-# -idle-shards 16,1024, -cluster-shards 64, -out FILE, -profile DIR (CPU profiles of the bridges).
+# -idle-shards 16,1024, -cluster-shards 64, -out FILE, -profile DIR (CPU profiles of the bridges),
+# -commands (Redis calls and microseconds per message by command, to stderr).
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./e2e/bench -out docs/benchmarks.md $(BENCHFLAGS)

@@ -119,6 +119,9 @@ type redisStats struct {
 	// "client|setname").
 	calls int64
 	cmds  map[string]int64
+	// usec is the usec field of the same lines: microseconds Redis spent in each command
+	// (a script's figure includes the commands it called).
+	usec map[string]int64
 	// reads is total_reads_processed: socket read events, about one per round trip (a
 	// pipeline that arrives in one segment is one read).
 	reads int64
@@ -159,7 +162,26 @@ func (a redisStats) add(b redisStats) redisStats {
 		m[k] += v
 	}
 	a.cmds = m
+	u := make(map[string]int64, len(a.usec)+len(b.usec))
+	for k, v := range a.usec {
+		u[k] += v
+	}
+	for k, v := range b.usec {
+		u[k] += v
+	}
+	a.usec = u
 	return a
+}
+
+// usecSince returns the microseconds spent per command between a and b.
+func (b redisStats) usecSince(a redisStats) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range b.usec {
+		if d := v - a.usec[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 func (r *redisProc) stats() redisStats {
@@ -170,7 +192,7 @@ func (r *redisProc) stats() redisStats {
 	if err != nil {
 		return redisStats{infos: infos}
 	}
-	st := redisStats{cmds: map[string]int64{}, infos: infos}
+	st := redisStats{cmds: map[string]int64{}, usec: map[string]int64{}, infos: infos}
 	for _, line := range strings.Split(s, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok {
@@ -189,11 +211,16 @@ func (r *redisProc) stats() redisStats {
 		}
 		if name, ok := strings.CutPrefix(k, "cmdstat_"); ok {
 			// calls=N,usec=...,usec_per_call=...,rejected_calls=...,failed_calls=...
-			calls, _, _ := strings.Cut(v, ",")
-			if n, ok := strings.CutPrefix(calls, "calls="); ok {
+			for _, field := range strings.Split(v, ",") {
+				f, n, _ := strings.Cut(field, "=")
 				c, _ := strconv.ParseInt(n, 10, 64)
-				st.cmds[name] = c
-				st.calls += c
+				switch f {
+				case "calls":
+					st.cmds[name] = c
+					st.calls += c
+				case "usec":
+					st.usec[name] = c
+				}
 			}
 		}
 	}

@@ -75,6 +75,7 @@ func main() {
 	withKafka := flag.Bool("kafka", true, "also run the Kafka-source variant (kfake in process; uniform, steady and burst); off with -quick unless given")
 	steadyFor := flag.Duration("steady-for", 30*time.Second, "duration of the steady workload")
 	flag.StringVar(&profileDir, "profile", "", "write a CPU profile of every bridge process, the first -profile-for of each workload, into this directory")
+	flag.BoolVar(&perCommand, "commands", false, "print every row's Redis calls and microseconds per message by command (INFO commandstats) to stderr")
 	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
 	fleetRates := flag.String("fleet-rates", "1000,5000", "fleet: paced rates (msgs/s), comma-separated")
 	fleetReplicas := flag.String("fleet-replicas", "1,8,32", "fleet: bridge replicas per row, comma-separated (-quick: 1,8); the ratios compare the most with 1")

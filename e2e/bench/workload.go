@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -177,8 +178,10 @@ var ingestEstimate = map[string]float64{}
 // currentVariant keys ingestEstimate (AOF always ingests slower than everysec).
 var currentVariant string
 
-// Set by -profile and -profile-for; profileSeq numbers the profiled runs.
+// Set by -profile and -profile-for; profileSeq numbers the profiled runs. perCommand is
+// -commands.
 var (
+	perCommand bool
 	profileDir string
 	profileFor time.Duration
 	profileSeq int
@@ -239,6 +242,9 @@ func (res *result) cpu(a, b counters, handled int) {
 	calls, reads, cmds := b.redis.sub(a.redis)
 	res.cmdsMsg, res.readsMsg = float64(calls)/float64(handled), float64(reads)/float64(handled)
 	res.scriptsMsg = float64(scriptCalls(cmds)) / float64(handled)
+	if perCommand {
+		printPerCommand(res, cmds, b.redis.usecSince(a.redis), handled)
+	}
 	if len(a.nodes) > 1 && len(a.nodes) == len(b.nodes) {
 		res.nodeCPUus, res.nodeCmdsMsg = nil, nil
 		for i := range a.nodes {
@@ -408,4 +414,19 @@ func runParked(sys system, m, burstN int) result {
 	res.forks, res.relForks = float64(c1.redis.forks-c0.redis.forks), b.relForks
 	res.cpu(c0, c1, m+burstN)
 	return res
+}
+
+// printPerCommand writes, for -commands, the calls and Redis microseconds per message of
+// every command of a row to stderr, most time first (a script's time includes the
+// commands it called, which are listed too).
+func printPerCommand(res *result, cmds, usec map[string]int64, handled int) {
+	names := make([]string, 0, len(cmds))
+	for k := range cmds {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(usec[b] - usec[a]) })
+	fmt.Fprintf(os.Stderr, "per command, %s %s (%s): command calls/msg usec/msg\n", res.system, res.workload, currentVariant)
+	for _, k := range names {
+		fmt.Fprintf(os.Stderr, "  %-16s %8.3f %8.3f\n", k, float64(cmds[k])/float64(handled), float64(usec[k])/float64(handled))
+	}
 }
