@@ -94,6 +94,7 @@ func runFleet(bin string, rate float64, replicas int, d time.Duration) result {
 	}
 	defer s.close()
 	members := waitMembers(s, replicas)
+	profileBridges(s, currentVariant, label)
 	res := runSteady(s, rate, d, 0)
 	res.workload, res.replicas, res.aof, res.rate, res.members = label, replicas, "everysec", rate, members
 	if res.err != "" {

@@ -239,12 +239,8 @@ func runOne(bin string, v variant, w string, p params) result {
 	}
 	defer sys.close()
 	time.Sleep(200 * time.Millisecond) // let start-up settle (consumers, wake-up subscriptions)
-	if db, ok := sys.(*dbSystem); ok && profileDir != "" {
-		profileSeq++
-		for i, b := range db.bridges {
-			name := filepath.Join(profileDir, fmt.Sprintf("%02d-%s-%s-bridge%d.pprof", profileSeq, strings.ReplaceAll(v.String(), " ", "_"), w, i))
-			go b.cpuProfile(name, profileFor)
-		}
+	if db, ok := sys.(*dbSystem); ok {
+		profileBridges(db, v.String(), w)
 	}
 	var res result
 	switch w {
@@ -387,4 +383,19 @@ func fnum(f float64, prec int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.*f", prec, f)
+}
+
+// profileBridges starts, with -profile, a CPU profile of every bridge of s for the first
+// -profile-for of a workload (in the background).
+func profileBridges(s *dbSystem, variant, workload string) {
+	if profileDir == "" {
+		return
+	}
+	profileSeq++
+	for i, b := range s.bridges {
+		clean := strings.NewReplacer(" ", "_", "/", "_")
+		name := filepath.Join(profileDir, fmt.Sprintf("%02d-%s-%s-bridge%d.pprof", profileSeq,
+			clean.Replace(variant), clean.Replace(workload), i))
+		go b.cpuProfile(name, profileFor)
+	}
 }
