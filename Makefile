@@ -20,7 +20,7 @@ test:
 # failpoints, killed, stopped and restarted under load; about 9 minutes. FAULT_SEED=N replays
 # the random kill loop; FAULT_KILL_LOOP=5m runs it for 5 minutes instead of 15 s.
 test-fault:
-	$(GO) test -tags fault,failpoints -count=1 -timeout 15m ./e2e/fault/ ./internal/failpoint/
+	$(GO) test -tags fault,failpoints -count=1 -timeout 15m ./e2e/fault/ ./internal/failpoint/ ./internal/clock/
 
 # End-to-end user stories (e2e/) against the stack named by E2E_REDIS_URL, E2E_NATS_URL
 # (JetStream on) and E2E_KAFKA_BROKERS, e.g. the one of deploy/docker-compose.yml; each unset
@@ -34,7 +34,7 @@ test-short:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags fault,failpoints ./e2e/fault/ ./internal/failpoint/
+	$(GO) vet -tags fault,failpoints ./e2e/fault/ ./internal/failpoint/ ./internal/clock/
 
 # End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
 # bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline, then the

@@ -78,6 +78,9 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between attempts when the store or a
 	// dead-letter publish fails (defaults 50ms and 5s).
 	RetryMin, RetryMax time.Duration
+	// Now is the local clock: receipt times (a relative delay counts from receipt) and
+	// lingers read it (default time.Now; cmd/bridge injects internal/clock's).
+	Now func() time.Time
 	// Tracer makes one "delaybridge park" span per parked message, a child of the
 	// producer's traceparent; its span context is stored with the message so that the
 	// egress publish links to it. nil: no spans.
@@ -149,9 +152,12 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("")
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
-		log: logger.With("component", "ingress"), metrics: metrics, now: failpoint.Now,
+		log: logger.With("component", "ingress"), metrics: metrics, now: cfg.Now,
 	}, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/clock"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/subject"
@@ -59,7 +60,12 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	if tracing.Enabled(environ) {
 		logger.Info("OpenTelemetry tracing on (OTLP over HTTP)")
 	}
-	return serve(ctx, cfg, logger, listeners{tracer: tp.Tracer("github.com/delaybridge/delaybridge")})
+	env := config.EnvMap(environ)
+	now, err := clock.Local(func(k string) string { return env[k] })
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	return serve(ctx, cfg, logger, listeners{tracer: tp.Tracer("github.com/delaybridge/delaybridge"), now: now})
 }
 
 // newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
@@ -83,6 +89,9 @@ type listeners struct {
 	ready func()
 	// tracer makes the ingress and egress spans; nil: none.
 	tracer trace.Tracer
+	// now is the local clock injected into ingress, egress and the message API
+	// (internal/clock: shifted only in failpoints builds); nil: time.Now.
+	now func() time.Time
 }
 
 // serve runs the bridge until ctx is cancelled, then drains in order: ingress stops
@@ -90,6 +99,9 @@ type listeners struct {
 // closes. It returns nil after a clean drain.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
 	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
+	if ls.now == nil {
+		ls.now = time.Now
+	}
 	rdb, err := newRedisClient(cfg, logger)
 	if err != nil {
 		return err
@@ -265,7 +277,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		MaxHops:        cfg.MaxHops,
 		Limits:         brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes)),
 	}
-	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer}, store, sources, publishers, logger, inMetrics)
+	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer, Now: ls.now}, store, sources, publishers, logger, inMetrics)
 	if err != nil {
 		return err
 	}
@@ -280,7 +292,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		TargetInflight: cfg.TargetInflight,
 		OwnershipTTL:   cfg.OwnershipTTL,
 		ClaimAll:       failpoint.ClaimAll(),
-		Now:            failpoint.Now, // shifted only in failpoints builds (fault tests)
+		Now:            ls.now,
 	}, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err
@@ -298,7 +310,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 	g.Go(func() error { return redisUp.Run(gctx) })
 	if cfg.APIAddr != "" || ls.api != nil {
 		api := httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: defaultBroker, Token: cfg.APIToken,
-			Metrics: inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes}, store, logger)
+			Metrics: inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now}, store, logger)
 		apiServer := httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout, MaxConns: cfg.APIMaxConns}
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, api, apiServer, logger) })
 	}

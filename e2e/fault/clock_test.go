@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/clock"
 	"github.com/delaybridge/delaybridge/internal/e2etest"
-	"github.com/delaybridge/delaybridge/internal/failpoint"
 )
 
 // E3: three replicas whose wall clocks disagree by up to a minute (-30 s, 0, +30 s, set
@@ -20,7 +20,7 @@ func TestE3ClockSkewBetweenReplicas(t *testing.T) {
 	s := newStack(t)
 	c := newChecker(t, s)
 	for _, off := range []string{"-30s", "0s", "30s"} {
-		e2etest.StartReady(t, bridgeBin, s.envWith(failpoint.ClockEnv, off))
+		e2etest.StartReady(t, bridgeBin, s.envWith(clock.OffsetEnv, off))
 	}
 	seqs := c.send("e3", 3000, uniform(2*time.Second))
 	r := c.await(seqs, 30*time.Second)

@@ -23,12 +23,6 @@ const (
 // Env is the variable a failpoints build reads.
 const Env = "DELAYBRIDGE_FAILPOINTS"
 
-// ClockEnv is the variable a failpoints build reads for a test-only offset of the local
-// wall clock (a Go duration such as "-30s"): Now returns time.Now plus that offset, so a
-// fault test can run replicas whose clocks disagree (row E3 of FAULTS.md). libfaketime
-// does not work on Go binaries, hence this hook.
-const ClockEnv = "DELAYBRIDGE_TEST_CLOCK_OFFSET"
-
 // ClaimAllEnv is the variable a failpoints build reads to make egress claim every shard
 // whatever the fleet's ownership ("1"): two replicas so armed claim the same shards at
 // once, which the claim lease must keep correct (fault row "forced ownership overlap").

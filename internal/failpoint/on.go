@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // Enabled reports whether this binary was built with failpoints.
@@ -64,33 +63,6 @@ func parse(spec string) (map[string]*point, error) {
 	}
 	return ps, nil
 }
-
-// clockOffset is read once from the environment, like points.
-var clockOffset = mustParseOffset(os.Getenv(ClockEnv))
-
-func mustParseOffset(v string) time.Duration {
-	d, err := parseOffset(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", ClockEnv, err)
-		os.Exit(2)
-	}
-	return d
-}
-
-func parseOffset(v string) (time.Duration, error) {
-	if strings.TrimSpace(v) == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		return 0, fmt.Errorf("want a Go duration such as -30s: %w", err)
-	}
-	return d, nil
-}
-
-// Now is time.Now shifted by DELAYBRIDGE_TEST_CLOCK_OFFSET (wall and monotonic reading
-// alike, so durations between two Now values are unaffected).
-func Now() time.Time { return time.Now().Add(clockOffset) }
 
 // Inject kills the process with SIGKILL when the named point is armed and reached for
 // the configured time.

@@ -2,10 +2,7 @@
 
 package failpoint
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 func TestParse(t *testing.T) {
 	ps, err := parse("after-park=crash, after-publish=crash@3")
@@ -19,16 +16,5 @@ func TestParse(t *testing.T) {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("parse(%q): no error", bad)
 		}
-	}
-}
-
-func TestParseOffset(t *testing.T) {
-	for in, want := range map[string]time.Duration{"": 0, "-30s": -30 * time.Second, " 1m ": time.Minute} {
-		if got, err := parseOffset(in); err != nil || got != want {
-			t.Errorf("parseOffset(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	if _, err := parseOffset("30"); err == nil {
-		t.Error("parseOffset(\"30\"): no error")
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
-	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -48,6 +47,9 @@ type APIConfig struct {
 	// (BRIDGE_API_MAX_INFLIGHT_BYTES); it is raised to one largest request
 	// ([APIConfig.MaxBodyBytes]) when smaller. 0: [DefaultMaxInflightBytes].
 	MaxInflightBytes int64
+	// Now is the local clock a message's receipt time is read from (a relative delay
+	// counts from receipt, as in ingress); default time.Now.
+	Now func() time.Time
 }
 
 // DefaultMaxInflightBytes is the default of APIConfig.MaxInflightBytes (32 MiB).
@@ -70,6 +72,9 @@ func (c APIConfig) MaxBodyBytes() int64 {
 func NewAPI(cfg APIConfig, store Store, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
@@ -174,7 +179,7 @@ type StatsResponse struct {
 }
 
 func (a *api) post(w http.ResponseWriter, r *http.Request) {
-	received := failpoint.Now()
+	received := a.cfg.Now()
 	dec := json.NewDecoder(r.Body) // limited by limitBody
 	dec.DisallowUnknownFields()
 	var req PostRequest
@@ -192,7 +197,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	park, err := a.cfg.Rules.Prepare(in, failpoint.Now())
+	park, err := a.cfg.Rules.Prepare(in, a.cfg.Now())
 	if err != nil {
 		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
 		writeError(w, http.StatusBadRequest, ingress.ErrorText(err))
