@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/tracing"
@@ -531,32 +532,22 @@ const opTimeout = 10 * time.Second
 // is not cancelled with ctx (bounded by opTimeout), so a batch read before shutdown is
 // still parked and acked during the drain.
 func (in *Ingress) retry(ctx context.Context, what string, op func(context.Context) error) error {
-	wait := in.cfg.RetryMin
-	failed := false
+	wait := backoff.Backoff{Min: in.cfg.RetryMin, Max: in.cfg.RetryMax}
+	streak := backoff.Streak{Log: in.log}
 	for {
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		err := op(opCtx)
 		cancel()
 		if err == nil {
-			if failed {
-				in.log.Info(what + " recovered")
-			}
+			streak.Recovered(ctx, what+" recovered")
 			return nil
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
-		if !failed {
-			in.log.Warn(what+" failed; retrying, sources are not acked meanwhile", "err", err)
-			failed = true
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		streak.Failed(ctx, what+" failed; retrying, sources are not acked meanwhile", "err", err)
+		if !backoff.Sleep(ctx, wait.Next()) {
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-t.C:
 		}
-		wait = min(2*wait, in.cfg.RetryMax)
 	}
 }

@@ -1,5 +1,6 @@
-// Package backoff is the one home of delaybridge's retry waits: exponential, doubling from
-// a minimum to a cap.
+// Package backoff is the one home of delaybridge's retry policy: the waits (exponential,
+// doubling from a minimum to a cap: Exp, Backoff, Sleep) and how a run of failures is
+// logged (Streak: Warn once, Debug after, Info on recovery).
 package backoff
 
 import (

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/delaybridge/delaybridge/internal/backoff"
 )
 
 // partitionConsumer consumes one partition for one generation of the group. One
@@ -44,7 +46,7 @@ type partitionConsumer struct {
 	committable int64 // offset after the acked prefix; -1 before any
 	committed   int64 // last committed offset; -1 unknown
 	lastCommit  time.Time
-	commitFails int
+	commitFails backoff.Streak // failed commits of the current run (Warn once)
 }
 
 type entry struct {
@@ -84,6 +86,7 @@ func newPartitionConsumer(sub *subscription, gen *kafkago.Generation, pa kafkago
 	if pa.Offset >= 0 {
 		pc.committed = pa.Offset
 	}
+	pc.commitFails.Log = pc.log
 	return pc
 }
 
@@ -175,27 +178,20 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 
 // fetch reads records from r until ctx is done and sends them on fetched.
 func (pc *partitionConsumer) fetch(ctx context.Context, r *kafkago.Reader, fetched chan<- kafkago.Message) {
-	failures := 0
+	streak := backoff.Streak{Log: pc.log} // logged once at Warn, then quietly retried
 	for {
 		km, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, io.EOF) {
 				return
 			}
-			level := slog.LevelDebug // logged once at Warn, then quietly retried
-			if failures == 0 {
-				level = slog.LevelWarn
-			}
-			failures++
-			pc.log.Log(ctx, level, "kafka fetch, retrying", "error", err)
-			select {
-			case <-ctx.Done():
+			streak.Failed(ctx, "kafka fetch, retrying", "error", err)
+			if !backoff.Sleep(ctx, fetchErrorPause) {
 				return
-			case <-time.After(fetchErrorPause):
 			}
 			continue
 		}
-		failures = 0
+		streak.Reset()
 		select {
 		case fetched <- km:
 		case <-ctx.Done():
@@ -356,15 +352,10 @@ func (pc *partitionConsumer) commit() {
 		h(pc.sub.topic, pc.partition, off, err)
 	}
 	if err != nil {
-		level := slog.LevelDebug // logged once at Warn per run of failures
-		if pc.commitFails == 0 {
-			level = slog.LevelWarn
-		}
-		pc.commitFails++
-		pc.log.Log(context.Background(), level, "kafka offset commit", "offset", off, "error", err)
+		pc.commitFails.Failed(context.Background(), "kafka offset commit", "offset", off, "error", err) // Warn once per run
 		return
 	}
-	pc.commitFails = 0
+	pc.commitFails.Reset()
 	pc.committed = off
 	pc.log.Debug("kafka offset committed", "offset", off)
 }

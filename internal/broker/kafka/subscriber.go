@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/delaybridge/delaybridge/internal/backoff"
 )
 
 // Subscriber defaults.
@@ -300,22 +302,17 @@ func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
 		sub.log.Info("left kafka consumer group")
 	}()
 
-	failures := 0
+	streak := backoff.Streak{Log: sub.log} // logged once at Warn, then quietly retried
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
 				return
 			}
-			level := slog.LevelDebug // logged once at Warn, then quietly retried
-			if failures == 0 {
-				level = slog.LevelWarn
-			}
-			failures++
-			sub.log.Log(ctx, level, "kafka consumer group: no generation, retrying", "error", err)
+			streak.Failed(ctx, "kafka consumer group: no generation, retrying", "error", err)
 			continue
 		}
-		failures = 0
+		streak.Reset()
 		assigned := gen.Assignments[sub.topic]
 		ids := make([]int, len(assigned))
 		for i, pa := range assigned {

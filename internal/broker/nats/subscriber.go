@@ -13,6 +13,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
@@ -328,11 +329,10 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 			return
 		}
 		log.Warn("jetstream consume interrupted, resuming", "error", err)
-		for attempt := 0; ; attempt++ {
-			select {
-			case <-ctx.Done():
+		streak := backoff.Streak{Log: log} // logged once at Warn, then quietly retried
+		for {
+			if !backoff.Sleep(ctx, resumeWait) {
 				return
-			case <-time.After(resumeWait):
 			}
 			cctx, cancel := context.WithTimeout(ctx, setupTimeout)
 			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, s.consumerConfig(topic))
@@ -345,11 +345,7 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 				log.Warn("jetstream subscription ended: connection closed")
 				return
 			}
-			level := slog.LevelDebug // logged once at Warn, then quietly retried
-			if attempt == 0 {
-				level = slog.LevelWarn
-			}
-			log.Log(ctx, level, "jetstream consumer not available, retrying every second", "error", err)
+			streak.Failed(ctx, "jetstream consumer not available, retrying every second", "error", err)
 		}
 	}
 }
