@@ -16,7 +16,7 @@ run: build
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# Fault suite (e2e/fault, ../shared/FAULTS.md rows): the bridge built with test-only
+# Fault suite (e2e/fault, docs/faults.md rows): the bridge built with test-only
 # failpoints, killed, stopped and restarted under load; about 9 minutes. FAULT_SEED=N replays
 # the random kill loop; FAULT_KILL_LOOP=5m runs it for 5 minutes instead of 15 s.
 test-fault:

@@ -12,7 +12,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
-// TestCheckDataset (FAULTS.md B10): a shard whose keys vanish under a running replica is
+// TestCheckDataset (docs/faults.md B10): a shard whose keys vanish under a running replica is
 // reported once by every replica that had seen it, and its epoch and the shard-count
 // record are re-created.
 func TestCheckDataset(t *testing.T) {

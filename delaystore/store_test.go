@@ -685,7 +685,7 @@ func TestShardMismatch(t *testing.T) {
 	}
 }
 
-// TestEvictionPolicy (FAULTS.md B9): Init refuses an allkeys-* policy, which would evict
+// TestEvictionPolicy (docs/faults.md B9): Init refuses an allkeys-* policy, which would evict
 // parked messages, and accepts noeviction and volatile-* (the store sets no TTL).
 func TestEvictionPolicy(t *testing.T) {
 	srv := testredis.Start(t)

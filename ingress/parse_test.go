@@ -87,7 +87,7 @@ func TestParseDelayRejects(t *testing.T) {
 		in     string
 		detail string // substring of the error
 	}{
-		// FAULTS G1.
+		// docs/faults.md G1.
 		{"abc", "want integer milliseconds"},
 		{"", "empty"},
 		{"1d", "no day unit"},
@@ -116,7 +116,7 @@ func TestParseDelayRejects(t *testing.T) {
 		{"ms", ""},
 		{".s", ""},
 		{"1h 30m", "whitespace"},
-		// FAULTS G2: negative.
+		// docs/faults.md G2: negative.
 		{"-5s", "negative delay"},
 		{"-PT5S", "negative delay"},
 		{"-1500", "negative delay"},
@@ -127,7 +127,7 @@ func TestParseDelayRejects(t *testing.T) {
 		{"+1500", "sign"},
 		{"+PT5S", "sign"},
 		{"PT+5S", "sign"},
-		// FAULTS G3: huge, years, months.
+		// docs/faults.md G3: huge, years, months.
 		{"P10000Y", "ambiguous"},
 		{"P1Y", "ambiguous"},
 		{"P1M", "ambiguous"},

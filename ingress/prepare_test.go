@@ -33,7 +33,7 @@ func prepareIn(broker string, hs ...string) Incoming {
 	return Incoming{Headers: l, Broker: broker, Source: broker + ":delay.in", SourceID: "src-1", NewID: func() string { return "new" }}
 }
 
-// TestPrepareHeaders covers rows G8-G10 of FAULTS.md and the hop counter of G5.
+// TestPrepareHeaders covers rows G8-G10 of docs/faults.md and the hop counter of G5.
 func TestPrepareHeaders(t *testing.T) {
 	r := prepareRules()
 	now := time.Now()

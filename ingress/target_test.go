@@ -90,7 +90,7 @@ func TestParseTargetRejects(t *testing.T) {
 		source string
 		reason string
 	}{
-		// FAULTS G4.
+		// docs/faults.md G4.
 		{"empty", testPolicy(), "", BrokerNATS, ReasonMissingTarget},
 		// Prefixes and brokers.
 		{"unknown prefix", testPolicy(), "foo:bar", BrokerNATS, ReasonInvalidTarget},
@@ -102,7 +102,7 @@ func TestParseTargetRejects(t *testing.T) {
 		{"kafka not configured", natsOnly, "kafka:orders", BrokerNATS, ReasonBrokerNotConfigured},
 		{"source broker not configured", natsOnly, "orders", BrokerKafka, ReasonBrokerNotConfigured},
 		{"nothing configured", TargetPolicy{Allow: []string{"*"}}, "orders", "", ReasonBrokerNotConfigured},
-		// FAULTS G5: loops, wildcard overlap included.
+		// docs/faults.md G5: loops, wildcard overlap included.
 		{"ingress subject", testPolicy(), "delay.in", BrokerNATS, ReasonTargetLoop},
 		{"cancel subject", testPolicy(), "nats:delay.cancel", BrokerKafka, ReasonTargetLoop},
 		{"dlq subject", testPolicy(), "delay.dlq", BrokerNATS, ReasonTargetLoop},
@@ -111,7 +111,7 @@ func TestParseTargetRejects(t *testing.T) {
 		{"own wildcard >", wildOwn, "delay.in", BrokerNATS, ReasonTargetLoop},
 		{"own wildcard > deep", wildOwn, "delay.x.y.z", BrokerNATS, ReasonTargetLoop},
 		{"own wildcard *", wildOwn, "bridge.eu.cancel", BrokerNATS, ReasonTargetLoop},
-		// FAULTS G6: malformed NATS subjects.
+		// docs/faults.md G6: malformed NATS subjects.
 		{"wildcard *", testPolicy(), "a.*", BrokerNATS, ReasonInvalidTarget},
 		{"wildcard >", testPolicy(), "a.>", BrokerNATS, ReasonInvalidTarget},
 		{"bare *", testPolicy(), "*", BrokerNATS, ReasonInvalidTarget},
@@ -132,7 +132,7 @@ func TestParseTargetRejects(t *testing.T) {
 		{"next line", testPolicy(), "a\u0085b", BrokerNATS, ReasonInvalidTarget},
 		{"invalid utf8", testPolicy(), "a\xffb", BrokerNATS, ReasonInvalidTarget},
 		{"too long", testPolicy(), strings.Repeat("a", MaxSubjectLen+1), BrokerNATS, ReasonInvalidTarget},
-		// FAULTS G7: reserved namespaces.
+		// docs/faults.md G7: reserved namespaces.
 		{"$JS.API delete", testPolicy(), "$JS.API.STREAM.DELETE.ORDERS", BrokerNATS, ReasonInvalidTarget},
 		{"$JS.ACK", testPolicy(), "$JS.ACK.ORDERS.c.1.2.3.4.5", BrokerNATS, ReasonInvalidTarget},
 		{"$KV", testPolicy(), "$KV.bucket.key", BrokerNATS, ReasonInvalidTarget},

@@ -10,7 +10,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// datasetCheckInterval is how often the dataset epoch is read (FAULTS.md B10): one GET per
+// datasetCheckInterval is how often the dataset epoch is read (docs/faults.md B10): one GET per
 // Redis master (delaystore.CheckDataset), every shard only after a reset was found.
 const datasetCheckInterval = 2 * time.Second
 

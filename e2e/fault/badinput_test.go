@@ -40,7 +40,7 @@ type goodCase struct {
 	check func(h map[string][]string) string
 }
 
-// commonBad are bad inputs both brokers can carry, by FAULTS.md row.
+// commonBad are bad inputs both brokers can carry, by docs/faults.md row.
 func commonBad() []badCase {
 	t := func(target string) kv { return kv{"x-target", target} }
 	ok := t("out.valid")
@@ -218,7 +218,7 @@ func goodCases(n int) []goodCase {
 	return out
 }
 
-// TestGBadInput is rows G1-G10 of FAULTS.md in one run against the bridge binary: about a
+// TestGBadInput is rows G1-G10 of docs/faults.md in one run against the bridge binary: about a
 // hundred bad inputs over NATS (JetStream) and Kafka (kfake), every one of which must be
 // dead-lettered on its source broker with the expected reason and none parked, mixed with
 // as many valid messages (forged Nats-* and x-delay-* headers among them), every one of

@@ -109,7 +109,7 @@ func TestA5RandomKillLoop(t *testing.T) {
 	}
 	t.Logf("seed %d (FAULT_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	// FAULT_KILL_LOOP=5m runs the loop longer than CI's 15 s (FAULTS.md asks for 5 min).
+	// FAULT_KILL_LOOP=5m runs the loop longer than CI's 15 s (the customer's fault matrix asks for 5 min).
 	length := 15 * time.Second
 	if v := strings.TrimSpace(getenv("FAULT_KILL_LOOP")); v != "" {
 		d, err := time.ParseDuration(v)

@@ -1,6 +1,6 @@
 //go:build fault
 
-// Package fault is the fault suite of ../shared/FAULTS.md: the bridge binary, built with
+// Package fault is the fault suite of docs/faults.md: the bridge binary, built with
 // test-only failpoints (-tags failpoints), runs as a subprocess against a spawned
 // redis-server and an embedded nats-server, and is killed, stopped and restarted while
 // messages flow. A checker counts, for every run, the messages lost (acked by the source,
@@ -264,7 +264,7 @@ func (c *checker) await(seqs []string, timeout time.Duration) report {
 }
 
 // requireSafe fails the test unless nothing was lost and nothing was early: the promise
-// of FAULTS.md. Duplicates are allowed (at-least-once) and reported. Extra copies in the
+// of docs/faults.md. Duplicates are allowed (at-least-once) and reported. Extra copies in the
 // OUT stream are duplicates JetStream could not drop (a new Nats-Msg-Id): a source message
 // redelivered after its tombstone expired (BRIDGE_TOMBSTONE_TTL), or one parked again by a
 // row that asserts nothing about them; requireNoReparks asserts 0.

@@ -12,7 +12,7 @@ import (
 )
 
 // B4: Redis unreachable for a while, under load, through a toxiproxy between the bridge
-// and Redis: refused connections (the proxy cut for the 30 s of FAULTS.md) and a black
+// and Redis: refused connections (the proxy cut for the 30 s of docs/faults.md) and a black
 // hole (a timeout toxic: connections hang, Redis never answers). While it lasts the bridge
 // keeps running, /healthz and /metrics answer, delaybridge_redis_up is 0, nothing more is
 // acked to JetStream (the consumer's ack floor does not move), the unacked messages are

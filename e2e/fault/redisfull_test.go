@@ -18,7 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
-// B9, Redis full (FAULTS.md B9's OOM half): maxmemory of a few MB with noeviction, and a
+// B9, Redis full (docs/faults.md B9's OOM half): maxmemory of a few MB with noeviction, and a
 // burst of 1 KB messages with short delays, several times what fits, JetStream in and out.
 // Parks are refused with -OOM (nothing acked: back-pressure), but claim, ack and retry run
 // on the full Redis (allow-oom), so due messages keep going out during the full period,
