@@ -18,8 +18,8 @@ const Prefix = "BRIDGE_"
 // DefaultAPIAddr is the default of BRIDGE_API_ADDR (kept equal to the struct tag by a test).
 const DefaultAPIAddr = "127.0.0.1:8081"
 
-// Config is the whole configuration of the bridge, one field per BRIDGE_* variable (SPEC
-// section 4, plus the extensions BRIDGE_SHUTDOWN_TIMEOUT and BRIDGE_MAX_ATTEMPTS). Build it
+// Config is the whole configuration of the bridge, one field per BRIDGE_* variable
+// (docs/contract.md section 4, plus the extensions BRIDGE_SHUTDOWN_TIMEOUT and BRIDGE_MAX_ATTEMPTS). Build it
 // with [Load]. The struct tags are the single source of truth for names, defaults and
 // documentation ([Variables]).
 //
@@ -49,13 +49,13 @@ type Config struct {
 	// MaxPayload is the largest accepted payload in bytes.
 	MaxPayload int `env:"MAX_PAYLOAD" envDefault:"1048576" envDoc:"largest accepted payload, bytes"`
 	// MaxHeaders is the most headers an incoming message may have, control headers
-	// included (extension, not in SPEC).
+	// included (extension, not in the contract).
 	MaxHeaders int `env:"MAX_HEADERS" envDefault:"64" envDoc:"most headers an incoming message may have (extension)"`
 	// MaxHeaderBytes bounds the total length of an incoming message's header names and
-	// values (extension, not in SPEC).
+	// values (extension, not in the contract).
 	MaxHeaderBytes int `env:"MAX_HEADER_BYTES" envDefault:"8192" envDoc:"largest total of header name and value bytes of an incoming message (extension)"`
 	// MaxHops is the x-delay-hops count at which a message is dead-lettered as a loop
-	// (extension, not in SPEC).
+	// (extension, not in the contract).
 	MaxHops int `env:"MAX_HOPS" envDefault:"8" envDoc:"x-delay-hops count at which a message is dead-lettered as a loop (extension)"`
 	// HTTPAddr is the listen address of /healthz, /readyz and /metrics.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080" envDoc:"listen address of /healthz, /readyz, /metrics"`
@@ -63,12 +63,12 @@ type Config struct {
 	// BRIDGE_API_ADDR does that, unlike other variables, where empty means the default).
 	APIAddr string `env:"API_ADDR" envDefault:"127.0.0.1:8081" envDoc:"listen address of the message API; empty turns it off"`
 	// APIMaxInflightBytes bounds the request-body bytes the message API holds at once
-	// (extension, not in SPEC); it is raised to one largest request when smaller.
+	// (extension, not in the contract); it is raised to one largest request when smaller.
 	APIMaxInflightBytes int64 `env:"API_MAX_INFLIGHT_BYTES" envDefault:"33554432" envDoc:"request-body bytes the message API reads at once; beyond: 503 with Retry-After (extension)"`
-	// APIMaxConns bounds the message API's open connections (extension, not in SPEC).
+	// APIMaxConns bounds the message API's open connections (extension, not in the contract).
 	APIMaxConns int `env:"API_MAX_CONNS" envDefault:"256" envDoc:"most open connections of the message API; more wait to be accepted (extension)"`
 	// HTTPIdleTimeout closes an idle keep-alive connection of either HTTP listener
-	// (extension, not in SPEC).
+	// (extension, not in the contract).
 	HTTPIdleTimeout time.Duration `env:"HTTP_IDLE_TIMEOUT" envDefault:"1m" envDoc:"idle keep-alive connections of both HTTP listeners are closed after this (extension)"`
 	// APIToken is the bearer token the message API requires when non-empty. Secret: never
 	// printed ([Config.Redacted]).
@@ -79,24 +79,24 @@ type Config struct {
 	LogLevel string `env:"LOG_LEVEL" envDefault:"info" envDoc:"debug, info, warn or error"`
 	// LogFormat is "json" or "text" (given in any case, stored lower case).
 	LogFormat string `env:"LOG_FORMAT" envDefault:"json" envDoc:"json or text"`
-	// ShutdownTimeout bounds the drain at shutdown (extension, not in SPEC).
+	// ShutdownTimeout bounds the drain at shutdown (extension, not in the contract).
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" envDoc:"bound on the drain at shutdown (extension)"`
 	// MaxAttempts is how many publish attempts egress makes before it dead-letters a due
-	// message (extension, not in SPEC).
+	// message (extension, not in the contract).
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10" envDoc:"egress publish attempts before a message is dead-lettered (extension)"`
 	// RetryBackoff is the wait before a failed target publish is tried again; it doubles
-	// per attempt, capped at 5m (extension, not in SPEC).
+	// per attempt, capped at 5m (extension, not in the contract).
 	RetryBackoff time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at 5m (extension)"`
 	// TargetInflight is the most messages of one target this replica has being published
-	// at once (extension, not in SPEC): a hanging target holds only that many, the others
+	// at once (extension, not in the contract): a hanging target holds only that many, the others
 	// are put back unpublished, without counting an attempt.
 	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
 	// OwnershipTTL is how long a replica's membership of the fleet, and with it the
-	// shards it claims, lives without a heartbeat (extension, not in SPEC): a killed
+	// shards it claims, lives without a heartbeat (extension, not in the contract): a killed
 	// replica's shards are claimed again within OwnershipTTL + OwnershipTTL/3.
 	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
 	// Pprof serves Go's net/http/pprof profiles under /debug/pprof/ on HTTPAddr
-	// (extension, not in SPEC). Off by default: profiles reveal internals.
+	// (extension, not in the contract). Off by default: profiles reveal internals.
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`
 }
 
@@ -156,12 +156,12 @@ type NATS struct {
 	// Consumer is the durable pull consumer on Stream.
 	Consumer string `env:"NATS_CONSUMER" envDefault:"delaybridge" envDoc:"durable consumer name"`
 	// AckWait is how long JetStream waits for the bridge's ack before redelivering a
-	// message of the ingress stream (extension, not in SPEC).
+	// message of the ingress stream (extension, not in the contract).
 	AckWait time.Duration `env:"NATS_ACK_WAIT" envDefault:"30s" envDoc:"JetStream redelivery delay of unacked ingress messages (extension)"`
 	// MaxProgress bounds how long an ingress message the bridge is still working on (its
 	// park blocked on a slow or unreachable Redis) is kept from redelivery by in-progress
 	// reports every AckWait/2: 0 means 5 x AckWait, at least 1m; negative turns the
-	// reports off (extension, not in SPEC).
+	// reports off (extension, not in the contract).
 	MaxProgress time.Duration `env:"NATS_MAX_PROGRESS" envDefault:"0s" envDoc:"how long JetStream is told an ingress message is still in progress while its park waits for Redis; 0: 5 x BRIDGE_NATS_ACK_WAIT, at least 1m; negative: off (extension)"`
 	// CredsFile is a NATS user credentials file (JWT and nkey seed).
 	CredsFile string `env:"NATS_CREDS_FILE" envDoc:"NATS .creds file (user JWT + nkey seed)"`
@@ -192,7 +192,7 @@ type Kafka struct {
 	SASLPasswordFile string `env:"KAFKA_SASL_PASSWORD_FILE" envDoc:"file holding BRIDGE_KAFKA_SASL_PASSWORD"`
 	// MaxMessageBytes is the largest record the target brokers take (their
 	// message.max.bytes, or a topic's max.message.bytes if lower), key and headers
-	// included; the publisher's batch limit too (extension, not in SPEC).
+	// included; the publisher's batch limit too (extension, not in the contract).
 	MaxMessageBytes int `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"1048576" envDoc:"largest Kafka record the brokers take (message.max.bytes), key and headers included; larger messages are refused at ingress (extension)"`
 	// KafkaTLS turns TLS on with the system CAs; the TLS file variables turn it on too.
 	KafkaTLS bool `env:"KAFKA_TLS" envDefault:"false" envDoc:"connect to Kafka over TLS (the TLS file variables imply it)"`
@@ -240,7 +240,7 @@ func EnvMap(environ []string) map[string]string {
 }
 
 // Load reads the configuration from environ (never from the process environment; pass
-// EnvMap(os.Environ())), applies SPEC's defaults and validates every value. An unset or
+// EnvMap(os.Environ())), applies the contract's defaults and validates every value. An unset or
 // empty variable takes its default, except BRIDGE_API_ADDR, where empty turns the API off.
 // Values are not trimmed, except the items of comma-separated lists.
 //

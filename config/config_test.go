@@ -11,7 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// specDefaults is SPEC section 4's table, in its order, plus the two extensions.
+// specDefaults is docs/contract.md section 4's table, in its order, plus the two extensions.
 var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_REDIS_URL", "redis://127.0.0.1:6379/0"},
 	{"BRIDGE_REDIS_CLUSTER_ADDRS", ""},
@@ -77,7 +77,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_KAFKA_TLS_CERT_FILE", ""},
 	{"BRIDGE_KAFKA_TLS_KEY_FILE", ""},
 	{"BRIDGE_API_TOKEN_FILE", ""},
-	// SPEC section 7: durability under Redis failover.
+	// docs/contract.md section 7: durability under Redis failover.
 	{"BRIDGE_REDIS_MIN_REPLICAS", "0"},
 	{"BRIDGE_REDIS_WAIT_TIMEOUT", "1s"},
 }
@@ -118,7 +118,7 @@ func problems(t testing.TB, err error) []string {
 func TestDefaultsMatchSpec(t *testing.T) {
 	vars := Variables()
 	if len(vars) != len(specDefaults) {
-		t.Fatalf("Variables() has %d entries, SPEC+extensions %d", len(vars), len(specDefaults))
+		t.Fatalf("Variables() has %d entries, contract+extensions %d", len(vars), len(specDefaults))
 	}
 	byName := map[string]Var{}
 	for _, v := range vars {
@@ -135,14 +135,14 @@ func TestDefaultsMatchSpec(t *testing.T) {
 				t.Fatalf("not in Variables()")
 			}
 			if v.Default != want.def {
-				t.Errorf("Variables() default %q, SPEC %q", v.Default, want.def)
+				t.Errorf("Variables() default %q, contract %q", v.Default, want.def)
 			}
 			got, ok := effective[want.name]
 			if !ok {
 				t.Fatalf("not in Redacted()")
 			}
 			if got != want.def {
-				t.Errorf("effective default %q, SPEC %q", got, want.def)
+				t.Errorf("effective default %q, contract %q", got, want.def)
 			}
 		})
 	}

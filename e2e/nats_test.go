@@ -125,7 +125,7 @@ func request(t *testing.T, nc *nats.Conn, subject string, hdr nats.Header, paylo
 
 // TestCoreRequestDelayedDelivery: the first user story. A core NATS request to delay.in is
 // answered after the message is in Redis, and the message reaches its target no earlier
-// than due, with the headers SPEC section 2 lists.
+// than due, with the headers docs/contract.md section 2 lists.
 func TestCoreRequestDelayedDelivery(t *testing.T) {
 	s := newStack(t)
 	startBridge(t, s.env)
@@ -403,7 +403,7 @@ func TestStartupErrors(t *testing.T) {
 	})
 }
 
-// TestHTTPEndpoints: health, readiness and metrics answer as SPEC section 6 says.
+// TestHTTPEndpoints: health, readiness and metrics answer as docs/contract.md section 6 says.
 func TestHTTPEndpoints(t *testing.T) {
 	s := newLocalStack(t) // kills its redis-server: always a local one
 	b := startBridge(t, s.env)

@@ -17,7 +17,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Output header names (SPEC section 2), and the error header of dead letters.
+// Output header names (docs/contract.md section 2), and the error header of dead letters.
 const (
 	HeaderID       = "x-delay-id"
 	HeaderDue      = "x-delay-due"

@@ -94,7 +94,7 @@ func waitEmpty(t *testing.T, st *delaystore.Store) {
 }
 
 // TestDeliversEachOnceNeverEarly: due messages are published once each, with the output
-// headers of SPEC section 2, never before their due time, and removed from the store.
+// headers of docs/contract.md section 2, never before their due time, and removed from the store.
 func TestDeliversEachOnceNeverEarly(t *testing.T) {
 	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
@@ -322,7 +322,7 @@ func TestCrashBetweenPublishAndAck(t *testing.T) {
 	waitEmpty(t, st)
 }
 
-// TestKafkaKeyMapping: SPEC section 1 key rules, on the message egress hands to a publisher.
+// TestKafkaKeyMapping: docs/contract.md section 1 key rules, on the message egress hands to a publisher.
 func TestKafkaKeyMapping(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -49,7 +49,7 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 	hs.Add(HeaderID, c.ID)
 	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
 	hs.Add(HeaderSource, env.Source)
-	// SPEC section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
+	// docs/contract.md section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
 	// and a message from NATS gets its x-kafka-key header as the record key.
 	var extra map[string]string
 	key := env.Key

@@ -14,7 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Header names of the contract (SPEC sections 1 and 2), in lower case. Incoming header
+// Header names of the contract (docs/contract.md sections 1 and 2), in lower case. Incoming header
 // names are matched case-insensitively; the bridge writes its own headers with exactly
 // these names.
 const (
@@ -139,7 +139,7 @@ func Reason(err error) string {
 
 // ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8, free
 // of control characters (C0, DEL, C1), and not beginning or ending with a space. The last
-// three rules go beyond SPEC: the id is echoed in JSON replies and headers, where such
+// three rules go beyond the contract: the id is echoed in JSON replies and headers, where such
 // bytes would be altered (NATS trims blanks around header values), and the message could
 // then no longer be addressed by its id. The error wraps [ErrInvalidID].
 func ValidateID(id string) error {

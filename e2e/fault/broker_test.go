@@ -15,7 +15,7 @@ import (
 
 // D2: a target whose stream never confirms (it is full: MaxMsgs 1, DiscardNew) fails
 // every publish but the first. (A subject no stream captures gets a flushed core publish,
-// as SPEC section 2 says, so "no stream" alone is not a failure for the bridge; a stream
+// as docs/contract.md section 2 says, so "no stream" alone is not a failure for the bridge; a stream
 // that answers with an error is the target that never confirms.) Those messages are retried with backoff and dead-lettered
 // (publish_failed) after BRIDGE_MAX_ATTEMPTS, while another target, fed at the same
 // time, keeps flowing: lost 0, early 0.

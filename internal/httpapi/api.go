@@ -61,7 +61,7 @@ func (c APIConfig) MaxBodyBytes() int64 {
 	return int64(c.Rules.MaxPayload)*2 + 64<<10
 }
 
-// NewAPI returns the message API handler (SPEC section 6):
+// NewAPI returns the message API handler (docs/contract.md section 6):
 // POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
 //
 // Every request is authenticated first (when a token is set): a 401 is answered with
