@@ -85,8 +85,12 @@ type Config struct {
 	// message (extension, not in the contract).
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10" envDoc:"egress publish attempts before a message is dead-lettered (extension)"`
 	// RetryBackoff is the wait before a failed target publish is tried again; it doubles
-	// per attempt, capped at 5m (extension, not in the contract).
-	RetryBackoff time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at 5m (extension)"`
+	// per attempt, capped at RetryBackoffMax (extension, not in the contract).
+	RetryBackoff time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at BRIDGE_RETRY_BACKOFF_MAX (extension)"`
+	// RetryBackoffMax caps the doubling of RetryBackoff (extension, not in the contract):
+	// a message whose publishes keep failing is tried at least this often until it is
+	// dead-lettered. It is also how often an undecodable entry is looked at again.
+	RetryBackoffMax time.Duration `env:"RETRY_BACKOFF_MAX" envDefault:"5m" envDoc:"longest wait between publish attempts of one message: the cap of BRIDGE_RETRY_BACKOFF's doubling (extension)"`
 	// TargetInflight is the most messages of one target this replica has being published
 	// at once (extension, not in the contract): a hanging target holds only that many, the others
 	// are put back unpublished, without counting an attempt.

@@ -53,6 +53,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_TOMBSTONE_TTL", "0s"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
+	{"BRIDGE_RETRY_BACKOFF_MAX", "5m"},
 	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_OWNERSHIP_TTL", "3s"},
 	{"BRIDGE_PPROF", "false"},
@@ -177,6 +178,7 @@ func TestDefaultsTyped(t *testing.T) {
 			ShutdownTimeout:     25 * time.Second,
 			MaxAttempts:         10,
 			RetryBackoff:        time.Second,
+			RetryBackoffMax:     5 * time.Minute,
 			TargetInflight:      256,
 			OwnershipTTL:        3 * time.Second,
 		}
@@ -257,6 +259,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		ShutdownTimeout:     time.Minute,
 		MaxAttempts:         3,
 		RetryBackoff:        time.Second,
+		RetryBackoffMax:     5 * time.Minute,
 		TargetInflight:      256,
 		OwnershipTTL:        3 * time.Second,
 	}
@@ -309,6 +312,30 @@ func TestEmptyValues(t *testing.T) {
 	}
 	if c = mustLoad(t, map[string]string{"BRIDGE_API_ADDR": "  "}); c.APIAddr != "" {
 		t.Fatalf("APIAddr = %q", c.APIAddr)
+	}
+}
+
+// TestRetryBackoffValues: BRIDGE_RETRY_BACKOFF_MAX > 0 caps BRIDGE_RETRY_BACKOFF, which may
+// not exceed it.
+func TestRetryBackoffValues(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{map[string]string{"BRIDGE_RETRY_BACKOFF_MAX": "30s"}, ""},
+		{map[string]string{"BRIDGE_RETRY_BACKOFF": "1h", "BRIDGE_RETRY_BACKOFF_MAX": "2h"}, ""},
+		{map[string]string{"BRIDGE_RETRY_BACKOFF_MAX": "0s"}, "BRIDGE_RETRY_BACKOFF_MAX: 0s: must be > 0"},
+		{map[string]string{"BRIDGE_RETRY_BACKOFF_MAX": "soon"}, `BRIDGE_RETRY_BACKOFF_MAX: "soon" is not a duration`},
+		{map[string]string{"BRIDGE_RETRY_BACKOFF": "10m"}, "BRIDGE_RETRY_BACKOFF: 10m: must be at most BRIDGE_RETRY_BACKOFF_MAX (5m)"},
+		{map[string]string{"BRIDGE_RETRY_BACKOFF": "2s", "BRIDGE_RETRY_BACKOFF_MAX": "1s"}, "must be at most BRIDGE_RETRY_BACKOFF_MAX (1s)"},
+	} {
+		c, err := Load(tc.env)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Load(%v) = %v, want %q", tc.env, err, tc.want)
+		}
+		if err == nil && tc.env["BRIDGE_RETRY_BACKOFF_MAX"] == "30s" && c.RetryBackoffMax != 30*time.Second {
+			t.Errorf("RetryBackoffMax = %s, want 30s", c.RetryBackoffMax)
+		}
 	}
 }
 

@@ -227,8 +227,10 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	checkPositiveDuration(add, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
 	checkPositiveDuration(add, "NATS_ACK_WAIT", c.NATS.AckWait, time.Millisecond)
 	checkPositiveDuration(add, "RETRY_BACKOFF", c.RetryBackoff, time.Millisecond)
-	if c.RetryBackoff > 5*time.Minute {
-		add("RETRY_BACKOFF", "%s: must be at most 5m (the cap of the doubling)", formatDuration(c.RetryBackoff))
+	checkPositiveDuration(add, "RETRY_BACKOFF_MAX", c.RetryBackoffMax, time.Millisecond)
+	if c.RetryBackoffMax > 0 && c.RetryBackoff > c.RetryBackoffMax {
+		add("RETRY_BACKOFF", "%s: must be at most BRIDGE_RETRY_BACKOFF_MAX (%s), the cap of the doubling",
+			formatDuration(c.RetryBackoff), formatDuration(c.RetryBackoffMax))
 	}
 	if c.MaxAttempts < 1 {
 		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)

@@ -287,6 +287,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		DLQSubject:     cfg.DLQSubject,
 		MaxAttempts:    cfg.MaxAttempts,
 		BackoffMin:     cfg.RetryBackoff,
+		BackoffMax:     cfg.RetryBackoffMax,
 		DrainTimeout:   cfg.ShutdownTimeout,
 		Lease:          cfg.Store.Lease,
 		TargetInflight: cfg.TargetInflight,
