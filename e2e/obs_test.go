@@ -170,8 +170,17 @@ func TestMetricsMove(t *testing.T) {
 	if a.msg.Header.Get("x-delay-id") != "stuck" {
 		t.Fatalf("got %q, want the stuck message", a.msg.Header.Get("x-delay-id"))
 	}
-	time.Sleep(200 * time.Millisecond)
-	mfs = scrape(t, b)
+	// The pause also stalls the fleet heartbeat (a write) past BRIDGE_OWNERSHIP_TTL (3 s):
+	// the replica drops its shards until a heartbeat is answered again, and the store
+	// gauges cover owned shards only. Wait until it owns them again and they read 0.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mfs = scrape(t, b)
+		over, n1 := metric(mfs, "delaybridge_overdue_messages")
+		old, n2 := metric(mfs, "delaybridge_oldest_overdue_seconds")
+		if n1 > 0 && n2 > 0 && over == 0 && old == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	expect(t, mfs, "delaybridge_overdue_messages", 0)
 	expect(t, mfs, "delaybridge_oldest_overdue_seconds", 0)
 	expect(t, mfs, "delaybridge_messages_out_total", 4, "broker", "nats", "result", "published")
