@@ -86,6 +86,10 @@ func expect(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want fl
 func TestMetricsMove(t *testing.T) {
 	s := newLocalStack(t) // pauses its redis-server's writes: always a local one
 	s.env["BRIDGE_SHARDS"] = "4"
+	// The 4 s write pause below also stalls the fleet heartbeat; with the default 3 s
+	// ownership TTL the replica would drop its shards meanwhile, and the store gauges
+	// cover owned shards only.
+	s.env["BRIDGE_OWNERSHIP_TTL"] = "10s"
 	b := startBridge(t, s.env)
 	out := subscribe(t, s.nc, "orders.timeout")
 
@@ -170,9 +174,7 @@ func TestMetricsMove(t *testing.T) {
 	if a.msg.Header.Get("x-delay-id") != "stuck" {
 		t.Fatalf("got %q, want the stuck message", a.msg.Header.Get("x-delay-id"))
 	}
-	// The pause also stalls the fleet heartbeat (a write) past BRIDGE_OWNERSHIP_TTL (3 s):
-	// the replica drops its shards until a heartbeat is answered again, and the store
-	// gauges cover owned shards only. Wait until it owns them again and they read 0.
+	// The ack of the stuck message follows its publish: wait (bounded) for the gauges.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		mfs = scrape(t, b)
 		over, n1 := metric(mfs, "delaybridge_overdue_messages")
