@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 )
 
@@ -214,11 +215,11 @@ func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
 	}
 	reason, _ := rejected(o.err)
 	if reason == "" {
-		reason = "publish_failed"
+		reason = contract.ReasonPublishFailed
 	}
 	dead := e.deadMessage(ctx, o, true)
 	err := pub.Publish(e.cfg.DLQSubject, dead)
-	if r, ok := rejected(err); ok && r == reasonTooLarge && len(o.msg.Payload) > 0 {
+	if r, ok := rejected(err); ok && r == contract.ReasonTooLarge && len(o.msg.Payload) > 0 {
 		e.log.Warn("dead letter too large; dead-lettering it without its payload", "id", o.claimed.ID, "size", len(o.msg.Payload))
 		err = pub.Publish(e.cfg.DLQSubject, e.deadMessage(ctx, o, false))
 	}
@@ -245,14 +246,14 @@ func (e *Egress) deadMessage(ctx context.Context, o *outgoing, withPayload bool)
 	for k, v := range o.msg.Metadata {
 		dead.Metadata.Set(k, v)
 	}
-	dead.Metadata.Set(HeaderTarget, o.claimed.Envelope.Target)
+	dead.Metadata.Set(contract.HeaderTarget, o.claimed.Envelope.Target)
 	if reason, ok := rejected(o.err); ok {
-		dead.Metadata.Set(HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
+		dead.Metadata.Set(contract.HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
 	} else {
-		dead.Metadata.Set(HeaderError, fmt.Sprintf("publish_failed: %d attempts, last: %v", o.claimed.Attempts+1, o.err))
+		dead.Metadata.Set(contract.HeaderError, fmt.Sprintf("%s: %d attempts, last: %v", contract.ReasonPublishFailed, o.claimed.Attempts+1, o.err))
 	}
 	if !withPayload {
-		dead.Metadata.Set(HeaderOriginalSize, strconv.Itoa(len(o.msg.Payload)))
+		dead.Metadata.Set(contract.HeaderOriginalSize, strconv.Itoa(len(o.msg.Payload)))
 	}
 	dead.SetContext(ctx)
 	return dead

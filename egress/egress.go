@@ -14,23 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
-	"github.com/delaybridge/delaybridge/internal/headers"
 )
-
-// Output header names (docs/contract.md section 2), and the error header of dead letters.
-const (
-	HeaderID       = "x-delay-id"
-	HeaderDue      = "x-delay-due"
-	HeaderSource   = "x-delay-source"
-	HeaderError    = "x-delay-error"
-	HeaderTarget   = "x-target"
-	HeaderKafkaKey = "x-kafka-key"
-	// HeaderOriginalSize: see headers.OriginalSize.
-	HeaderOriginalSize = headers.OriginalSize
-)
-
-// reasonTooLarge is the RejectReason of a message larger than the broker takes.
-const reasonTooLarge = "too_large"
 
 // Claimer is the part of the delay store egress needs (delaystore.Store implements it).
 // Implementations must be safe for concurrent use. Acks and retries are fenced by the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -112,7 +113,7 @@ func TestDeliversEachOnceNeverEarly(t *testing.T) {
 	for len(seen) < n {
 		g := waitFor(t, out, 10*time.Second)
 		hs := headers.FromMetadata(g.msg.Metadata)
-		id, _ := hs.Get(HeaderID)
+		id, _ := hs.Get(contract.HeaderID)
 		if seen[id] {
 			t.Fatalf("%s delivered twice", id)
 		}
@@ -120,10 +121,10 @@ func TestDeliversEachOnceNeverEarly(t *testing.T) {
 		if g.at.UnixMilli() < due[id] {
 			t.Fatalf("%s delivered %dms early", id, due[id]-g.at.UnixMilli())
 		}
-		if d, _ := hs.Get(HeaderDue); d != strconv.FormatInt(due[id], 10) {
+		if d, _ := hs.Get(contract.HeaderDue); d != strconv.FormatInt(due[id], 10) {
 			t.Fatalf("%s: x-delay-due %q, want %d", id, d, due[id])
 		}
-		if s, _ := hs.Get(HeaderSource); s != "nats:delay.in" {
+		if s, _ := hs.Get(contract.HeaderSource); s != "nats:delay.in" {
 			t.Fatalf("x-delay-source %q", s)
 		}
 		if v := hs.Values("k"); len(v) != 2 || v[0] != "1" || v[1] != "2" {
@@ -212,10 +213,10 @@ func TestRetryThenDeadLetter(t *testing.T) {
 	park(t, st, "doomed", 0, "nats:broken", headers.List{{Key: "tenant", Value: "acme"}})
 	g := waitFor(t, dlq, 10*time.Second)
 	hs := headers.FromMetadata(g.msg.Metadata)
-	if e, _ := hs.Get(HeaderError); e == "" {
-		t.Fatalf("dead letter without %s: %v", HeaderError, hs)
+	if e, _ := hs.Get(contract.HeaderError); e == "" {
+		t.Fatalf("dead letter without %s: %v", contract.HeaderError, hs)
 	}
-	if tg, _ := hs.Get(HeaderTarget); tg != "nats:broken" {
+	if tg, _ := hs.Get(contract.HeaderTarget); tg != "nats:broken" {
 		t.Fatalf("dead letter x-target = %q", tg)
 	}
 	if v, _ := hs.Get("tenant"); v != "acme" {
@@ -238,8 +239,8 @@ func TestRejectionDeadLettersAtOnce(t *testing.T) {
 	runEgress(t, Config{MaxAttempts: 100, BackoffMin: time.Hour}, st, map[string]message.Publisher{"nats": f})
 	park(t, st, "nope", 0, "nats:secret", nil)
 	g := waitFor(t, dlq, 5*time.Second)
-	if e, _ := headers.FromMetadata(g.msg.Metadata).Get(HeaderError); !strings.HasPrefix(e, "forbidden: ") {
-		t.Fatalf("%s = %q, want forbidden: ...", HeaderError, e)
+	if e, _ := headers.FromMetadata(g.msg.Metadata).Get(contract.HeaderError); !strings.HasPrefix(e, "forbidden: ") {
+		t.Fatalf("%s = %q, want forbidden: ...", contract.HeaderError, e)
 	}
 	waitEmpty(t, st)
 	if c := f.calls.Load(); c != 2 {
@@ -263,7 +264,7 @@ func TestPartialFailureRetriesOnlyFailed(t *testing.T) {
 	_ = p
 	runEgress(t, Config{MaxAttempts: 100, BackoffMin: time.Hour}, st, map[string]message.Publisher{"nats": f})
 	g := waitFor(t, out, 5*time.Second)
-	if id, _ := headers.FromMetadata(g.msg.Metadata).Get(HeaderID); id != "good" {
+	if id, _ := headers.FromMetadata(g.msg.Metadata).Get(contract.HeaderID); id != "good" {
 		t.Fatalf("delivered %q", id)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -314,8 +315,8 @@ func TestCrashBetweenPublishAndAck(t *testing.T) {
 	if a.msg.UUID != b.msg.UUID {
 		t.Fatalf("redelivery UUID %q != %q", b.msg.UUID, a.msg.UUID)
 	}
-	ida, _ := headers.FromMetadata(a.msg.Metadata).Get(HeaderID)
-	idb, _ := headers.FromMetadata(b.msg.Metadata).Get(HeaderID)
+	ida, _ := headers.FromMetadata(a.msg.Metadata).Get(contract.HeaderID)
+	idb, _ := headers.FromMetadata(b.msg.Metadata).Get(contract.HeaderID)
 	if ida != "once" || idb != "once" {
 		t.Fatalf("ids %q %q", ida, idb)
 	}
@@ -349,7 +350,7 @@ func TestKafkaKeyMapping(t *testing.T) {
 			if !ok {
 				meta = "-"
 			}
-			h, ok := headers.FromMetadata(m.Metadata).Get(HeaderKafkaKey)
+			h, ok := headers.FromMetadata(m.Metadata).Get(contract.HeaderKafkaKey)
 			if !ok {
 				h = "-"
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -100,7 +101,7 @@ func TestHangingTargetDoesNotDelayOthers(t *testing.T) {
 	var late []time.Duration
 	for range healthy {
 		g := waitFor(t, out, 20*time.Second)
-		due, _ := strconv.ParseInt(g.msg.Metadata.Get(HeaderDue), 10, 64)
+		due, _ := strconv.ParseInt(g.msg.Metadata.Get(contract.HeaderDue), 10, 64)
 		late = append(late, g.at.Sub(time.UnixMilli(due)))
 	}
 	slices.Sort(late)
@@ -189,8 +190,8 @@ func TestPutBackCountsNoAttempt(t *testing.T) {
 	seen := map[string]bool{}
 	for range 40 {
 		m := waitFor(t, out, 20*time.Second)
-		id := m.msg.Metadata.Get(HeaderID)
-		due, _ := strconv.ParseInt(m.msg.Metadata.Get(HeaderDue), 10, 64)
+		id := m.msg.Metadata.Get(contract.HeaderID)
+		due, _ := strconv.ParseInt(m.msg.Metadata.Get(contract.HeaderDue), 10, 64)
 		if seen[id] || m.at.UnixMilli() < due {
 			t.Fatalf("%s delivered twice or early", id)
 		}
@@ -272,11 +273,11 @@ func TestTooLargeDeadLetterWithoutPayload(t *testing.T) {
 	}
 	g := waitFor(t, dlq, 10*time.Second)
 	hs := headers.FromMetadata(g.msg.Metadata)
-	size, _ := hs.Get(HeaderOriginalSize)
-	reason, _ := hs.Get(HeaderError)
+	size, _ := hs.Get(contract.HeaderOriginalSize)
+	reason, _ := hs.Get(contract.HeaderError)
 	tenant, _ := hs.Get("tenant")
 	if len(g.msg.Payload) != 0 || size != "1000" || tenant != "acme" || reason[:len("too_large: ")] != "too_large: " {
-		t.Fatalf("dead letter: payload %d bytes, %s=%q, %s=%q, tenant %q", len(g.msg.Payload), HeaderOriginalSize, size, HeaderError, reason, tenant)
+		t.Fatalf("dead letter: payload %d bytes, %s=%q, %s=%q, tenant %q", len(g.msg.Payload), contract.HeaderOriginalSize, size, contract.HeaderError, reason, tenant)
 	}
 	waitEmpty(t, st)
 	p.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/tracing"
 )
@@ -46,24 +47,24 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 			hs = append(hs, f)
 		}
 	}
-	hs.Add(HeaderID, c.ID)
-	hs.Add(HeaderDue, strconv.FormatInt(c.Due, 10))
-	hs.Add(HeaderSource, env.Source)
+	hs.Add(contract.HeaderID, c.ID)
+	hs.Add(contract.HeaderDue, strconv.FormatInt(c.Due, 10))
+	hs.Add(contract.HeaderSource, env.Source)
 	// docs/contract.md section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
 	// and a message from NATS gets its x-kafka-key header as the record key.
 	var extra map[string]string
 	key := env.Key
 	toKafka := strings.HasPrefix(env.Target, "kafka:")
 	if key == nil && toKafka {
-		if v, ok := env.Headers.Get(HeaderKafkaKey); ok {
+		if v, ok := env.Headers.Get(contract.HeaderKafkaKey); ok {
 			key = []byte(v)
 		}
 	}
 	if key != nil {
 		if toKafka {
 			extra = map[string]string{headers.MetaKafkaKey: string(key)}
-		} else if _, ok := env.Headers.Get(HeaderKafkaKey); !ok {
-			hs.Add(HeaderKafkaKey, string(key))
+		} else if _, ok := env.Headers.Get(contract.HeaderKafkaKey); !ok {
+			hs.Add(contract.HeaderKafkaKey, string(key))
 		}
 	}
 	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -73,13 +74,13 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 		return h, c, nil
 	}
 
-	if n := countGiven(h, HeaderDelay, HeaderDeliverAt, HeaderNATSSchedule, HeaderSchedulerEpoch); n > 1 {
+	if n := countGiven(h, contract.HeaderDelay, contract.HeaderDeliverAt, HeaderNATSSchedule, HeaderSchedulerEpoch); n > 1 {
 		return nil, c, fmt.Errorf("%w: the due time is given by more than one of %s", ErrConflictingSchedule,
-			givenNames(h, HeaderDelay, HeaderDeliverAt, HeaderNATSSchedule, HeaderSchedulerEpoch))
+			givenNames(h, contract.HeaderDelay, contract.HeaderDeliverAt, HeaderNATSSchedule, HeaderSchedulerEpoch))
 	}
-	if n := countGiven(h, HeaderTarget, HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic); n > 1 {
+	if n := countGiven(h, contract.HeaderTarget, HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic); n > 1 {
 		return nil, c, &targetError{value: "", detail: "the target is given by more than one of " +
-			givenNames(h, HeaderTarget, HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic)}
+			givenNames(h, contract.HeaderTarget, HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic)}
 	}
 	out := make(headers.List, len(h), len(h)+2)
 	copy(out, h)
@@ -95,7 +96,7 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 		if err != nil {
 			return nil, c, err
 		}
-		out.Add(HeaderDeliverAt, strconv.FormatInt(at, 10))
+		out.Add(contract.HeaderDeliverAt, strconv.FormatInt(at, 10))
 	case len(epochs) > 1:
 		return nil, c, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderSchedulerEpoch, len(epochs))
 	case len(epochs) == 1:
@@ -103,7 +104,7 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 		if err != nil {
 			return nil, c, err
 		}
-		out.Add(HeaderDeliverAt, strconv.FormatInt(at, 10))
+		out.Add(contract.HeaderDeliverAt, strconv.FormatInt(at, 10))
 	}
 
 	for _, name := range []string{HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic} {
@@ -115,7 +116,7 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 			if vs[0] == "" {
 				return nil, c, &targetError{kind: ErrMissingTarget, detail: name + " is empty"}
 			}
-			out.Add(HeaderTarget, vs[0])
+			out.Add(contract.HeaderTarget, vs[0])
 		}
 	}
 
@@ -123,8 +124,8 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 	case len(keys) > 1:
 		return nil, c, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, HeaderSchedulerTargetKey, len(keys))
 	case len(keys) == 1:
-		if len(h.Values(HeaderKafkaKey)) > 0 {
-			return nil, c, fmt.Errorf("%w: both %s and %s give the record key", ErrInvalidHeaders, HeaderSchedulerTargetKey, HeaderKafkaKey)
+		if len(h.Values(contract.HeaderKafkaKey)) > 0 {
+			return nil, c, fmt.Errorf("%w: both %s and %s give the record key", ErrInvalidHeaders, HeaderSchedulerTargetKey, contract.HeaderKafkaKey)
 		}
 		c.key, c.hasKey = keys[0], true
 	}

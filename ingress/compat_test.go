@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -100,13 +101,13 @@ func TestPrepareCompat(t *testing.T) {
 		want    headers.List
 	}{
 		{name: "nats schedule", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "Nats-Schedule-Target", "orders.due", "k", "v"),
-			target: "nats:orders.due", id: "src-1", key: "-", want: hl("k", "v", HeaderHops, "1")},
+			target: "nats:orders.due", id: "src-1", key: "-", want: hl("k", "v", contract.HeaderHops, "1")},
 		{name: "nats schedule, lower case, TTL and rollup ignored", in: prepareIn("nats", "nats-schedule", "@at "+atRFC,
 			"nats-schedule-target", "kafka:orders", "Nats-Schedule-TTL", "5m", "Nats-Schedule-Rollup", "sub"),
-			target: "kafka:orders", id: "src-1", key: "-", want: hl(HeaderHops, "1")},
+			target: "kafka:orders", id: "src-1", key: "-", want: hl(contract.HeaderHops, "1")},
 		{name: "kafka-message-scheduler", in: withKey(prepareIn("kafka", "scheduler-epoch", atSec, "scheduler-target-topic", "online-videos",
 			"scheduler-target-key", "vid1", "customer-header", "dummy"), "vid1-online"),
-			target: "kafka:online-videos", id: "vid1-online", replace: true, key: "vid1", want: hl("customer-header", "dummy", HeaderHops, "1")},
+			target: "kafka:online-videos", id: "vid1-online", replace: true, key: "vid1", want: hl("customer-header", "dummy", contract.HeaderHops, "1")},
 		{name: "kafka-message-scheduler without target key delivers no key", in: withKey(prepareIn("kafka", "Scheduler-Epoch", atSec,
 			"Scheduler-Target-Topic", "t"), "sched-1"), target: "kafka:t", id: "sched-1", replace: true, key: "-"},
 		{name: "kafka-message-scheduler without a record key keeps the source id", in: prepareIn("kafka", "scheduler-epoch", atSec,
@@ -114,31 +115,31 @@ func TestPrepareCompat(t *testing.T) {
 		{name: "x-delay-id wins over the record key", in: withKey(prepareIn("kafka", "scheduler-epoch", atSec,
 			"scheduler-target-topic", "t", "x-delay-id", "mine"), "sched-1"), target: "kafka:t", id: "mine", replace: true, key: "-"},
 		{name: "record key not a valid id", in: withKey(prepareIn("kafka", "scheduler-epoch", atSec, "scheduler-target-topic", "t"), "a\x00b"),
-			reason: ReasonInvalidID},
+			reason: contract.ReasonInvalidID},
 		{name: "scheduler-target-key from NATS to Kafka", in: prepareIn("nats", "x-delay", "1s", "x-target", "kafka:t", "scheduler-target-key", "k1"),
 			target: "kafka:t", id: "src-1", key: "k1"},
 		{name: "scheduler-target-key to NATS must be NATS-safe", in: prepareIn("kafka", "x-target", "nats:a.b", "scheduler-target-key", " k"),
-			reason: ReasonInvalidHeaders},
+			reason: contract.ReasonInvalidHeaders},
 		{name: "plain Kafka message keeps its key", in: withKey(prepareIn("kafka", "x-target", "t"), "rk"), target: "kafka:t", id: "src-1", key: "rk"},
 
-		{name: "x-delay and Nats-Schedule", in: prepareIn("nats", "x-delay", "1s", "Nats-Schedule", "@at "+atRFC, "x-target", "a"), reason: ReasonConflictingSchedule},
-		{name: "x-deliver-at and scheduler-epoch", in: prepareIn("kafka", "x-deliver-at", "1", "scheduler-epoch", atSec, "x-target", "a"), reason: ReasonConflictingSchedule},
-		{name: "Nats-Schedule and scheduler-epoch", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "scheduler-epoch", atSec, "x-target", "a"), reason: ReasonConflictingSchedule},
-		{name: "x-target and Nats-Schedule-Target", in: prepareIn("nats", "x-target", "a", "Nats-Schedule-Target", "a"), reason: ReasonInvalidTarget},
-		{name: "two compat targets", in: prepareIn("kafka", "Nats-Schedule-Target", "a", "scheduler-target-topic", "a"), reason: ReasonInvalidTarget},
-		{name: "x-kafka-key and scheduler-target-key", in: prepareIn("kafka", "x-target", "a", "x-kafka-key", "a", "scheduler-target-key", "a"), reason: ReasonInvalidHeaders},
-		{name: "Nats-Schedule repeated", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "nats-schedule", "@at "+atRFC, "x-target", "a"), reason: ReasonInvalidDeliverAt},
-		{name: "scheduler-epoch repeated", in: prepareIn("kafka", "scheduler-epoch", atSec, "Scheduler-Epoch", atSec, "x-target", "a"), reason: ReasonInvalidDeliverAt},
-		{name: "Nats-Schedule-Target repeated", in: prepareIn("nats", "Nats-Schedule-Target", "a", "Nats-Schedule-Target", "b"), reason: ReasonInvalidTarget},
-		{name: "scheduler-target-topic repeated", in: prepareIn("kafka", "scheduler-target-topic", "a", "scheduler-target-topic", "a"), reason: ReasonInvalidTarget},
-		{name: "scheduler-target-key repeated", in: prepareIn("kafka", "x-target", "a", "scheduler-target-key", "a", "scheduler-target-key", "b"), reason: ReasonInvalidHeaders},
-		{name: "empty scheduler-target-topic", in: prepareIn("kafka", "scheduler-target-topic", ""), reason: ReasonMissingTarget},
-		{name: "compat target is checked like x-target", in: prepareIn("nats", "Nats-Schedule-Target", "delay.in"), reason: ReasonTargetLoop},
-		{name: "repeating NATS schedule", in: prepareIn("nats", "Nats-Schedule", "@every 1m", "Nats-Schedule-Target", "a"), reason: ReasonInvalidDeliverAt},
-		{name: "NATS time zone", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "Nats-Schedule-Time-Zone", "Europe/Paris", "Nats-Schedule-Target", "a"), reason: ReasonInvalidDeliverAt},
-		{name: "NATS schedule source", in: prepareIn("nats", "x-target", "a", "Nats-Schedule-Source", "b"), reason: ReasonInvalidHeaders},
-		{name: "scheduler-epoch beyond the maximum delay", in: prepareIn("kafka", "scheduler-epoch", strconv.FormatInt(now.Add(25*time.Hour).Unix(), 10), "x-target", "a"), reason: ReasonDelayTooLong},
-		{name: "bad scheduler-epoch", in: prepareIn("kafka", "scheduler-epoch", "soon", "x-target", "a"), reason: ReasonInvalidDeliverAt},
+		{name: "x-delay and Nats-Schedule", in: prepareIn("nats", "x-delay", "1s", "Nats-Schedule", "@at "+atRFC, "x-target", "a"), reason: contract.ReasonConflictingSchedule},
+		{name: "x-deliver-at and scheduler-epoch", in: prepareIn("kafka", "x-deliver-at", "1", "scheduler-epoch", atSec, "x-target", "a"), reason: contract.ReasonConflictingSchedule},
+		{name: "Nats-Schedule and scheduler-epoch", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "scheduler-epoch", atSec, "x-target", "a"), reason: contract.ReasonConflictingSchedule},
+		{name: "x-target and Nats-Schedule-Target", in: prepareIn("nats", "x-target", "a", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidTarget},
+		{name: "two compat targets", in: prepareIn("kafka", "Nats-Schedule-Target", "a", "scheduler-target-topic", "a"), reason: contract.ReasonInvalidTarget},
+		{name: "x-kafka-key and scheduler-target-key", in: prepareIn("kafka", "x-target", "a", "x-kafka-key", "a", "scheduler-target-key", "a"), reason: contract.ReasonInvalidHeaders},
+		{name: "Nats-Schedule repeated", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "nats-schedule", "@at "+atRFC, "x-target", "a"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "scheduler-epoch repeated", in: prepareIn("kafka", "scheduler-epoch", atSec, "Scheduler-Epoch", atSec, "x-target", "a"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "Nats-Schedule-Target repeated", in: prepareIn("nats", "Nats-Schedule-Target", "a", "Nats-Schedule-Target", "b"), reason: contract.ReasonInvalidTarget},
+		{name: "scheduler-target-topic repeated", in: prepareIn("kafka", "scheduler-target-topic", "a", "scheduler-target-topic", "a"), reason: contract.ReasonInvalidTarget},
+		{name: "scheduler-target-key repeated", in: prepareIn("kafka", "x-target", "a", "scheduler-target-key", "a", "scheduler-target-key", "b"), reason: contract.ReasonInvalidHeaders},
+		{name: "empty scheduler-target-topic", in: prepareIn("kafka", "scheduler-target-topic", ""), reason: contract.ReasonMissingTarget},
+		{name: "compat target is checked like x-target", in: prepareIn("nats", "Nats-Schedule-Target", "delay.in"), reason: contract.ReasonTargetLoop},
+		{name: "repeating NATS schedule", in: prepareIn("nats", "Nats-Schedule", "@every 1m", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "NATS time zone", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "Nats-Schedule-Time-Zone", "Europe/Paris", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "NATS schedule source", in: prepareIn("nats", "x-target", "a", "Nats-Schedule-Source", "b"), reason: contract.ReasonInvalidHeaders},
+		{name: "scheduler-epoch beyond the maximum delay", in: prepareIn("kafka", "scheduler-epoch", strconv.FormatInt(now.Add(25*time.Hour).Unix(), 10), "x-target", "a"), reason: contract.ReasonDelayTooLong},
+		{name: "bad scheduler-epoch", in: prepareIn("kafka", "scheduler-epoch", "soon", "x-target", "a"), reason: contract.ReasonInvalidDeliverAt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,7 +186,7 @@ func FuzzParseNATSSchedule(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		ms, err := ParseNATSSchedule(s)
 		if err != nil {
-			if Reason(err) != ReasonInvalidDeliverAt || ms != 0 {
+			if Reason(err) != contract.ReasonInvalidDeliverAt || ms != 0 {
 				t.Fatalf("ParseNATSSchedule(%q) = %d, %v (reason %q)", s, ms, err, Reason(err))
 			}
 			return
@@ -209,7 +210,7 @@ func FuzzParseSchedulerEpoch(f *testing.F) {
 		ms, err := ParseSchedulerEpoch(s)
 		n, perr := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			if Reason(err) != ReasonInvalidDeliverAt || ms != 0 {
+			if Reason(err) != contract.ReasonInvalidDeliverAt || ms != 0 {
 				t.Fatalf("ParseSchedulerEpoch(%q) = %d, %v (reason %q)", s, ms, err, Reason(err))
 			}
 			if perr == nil && n >= 0 && n <= maxEpochSeconds && s[0] != '+' {

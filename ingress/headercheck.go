@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -45,21 +46,21 @@ func checkLimits(h headers.List, maxHeaders, maxBytes int) error {
 // repeated or not a decimal count; an error wrapping [ErrTargetLoop] when it reached
 // maxHops (the message went through bridges that often: a loop).
 func parseHops(h headers.List, maxHops int) (int, error) {
-	vs := h.Values(HeaderHops)
+	vs := h.Values(contract.HeaderHops)
 	switch len(vs) {
 	case 0:
 		return 0, nil
 	case 1:
 	default:
-		return 0, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, HeaderHops, len(vs))
+		return 0, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, contract.HeaderHops, len(vs))
 	}
 	if !isDigits(vs[0]) {
-		return 0, fmt.Errorf("%w: %s %s is not a count", ErrInvalidHeaders, HeaderHops, quote(vs[0]))
+		return 0, fmt.Errorf("%w: %s %s is not a count", ErrInvalidHeaders, contract.HeaderHops, quote(vs[0]))
 	}
 	n, ok := parseUint(vs[0], uint64(maxHops))
 	if !ok || int(n) >= maxHops {
 		return 0, &targetError{kind: ErrTargetLoop, value: vs[0],
-			detail: fmt.Sprintf("%s reached the limit of %d hops: the message loops through the bridge", HeaderHops, maxHops)}
+			detail: fmt.Sprintf("%s reached the limit of %d hops: the message loops through the bridge", contract.HeaderHops, maxHops)}
 	}
 	return int(n), nil
 }
@@ -74,7 +75,7 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 // never reach the adapters from user input.
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
-	case HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderDue, HeaderSource, HeaderError, HeaderHops,
+	case contract.HeaderDelay, contract.HeaderDeliverAt, contract.HeaderTarget, contract.HeaderID, contract.HeaderDue, contract.HeaderSource, contract.HeaderError, contract.HeaderHops,
 		HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
@@ -133,12 +134,8 @@ func validNATSName(key string) bool {
 	return true
 }
 
-// HeaderOriginalPrefix renames the Nats-* headers of a NATS dead letter: Nats-Schedule
-// arrives in the dead letter as x-delay-original-Nats-Schedule.
-const HeaderOriginalPrefix = "x-delay-original-"
-
 // disarmNATSHeaders returns md (watermill metadata of a message bound for the NATS
-// dead-letter subject) with every Nats-* header renamed to [HeaderOriginalPrefix] + name,
+// dead-letter subject) with every Nats-* header renamed to [contract.HeaderOriginalPrefix] + name,
 // value and order kept. A JetStream stream capturing the dead-letter subject acts on those
 // headers: it refuses Nats-Schedule (schedules disabled) or Nats-Expected-* that do not
 // hold, which would block the source behind a dead letter retried forever, and it obeys
@@ -149,7 +146,7 @@ func disarmNATSHeaders(md map[string]string) map[string]string {
 	found := false
 	for i, f := range list {
 		if hasPrefixFold(f.Key, "nats-") {
-			list[i].Key = HeaderOriginalPrefix + f.Key
+			list[i].Key = contract.HeaderOriginalPrefix + f.Key
 			found = true
 		}
 	}

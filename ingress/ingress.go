@@ -21,6 +21,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/tracing"
@@ -272,7 +273,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 		for i, p := range batch {
 			reqs[i] = p.req
 			if !p.req.Absolute {
-				reqs[i].Delay = max(p.req.Delay-now.Sub(p.at), 0)
+				reqs[i].Delay = contract.Remaining(p.req.Delay, p.at, now)
 			}
 		}
 		parked, err := in.store.Park(opCtx, reqs)
@@ -404,11 +405,11 @@ func (in *Ingress) incoming(src Source, r received) Incoming {
 
 // cancel removes the pending message named by msg's x-delay-id and acks msg.
 func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message) {
-	ids := headers.FromMetadata(msg.Metadata).Values(HeaderID)
+	ids := headers.FromMetadata(msg.Metadata).Values(contract.HeaderID)
 	if len(ids) != 1 {
 		err := errCancelWithoutID
 		if len(ids) > 1 {
-			err = fmt.Errorf("%w: %s given %d times", ErrInvalidID, HeaderID, len(ids))
+			err = fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
 		}
 		in.reject(ctx, src, msg, err)
 		return
@@ -459,7 +460,7 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	if src.Broker == BrokerNATS {
 		dead.Metadata = disarmNATSHeaders(dead.Metadata)
 	}
-	dead.Metadata.Set(HeaderError, text)
+	dead.Metadata.Set(contract.HeaderError, text)
 	err := in.retry(ctx, "dead-letter", func(opCtx context.Context) error {
 		dead.SetContext(opCtx)
 		err := in.dlq[src.Broker].Publish(in.cfg.DLQSubject, dead)
@@ -486,9 +487,6 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	in.metrics.rejected(src.Broker, Reason(cause))
 }
 
-// HeaderOriginalSize: see headers.OriginalSize.
-const HeaderOriginalSize = headers.OriginalSize
-
 // tooLarge reports whether err is (or wraps) a broker's permanent refusal of a message
 // as too large (an error with RejectReason() "too_large", as the adapters make).
 func tooLarge(err error) bool {
@@ -496,14 +494,14 @@ func tooLarge(err error) bool {
 	return errors.As(err, &r) && r.RejectReason() == "too_large"
 }
 
-// withoutPayload is a copy of dead with an empty payload and HeaderOriginalSize.
+// withoutPayload is a copy of dead with an empty payload and contract.HeaderOriginalSize.
 func withoutPayload(dead *message.Message) *message.Message {
 	out := message.NewMessage(dead.UUID, nil)
 	for k, v := range dead.Metadata {
 		out.Metadata.Set(k, v)
 	}
 	list := headers.FromMetadata(out.Metadata)
-	list.Add(HeaderOriginalSize, strconv.Itoa(len(dead.Payload)))
+	list.Add(contract.HeaderOriginalSize, strconv.Itoa(len(dead.Payload)))
 	extra := map[string]string{}
 	for k, v := range out.Metadata {
 		if headers.IsReserved(k) && k != headers.MetaHeaders {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -126,7 +127,7 @@ func TestInvalidToDeadLetterAndAcked(t *testing.T) {
 	case m := <-dlq:
 		m.Ack()
 		hs := headers.FromMetadata(m.Metadata)
-		e, _ := hs.Get(HeaderError)
+		e, _ := hs.Get(contract.HeaderError)
 		if !strings.HasPrefix(e, "invalid_delay: ") {
 			t.Fatalf("x-delay-error = %q", e)
 		}

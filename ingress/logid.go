@@ -3,6 +3,7 @@ package ingress
 import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -10,7 +11,7 @@ import (
 // bytes (a rejected message's id may be anything), or "" when it has none. Never the
 // payload.
 func logID(msg *message.Message) string {
-	id, _ := headers.FromMetadata(msg.Metadata).Get(HeaderID)
+	id, _ := headers.FromMetadata(msg.Metadata).Get(contract.HeaderID)
 	if len(id) > MaxIDLen {
 		id = id[:MaxIDLen]
 	}

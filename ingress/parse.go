@@ -11,33 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
-)
-
-// Header names of the contract (docs/contract.md sections 1 and 2), in lower case. Incoming header
-// names are matched case-insensitively; the bridge writes its own headers with exactly
-// these names.
-const (
-	// HeaderDelay is the relative delay of an incoming message (see [ParseDelay]).
-	HeaderDelay = "x-delay"
-	// HeaderDeliverAt is the absolute due time of an incoming message (see [ParseDeliverAt]).
-	HeaderDeliverAt = "x-deliver-at"
-	// HeaderTarget is where a message goes when due (see [TargetPolicy.ParseTarget]).
-	HeaderTarget = "x-target"
-	// HeaderID is the identity of a delayed message, in and out (see [ValidateID]).
-	HeaderID = "x-delay-id"
-	// HeaderDue is set on delivered messages: the due time as scheduled, unix ms.
-	HeaderDue = "x-delay-due"
-	// HeaderSource is set on delivered messages: "nats:<subject>", "kafka:<topic>" or "http".
-	HeaderSource = "x-delay-source"
-	// HeaderError is set on dead-lettered messages: "<reason code>: <detail>".
-	HeaderError = "x-delay-error"
-	// HeaderKafkaKey carries a Kafka record key across NATS.
-	HeaderKafkaKey = "x-kafka-key"
-	// HeaderHops counts how often a message went through a bridge: ingress sets it to the
-	// incoming value + 1 on the parked message, and rejects a message whose count reached
-	// the maximum (a loop through other services that the target check cannot see).
-	HeaderHops = "x-delay-hops"
 )
 
 // MaxIDLen is the longest accepted x-delay-id, in bytes.
@@ -74,51 +49,33 @@ var (
 	ErrInvalidHeaders = errors.New("invalid headers")
 )
 
-// Reason codes returned by [Reason]; they are the prefix of x-delay-error and suitable as
-// metric label values.
-const (
-	ReasonInvalidDelay        = "invalid_delay"
-	ReasonInvalidDeliverAt    = "invalid_deliver_at"
-	ReasonConflictingSchedule = "conflicting_schedule"
-	ReasonDelayTooLong        = "delay_too_long"
-	ReasonMissingTarget       = "missing_target"
-	ReasonInvalidTarget       = "invalid_target"
-	ReasonTargetLoop          = "target_loop"
-	ReasonTargetNotAllowed    = "target_not_allowed"
-	ReasonBrokerNotConfigured = "broker_not_configured"
-	ReasonInvalidID           = "invalid_id"
-	ReasonPayloadTooLarge     = "payload_too_large"
-	ReasonInvalidHeaders      = "invalid_headers"
-	ReasonUnknown             = "unknown"
-)
-
 // reasons is ordered from the most to the least specific: an error may wrap several
 // sentinels (a target loop is also an invalid target).
 var reasons = []struct {
 	err  error
 	code string
 }{
-	{ErrTargetLoop, ReasonTargetLoop},
-	{ErrTargetNotAllowed, ReasonTargetNotAllowed},
-	{ErrBrokerNotConfigured, ReasonBrokerNotConfigured},
-	{ErrMissingTarget, ReasonMissingTarget},
-	{ErrInvalidTarget, ReasonInvalidTarget},
-	{ErrConflictingSchedule, ReasonConflictingSchedule},
-	{ErrDelayTooLong, ReasonDelayTooLong},
-	{ErrInvalidDelay, ReasonInvalidDelay},
-	{ErrInvalidDeliverAt, ReasonInvalidDeliverAt},
-	{ErrInvalidID, ReasonInvalidID},
-	{ErrPayloadTooLarge, ReasonPayloadTooLarge},
-	{ErrInvalidHeaders, ReasonInvalidHeaders},
+	{ErrTargetLoop, contract.ReasonTargetLoop},
+	{ErrTargetNotAllowed, contract.ReasonTargetNotAllowed},
+	{ErrBrokerNotConfigured, contract.ReasonBrokerNotConfigured},
+	{ErrMissingTarget, contract.ReasonMissingTarget},
+	{ErrInvalidTarget, contract.ReasonInvalidTarget},
+	{ErrConflictingSchedule, contract.ReasonConflictingSchedule},
+	{ErrDelayTooLong, contract.ReasonDelayTooLong},
+	{ErrInvalidDelay, contract.ReasonInvalidDelay},
+	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
+	{ErrInvalidID, contract.ReasonInvalidID},
+	{ErrPayloadTooLarge, contract.ReasonPayloadTooLarge},
+	{ErrInvalidHeaders, contract.ReasonInvalidHeaders},
 }
 
-// Reasons lists every code [Reason] can return for a non-nil error, ReasonUnknown last.
+// Reasons lists every code [Reason] can return for a non-nil error, contract.ReasonUnknown last.
 func Reasons() []string {
 	out := make([]string, 0, len(reasons)+1)
 	for _, r := range reasons {
 		out = append(out, r.code)
 	}
-	return append(out, ReasonUnknown)
+	return append(out, contract.ReasonUnknown)
 }
 
 // Reason returns the short machine code of an error from this package's parsers
@@ -134,7 +91,7 @@ func Reason(err error) string {
 			return r.code
 		}
 	}
-	return ReasonUnknown
+	return contract.ReasonUnknown
 }
 
 // ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8, free
@@ -181,22 +138,22 @@ type Schedule struct {
 // x-deliver-at in the past is accepted. now is only used for that bound. maxDelay should
 // be > 0 (package config guarantees it); with maxDelay <= 0 only "due now" passes.
 func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Schedule, error) {
-	delays := h.Values(HeaderDelay)
-	ats := h.Values(HeaderDeliverAt)
+	delays := h.Values(contract.HeaderDelay)
+	ats := h.Values(contract.HeaderDeliverAt)
 	switch {
 	case len(delays) > 0 && len(ats) > 0:
-		return Schedule{}, fmt.Errorf("%w: both %s and %s given", ErrConflictingSchedule, HeaderDelay, HeaderDeliverAt)
+		return Schedule{}, fmt.Errorf("%w: both %s and %s given", ErrConflictingSchedule, contract.HeaderDelay, contract.HeaderDeliverAt)
 	case len(delays) > 1:
-		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDelay, HeaderDelay, len(delays))
+		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDelay, contract.HeaderDelay, len(delays))
 	case len(ats) > 1:
-		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderDeliverAt, len(ats))
+		return Schedule{}, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, contract.HeaderDeliverAt, len(ats))
 	case len(delays) == 1:
 		d, err := ParseDelay(delays[0])
 		if err != nil {
 			return Schedule{}, err
 		}
 		if d > maxDelay {
-			return Schedule{}, fmt.Errorf("%w: %s %s exceeds the maximum %s (%w)", ErrDelayTooLong, HeaderDelay, quote(delays[0]), maxDelay, ErrInvalidDelay)
+			return Schedule{}, fmt.Errorf("%w: %s %s exceeds the maximum %s (%w)", ErrDelayTooLong, contract.HeaderDelay, quote(delays[0]), maxDelay, ErrInvalidDelay)
 		}
 		return Schedule{Delay: d}, nil
 	case len(ats) == 1:
@@ -211,7 +168,7 @@ func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Sched
 			limit = nowMs + maxMs
 		}
 		if at > limit {
-			return Schedule{}, fmt.Errorf("%w: %s %s is more than %s ahead (%w)", ErrDelayTooLong, HeaderDeliverAt, quote(ats[0]), maxDelay, ErrInvalidDeliverAt)
+			return Schedule{}, fmt.Errorf("%w: %s %s is more than %s ahead (%w)", ErrDelayTooLong, contract.HeaderDeliverAt, quote(ats[0]), maxDelay, ErrInvalidDeliverAt)
 		}
 		return Schedule{Absolute: true, At: at}, nil
 	}

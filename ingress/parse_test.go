@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -193,7 +194,7 @@ func TestParseDelayRejects(t *testing.T) {
 			if !errors.Is(err, ErrInvalidDelay) {
 				t.Fatalf("error %v does not wrap ErrInvalidDelay", err)
 			}
-			if Reason(err) != ReasonInvalidDelay {
+			if Reason(err) != contract.ReasonInvalidDelay {
 				t.Fatalf("Reason = %q", Reason(err))
 			}
 			if !strings.Contains(err.Error(), tt.detail) {
@@ -306,7 +307,7 @@ func TestParseDeliverAtRejects(t *testing.T) {
 			if err == nil {
 				t.Fatalf("ParseDeliverAt(%q) = %d, want an error", in, ms)
 			}
-			if !errors.Is(err, ErrInvalidDeliverAt) || Reason(err) != ReasonInvalidDeliverAt {
+			if !errors.Is(err, ErrInvalidDeliverAt) || Reason(err) != contract.ReasonInvalidDeliverAt {
 				t.Fatalf("error %v: reason %q", err, Reason(err))
 			}
 		})
@@ -368,29 +369,29 @@ func TestParseSchedule(t *testing.T) {
 		{name: "delay zero", h: h("x-delay", "0"), want: Schedule{}},
 		{name: "delay = max", h: h("x-delay", "168h"), want: Schedule{Delay: maxDelay}},
 		{name: "delay = max, ISO", h: h("x-delay", "P1W"), want: Schedule{Delay: maxDelay}},
-		{name: "delay = max + 1ns", h: h("x-delay", "168h0m0.000000001s"), reason: ReasonDelayTooLong, alsoErr: ErrInvalidDelay},
-		{name: "delay = max + 1ms", h: h("x-delay", strconv.FormatInt(maxMs+1, 10)), reason: ReasonDelayTooLong},
-		{name: "delay huge", h: h("x-delay", "2562047h"), reason: ReasonDelayTooLong},
-		{name: "delay invalid", h: h("x-delay", "abc"), reason: ReasonInvalidDelay},
-		{name: "delay negative", h: h("x-delay", "-5s"), reason: ReasonInvalidDelay},
-		{name: "delay empty value", h: h("x-delay", ""), reason: ReasonInvalidDelay},
-		{name: "delay repeated", h: h("x-delay", "1s", "X-Delay", "1s"), reason: ReasonInvalidDelay},
-		{name: "deliver-at repeated", h: h("x-deliver-at", "0", "x-deliver-at", "0"), reason: ReasonInvalidDeliverAt},
-		{name: "both", h: h("x-delay", "1s", "x-deliver-at", "0"), reason: ReasonConflictingSchedule},
-		{name: "both, one invalid", h: h("x-delay", "abc", "X-Deliver-At", "0"), reason: ReasonConflictingSchedule},
+		{name: "delay = max + 1ns", h: h("x-delay", "168h0m0.000000001s"), reason: contract.ReasonDelayTooLong, alsoErr: ErrInvalidDelay},
+		{name: "delay = max + 1ms", h: h("x-delay", strconv.FormatInt(maxMs+1, 10)), reason: contract.ReasonDelayTooLong},
+		{name: "delay huge", h: h("x-delay", "2562047h"), reason: contract.ReasonDelayTooLong},
+		{name: "delay invalid", h: h("x-delay", "abc"), reason: contract.ReasonInvalidDelay},
+		{name: "delay negative", h: h("x-delay", "-5s"), reason: contract.ReasonInvalidDelay},
+		{name: "delay empty value", h: h("x-delay", ""), reason: contract.ReasonInvalidDelay},
+		{name: "delay repeated", h: h("x-delay", "1s", "X-Delay", "1s"), reason: contract.ReasonInvalidDelay},
+		{name: "deliver-at repeated", h: h("x-deliver-at", "0", "x-deliver-at", "0"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "both", h: h("x-delay", "1s", "x-deliver-at", "0"), reason: contract.ReasonConflictingSchedule},
+		{name: "both, one invalid", h: h("x-delay", "abc", "X-Deliver-At", "0"), reason: contract.ReasonConflictingSchedule},
 		{name: "deliver-at rfc3339", h: h("x-deliver-at", "2026-11-21T15:04:06.5Z"), want: Schedule{Absolute: true, At: 1795273446500}},
 		{name: "deliver-at case-insensitive", h: h("X-Deliver-At", "1795273446500"), want: Schedule{Absolute: true, At: 1795273446500}},
 		{name: "deliver-at = now + max", h: h("x-deliver-at", strconv.FormatInt(now.UnixMilli()+maxMs, 10)), want: Schedule{Absolute: true, At: now.UnixMilli() + maxMs}},
-		{name: "deliver-at = now + max + 1ms", h: h("x-deliver-at", strconv.FormatInt(now.UnixMilli()+maxMs+1, 10)), reason: ReasonDelayTooLong, alsoErr: ErrInvalidDeliverAt},
-		{name: "deliver-at sub-ms over max rounds up", h: h("x-deliver-at", "2026-11-28T15:04:05.0001Z"), reason: ReasonDelayTooLong},
+		{name: "deliver-at = now + max + 1ms", h: h("x-deliver-at", strconv.FormatInt(now.UnixMilli()+maxMs+1, 10)), reason: contract.ReasonDelayTooLong, alsoErr: ErrInvalidDeliverAt},
+		{name: "deliver-at sub-ms over max rounds up", h: h("x-deliver-at", "2026-11-28T15:04:05.0001Z"), reason: contract.ReasonDelayTooLong},
 		{name: "deliver-at max rfc3339", h: h("x-deliver-at", "2026-11-28T15:04:05Z"), want: Schedule{Absolute: true, At: now.UnixMilli() + maxMs}},
 		{name: "deliver-at past", h: h("x-deliver-at", "2020-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: 1577836800000}},
 		{name: "deliver-at epoch", h: h("x-deliver-at", "0"), want: Schedule{Absolute: true, At: 0}},
 		{name: "deliver-at before epoch", h: h("x-deliver-at", "1900-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: -2208988800000}},
-		{name: "deliver-at max int64", h: h("x-deliver-at", "9223372036854775807"), reason: ReasonDelayTooLong},
-		{name: "deliver-at max int64, largest max", h: h("x-deliver-at", "9223372036854775807"), max: time.Duration(math.MaxInt64), reason: ReasonDelayTooLong},
+		{name: "deliver-at max int64", h: h("x-deliver-at", "9223372036854775807"), reason: contract.ReasonDelayTooLong},
+		{name: "deliver-at max int64, largest max", h: h("x-deliver-at", "9223372036854775807"), max: time.Duration(math.MaxInt64), reason: contract.ReasonDelayTooLong},
 		{name: "deliver-at = now + largest max", h: h("x-deliver-at", "11018645481854"), max: time.Duration(math.MaxInt64), want: Schedule{Absolute: true, At: 11018645481854}},
-		{name: "deliver-at invalid", h: h("x-deliver-at", "tomorrow"), reason: ReasonInvalidDeliverAt},
+		{name: "deliver-at invalid", h: h("x-deliver-at", "tomorrow"), reason: contract.ReasonInvalidDeliverAt},
 		{name: "other headers ignored", h: h("x-delayed", "abc", "delay", "x", "x-delay", "2s"), want: Schedule{Delay: 2 * time.Second}},
 	}
 	for _, tt := range tests {
@@ -446,7 +447,7 @@ func TestValidateID(t *testing.T) {
 			t.Errorf("ValidateID(%q) = nil, want an error", id)
 			continue
 		}
-		if !errors.Is(err, ErrInvalidID) || Reason(err) != ReasonInvalidID {
+		if !errors.Is(err, ErrInvalidID) || Reason(err) != contract.ReasonInvalidID {
 			t.Errorf("ValidateID(%q) = %v: reason %q", id, err, Reason(err))
 		}
 	}
@@ -458,30 +459,30 @@ func TestReason(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{errors.New("boom"), ReasonUnknown},
-		{ErrInvalidDelay, ReasonInvalidDelay},
-		{fmt.Errorf("x: %w", ErrInvalidDeliverAt), ReasonInvalidDeliverAt},
-		{ErrConflictingSchedule, ReasonConflictingSchedule},
-		{ErrDelayTooLong, ReasonDelayTooLong},
-		{fmt.Errorf("%w (%w)", ErrDelayTooLong, ErrInvalidDelay), ReasonDelayTooLong},
-		{ErrMissingTarget, ReasonMissingTarget},
-		{ErrInvalidTarget, ReasonInvalidTarget},
-		{ErrTargetLoop, ReasonTargetLoop},
-		{ErrTargetNotAllowed, ReasonTargetNotAllowed},
-		{ErrBrokerNotConfigured, ReasonBrokerNotConfigured},
-		{ErrInvalidID, ReasonInvalidID},
-		{fmt.Errorf("wrapped: %w", ErrPayloadTooLarge), ReasonPayloadTooLarge},
-		{fmt.Errorf("wrapped: %w", ErrInvalidHeaders), ReasonInvalidHeaders},
-		{&targetError{kind: ErrTargetLoop}, ReasonTargetLoop},
-		{&targetError{}, ReasonInvalidTarget},
-		{&targetError{kind: ErrMissingTarget}, ReasonMissingTarget},
+		{errors.New("boom"), contract.ReasonUnknown},
+		{ErrInvalidDelay, contract.ReasonInvalidDelay},
+		{fmt.Errorf("x: %w", ErrInvalidDeliverAt), contract.ReasonInvalidDeliverAt},
+		{ErrConflictingSchedule, contract.ReasonConflictingSchedule},
+		{ErrDelayTooLong, contract.ReasonDelayTooLong},
+		{fmt.Errorf("%w (%w)", ErrDelayTooLong, ErrInvalidDelay), contract.ReasonDelayTooLong},
+		{ErrMissingTarget, contract.ReasonMissingTarget},
+		{ErrInvalidTarget, contract.ReasonInvalidTarget},
+		{ErrTargetLoop, contract.ReasonTargetLoop},
+		{ErrTargetNotAllowed, contract.ReasonTargetNotAllowed},
+		{ErrBrokerNotConfigured, contract.ReasonBrokerNotConfigured},
+		{ErrInvalidID, contract.ReasonInvalidID},
+		{fmt.Errorf("wrapped: %w", ErrPayloadTooLarge), contract.ReasonPayloadTooLarge},
+		{fmt.Errorf("wrapped: %w", ErrInvalidHeaders), contract.ReasonInvalidHeaders},
+		{&targetError{kind: ErrTargetLoop}, contract.ReasonTargetLoop},
+		{&targetError{}, contract.ReasonInvalidTarget},
+		{&targetError{kind: ErrMissingTarget}, contract.ReasonMissingTarget},
 	}
 	for _, tt := range tests {
 		if got := Reason(tt.err); got != tt.want {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
-	if got := Reasons(); len(got) != 13 || got[len(got)-1] != ReasonUnknown {
+	if got := Reasons(); len(got) != 13 || got[len(got)-1] != contract.ReasonUnknown {
 		t.Errorf("Reasons() = %v", got)
 	}
 }
@@ -500,7 +501,7 @@ func FuzzParseDelay(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		d, err := ParseDelay(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidDelay) || Reason(err) != ReasonInvalidDelay {
+			if !errors.Is(err, ErrInvalidDelay) || Reason(err) != contract.ReasonInvalidDelay {
 				t.Fatalf("ParseDelay(%q): error %v has reason %q", s, err, Reason(err))
 			}
 			if d != 0 {
@@ -542,7 +543,7 @@ func FuzzParseDeliverAt(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		ms, err := ParseDeliverAt(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidDeliverAt) || Reason(err) != ReasonInvalidDeliverAt {
+			if !errors.Is(err, ErrInvalidDeliverAt) || Reason(err) != contract.ReasonInvalidDeliverAt {
 				t.Fatalf("ParseDeliverAt(%q): error %v has reason %q", s, err, Reason(err))
 			}
 			return

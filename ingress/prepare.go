@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -86,13 +87,13 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	if keys := h.Values(HeaderKafkaKey); len(keys) > 1 {
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, HeaderKafkaKey, len(keys))
+	if keys := h.Values(contract.HeaderKafkaKey); len(keys) > 1 {
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, contract.HeaderKafkaKey, len(keys))
 	}
-	ids := h.Values(HeaderID)
+	ids := h.Values(contract.HeaderID)
 	switch {
 	case len(ids) > 1:
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidID, HeaderID, len(ids))
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
 	case len(ids) == 1:
 		if err := ValidateID(ids[0]); err != nil {
 			return req, err
@@ -114,13 +115,13 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	targets := h.Values(HeaderTarget)
+	targets := h.Values(contract.HeaderTarget)
 	switch len(targets) {
 	case 0:
-		return req, fmt.Errorf("%w: no %s header", ErrMissingTarget, HeaderTarget)
+		return req, fmt.Errorf("%w: no %s header", ErrMissingTarget, contract.HeaderTarget)
 	case 1:
 	default:
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidTarget, HeaderTarget, len(targets))
+		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidTarget, contract.HeaderTarget, len(targets))
 	}
 	target, err := r.Targets.ParseTarget(targets[0], in.Broker)
 	if err != nil {
@@ -146,22 +147,18 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		}
 		if key != nil {
 			if detail := natsValueProblem(string(key)); detail != "" {
-				return req, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, HeaderKafkaKey, detail)
+				return req, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, contract.HeaderKafkaKey, detail)
 			}
 		}
 	}
-	forward.Add(HeaderHops, strconv.Itoa(hops+1))
+	forward.Add(contract.HeaderHops, strconv.Itoa(hops+1))
 	if err := checkOutgoingSize(r.Limits, target.Broker, forward, req.ID, in.Source, key, in.Payload); err != nil {
 		return req, err
 	}
 	if sched.Absolute {
 		req.Absolute, req.At = true, sched.At
 	} else {
-		req.Delay = sched.Delay
-		if !in.Received.IsZero() {
-			req.Delay -= now.Sub(in.Received)
-		}
-		req.Delay = max(req.Delay, 0)
+		req.Delay = contract.Remaining(sched.Delay, in.Received, now)
 	}
 	req.Envelope = delaystore.Envelope{
 		Target:   target.String(),
@@ -185,4 +182,4 @@ func ErrorText(err error) string {
 }
 
 // errCancelWithoutID: a message on the cancel subject had no x-delay-id.
-var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", ErrInvalidID, HeaderID)
+var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", ErrInvalidID, contract.HeaderID)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -44,46 +45,46 @@ func TestPrepareHeaders(t *testing.T) {
 		reason string       // "" = accepted
 		want   headers.List // forwarded headers when accepted (nil: not checked)
 	}{
-		{name: "plain", in: prepareIn("nats", "x-target", "a.b", "k", "v"), want: hl("k", "v", HeaderHops, "1")},
+		{name: "plain", in: prepareIn("nats", "x-target", "a.b", "k", "v"), want: hl("k", "v", contract.HeaderHops, "1")},
 		{name: "at the header count limit", in: prepareIn("nats", "x-target", "a.b", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6", "g", "7", "h", "8", "i", "9")},
-		{name: "one header too many", in: prepareIn("nats", "x-target", "a.b", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6", "g", "7", "h", "8", "i", "9", "j", "10"), reason: ReasonInvalidHeaders},
-		{name: "header bytes over the limit", in: prepareIn("nats", "x-target", "a.b", "k", long), reason: ReasonInvalidHeaders},
+		{name: "one header too many", in: prepareIn("nats", "x-target", "a.b", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6", "g", "7", "h", "8", "i", "9", "j", "10"), reason: contract.ReasonInvalidHeaders},
+		{name: "header bytes over the limit", in: prepareIn("nats", "x-target", "a.b", "k", long), reason: contract.ReasonInvalidHeaders},
 		{name: "header bytes at the limit", in: prepareIn("nats", "x-target", "a.b", "k", long[:256-len("x-target")-len("a.b")-1])},
 		{name: "strips Nats-* and the bridge's own headers", in: prepareIn("nats", "x-target", "a.b",
 			"Nats-Rollup", "all", "Nats-Expected-Last-Sequence", "1", "nats-msg-id", "evil", "Nats-TTL", "1s",
 			"x-delay-due", "1", "X-Delay-Source", "forged", "x-delay-error", "forged", "t", "1"),
-			want: hl("t", "1", HeaderHops, "1")},
+			want: hl("t", "1", contract.HeaderHops, "1")},
 		{name: "strips internal metadata keys in any case", in: prepareIn("kafka", "x-target", "kafka:a.b",
 			headers.MetaHeaders, "\x01\x0bNats-Rollup\x03all", "_DelayBridge_kafka_key", "k", "t", "1"),
-			want: hl("t", "1", HeaderHops, "1")},
-		{name: "hops counted up", in: prepareIn("nats", "x-target", "a.b", "X-Delay-Hops", "2"), want: hl(HeaderHops, "3")},
-		{name: "hops at the limit", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "3"), reason: ReasonTargetLoop},
-		{name: "hops huge", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "99999999999999999999999"), reason: ReasonTargetLoop},
-		{name: "hops not a number", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "-1"), reason: ReasonInvalidHeaders},
-		{name: "hops repeated", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "1", "x-delay-hops", "1"), reason: ReasonInvalidHeaders},
-		{name: "x-kafka-key repeated", in: prepareIn("kafka", "x-target", "a.b", "x-kafka-key", "1", "X-Kafka-Key", "2"), reason: ReasonInvalidHeaders},
-		{name: "x-delay repeated", in: prepareIn("kafka", "x-target", "a.b", "x-delay", "1s", "x-delay", "1s"), reason: ReasonInvalidDelay},
-		{name: "x-deliver-at repeated", in: prepareIn("kafka", "x-target", "a.b", "x-deliver-at", "1", "x-deliver-at", "1"), reason: ReasonInvalidDeliverAt},
-		{name: "x-target repeated", in: prepareIn("kafka", "x-target", "a.b", "X-Target", "a.b"), reason: ReasonInvalidTarget},
-		{name: "x-delay-id repeated", in: prepareIn("kafka", "x-target", "a.b", "x-delay-id", "a", "x-delay-id", "a"), reason: ReasonInvalidID},
-		{name: "CR LF in a value to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\r\nNats-Msg-Id: evil"), reason: ReasonInvalidHeaders},
+			want: hl("t", "1", contract.HeaderHops, "1")},
+		{name: "hops counted up", in: prepareIn("nats", "x-target", "a.b", "X-Delay-Hops", "2"), want: hl(contract.HeaderHops, "3")},
+		{name: "hops at the limit", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "3"), reason: contract.ReasonTargetLoop},
+		{name: "hops huge", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "99999999999999999999999"), reason: contract.ReasonTargetLoop},
+		{name: "hops not a number", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "-1"), reason: contract.ReasonInvalidHeaders},
+		{name: "hops repeated", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "1", "x-delay-hops", "1"), reason: contract.ReasonInvalidHeaders},
+		{name: "x-kafka-key repeated", in: prepareIn("kafka", "x-target", "a.b", "x-kafka-key", "1", "X-Kafka-Key", "2"), reason: contract.ReasonInvalidHeaders},
+		{name: "x-delay repeated", in: prepareIn("kafka", "x-target", "a.b", "x-delay", "1s", "x-delay", "1s"), reason: contract.ReasonInvalidDelay},
+		{name: "x-deliver-at repeated", in: prepareIn("kafka", "x-target", "a.b", "x-deliver-at", "1", "x-deliver-at", "1"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "x-target repeated", in: prepareIn("kafka", "x-target", "a.b", "X-Target", "a.b"), reason: contract.ReasonInvalidTarget},
+		{name: "x-delay-id repeated", in: prepareIn("kafka", "x-target", "a.b", "x-delay-id", "a", "x-delay-id", "a"), reason: contract.ReasonInvalidID},
+		{name: "CR LF in a value to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\r\nNats-Msg-Id: evil"), reason: contract.ReasonInvalidHeaders},
 		{name: "CR LF in a value Kafka to Kafka", in: prepareIn("kafka", "x-target", "a.b", "x", "a\r\nNats-Msg-Id: evil"),
-			want: hl("x", "a\r\nNats-Msg-Id: evil", HeaderHops, "1")},
-		{name: "leading blank to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", " a"), reason: ReasonInvalidHeaders},
-		{name: "trailing tab to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\t"), reason: ReasonInvalidHeaders},
+			want: hl("x", "a\r\nNats-Msg-Id: evil", contract.HeaderHops, "1")},
+		{name: "leading blank to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", " a"), reason: contract.ReasonInvalidHeaders},
+		{name: "trailing tab to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a\t"), reason: contract.ReasonInvalidHeaders},
 		{name: "inner blank to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "a b")},
-		{name: "non-UTF-8 value to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "\xff\xfe"), reason: ReasonInvalidHeaders},
+		{name: "non-UTF-8 value to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "x", "\xff\xfe"), reason: contract.ReasonInvalidHeaders},
 		{name: "non-UTF-8 value to Kafka", in: prepareIn("kafka", "x-target", "a.b", "x", "\xff\xfe")},
-		{name: "name with a colon to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "a:b", "1"), reason: ReasonInvalidHeaders},
-		{name: "name with a space to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "a b", "1"), reason: ReasonInvalidHeaders},
-		{name: "empty name to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "", "1"), reason: ReasonInvalidHeaders},
+		{name: "name with a colon to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "a:b", "1"), reason: contract.ReasonInvalidHeaders},
+		{name: "name with a space to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "a b", "1"), reason: contract.ReasonInvalidHeaders},
+		{name: "empty name to NATS", in: prepareIn("kafka", "x-target", "nats:a.b", "", "1"), reason: contract.ReasonInvalidHeaders},
 		{name: "empty name to Kafka", in: prepareIn("kafka", "x-target", "a.b", "", "1")},
 		{name: "bad value in a stripped header is fine", in: prepareIn("kafka", "x-target", "nats:a.b", "Nats-Rollup", "a\r\n")},
 		{name: "Kafka key NATS would alter", in: func() Incoming {
 			in := prepareIn("kafka", "x-target", "nats:a.b")
 			in.Key = []byte("k\n")
 			return in
-		}(), reason: ReasonInvalidHeaders},
+		}(), reason: contract.ReasonInvalidHeaders},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,17 +131,17 @@ func TestPrepareDefaultLimits(t *testing.T) {
 	if _, err := r.Prepare(prepareIn("nats", hs...), time.Now()); err != nil {
 		t.Fatalf("%d headers: %v", DefaultMaxHeaders, err)
 	}
-	if _, err := r.Prepare(prepareIn("nats", append(hs, "one", "more")...), time.Now()); Reason(err) != ReasonInvalidHeaders {
+	if _, err := r.Prepare(prepareIn("nats", append(hs, "one", "more")...), time.Now()); Reason(err) != contract.ReasonInvalidHeaders {
 		t.Fatalf("%d headers: %v", DefaultMaxHeaders+1, err)
 	}
 	big := strings.Repeat("v", DefaultMaxHeaderBytes)
-	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", "k", big), time.Now()); Reason(err) != ReasonInvalidHeaders {
+	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", "k", big), time.Now()); Reason(err) != contract.ReasonInvalidHeaders {
 		t.Fatalf("%d bytes: %v", DefaultMaxHeaderBytes, err)
 	}
-	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", HeaderHops, strconv.Itoa(DefaultMaxHops-1)), time.Now()); err != nil {
+	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", contract.HeaderHops, strconv.Itoa(DefaultMaxHops-1)), time.Now()); err != nil {
 		t.Fatalf("hops %d: %v", DefaultMaxHops-1, err)
 	}
-	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", HeaderHops, strconv.Itoa(DefaultMaxHops)), time.Now()); Reason(err) != ReasonTargetLoop {
+	if _, err := r.Prepare(prepareIn("nats", "x-target", "a.b", contract.HeaderHops, strconv.Itoa(DefaultMaxHops)), time.Now()); Reason(err) != contract.ReasonTargetLoop {
 		t.Fatalf("hops %d: %v", DefaultMaxHops, err)
 	}
 }
@@ -182,10 +183,10 @@ func FuzzPrepareHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, target string) {
 		in := prepareIn("kafka")
 		in.Headers = splitFuzzHeaders(data)
-		in.Headers.Add(HeaderTarget, target)
+		in.Headers.Add(contract.HeaderTarget, target)
 		req, err := r.Prepare(in, time.Now())
 		if err != nil {
-			if Reason(err) == ReasonUnknown {
+			if Reason(err) == contract.ReasonUnknown {
 				t.Fatalf("unknown reason: %v", err)
 			}
 			return
@@ -198,7 +199,7 @@ func FuzzPrepareHeaders(f *testing.F) {
 		for _, h := range hs {
 			lk := strings.ToLower(h.Key)
 			switch {
-			case lk == HeaderHops:
+			case lk == contract.HeaderHops:
 				hops++
 				if n, err := strconv.Atoi(h.Value); err != nil || n < 1 || n > r.MaxHops {
 					t.Fatalf("x-delay-hops %q", h.Value)

@@ -3,6 +3,7 @@ package ingress
 import (
 	"fmt"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -57,11 +58,11 @@ func natsMessageSize(forward headers.List, id, source string, key, payload []byt
 	for _, f := range forward {
 		field(f.Key, len(f.Value))
 	}
-	field(HeaderID, len(id))
-	field(HeaderDue, sizeDigits)
-	field(HeaderSource, len(source))
+	field(contract.HeaderID, len(id))
+	field(contract.HeaderDue, sizeDigits)
+	field(contract.HeaderSource, len(source))
 	if key != nil {
-		field(HeaderKafkaKey, len(key))
+		field(contract.HeaderKafkaKey, len(key))
 	}
 	field(natsMsgIDHeader, len(id)+1+sizeDigits)
 	return int64(n+len(payload)) + sizeMargin
@@ -74,7 +75,7 @@ func natsMessageSize(forward headers.List, id, source string, key, payload []byt
 func kafkaRecordSize(forward headers.List, id, source string, key, payload []byte) int64 {
 	keyLen := len(key)
 	if key == nil {
-		if v, ok := forward.Get(HeaderKafkaKey); ok {
+		if v, ok := forward.Get(contract.HeaderKafkaKey); ok {
 			keyLen = len(v)
 		}
 	}
@@ -83,9 +84,9 @@ func kafkaRecordSize(forward headers.List, id, source string, key, payload []byt
 	for _, f := range forward {
 		field(f.Key, len(f.Value))
 	}
-	field(HeaderID, len(id))
-	field(HeaderDue, sizeDigits)
-	field(HeaderSource, len(source))
+	field(contract.HeaderID, len(id))
+	field(contract.HeaderDue, sizeDigits)
+	field(contract.HeaderSource, len(source))
 	return int64(n) + sizeMargin
 }
 

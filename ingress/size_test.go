@@ -6,12 +6,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // TestOutgoingSizeCounts checks the counted size of an outgoing message against sizes
 // worked out by hand from the NATS header framing and the Kafka record layout.
 func TestOutgoingSizeCounts(t *testing.T) {
-	fwd := hl("k", "v", HeaderHops, "1")
+	fwd := hl("k", "v", contract.HeaderHops, "1")
 	payload := []byte(strings.Repeat("p", 100))
 	// NATS: "NATS/1.0\r\n" 10 + "\r\n" 2; "k: v\r\n" 6; "x-delay-hops: 1\r\n" 17;
 	// "x-delay-id: src-1\r\n" 19; x-delay-due with 20 digits 35; "x-delay-source:
@@ -29,7 +31,7 @@ func TestOutgoingSizeCounts(t *testing.T) {
 		t.Errorf("kafka size = %d, want %d", got, want)
 	}
 	// From NATS without a record key, the x-kafka-key header becomes the key as well.
-	fwdKey := hl(HeaderKafkaKey, "abc", HeaderHops, "1")
+	fwdKey := hl(contract.HeaderKafkaKey, "abc", contract.HeaderHops, "1")
 	if got, want := outgoingSize(BrokerKafka, fwdKey, "i", "http", nil, nil), int64(27+3+(10+11+3)+23+(10+10+1)+41+(10+14+4)+sizeMargin); got != want {
 		t.Errorf("kafka size with x-kafka-key = %d, want %d", got, want)
 	}
@@ -56,14 +58,14 @@ func TestPrepareBrokerLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := prepareIn("nats", "x-target", tc.target, "k", "v")
 			broker, _, _ := strings.Cut(tc.target, ":")
-			fits := int(tc.limit - outgoingSize(broker, hl("k", "v", HeaderHops, "1"), "src-1", "nats:delay.in", nil, nil))
+			fits := int(tc.limit - outgoingSize(broker, hl("k", "v", contract.HeaderHops, "1"), "src-1", "nats:delay.in", nil, nil))
 			in.Payload = make([]byte, fits)
 			if _, err := r.Prepare(in, now); err != nil {
 				t.Fatalf("payload of %d (outgoing exactly at the limit %d): %v", fits, tc.limit, err)
 			}
 			in.Payload = make([]byte, fits+1)
 			_, err := r.Prepare(in, now)
-			if !errors.Is(err, ErrPayloadTooLarge) || Reason(err) != ReasonPayloadTooLarge {
+			if !errors.Is(err, ErrPayloadTooLarge) || Reason(err) != contract.ReasonPayloadTooLarge {
 				t.Fatalf("payload of %d (one byte over): err = %v, want payload_too_large", fits+1, err)
 			}
 			if !strings.Contains(err.Error(), "limit of") {
@@ -78,7 +80,7 @@ func TestPrepareBrokerLimit(t *testing.T) {
 		t.Fatalf("1000 bytes under a 4096 limit: %v", err)
 	}
 	natsLimit.Store(512) // the server's max_payload changed on reconnect
-	if _, err := r.Prepare(in, now); Reason(err) != ReasonPayloadTooLarge {
+	if _, err := r.Prepare(in, now); Reason(err) != contract.ReasonPayloadTooLarge {
 		t.Fatalf("after the limit fell to 512: err = %v, want payload_too_large", err)
 	}
 	natsLimit.Store(0) // unknown: only MaxPayload applies
@@ -86,7 +88,7 @@ func TestPrepareBrokerLimit(t *testing.T) {
 		t.Fatalf("unknown limit: %v", err)
 	}
 	in.Payload = make([]byte, r.MaxPayload+1)
-	if _, err := r.Prepare(in, now); Reason(err) != ReasonPayloadTooLarge {
+	if _, err := r.Prepare(in, now); Reason(err) != contract.ReasonPayloadTooLarge {
 		t.Fatalf("over BRIDGE_MAX_PAYLOAD: err = %v", err)
 	}
 }

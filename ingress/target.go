@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -92,7 +93,7 @@ func (e *targetError) Unwrap() []error {
 // target matching no Allow pattern (also [ErrTargetNotAllowed]).
 func (p TargetPolicy) ParseTarget(value string, sourceBroker string) (Target, error) {
 	if value == "" {
-		return Target{}, &targetError{kind: ErrMissingTarget, detail: HeaderTarget + " is empty"}
+		return Target{}, &targetError{kind: ErrMissingTarget, detail: contract.HeaderTarget + " is empty"}
 	}
 	var t Target
 	if i := strings.IndexByte(value, ':'); i >= 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -91,68 +92,68 @@ func TestParseTargetRejects(t *testing.T) {
 		reason string
 	}{
 		// docs/faults.md G4.
-		{"empty", testPolicy(), "", BrokerNATS, ReasonMissingTarget},
+		{"empty", testPolicy(), "", BrokerNATS, contract.ReasonMissingTarget},
 		// Prefixes and brokers.
-		{"unknown prefix", testPolicy(), "foo:bar", BrokerNATS, ReasonInvalidTarget},
-		{"unprefixed colon", testPolicy(), "a:b", BrokerNATS, ReasonInvalidTarget},
-		{"empty prefix", testPolicy(), ":orders", BrokerNATS, ReasonInvalidTarget},
-		{"empty name after prefix", testPolicy(), "nats:", BrokerKafka, ReasonInvalidTarget},
-		{"empty kafka name", testPolicy(), "kafka:", BrokerKafka, ReasonInvalidTarget},
-		{"unknown source broker", testPolicy(), "orders", "http", ReasonInvalidTarget},
-		{"kafka not configured", natsOnly, "kafka:orders", BrokerNATS, ReasonBrokerNotConfigured},
-		{"source broker not configured", natsOnly, "orders", BrokerKafka, ReasonBrokerNotConfigured},
-		{"nothing configured", TargetPolicy{Allow: []string{"*"}}, "orders", "", ReasonBrokerNotConfigured},
+		{"unknown prefix", testPolicy(), "foo:bar", BrokerNATS, contract.ReasonInvalidTarget},
+		{"unprefixed colon", testPolicy(), "a:b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"empty prefix", testPolicy(), ":orders", BrokerNATS, contract.ReasonInvalidTarget},
+		{"empty name after prefix", testPolicy(), "nats:", BrokerKafka, contract.ReasonInvalidTarget},
+		{"empty kafka name", testPolicy(), "kafka:", BrokerKafka, contract.ReasonInvalidTarget},
+		{"unknown source broker", testPolicy(), "orders", "http", contract.ReasonInvalidTarget},
+		{"kafka not configured", natsOnly, "kafka:orders", BrokerNATS, contract.ReasonBrokerNotConfigured},
+		{"source broker not configured", natsOnly, "orders", BrokerKafka, contract.ReasonBrokerNotConfigured},
+		{"nothing configured", TargetPolicy{Allow: []string{"*"}}, "orders", "", contract.ReasonBrokerNotConfigured},
 		// docs/faults.md G5: loops, wildcard overlap included.
-		{"ingress subject", testPolicy(), "delay.in", BrokerNATS, ReasonTargetLoop},
-		{"cancel subject", testPolicy(), "nats:delay.cancel", BrokerKafka, ReasonTargetLoop},
-		{"dlq subject", testPolicy(), "delay.dlq", BrokerNATS, ReasonTargetLoop},
-		{"kafka ingress topic", testPolicy(), "kafka:delay.in", BrokerNATS, ReasonTargetLoop},
-		{"kafka dlq topic", testPolicy(), "delay.dlq", BrokerKafka, ReasonTargetLoop},
-		{"own wildcard >", wildOwn, "delay.in", BrokerNATS, ReasonTargetLoop},
-		{"own wildcard > deep", wildOwn, "delay.x.y.z", BrokerNATS, ReasonTargetLoop},
-		{"own wildcard *", wildOwn, "bridge.eu.cancel", BrokerNATS, ReasonTargetLoop},
+		{"ingress subject", testPolicy(), "delay.in", BrokerNATS, contract.ReasonTargetLoop},
+		{"cancel subject", testPolicy(), "nats:delay.cancel", BrokerKafka, contract.ReasonTargetLoop},
+		{"dlq subject", testPolicy(), "delay.dlq", BrokerNATS, contract.ReasonTargetLoop},
+		{"kafka ingress topic", testPolicy(), "kafka:delay.in", BrokerNATS, contract.ReasonTargetLoop},
+		{"kafka dlq topic", testPolicy(), "delay.dlq", BrokerKafka, contract.ReasonTargetLoop},
+		{"own wildcard >", wildOwn, "delay.in", BrokerNATS, contract.ReasonTargetLoop},
+		{"own wildcard > deep", wildOwn, "delay.x.y.z", BrokerNATS, contract.ReasonTargetLoop},
+		{"own wildcard *", wildOwn, "bridge.eu.cancel", BrokerNATS, contract.ReasonTargetLoop},
 		// docs/faults.md G6: malformed NATS subjects.
-		{"wildcard *", testPolicy(), "a.*", BrokerNATS, ReasonInvalidTarget},
-		{"wildcard >", testPolicy(), "a.>", BrokerNATS, ReasonInvalidTarget},
-		{"bare *", testPolicy(), "*", BrokerNATS, ReasonInvalidTarget},
-		{"bare >", testPolicy(), ">", BrokerNATS, ReasonInvalidTarget},
-		{"star inside token", testPolicy(), "a*b", BrokerNATS, ReasonInvalidTarget},
-		{"gt inside token", testPolicy(), "a.b>", BrokerNATS, ReasonInvalidTarget},
-		{"empty token", testPolicy(), "a..b", BrokerNATS, ReasonInvalidTarget},
-		{"leading dot", testPolicy(), ".a", BrokerNATS, ReasonInvalidTarget},
-		{"trailing dot", testPolicy(), "a.", BrokerNATS, ReasonInvalidTarget},
-		{"dot", testPolicy(), ".", BrokerNATS, ReasonInvalidTarget},
-		{"space", testPolicy(), "a b", BrokerNATS, ReasonInvalidTarget},
-		{"leading space", testPolicy(), " a", BrokerNATS, ReasonInvalidTarget},
-		{"tab", testPolicy(), "a\tb", BrokerNATS, ReasonInvalidTarget},
-		{"crlf", testPolicy(), "a\r\nb", BrokerNATS, ReasonInvalidTarget},
-		{"nul", testPolicy(), "a\x00b", BrokerNATS, ReasonInvalidTarget},
-		{"del", testPolicy(), "a\x7fb", BrokerNATS, ReasonInvalidTarget},
-		{"nbsp", testPolicy(), "a\u00a0b", BrokerNATS, ReasonInvalidTarget},
-		{"next line", testPolicy(), "a\u0085b", BrokerNATS, ReasonInvalidTarget},
-		{"invalid utf8", testPolicy(), "a\xffb", BrokerNATS, ReasonInvalidTarget},
-		{"too long", testPolicy(), strings.Repeat("a", MaxSubjectLen+1), BrokerNATS, ReasonInvalidTarget},
+		{"wildcard *", testPolicy(), "a.*", BrokerNATS, contract.ReasonInvalidTarget},
+		{"wildcard >", testPolicy(), "a.>", BrokerNATS, contract.ReasonInvalidTarget},
+		{"bare *", testPolicy(), "*", BrokerNATS, contract.ReasonInvalidTarget},
+		{"bare >", testPolicy(), ">", BrokerNATS, contract.ReasonInvalidTarget},
+		{"star inside token", testPolicy(), "a*b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"gt inside token", testPolicy(), "a.b>", BrokerNATS, contract.ReasonInvalidTarget},
+		{"empty token", testPolicy(), "a..b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"leading dot", testPolicy(), ".a", BrokerNATS, contract.ReasonInvalidTarget},
+		{"trailing dot", testPolicy(), "a.", BrokerNATS, contract.ReasonInvalidTarget},
+		{"dot", testPolicy(), ".", BrokerNATS, contract.ReasonInvalidTarget},
+		{"space", testPolicy(), "a b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"leading space", testPolicy(), " a", BrokerNATS, contract.ReasonInvalidTarget},
+		{"tab", testPolicy(), "a\tb", BrokerNATS, contract.ReasonInvalidTarget},
+		{"crlf", testPolicy(), "a\r\nb", BrokerNATS, contract.ReasonInvalidTarget},
+		{"nul", testPolicy(), "a\x00b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"del", testPolicy(), "a\x7fb", BrokerNATS, contract.ReasonInvalidTarget},
+		{"nbsp", testPolicy(), "a\u00a0b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"next line", testPolicy(), "a\u0085b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"invalid utf8", testPolicy(), "a\xffb", BrokerNATS, contract.ReasonInvalidTarget},
+		{"too long", testPolicy(), strings.Repeat("a", MaxSubjectLen+1), BrokerNATS, contract.ReasonInvalidTarget},
 		// docs/faults.md G7: reserved namespaces.
-		{"$JS.API delete", testPolicy(), "$JS.API.STREAM.DELETE.ORDERS", BrokerNATS, ReasonInvalidTarget},
-		{"$JS.ACK", testPolicy(), "$JS.ACK.ORDERS.c.1.2.3.4.5", BrokerNATS, ReasonInvalidTarget},
-		{"$KV", testPolicy(), "$KV.bucket.key", BrokerNATS, ReasonInvalidTarget},
-		{"$SYS", testPolicy(), "$SYS.REQ.SERVER.PING", BrokerNATS, ReasonInvalidTarget},
-		{"$O", testPolicy(), "nats:$O.store.x", BrokerKafka, ReasonInvalidTarget},
-		{"_INBOX.", testPolicy(), "_INBOX.abc.def", BrokerNATS, ReasonInvalidTarget},
-		{"_INBOX", testPolicy(), "_INBOX", BrokerNATS, ReasonInvalidTarget},
-		{"_INBOX prefix", testPolicy(), "_INBOXabc", BrokerNATS, ReasonInvalidTarget},
-		{"__consumer_offsets", testPolicy(), "kafka:__consumer_offsets", BrokerNATS, ReasonInvalidTarget},
-		{"__transaction_state", testPolicy(), "__transaction_state", BrokerKafka, ReasonInvalidTarget},
+		{"$JS.API delete", testPolicy(), "$JS.API.STREAM.DELETE.ORDERS", BrokerNATS, contract.ReasonInvalidTarget},
+		{"$JS.ACK", testPolicy(), "$JS.ACK.ORDERS.c.1.2.3.4.5", BrokerNATS, contract.ReasonInvalidTarget},
+		{"$KV", testPolicy(), "$KV.bucket.key", BrokerNATS, contract.ReasonInvalidTarget},
+		{"$SYS", testPolicy(), "$SYS.REQ.SERVER.PING", BrokerNATS, contract.ReasonInvalidTarget},
+		{"$O", testPolicy(), "nats:$O.store.x", BrokerKafka, contract.ReasonInvalidTarget},
+		{"_INBOX.", testPolicy(), "_INBOX.abc.def", BrokerNATS, contract.ReasonInvalidTarget},
+		{"_INBOX", testPolicy(), "_INBOX", BrokerNATS, contract.ReasonInvalidTarget},
+		{"_INBOX prefix", testPolicy(), "_INBOXabc", BrokerNATS, contract.ReasonInvalidTarget},
+		{"__consumer_offsets", testPolicy(), "kafka:__consumer_offsets", BrokerNATS, contract.ReasonInvalidTarget},
+		{"__transaction_state", testPolicy(), "__transaction_state", BrokerKafka, contract.ReasonInvalidTarget},
 		// Kafka names.
-		{"kafka .", testPolicy(), "kafka:.", BrokerNATS, ReasonInvalidTarget},
-		{"kafka ..", testPolicy(), "kafka:..", BrokerNATS, ReasonInvalidTarget},
-		{"kafka slash", testPolicy(), "kafka:a/b", BrokerNATS, ReasonInvalidTarget},
-		{"kafka space", testPolicy(), "kafka:a b", BrokerNATS, ReasonInvalidTarget},
-		{"kafka colon", testPolicy(), "kafka:a:b", BrokerNATS, ReasonInvalidTarget},
-		{"kafka star", testPolicy(), "kafka:a*", BrokerNATS, ReasonInvalidTarget},
-		{"kafka unicode", testPolicy(), "kafka:größe", BrokerNATS, ReasonInvalidTarget},
-		{"kafka too long", testPolicy(), "kafka:" + strings.Repeat("t", MaxTopicLen+1), BrokerNATS, ReasonInvalidTarget},
-		{"kafka dollar", testPolicy(), "$JS.API.X", BrokerKafka, ReasonInvalidTarget},
+		{"kafka .", testPolicy(), "kafka:.", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka ..", testPolicy(), "kafka:..", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka slash", testPolicy(), "kafka:a/b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka space", testPolicy(), "kafka:a b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka colon", testPolicy(), "kafka:a:b", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka star", testPolicy(), "kafka:a*", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka unicode", testPolicy(), "kafka:größe", BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka too long", testPolicy(), "kafka:" + strings.Repeat("t", MaxTopicLen+1), BrokerNATS, contract.ReasonInvalidTarget},
+		{"kafka dollar", testPolicy(), "$JS.API.X", BrokerKafka, contract.ReasonInvalidTarget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +206,7 @@ func TestParseTargetAllowList(t *testing.T) {
 			t.Errorf("ParseTarget(%q, %q): %v", tt.value, tt.source, err)
 		case !tt.ok && err == nil:
 			t.Errorf("ParseTarget(%q, %q) accepted", tt.value, tt.source)
-		case !tt.ok && tt.value != "orders." && Reason(err) != ReasonTargetNotAllowed:
+		case !tt.ok && tt.value != "orders." && Reason(err) != contract.ReasonTargetNotAllowed:
 			t.Errorf("ParseTarget(%q, %q): %v: reason %q", tt.value, tt.source, err, Reason(err))
 		}
 	}
@@ -213,19 +214,19 @@ func TestParseTargetAllowList(t *testing.T) {
 	// An empty allow list allows nothing; a malformed pattern matches nothing.
 	for _, allow := range [][]string{nil, {}, {"["}, {"orders.[a"}} {
 		p.Allow = allow
-		if _, err := p.ParseTarget("orders.timeout", BrokerNATS); Reason(err) != ReasonTargetNotAllowed {
+		if _, err := p.ParseTarget("orders.timeout", BrokerNATS); Reason(err) != contract.ReasonTargetNotAllowed {
 			t.Errorf("Allow %q: got %v", allow, err)
 		}
 	}
 	// Loops are rejected even when allowed.
 	p.Allow = []string{"*"}
-	if _, err := p.ParseTarget("delay.in", BrokerNATS); Reason(err) != ReasonTargetLoop {
+	if _, err := p.ParseTarget("delay.in", BrokerNATS); Reason(err) != contract.ReasonTargetLoop {
 		t.Errorf("loop allowed: %v", err)
 	}
 	// Reserved names are rejected even when an allow pattern names them.
 	p.Allow = []string{"$JS.*", "_INBOX.*", "kafka:__*"}
 	for _, v := range []string{"$JS.API.STREAM.DELETE.X", "_INBOX.x", "kafka:__consumer_offsets"} {
-		if _, err := p.ParseTarget(v, BrokerNATS); Reason(err) != ReasonInvalidTarget {
+		if _, err := p.ParseTarget(v, BrokerNATS); Reason(err) != contract.ReasonInvalidTarget {
 			t.Errorf("%q: got %v", v, err)
 		}
 	}
@@ -328,7 +329,7 @@ func FuzzParseTarget(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value, source string) {
 		got, err := p.ParseTarget(value, source)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidTarget) || Reason(err) == ReasonUnknown {
+			if !errors.Is(err, ErrInvalidTarget) || Reason(err) == contract.ReasonUnknown {
 				t.Fatalf("ParseTarget(%q, %q): error %v, reason %q", value, source, err, Reason(err))
 			}
 			return

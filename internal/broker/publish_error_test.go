@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 func TestPublishError(t *testing.T) {
@@ -31,8 +33,8 @@ func TestPublishError(t *testing.T) {
 
 func TestRejectedError(t *testing.T) {
 	cause := errors.New("permissions violation")
-	err := fmt.Errorf("publish: %w", Reject(ReasonForbidden, cause))
-	if reason, ok := IsRejected(err); !ok || reason != ReasonForbidden {
+	err := fmt.Errorf("publish: %w", Reject(contract.ReasonForbidden, cause))
+	if reason, ok := IsRejected(err); !ok || reason != contract.ReasonForbidden {
 		t.Fatalf("IsRejected = %q, %v", reason, ok)
 	}
 	if !errors.Is(err, cause) {
@@ -42,8 +44,8 @@ func TestRejectedError(t *testing.T) {
 		t.Fatal("a plain error is a rejection")
 	}
 	e := NewPublishError("orders", 1)
-	e.Add("a", Reject(ReasonTooLarge, cause))
-	if reason, ok := IsRejected(e.FailedMessages()["a"]); !ok || reason != ReasonTooLarge {
+	e.Add("a", Reject(contract.ReasonTooLarge, cause))
+	if reason, ok := IsRejected(e.FailedMessages()["a"]); !ok || reason != contract.ReasonTooLarge {
 		t.Fatalf("per-message rejection lost: %q %v", reason, ok)
 	}
 }

@@ -5,21 +5,11 @@ import (
 	"fmt"
 )
 
-// Reasons of a [RejectedError]; they become the dead-letter reason (x-delay-error).
-const (
-	// ReasonForbidden: the broker refused the publish for lack of permission (a NATS
-	// permissions violation, Kafka TOPIC_AUTHORIZATION_FAILED).
-	ReasonForbidden = "forbidden"
-	// ReasonTooLarge: the message exceeds what the broker accepts (NATS max_payload,
-	// Kafka MESSAGE_TOO_LARGE).
-	ReasonTooLarge = "too_large"
-)
-
 // RejectedError is a permanent rejection of one message by the target broker: trying
 // again cannot succeed, so egress dead-letters the message after this one attempt
 // instead of retrying it. Any other publish error is treated as transient.
 type RejectedError struct {
-	// Reason is ReasonForbidden or ReasonTooLarge.
+	// Reason is contract.ReasonForbidden or contract.ReasonTooLarge.
 	Reason string
 	// Err is the broker's error.
 	Err error

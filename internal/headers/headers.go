@@ -30,11 +30,6 @@ const (
 	MetaRequest = ReservedPrefix + "request"
 )
 
-// OriginalSize is the header of a dead letter sent without its payload, because the
-// dead-letter subject refused it as too large: the payload's size in bytes. Ingress (a
-// rejected message) and egress (an undeliverable one) both set it.
-const OriginalSize = "x-delay-original-size"
-
 // Header is one header field.
 type Header struct {
 	Key   string

@@ -21,6 +21,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -227,15 +228,15 @@ func (a *api) incoming(req PostRequest, received time.Time) (ingress.Incoming, e
 		hs.Add(k, req.Headers[k])
 	}
 	if req.Target != "" {
-		hs.Add(ingress.HeaderTarget, req.Target)
+		hs.Add(contract.HeaderTarget, req.Target)
 	}
 	if req.ID != "" {
-		hs.Add(ingress.HeaderID, req.ID)
+		hs.Add(contract.HeaderID, req.ID)
 	}
 	for _, f := range []struct {
 		name, header string
 		raw          json.RawMessage
-	}{{"delay", ingress.HeaderDelay, req.Delay}, {"deliver_at", ingress.HeaderDeliverAt, req.DeliverAt}} {
+	}{{"delay", contract.HeaderDelay, req.Delay}, {"deliver_at", contract.HeaderDeliverAt, req.DeliverAt}} {
 		if len(f.raw) == 0 || bytes.Equal(f.raw, []byte("null")) {
 			continue
 		}

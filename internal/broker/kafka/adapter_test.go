@@ -24,6 +24,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/broker"
 	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 )
@@ -809,7 +810,7 @@ func TestPublisherMaxRecordBytes(t *testing.T) {
 		t.Fatalf("err = %v, want one failed message", err)
 	}
 	reason, ok := broker.IsRejected(perr.FailedMessages()[big.UUID])
-	if !ok || reason != broker.ReasonTooLarge {
+	if !ok || reason != contract.ReasonTooLarge {
 		t.Fatalf("big record: %v, want a too_large rejection", perr.FailedMessages()[big.UUID])
 	}
 	if got := endOffsets(t, e, "maxrec", 1); got[0] != 1 {

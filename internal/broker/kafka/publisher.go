@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/internal/broker"
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // Publisher defaults.
@@ -180,7 +181,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		km := toKafka(topic, msg, p.cfg.UUIDHeader)
 		if n := recordSize(&km); n > p.cfg.MaxRecordBytes {
-			perr.Add(msg.UUID, broker.Reject(broker.ReasonTooLarge,
+			perr.Add(msg.UUID, broker.Reject(contract.ReasonTooLarge,
 				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, p.cfg.MaxRecordBytes, kafkago.MessageSizeTooLarge)))
 			continue
 		}
@@ -243,9 +244,9 @@ func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.M
 func classify(err error) error {
 	switch {
 	case errors.Is(err, kafkago.TopicAuthorizationFailed), errors.Is(err, kafkago.ClusterAuthorizationFailed):
-		return broker.Reject(broker.ReasonForbidden, err)
+		return broker.Reject(contract.ReasonForbidden, err)
 	case errors.Is(err, kafkago.MessageSizeTooLarge), errors.Is(err, kafkago.RecordListTooLarge):
-		return broker.Reject(broker.ReasonTooLarge, err)
+		return broker.Reject(contract.ReasonTooLarge, err)
 	}
 	return err
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/broker"
 	wmnats "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testnats"
 )
@@ -422,7 +423,7 @@ func TestPublishErrorPerMessage(t *testing.T) {
 		t.Fatalf("cause %v is not a JetStream API error", failed[big.UUID])
 	}
 	var rej *broker.RejectedError
-	if !errors.As(failed[big.UUID], &rej) || rej.Reason != broker.ReasonTooLarge {
+	if !errors.As(failed[big.UUID], &rej) || rej.Reason != contract.ReasonTooLarge {
 		t.Fatalf("cause %v is not a too_large rejection (the stream's max_msg_size: retrying cannot help)", failed[big.UUID])
 	}
 	if !strings.Contains(err.Error(), "1 of 3") {

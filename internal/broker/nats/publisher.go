@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/broker"
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // ErrClosed is returned by Publish and Subscribe after Close.
@@ -258,7 +259,7 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 }
 
 func forbiddenErr(topic string) error {
-	return broker.Reject(broker.ReasonForbidden, fmt.Errorf("%w for publish to %q", natsgo.ErrPermissionViolation, topic))
+	return broker.Reject(contract.ReasonForbidden, fmt.Errorf("%w for publish to %q", natsgo.ErrPermissionViolation, topic))
 }
 
 func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*message.Message) error {
@@ -300,7 +301,7 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 // in the publish acknowledgement).
 func classify(err error) error {
 	if errors.Is(err, natsgo.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
-		return broker.Reject(broker.ReasonTooLarge, err)
+		return broker.Reject(contract.ReasonTooLarge, err)
 	}
 	return err
 }

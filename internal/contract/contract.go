@@ -1,0 +1,88 @@
+// Package contract is the one home of the message contract that ingress, egress, the
+// broker adapters and the HTTP API share (docs/contract.md sections 1, 2 and 5): the
+// header names, the reason codes of dead letters and refusals, and the rule that a
+// relative delay counts from receipt.
+//
+// Header names are lower case. Incoming names are matched case-insensitively; the bridge
+// writes its own headers with exactly these names.
+package contract
+
+import "time"
+
+// Headers read from an incoming message (section 1).
+const (
+	// HeaderDelay is the relative delay of an incoming message ("30s", "1500ms", "PT1M").
+	HeaderDelay = "x-delay"
+	// HeaderDeliverAt is the absolute due time of an incoming message (RFC 3339 or unix ms).
+	HeaderDeliverAt = "x-deliver-at"
+	// HeaderTarget is where a message goes when due; dead letters carry it too.
+	HeaderTarget = "x-target"
+	// HeaderID is the identity of a delayed message, in and out: sending the same id
+	// again reschedules, a cancel names it.
+	HeaderID = "x-delay-id"
+	// HeaderKafkaKey carries a Kafka record key across NATS.
+	HeaderKafkaKey = "x-kafka-key"
+	// HeaderHops counts how often a message went through a bridge: ingress sets it to the
+	// incoming value + 1 on the parked message, and rejects a message whose count reached
+	// the maximum (a loop through other services that the target check cannot see).
+	HeaderHops = "x-delay-hops"
+)
+
+// Headers the bridge sets on what it delivers (section 2).
+const (
+	// HeaderDue is set on delivered messages: the due time as scheduled, unix ms.
+	HeaderDue = "x-delay-due"
+	// HeaderSource is set on delivered messages: "nats:<subject>", "kafka:<topic>" or "http".
+	HeaderSource = "x-delay-source"
+	// HeaderError is set on dead letters: "<reason code>: <detail>" (see the Reason
+	// constants).
+	HeaderError = "x-delay-error"
+	// HeaderOriginalSize is set on a dead letter sent without its payload, because the
+	// dead-letter subject refused it as too large: the payload's size in bytes. Ingress
+	// (a rejected message) and egress (an undeliverable one) both set it.
+	HeaderOriginalSize = "x-delay-original-size"
+	// HeaderOriginalPrefix renames the Nats-* headers of a NATS dead letter, which a
+	// JetStream stream capturing the dead-letter subject would act on: Nats-Schedule
+	// arrives in the dead letter as x-delay-original-Nats-Schedule.
+	HeaderOriginalPrefix = "x-delay-original-"
+)
+
+// Reason codes: the prefix of x-delay-error on a dead letter, the "error" of a refused
+// API request, and the reason label of the metrics.
+const (
+	// Refusals at ingress (section 5), from the most to the least specific.
+	ReasonInvalidDelay        = "invalid_delay"
+	ReasonInvalidDeliverAt    = "invalid_deliver_at"
+	ReasonConflictingSchedule = "conflicting_schedule"
+	ReasonDelayTooLong        = "delay_too_long"
+	ReasonMissingTarget       = "missing_target"
+	ReasonInvalidTarget       = "invalid_target"
+	ReasonTargetLoop          = "target_loop"
+	ReasonTargetNotAllowed    = "target_not_allowed"
+	ReasonBrokerNotConfigured = "broker_not_configured"
+	ReasonInvalidID           = "invalid_id"
+	ReasonPayloadTooLarge     = "payload_too_large"
+	ReasonInvalidHeaders      = "invalid_headers"
+	ReasonUnknown             = "unknown"
+
+	// Dead letters at egress.
+	// ReasonPublishFailed: the target failed BRIDGE_MAX_ATTEMPTS publishes.
+	ReasonPublishFailed = "publish_failed"
+	// ReasonForbidden: the target broker refused the publish for lack of permission (a
+	// NATS permissions violation, Kafka TOPIC_AUTHORIZATION_FAILED).
+	ReasonForbidden = "forbidden"
+	// ReasonTooLarge: the message exceeds what the target broker accepts (NATS
+	// max_payload, Kafka MESSAGE_TOO_LARGE).
+	ReasonTooLarge = "too_large"
+)
+
+// Remaining is what is left of a relative delay at now for a message received at
+// received: the delay counts from receipt, not from the moment the bridge parks it (a
+// park retried while Redis was unreachable does not push the due time out). Never
+// negative; a zero received means "received now".
+func Remaining(delay time.Duration, received, now time.Time) time.Duration {
+	if !received.IsZero() {
+		delay -= now.Sub(received)
+	}
+	return max(delay, 0)
+}
