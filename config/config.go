@@ -10,6 +10,8 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/egress"
+	"github.com/delaybridge/delaybridge/ingress"
 )
 
 // Prefix starts every variable of the bridge.
@@ -35,6 +37,14 @@ type Config struct {
 	NATS NATS
 	// Kafka configures the Kafka broker; off when Kafka.Brokers is empty.
 	Kafka Kafka
+	// Ingress are the limits of incoming messages: BRIDGE_MAX_DELAY, BRIDGE_MAX_PAYLOAD,
+	// BRIDGE_MAX_HEADERS, BRIDGE_MAX_HEADER_BYTES, BRIDGE_MAX_HOPS (ingress owns their
+	// defaults, documentation and checks).
+	Ingress ingress.Rules
+	// Egress configures delivery: BRIDGE_MAX_ATTEMPTS, BRIDGE_RETRY_BACKOFF,
+	// BRIDGE_RETRY_BACKOFF_MAX, BRIDGE_TARGET_INFLIGHT, BRIDGE_OWNERSHIP_TTL (egress owns
+	// their defaults, documentation and checks).
+	Egress egress.Config
 
 	// CancelSubject is the cancel subject (NATS) and topic (Kafka).
 	CancelSubject string `env:"CANCEL_SUBJECT" envDefault:"delay.cancel" envDoc:"cancel subject/topic (a message with x-delay-id removes that pending message)"`
@@ -44,19 +54,6 @@ type Config struct {
 	// characters, dots included; a pattern with ":" matches "broker:name"). Items are
 	// trimmed; empty items are dropped.
 	TargetAllow []string `env:"TARGET_ALLOW" envDefault:"*" envDoc:"comma-separated glob patterns of allowed targets (* matches dots too; nats:... / kafka:... match one broker)"`
-	// MaxDelay is the longest accepted delay; it bounds x-deliver-at too.
-	MaxDelay time.Duration `env:"MAX_DELAY" envDefault:"8760h" envDoc:"longest accepted delay (also bounds x-deliver-at), at most 100 years"`
-	// MaxPayload is the largest accepted payload in bytes.
-	MaxPayload int `env:"MAX_PAYLOAD" envDefault:"1048576" envDoc:"largest accepted payload, bytes"`
-	// MaxHeaders is the most headers an incoming message may have, control headers
-	// included (extension, not in the contract).
-	MaxHeaders int `env:"MAX_HEADERS" envDefault:"64" envDoc:"most headers an incoming message may have (extension)"`
-	// MaxHeaderBytes bounds the total length of an incoming message's header names and
-	// values (extension, not in the contract).
-	MaxHeaderBytes int `env:"MAX_HEADER_BYTES" envDefault:"8192" envDoc:"largest total of header name and value bytes of an incoming message (extension)"`
-	// MaxHops is the x-delay-hops count at which a message is dead-lettered as a loop
-	// (extension, not in the contract).
-	MaxHops int `env:"MAX_HOPS" envDefault:"8" envDoc:"x-delay-hops count at which a message is dead-lettered as a loop (extension)"`
 	// HTTPAddr is the listen address of /healthz, /readyz and /metrics.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080" envDoc:"listen address of /healthz, /readyz, /metrics"`
 	// APIAddr is the listen address of the message API; "" turns the API off (an empty
@@ -81,24 +78,6 @@ type Config struct {
 	LogFormat string `env:"LOG_FORMAT" envDefault:"json" envDoc:"json or text"`
 	// ShutdownTimeout bounds the drain at shutdown (extension, not in the contract).
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" envDoc:"bound on the drain at shutdown (extension)"`
-	// MaxAttempts is how many publish attempts egress makes before it dead-letters a due
-	// message (extension, not in the contract).
-	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10" envDoc:"egress publish attempts before a message is dead-lettered (extension)"`
-	// RetryBackoff is the wait before a failed target publish is tried again; it doubles
-	// per attempt, capped at RetryBackoffMax (extension, not in the contract).
-	RetryBackoff time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at BRIDGE_RETRY_BACKOFF_MAX (extension)"`
-	// RetryBackoffMax caps the doubling of RetryBackoff (extension, not in the contract):
-	// a message whose publishes keep failing is tried at least this often until it is
-	// dead-lettered. It is also how often an undecodable entry is looked at again.
-	RetryBackoffMax time.Duration `env:"RETRY_BACKOFF_MAX" envDefault:"5m" envDoc:"longest wait between publish attempts of one message: the cap of BRIDGE_RETRY_BACKOFF's doubling (extension)"`
-	// TargetInflight is the most messages of one target this replica has being published
-	// at once (extension, not in the contract): a hanging target holds only that many, the others
-	// are put back unpublished, without counting an attempt.
-	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
-	// OwnershipTTL is how long a replica's membership of the fleet, and with it the
-	// shards it claims, lives without a heartbeat (extension, not in the contract): a killed
-	// replica's shards are claimed again within OwnershipTTL + OwnershipTTL/3.
-	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
 	// Pprof serves Go's net/http/pprof profiles under /debug/pprof/ on HTTPAddr
 	// (extension, not in the contract). Off by default: profiles reveal internals.
 	Pprof bool `env:"PPROF" envDefault:"false" envDoc:"serve Go profiles under /debug/pprof/ on BRIDGE_HTTP_ADDR (extension)"`

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/egress"
+	"github.com/delaybridge/delaybridge/ingress"
 )
 
 // specDefaults is docs/contract.md section 4's table, in its order, plus the two extensions.
@@ -163,11 +165,7 @@ func TestDefaultsTyped(t *testing.T) {
 			CancelSubject:       "delay.cancel",
 			DLQSubject:          "delay.dlq",
 			TargetAllow:         []string{"*"},
-			MaxDelay:            8760 * time.Hour,
-			MaxPayload:          1048576,
-			MaxHeaders:          64,
-			MaxHeaderBytes:      8192,
-			MaxHops:             8,
+			Ingress:             ingress.Rules{MaxDelay: 8760 * time.Hour, MaxPayload: 1048576, MaxHeaders: 64, MaxHeaderBytes: 8192, MaxHops: 8},
 			HTTPAddr:            ":8080",
 			APIAddr:             "127.0.0.1:8081",
 			APIMaxInflightBytes: 32 << 20,
@@ -176,11 +174,8 @@ func TestDefaultsTyped(t *testing.T) {
 			LogLevel:            "info",
 			LogFormat:           "json",
 			ShutdownTimeout:     25 * time.Second,
-			MaxAttempts:         10,
-			RetryBackoff:        time.Second,
-			RetryBackoffMax:     5 * time.Minute,
-			TargetInflight:      256,
-			OwnershipTTL:        3 * time.Second,
+			Egress: egress.Config{MaxAttempts: 10, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
+				TargetInflight: 256, OwnershipTTL: 3 * time.Second},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -243,11 +238,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		CancelSubject:       "sched.cancel",
 		DLQSubject:          "sched.dlq",
 		TargetAllow:         []string{"orders.*", "kafka:billing.*"},
-		MaxDelay:            168 * time.Hour,
-		MaxPayload:          65536,
-		MaxHeaders:          16,
-		MaxHeaderBytes:      1024,
-		MaxHops:             3,
+		Ingress:             ingress.Rules{MaxDelay: 168 * time.Hour, MaxPayload: 65536, MaxHeaders: 16, MaxHeaderBytes: 1024, MaxHops: 3},
 		HTTPAddr:            "0.0.0.0:9090",
 		APIAddr:             ":9091",
 		APIToken:            "s3cret",
@@ -257,11 +248,8 @@ func TestEveryVariableParsed(t *testing.T) {
 		LogLevel:            "debug",
 		LogFormat:           "text",
 		ShutdownTimeout:     time.Minute,
-		MaxAttempts:         3,
-		RetryBackoff:        time.Second,
-		RetryBackoffMax:     5 * time.Minute,
-		TargetInflight:      256,
-		OwnershipTTL:        3 * time.Second,
+		Egress: egress.Config{MaxAttempts: 3, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
+			TargetInflight: 256, OwnershipTTL: 3 * time.Second},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
@@ -333,8 +321,8 @@ func TestRetryBackoffValues(t *testing.T) {
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("Load(%v) = %v, want %q", tc.env, err, tc.want)
 		}
-		if err == nil && tc.env["BRIDGE_RETRY_BACKOFF_MAX"] == "30s" && c.RetryBackoffMax != 30*time.Second {
-			t.Errorf("RetryBackoffMax = %s, want 30s", c.RetryBackoffMax)
+		if err == nil && tc.env["BRIDGE_RETRY_BACKOFF_MAX"] == "30s" && c.Egress.BackoffMax != 30*time.Second {
+			t.Errorf("Egress.BackoffMax = %s, want 30s", c.Egress.BackoffMax)
 		}
 	}
 }
@@ -665,17 +653,6 @@ func TestLevel(t *testing.T) {
 	for lvl, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "Warn": slog.LevelWarn, "error": slog.LevelError} {
 		if got := mustLoad(t, map[string]string{"BRIDGE_LOG_LEVEL": lvl}).Level(); got != want {
 			t.Errorf("%s: Level() = %v", lvl, got)
-		}
-	}
-}
-
-func TestFormatDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0: "0s", 8760 * time.Hour: "8760h", 90 * time.Minute: "1h30m", time.Minute: "1m", 25 * time.Second: "25s",
-		time.Hour + 500*time.Millisecond: "1h0m0.5s", 1500 * time.Millisecond: "1.5s", -time.Hour: "-1h",
-	} {
-		if got := formatDuration(d); got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

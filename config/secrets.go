@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/delaybridge/delaybridge/internal/envconf"
 )
 
 // secretVars are the variables (without the prefix) whose values are secret: never
@@ -38,7 +40,7 @@ func readSecretFiles(vars map[string]string) []*VarError {
 		}
 		s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 		if s == "" {
-			ps = append(ps, &VarError{fileVar, quoteValue(path) + " is empty"})
+			ps = append(ps, &VarError{fileVar, envconf.Quote(path) + " is empty"})
 			continue
 		}
 		vars[Prefix+name] = s
@@ -57,7 +59,7 @@ func readSmallFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > maxSecretFile {
-		return nil, fmt.Errorf("%s: larger than 64 KiB, not a secret file", quoteValue(path))
+		return nil, fmt.Errorf("%s: larger than 64 KiB, not a secret file", envconf.Quote(path))
 	}
 	return b, nil
 }

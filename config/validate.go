@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"path"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/envconf"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -21,10 +21,6 @@ import (
 const (
 	// MaxShards is the largest accepted BRIDGE_SHARDS.
 	MaxShards = 4096
-	// MaxMaxDelay is the largest accepted BRIDGE_MAX_DELAY: 100 years of 365.25 days.
-	MaxMaxDelay = 100 * 8766 * time.Hour
-	// MaxMaxPayload is the largest accepted BRIDGE_MAX_PAYLOAD: Redis' limit on a value.
-	MaxMaxPayload = 512 << 20
 	// MaxKafkaMessageBytes is the largest accepted BRIDGE_KAFKA_MAX_MESSAGE_BYTES (Kafka
 	// sizes are int32; a gibibyte is far beyond any sane broker setting).
 	MaxKafkaMessageBytes = 1 << 30
@@ -33,97 +29,94 @@ const (
 // validate returns every semantic problem of c (already normalized). vars are the raw
 // BRIDGE_* variables, to tell set from defaulted.
 func (c *Config) validate(vars map[string]string) []*VarError {
-	var ps []*VarError
-	add := func(name, format string, args ...any) {
-		ps = append(ps, &VarError{Var: Prefix + name, Problem: fmt.Sprintf(format, args...)})
-	}
+	ps := &envconf.Problems{}
 
 	// Redis.
-	c.validateRedis(vars, add)
+	c.validateRedis(vars, ps)
 
-	checkTLSFiles(add, "REDIS", c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
+	checkTLSFiles(ps, "REDIS", c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
 
 	// Store.
 	switch kp := c.Store.KeyPrefix; {
 	case kp == "":
-		add("KEY_PREFIX", "must not be empty")
+		ps.Add("KEY_PREFIX", "must not be empty")
 	case len(kp) > 64:
-		add("KEY_PREFIX", "longer than 64 bytes")
+		ps.Add("KEY_PREFIX", "longer than 64 bytes")
 	case strings.ContainsAny(kp, "{}"):
-		add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", quoteValue(kp))
+		ps.Add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", envconf.Quote(kp))
 	case hasSpaceOrControl(kp) || !utf8.ValidString(kp):
-		add("KEY_PREFIX", "%s: must not contain whitespace or control characters", quoteValue(kp))
+		ps.Add("KEY_PREFIX", "%s: must not contain whitespace or control characters", envconf.Quote(kp))
 	}
 	if s := c.Store.Shards; s < 1 || s > MaxShards {
-		add("SHARDS", "%d: must be 1 to %d", s, MaxShards)
+		ps.Add("SHARDS", "%d: must be 1 to %d", s, MaxShards)
 	}
-	checkPositiveDuration(add, "LEASE", c.Store.Lease, time.Millisecond)
+	ps.PositiveDuration("LEASE", c.Store.Lease, time.Millisecond)
 	if ttl := c.Store.TombstoneTTL; ttl > 0 && c.NATS.Stream != "" && ttl < c.NATS.AckWait {
-		add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
-			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", formatDuration(ttl), formatDuration(c.NATS.AckWait))
+		ps.Add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
+			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", envconf.Duration(ttl), envconf.Duration(c.NATS.AckWait))
 	}
-	c.validateWait(add)
+	c.validateWait(ps)
 
 	// NATS.
 	if c.NATS.URL != "" {
 		for i, u := range strings.Split(c.NATS.URL, ",") {
 			if p := checkNATSURL(strings.TrimSpace(u)); p != "" {
-				add("NATS_URL", "server %d: %s", i+1, p)
+				ps.Add("NATS_URL", "server %d: %s", i+1, p)
 			}
 		}
 	}
 	natsSubjectOK := checkSubject(c.NATS.Subject, true) == ""
 	if !natsSubjectOK {
-		add("NATS_SUBJECT", "%s: %s", quoteValue(c.NATS.Subject), checkSubject(c.NATS.Subject, true))
+		ps.Add("NATS_SUBJECT", "%s: %s", envconf.Quote(c.NATS.Subject), checkSubject(c.NATS.Subject, true))
 	}
 	if c.NATS.Queue == "" || hasSpaceOrControl(c.NATS.Queue) {
-		add("NATS_QUEUE", "%s: must be non-empty, without whitespace", quoteValue(c.NATS.Queue))
+		ps.Add("NATS_QUEUE", "%s: must be non-empty, without whitespace", envconf.Quote(c.NATS.Queue))
 	}
 	if c.NATS.Stream != "" {
 		if p := checkJSName(c.NATS.Stream); p != "" {
-			add("NATS_STREAM", "%s: %s", quoteValue(c.NATS.Stream), p)
+			ps.Add("NATS_STREAM", "%s: %s", envconf.Quote(c.NATS.Stream), p)
 		}
 	}
 	if p := checkJSName(c.NATS.Consumer); p != "" {
-		add("NATS_CONSUMER", "%s: %s", quoteValue(c.NATS.Consumer), p)
+		ps.Add("NATS_CONSUMER", "%s: %s", envconf.Quote(c.NATS.Consumer), p)
 	}
 
-	checkTLSFiles(add, "NATS", c.NATS.TLSCAFile, c.NATS.TLSCertFile, c.NATS.TLSKeyFile)
+	checkTLSFiles(ps, "NATS", c.NATS.TLSCAFile, c.NATS.TLSCertFile, c.NATS.TLSKeyFile)
 	if c.NATS.CredsFile != "" && c.NATS.NKeyFile != "" {
-		add("NATS_NKEY_FILE", "set only one of BRIDGE_NATS_CREDS_FILE and BRIDGE_NATS_NKEY_FILE")
+		ps.Add("NATS_NKEY_FILE", "set only one of BRIDGE_NATS_CREDS_FILE and BRIDGE_NATS_NKEY_FILE")
 	}
 
 	// Kafka.
-	checkTLSFiles(add, "KAFKA", c.Kafka.TLSCAFile, c.Kafka.TLSCertFile, c.Kafka.TLSKeyFile)
+	checkTLSFiles(ps, "KAFKA", c.Kafka.TLSCAFile, c.Kafka.TLSCertFile, c.Kafka.TLSKeyFile)
 	switch c.Kafka.SASLMechanism {
 	case "":
 		if c.Kafka.SASLUsername != "" || c.Kafka.SASLPassword != "" {
-			add("KAFKA_SASL_MECHANISM", "empty, but a SASL user or password is set: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+			ps.Add("KAFKA_SASL_MECHANISM", "empty, but a SASL user or password is set: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 		}
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 		if c.Kafka.SASLUsername == "" {
-			add("KAFKA_SASL_USERNAME", "required with BRIDGE_KAFKA_SASL_MECHANISM")
+			ps.Add("KAFKA_SASL_USERNAME", "required with BRIDGE_KAFKA_SASL_MECHANISM")
 		}
 		if c.Kafka.SASLPassword == "" {
-			add("KAFKA_SASL_PASSWORD", "required with BRIDGE_KAFKA_SASL_MECHANISM (or BRIDGE_KAFKA_SASL_PASSWORD_FILE)")
+			ps.Add("KAFKA_SASL_PASSWORD", "required with BRIDGE_KAFKA_SASL_MECHANISM (or BRIDGE_KAFKA_SASL_PASSWORD_FILE)")
 		}
 	default:
-		add("KAFKA_SASL_MECHANISM", "%s: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", quoteValue(c.Kafka.SASLMechanism))
+		ps.Add("KAFKA_SASL_MECHANISM", "%s: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", envconf.Quote(c.Kafka.SASLMechanism))
 	}
 	for _, b := range c.Kafka.Brokers {
 		if p := checkDialAddr(b); p != "" {
-			add("KAFKA_BROKERS", "%s: %s", quoteValue(b), p)
+			ps.Add("KAFKA_BROKERS", "%s: %s", envconf.Quote(b), p)
 		}
 	}
 	if n := c.Kafka.MaxMessageBytes; n < 1024 || n > MaxKafkaMessageBytes {
-		add("KAFKA_MAX_MESSAGE_BYTES", "%d: must be 1024 to %d", n, MaxKafkaMessageBytes)
+		ps.Add("KAFKA_MAX_MESSAGE_BYTES", "%d: must be 1024 to %d", n, MaxKafkaMessageBytes)
 	}
 	kafkaTopicOK := checkTopic(c.Kafka.Topic) == ""
 	if !kafkaTopicOK {
-		add("KAFKA_TOPIC", "%s: %s", quoteValue(c.Kafka.Topic), checkTopic(c.Kafka.Topic))
+		ps.Add("KAFKA_TOPIC", "%s: %s", envconf.Quote(c.Kafka.Topic), checkTopic(c.Kafka.Topic))
 	}
 	if c.Kafka.Group == "" || hasSpaceOrControl(c.Kafka.Group) || len(c.Kafka.Group) > 255 {
-		add("KAFKA_GROUP", "%s: must be 1-255 bytes, without whitespace", quoteValue(c.Kafka.Group))
+		ps.Add("KAFKA_GROUP", "%s: must be 1-255 bytes, without whitespace", envconf.Quote(c.Kafka.Group))
 	}
 
 	// Cancel and dead-letter names serve both brokers, and must not overlap the names the
@@ -132,20 +125,20 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	kafkaOn := len(c.Kafka.Brokers) > 0
 	cancelOK := false
 	if p := checkSubject(c.CancelSubject, true); p != "" {
-		add("CANCEL_SUBJECT", "%s: %s", quoteValue(c.CancelSubject), p)
+		ps.Add("CANCEL_SUBJECT", "%s: %s", envconf.Quote(c.CancelSubject), p)
 	} else if p := checkTopic(c.CancelSubject); kafkaOn && p != "" {
-		add("CANCEL_SUBJECT", "%s: as a Kafka topic: %s", quoteValue(c.CancelSubject), p)
+		ps.Add("CANCEL_SUBJECT", "%s: as a Kafka topic: %s", envconf.Quote(c.CancelSubject), p)
 	} else if natsSubjectOK && subject.Overlap(c.CancelSubject, c.NATS.Subject) {
-		add("CANCEL_SUBJECT", "%s overlaps BRIDGE_NATS_SUBJECT %s", quoteValue(c.CancelSubject), quoteValue(c.NATS.Subject))
+		ps.Add("CANCEL_SUBJECT", "%s overlaps BRIDGE_NATS_SUBJECT %s", envconf.Quote(c.CancelSubject), envconf.Quote(c.NATS.Subject))
 	} else if kafkaTopicOK && c.CancelSubject == c.Kafka.Topic {
-		add("CANCEL_SUBJECT", "%s equals BRIDGE_KAFKA_TOPIC", quoteValue(c.CancelSubject))
+		ps.Add("CANCEL_SUBJECT", "%s equals BRIDGE_KAFKA_TOPIC", envconf.Quote(c.CancelSubject))
 	} else {
 		cancelOK = true
 	}
 	if p := checkSubject(c.DLQSubject, false); p != "" {
-		add("DLQ_SUBJECT", "%s: %s", quoteValue(c.DLQSubject), p)
+		ps.Add("DLQ_SUBJECT", "%s: %s", envconf.Quote(c.DLQSubject), p)
 	} else if p := checkTopic(c.DLQSubject); kafkaOn && p != "" {
-		add("DLQ_SUBJECT", "%s: as a Kafka topic: %s", quoteValue(c.DLQSubject), p)
+		ps.Add("DLQ_SUBJECT", "%s: as a Kafka topic: %s", envconf.Quote(c.DLQSubject), p)
 	} else {
 		for _, own := range []struct {
 			name, value string
@@ -156,7 +149,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			{"BRIDGE_KAFKA_TOPIC", c.Kafka.Topic, kafkaTopicOK},
 		} {
 			if own.ok && subject.Overlap(c.DLQSubject, own.value) {
-				add("DLQ_SUBJECT", "%s overlaps %s %s: dead letters would be consumed again", quoteValue(c.DLQSubject), own.name, quoteValue(own.value))
+				ps.Add("DLQ_SUBJECT", "%s overlaps %s %s: dead letters would be consumed again", envconf.Quote(c.DLQSubject), own.name, envconf.Quote(own.value))
 				break
 			}
 		}
@@ -164,88 +157,62 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 
 	// Targets.
 	if len(c.TargetAllow) == 0 {
-		add("TARGET_ALLOW", "no pattern given (leave it unset to allow every target)")
+		ps.Add("TARGET_ALLOW", "no pattern given (leave it unset to allow every target)")
 	}
 	for _, pat := range c.TargetAllow {
 		if p := checkPattern(pat); p != "" {
-			add("TARGET_ALLOW", "%s: %s", quoteValue(pat), p)
+			ps.Add("TARGET_ALLOW", "%s: %s", envconf.Quote(pat), p)
 		}
 	}
 
 	// Limits.
-	if checkPositiveDuration(add, "MAX_DELAY", c.MaxDelay, time.Millisecond) && c.MaxDelay > MaxMaxDelay {
-		add("MAX_DELAY", "%s: must be at most %s (100 years)", formatDuration(c.MaxDelay), formatDuration(MaxMaxDelay))
-	}
-	if c.MaxPayload <= 0 {
-		add("MAX_PAYLOAD", "%d: must be > 0", c.MaxPayload)
-	} else if c.MaxPayload > MaxMaxPayload {
-		add("MAX_PAYLOAD", "%d: must be at most %d (Redis' limit)", c.MaxPayload, MaxMaxPayload)
-	}
-	if c.MaxHeaders <= 0 {
-		add("MAX_HEADERS", "%d: must be > 0", c.MaxHeaders)
-	}
-	if c.MaxHeaderBytes <= 0 {
-		add("MAX_HEADER_BYTES", "%d: must be > 0", c.MaxHeaderBytes)
-	}
-	if c.MaxHops <= 0 {
-		add("MAX_HOPS", "%d: must be > 0", c.MaxHops)
-	}
+	*ps = append(*ps, c.Ingress.Validate()...)
 
 	// Listeners.
 	if c.HTTPAddr == "" {
-		add("HTTP_ADDR", "must not be empty")
+		ps.Add("HTTP_ADDR", "must not be empty")
 	} else if p := checkListenAddr(c.HTTPAddr); p != "" {
-		add("HTTP_ADDR", "%s: %s", quoteValue(c.HTTPAddr), p)
+		ps.Add("HTTP_ADDR", "%s: %s", envconf.Quote(c.HTTPAddr), p)
 	}
 	if c.APIAddr != "" {
 		if p := checkListenAddr(c.APIAddr); p != "" {
-			add("API_ADDR", "%s: %s", quoteValue(c.APIAddr), p)
+			ps.Add("API_ADDR", "%s: %s", envconf.Quote(c.APIAddr), p)
 		}
 	}
 	if c.APIMaxInflightBytes <= 0 {
-		add("API_MAX_INFLIGHT_BYTES", "%d: must be > 0", c.APIMaxInflightBytes)
+		ps.Add("API_MAX_INFLIGHT_BYTES", "%d: must be > 0", c.APIMaxInflightBytes)
 	}
 	if c.APIMaxConns <= 0 {
-		add("API_MAX_CONNS", "%d: must be > 0", c.APIMaxConns)
+		ps.Add("API_MAX_CONNS", "%d: must be > 0", c.APIMaxConns)
 	}
-	checkPositiveDuration(add, "HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, time.Millisecond)
+	ps.PositiveDuration("HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, time.Millisecond)
 	if hasSpaceOrControl(c.APIToken) {
-		add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
+		ps.Add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
 	}
 
 	// Logging and lifecycle.
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		add("LOG_LEVEL", "%s: must be debug, info, warn or error", quoteValue(c.LogLevel))
+		ps.Add("LOG_LEVEL", "%s: must be debug, info, warn or error", envconf.Quote(c.LogLevel))
 	}
 	switch c.LogFormat {
 	case "json", "text":
 	default:
-		add("LOG_FORMAT", "%s: must be json or text", quoteValue(c.LogFormat))
+		ps.Add("LOG_FORMAT", "%s: must be json or text", envconf.Quote(c.LogFormat))
 	}
-	checkPositiveDuration(add, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
-	checkPositiveDuration(add, "NATS_ACK_WAIT", c.NATS.AckWait, time.Millisecond)
-	checkPositiveDuration(add, "RETRY_BACKOFF", c.RetryBackoff, time.Millisecond)
-	checkPositiveDuration(add, "RETRY_BACKOFF_MAX", c.RetryBackoffMax, time.Millisecond)
-	if c.RetryBackoffMax > 0 && c.RetryBackoff > c.RetryBackoffMax {
-		add("RETRY_BACKOFF", "%s: must be at most BRIDGE_RETRY_BACKOFF_MAX (%s), the cap of the doubling",
-			formatDuration(c.RetryBackoff), formatDuration(c.RetryBackoffMax))
+	ps.PositiveDuration("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
+	ps.PositiveDuration("NATS_ACK_WAIT", c.NATS.AckWait, time.Millisecond)
+	*ps = append(*ps, c.Egress.Validate()...)
+	out := make([]*VarError, len(*ps))
+	for i, p := range *ps {
+		out[i] = &VarError{Var: Prefix + p.Var, Problem: p.Problem}
 	}
-	if c.MaxAttempts < 1 {
-		add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
-	}
-	if c.OwnershipTTL < 300*time.Millisecond || c.OwnershipTTL > time.Minute {
-		add("OWNERSHIP_TTL", "%s: must be between 300ms and 1m", c.OwnershipTTL)
-	}
-	if c.TargetInflight < 1 {
-		add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
-	}
-	return ps
+	return out
 }
 
 // validateRedis checks the Redis topology: one of URL, cluster seeds or sentinels.
-func (c *Config) validateRedis(vars map[string]string, add func(string, string, ...any)) {
+func (c *Config) validateRedis(vars map[string]string, ps *envconf.Problems) {
 	r := c.Redis
 	set := []string{}
 	if vars[Prefix+"REDIS_URL"] != "" {
@@ -258,47 +225,47 @@ func (c *Config) validateRedis(vars map[string]string, add func(string, string, 
 		set = append(set, Prefix+"REDIS_SENTINEL_ADDRS")
 	}
 	if len(set) > 1 {
-		add(strings.TrimPrefix(set[0], Prefix), "set only one of BRIDGE_REDIS_URL, BRIDGE_REDIS_CLUSTER_ADDRS and BRIDGE_REDIS_SENTINEL_ADDRS (%s are set)",
+		ps.Add(strings.TrimPrefix(set[0], Prefix), "set only one of BRIDGE_REDIS_URL, BRIDGE_REDIS_CLUSTER_ADDRS and BRIDGE_REDIS_SENTINEL_ADDRS (%s are set)",
 			strings.Join(set, " and "))
 	}
 	for _, a := range r.ClusterAddrs {
 		if p := checkDialAddr(a); p != "" {
-			add("REDIS_CLUSTER_ADDRS", "%s: %s", quoteValue(a), p)
+			ps.Add("REDIS_CLUSTER_ADDRS", "%s: %s", envconf.Quote(a), p)
 		}
 	}
 	for _, a := range r.SentinelAddrs {
 		if p := checkDialAddr(a); p != "" {
-			add("REDIS_SENTINEL_ADDRS", "%s: %s", quoteValue(a), p)
+			ps.Add("REDIS_SENTINEL_ADDRS", "%s: %s", envconf.Quote(a), p)
 		}
 	}
 	switch {
 	case r.Sentinel() && strings.TrimSpace(r.SentinelMaster) == "":
-		add("REDIS_SENTINEL_MASTER", "required with BRIDGE_REDIS_SENTINEL_ADDRS (the master name the sentinels monitor)")
+		ps.Add("REDIS_SENTINEL_MASTER", "required with BRIDGE_REDIS_SENTINEL_ADDRS (the master name the sentinels monitor)")
 	case !r.Sentinel() && r.SentinelMaster != "":
-		add("REDIS_SENTINEL_MASTER", "set, but BRIDGE_REDIS_SENTINEL_ADDRS is empty")
+		ps.Add("REDIS_SENTINEL_MASTER", "set, but BRIDGE_REDIS_SENTINEL_ADDRS is empty")
 	case hasSpaceOrControl(r.SentinelMaster):
-		add("REDIS_SENTINEL_MASTER", "%s: must not contain whitespace or control characters", quoteValue(r.SentinelMaster))
+		ps.Add("REDIS_SENTINEL_MASTER", "%s: must not contain whitespace or control characters", envconf.Quote(r.SentinelMaster))
 	}
 	if !r.Cluster() && !r.Sentinel() {
 		if p := checkRedisURL(r.URL); p != "" {
-			add("REDIS_URL", "%s", p)
+			ps.Add("REDIS_URL", "%s", p)
 		}
 	}
 	if hasSpaceOrControl(r.Username) {
-		add("REDIS_USERNAME", "%s: must not contain whitespace or control characters", quoteValue(r.Username))
+		ps.Add("REDIS_USERNAME", "%s: must not contain whitespace or control characters", envconf.Quote(r.Username))
 	}
 	if strings.ContainsAny(r.Password, "\r\n") {
-		add("REDIS_PASSWORD", "contains a line break (a trailing newline?)")
+		ps.Add("REDIS_PASSWORD", "contains a line break (a trailing newline?)")
 	}
 }
 
 // checkTLSFiles checks that a client certificate comes with its key.
-func checkTLSFiles(add func(string, string, ...any), system, ca, cert, key string) {
+func checkTLSFiles(ps *envconf.Problems, system, ca, cert, key string) {
 	if cert != "" && key == "" {
-		add(system+"_TLS_KEY_FILE", "required with BRIDGE_%s_TLS_CERT_FILE", system)
+		ps.Add(system+"_TLS_KEY_FILE", "required with BRIDGE_%s_TLS_CERT_FILE", system)
 	}
 	if key != "" && cert == "" {
-		add(system+"_TLS_CERT_FILE", "required with BRIDGE_%s_TLS_KEY_FILE", system)
+		ps.Add(system+"_TLS_CERT_FILE", "required with BRIDGE_%s_TLS_KEY_FILE", system)
 	}
 	_ = ca
 }
@@ -311,12 +278,12 @@ const waitReadMargin = 500 * time.Millisecond
 // validateWait checks BRIDGE_REDIS_MIN_REPLICAS and BRIDGE_REDIS_WAIT_TIMEOUT (the store's
 // own limits: delaystore.MinWaitTimeout) against the Redis client's read timeout (go-redis'
 // default, or read_timeout in BRIDGE_REDIS_URL).
-func (c *Config) validateWait(add func(string, string, ...any)) {
+func (c *Config) validateWait(ps *envconf.Problems) {
 	st := c.Store
 	if st.MinReplicas < 0 {
-		add("REDIS_MIN_REPLICAS", "%d: must be >= 0", st.MinReplicas)
+		ps.Add("REDIS_MIN_REPLICAS", "%d: must be >= 0", st.MinReplicas)
 	}
-	if st.MinReplicas <= 0 || !checkPositiveDuration(add, "REDIS_WAIT_TIMEOUT", st.WaitTimeout, delaystore.MinWaitTimeout) {
+	if st.MinReplicas <= 0 || !ps.PositiveDuration("REDIS_WAIT_TIMEOUT", st.WaitTimeout, delaystore.MinWaitTimeout) {
 		return
 	}
 	read, source := defaultReadTimeout, "go-redis' default read timeout"
@@ -326,27 +293,13 @@ func (c *Config) validateWait(add func(string, string, ...any)) {
 		}
 	}
 	if read > 0 && st.WaitTimeout+waitReadMargin > read {
-		add("REDIS_WAIT_TIMEOUT", "%s: must be at least %s shorter than the Redis read timeout (%s, %s), or the client gives up before WAIT answers",
-			formatDuration(st.WaitTimeout), formatDuration(waitReadMargin), formatDuration(read), source)
+		ps.Add("REDIS_WAIT_TIMEOUT", "%s: must be at least %s shorter than the Redis read timeout (%s, %s), or the client gives up before WAIT answers",
+			envconf.Duration(st.WaitTimeout), envconf.Duration(waitReadMargin), envconf.Duration(read), source)
 	}
 }
 
 // defaultReadTimeout is go-redis' read timeout when none is set.
 const defaultReadTimeout = 3 * time.Second
-
-// checkPositiveDuration adds a problem unless d > 0 and >= min; it reports whether d
-// passed.
-func checkPositiveDuration(add func(string, string, ...any), name string, d, min time.Duration) bool {
-	switch {
-	case d <= 0:
-		add(name, "%s: must be > 0", formatDuration(d))
-	case d < min:
-		add(name, "%s: must be at least %s", formatDuration(d), formatDuration(min))
-	default:
-		return true
-	}
-	return false
-}
 
 // checkRedisURL returns why s is not a usable standalone Redis URL, or "". It never
 // echoes s, which may hold a password.

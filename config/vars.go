@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/delaybridge/delaybridge/internal/envconf"
 )
 
 // Var describes one variable, for `bridge --help`.
@@ -121,7 +122,7 @@ func format(v reflect.Value) string {
 	case []string:
 		return strings.Join(x, ",")
 	case time.Duration:
-		return formatDuration(x)
+		return envconf.Duration(x)
 	case int:
 		return strconv.Itoa(x)
 	}
@@ -186,7 +187,7 @@ func parseProblem(err error, vars map[string]string) *VarError {
 	if !ok {
 		raw = f.Default
 	}
-	q := quoteValue(raw)
+	q := envconf.Quote(raw)
 	switch {
 	case f.typ == reflect.TypeOf(time.Duration(0)):
 		return &VarError{f.Name, q + " is not a duration (e.g. 30s, 5m, 1h30m)"}
@@ -196,25 +197,4 @@ func parseProblem(err error, vars map[string]string) *VarError {
 		return &VarError{f.Name, q + " is not an integer"}
 	}
 	return &VarError{f.Name, q + ": " + pe.Err.Error()}
-}
-
-// quoteValue quotes a (non-secret) value for a message, shortened.
-func quoteValue(s string) string {
-	const limit = 64
-	if len(s) > limit {
-		return strconv.Quote(s[:limit]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// formatDuration is d.String() without zero trailing units: "8760h", "1m", "1h30m".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -9,16 +9,6 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Defaults of the header limits in [Rules] (a zero field means its default).
-const (
-	// DefaultMaxHeaders is the default of Rules.MaxHeaders (BRIDGE_MAX_HEADERS).
-	DefaultMaxHeaders = 64
-	// DefaultMaxHeaderBytes is the default of Rules.MaxHeaderBytes (BRIDGE_MAX_HEADER_BYTES).
-	DefaultMaxHeaderBytes = 8192
-	// DefaultMaxHops is the default of Rules.MaxHops (BRIDGE_MAX_HOPS).
-	DefaultMaxHops = 8
-)
-
 func orDefault(v, def int) int {
 	if v <= 0 {
 		return def

@@ -11,31 +11,6 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Rules are the validation settings shared by every way a message enters the bridge
-// (broker subscriptions and the HTTP message API).
-type Rules struct {
-	// MaxDelay is the longest accepted delay (BRIDGE_MAX_DELAY); it bounds x-deliver-at too.
-	MaxDelay time.Duration
-	// MaxPayload is the largest accepted payload in bytes (BRIDGE_MAX_PAYLOAD), the
-	// user's own cap; Limits adds the target broker's.
-	MaxPayload int
-	// Limits, when set, gives the largest message each target broker takes: a message
-	// whose outgoing form (payload and the headers as egress will send them) exceeds it is
-	// rejected with payload_too_large. nil: only MaxPayload is checked.
-	Limits SizeLimits
-	// Targets validates x-target.
-	Targets TargetPolicy
-	// MaxHeaders is the most headers a message may have, control headers included
-	// (BRIDGE_MAX_HEADERS); 0 means [DefaultMaxHeaders].
-	MaxHeaders int
-	// MaxHeaderBytes bounds the sum of the lengths of all header names and values
-	// (BRIDGE_MAX_HEADER_BYTES); 0 means [DefaultMaxHeaderBytes].
-	MaxHeaderBytes int
-	// MaxHops is the x-delay-hops count at which a message is rejected as a loop
-	// (BRIDGE_MAX_HOPS); 0 means [DefaultMaxHops].
-	MaxHops int
-}
-
 // Incoming is a message as it arrived, before validation.
 type Incoming struct {
 	// Headers are all headers of the message, control headers included.

@@ -268,33 +268,18 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return errors.New("no broker configured: set BRIDGE_NATS_URL and/or BRIDGE_KAFKA_BROKERS")
 	}
 
-	rules := ingress.Rules{
-		MaxDelay:       cfg.MaxDelay,
-		MaxPayload:     cfg.MaxPayload,
-		Targets:        targetPolicy(cfg),
-		MaxHeaders:     cfg.MaxHeaders,
-		MaxHeaderBytes: cfg.MaxHeaderBytes,
-		MaxHops:        cfg.MaxHops,
-		Limits:         brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes)),
-	}
+	rules := cfg.Ingress // the BRIDGE_* limits ingress owns; then what the assembly knows
+	rules.Targets = targetPolicy(cfg)
+	rules.Limits = brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes))
 	in, err := ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer, Now: ls.now}, store, sources, publishers, logger, inMetrics)
 	if err != nil {
 		return err
 	}
 	checks = append(checks, httpapi.Check{Name: "ingress", Probe: func(context.Context) error { return in.Subscribed() }})
-	out, err := egress.New(egress.Config{
-		Tracer:         ls.tracer,
-		DLQSubject:     cfg.DLQSubject,
-		MaxAttempts:    cfg.MaxAttempts,
-		BackoffMin:     cfg.RetryBackoff,
-		BackoffMax:     cfg.RetryBackoffMax,
-		DrainTimeout:   cfg.ShutdownTimeout,
-		Lease:          cfg.Store.Lease,
-		TargetInflight: cfg.TargetInflight,
-		OwnershipTTL:   cfg.OwnershipTTL,
-		ClaimAll:       failpoint.ClaimAll(),
-		Now:            ls.now,
-	}, store, publishers, logger, outMetrics)
+	ec := cfg.Egress // the BRIDGE_* variables egress owns; then what the assembly decides
+	ec.DLQSubject, ec.DrainTimeout, ec.Lease = cfg.DLQSubject, cfg.ShutdownTimeout, cfg.Store.Lease
+	ec.Tracer, ec.Now, ec.ClaimAll = ls.tracer, ls.now, failpoint.ClaimAll()
+	out, err := egress.New(ec, store, publishers, logger, outMetrics)
 	if err != nil {
 		return err
 	}
