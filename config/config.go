@@ -12,6 +12,8 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
 	"github.com/delaybridge/delaybridge/ingress"
+	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
+	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 )
 
 // Prefix starts every variable of the bridge.
@@ -33,9 +35,11 @@ type Config struct {
 	// Store configures the delay store: BRIDGE_KEY_PREFIX, BRIDGE_SHARDS, BRIDGE_LEASE,
 	// BRIDGE_REDIS_MIN_REPLICAS, BRIDGE_REDIS_WAIT_TIMEOUT.
 	Store delaystore.Config
-	// NATS configures the NATS broker; off when NATS.URL is empty.
+	// NATS configures the NATS broker; off when NATS.URL is empty (the NATS adapter owns
+	// the BRIDGE_NATS_* variables).
 	NATS NATS
-	// Kafka configures the Kafka broker; off when Kafka.Brokers is empty.
+	// Kafka configures the Kafka broker; off when Kafka.Brokers is empty (the Kafka
+	// adapter owns the BRIDGE_KAFKA_* variables).
 	Kafka Kafka
 	// Ingress are the limits of incoming messages: BRIDGE_MAX_DELAY, BRIDGE_MAX_PAYLOAD,
 	// BRIDGE_MAX_HEADERS, BRIDGE_MAX_HEADER_BYTES, BRIDGE_MAX_HOPS (ingress owns their
@@ -123,67 +127,11 @@ func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
 // Sentinel reports whether Redis Sentinel is configured.
 func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
 
-// NATS configures the NATS side.
-type NATS struct {
-	// URL is the NATS server list, comma-separated URLs as nats.Connect takes it
-	// (nats://, tls://, ws://, wss://, or host:port). Empty: NATS is off. It may carry
-	// credentials (user:password@ or token@): never printed ([Config.Redacted]).
-	URL string `env:"NATS_URL" envDoc:"NATS servers, comma-separated URLs; empty turns NATS off"`
-	// Subject is the ingress subject (wildcards allowed).
-	Subject string `env:"NATS_SUBJECT" envDefault:"delay.in" envDoc:"ingress subject"`
-	// Queue is the queue group of the core subscriptions, so replicas share the work.
-	Queue string `env:"NATS_QUEUE" envDefault:"delaybridge" envDoc:"queue group of the core subscription"`
-	// Stream, when set, makes the bridge consume the ingress subject through this
-	// JetStream stream (which must exist) instead of a core subscription.
-	Stream string `env:"NATS_STREAM" envDoc:"consume the ingress subject through this JetStream stream; empty: core NATS"`
-	// Consumer is the durable pull consumer on Stream.
-	Consumer string `env:"NATS_CONSUMER" envDefault:"delaybridge" envDoc:"durable consumer name"`
-	// AckWait is how long JetStream waits for the bridge's ack before redelivering a
-	// message of the ingress stream (extension, not in the contract).
-	AckWait time.Duration `env:"NATS_ACK_WAIT" envDefault:"30s" envDoc:"JetStream redelivery delay of unacked ingress messages (extension)"`
-	// MaxProgress bounds how long an ingress message the bridge is still working on (its
-	// park blocked on a slow or unreachable Redis) is kept from redelivery by in-progress
-	// reports every AckWait/2: 0 means 5 x AckWait, at least 1m; negative turns the
-	// reports off (extension, not in the contract).
-	MaxProgress time.Duration `env:"NATS_MAX_PROGRESS" envDefault:"0s" envDoc:"how long JetStream is told an ingress message is still in progress while its park waits for Redis; 0: 5 x BRIDGE_NATS_ACK_WAIT, at least 1m; negative: off (extension)"`
-	// CredsFile is a NATS user credentials file (JWT and nkey seed).
-	CredsFile string `env:"NATS_CREDS_FILE" envDoc:"NATS .creds file (user JWT + nkey seed)"`
-	// NKeyFile is a file holding a user nkey seed (SU...), for nkey authentication.
-	NKeyFile string `env:"NATS_NKEY_FILE" envDoc:"file holding a NATS user nkey seed"`
-	// TLSCAFile, TLSCertFile, TLSKeyFile: the CA bundle to trust and the client
-	// certificate and key for NATS (mutual) TLS.
-	TLSCAFile   string `env:"NATS_TLS_CA_FILE" envDoc:"PEM CA bundle for NATS TLS; turns TLS on"`
-	TLSCertFile string `env:"NATS_TLS_CERT_FILE" envDoc:"PEM client certificate for NATS mutual TLS (with BRIDGE_NATS_TLS_KEY_FILE)"`
-	TLSKeyFile  string `env:"NATS_TLS_KEY_FILE" envDoc:"PEM client key for NATS mutual TLS"`
-}
+// NATS is the NATS adapter's configuration (BRIDGE_NATS_*), named here for brevity.
+type NATS = natsbroker.Config
 
-// Kafka configures the Kafka side.
-type Kafka struct {
-	// Brokers are the bootstrap brokers (host:port). Empty: Kafka is off. Items are
-	// trimmed; empty items are dropped.
-	Brokers []string `env:"KAFKA_BROKERS" envDoc:"comma-separated host:port bootstrap brokers; empty turns Kafka off"`
-	// Topic is the ingress topic.
-	Topic string `env:"KAFKA_TOPIC" envDefault:"delay.in" envDoc:"ingress topic"`
-	// Group is the consumer group.
-	Group string `env:"KAFKA_GROUP" envDefault:"delaybridge" envDoc:"consumer group"`
-	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (given in any case,
-	// stored upper case).
-	SASLMechanism string `env:"KAFKA_SASL_MECHANISM" envDoc:"Kafka SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: none"`
-	// SASLUsername and SASLPassword are the SASL credentials. The password is secret.
-	SASLUsername     string `env:"KAFKA_SASL_USERNAME" envDoc:"Kafka SASL user"`
-	SASLPassword     string `env:"KAFKA_SASL_PASSWORD" envDoc:"Kafka SASL password (secret)"`
-	SASLPasswordFile string `env:"KAFKA_SASL_PASSWORD_FILE" envDoc:"file holding BRIDGE_KAFKA_SASL_PASSWORD"`
-	// MaxMessageBytes is the largest record the target brokers take (their
-	// message.max.bytes, or a topic's max.message.bytes if lower), key and headers
-	// included; the publisher's batch limit too (extension, not in the contract).
-	MaxMessageBytes int `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"1048576" envDoc:"largest Kafka record the brokers take (message.max.bytes), key and headers included; larger messages are refused at ingress (extension)"`
-	// KafkaTLS turns TLS on with the system CAs; the TLS file variables turn it on too.
-	KafkaTLS bool `env:"KAFKA_TLS" envDefault:"false" envDoc:"connect to Kafka over TLS (the TLS file variables imply it)"`
-	// TLSCAFile, TLSCertFile, TLSKeyFile: CA bundle, client certificate and key.
-	TLSCAFile   string `env:"KAFKA_TLS_CA_FILE" envDoc:"PEM CA bundle for Kafka TLS"`
-	TLSCertFile string `env:"KAFKA_TLS_CERT_FILE" envDoc:"PEM client certificate for Kafka mutual TLS (with BRIDGE_KAFKA_TLS_KEY_FILE)"`
-	TLSKeyFile  string `env:"KAFKA_TLS_KEY_FILE" envDoc:"PEM client key for Kafka mutual TLS"`
-}
+// Kafka is the Kafka adapter's configuration (BRIDGE_KAFKA_*), named here for brevity.
+type Kafka = kafkabroker.Config
 
 // storeDocs documents the fields of delaystore.Config, whose tags carry no envDoc.
 var storeDocs = map[string]string{
@@ -275,14 +223,13 @@ func Load(environ map[string]string) (Config, error) {
 func (c *Config) normalize(vars map[string]string) {
 	c.Redis.ClusterAddrs = trimList(c.Redis.ClusterAddrs)
 	c.Redis.SentinelAddrs = trimList(c.Redis.SentinelAddrs)
-	c.Kafka.Brokers = trimList(c.Kafka.Brokers)
+	c.Kafka.Normalize()
 	c.TargetAllow = trimList(c.TargetAllow)
 	if v, ok := vars[Prefix+"API_ADDR"]; ok && strings.TrimSpace(v) == "" {
 		c.APIAddr = ""
 	}
 	c.LogLevel = strings.ToLower(c.LogLevel)
 	c.LogFormat = strings.ToLower(c.LogFormat)
-	c.Kafka.SASLMechanism = strings.ToUpper(c.Kafka.SASLMechanism)
 	if (c.Redis.Cluster() || c.Redis.Sentinel()) && vars[Prefix+"REDIS_URL"] == "" {
 		c.Redis.URL = ""
 	}

@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/envconf"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
@@ -21,9 +21,6 @@ import (
 const (
 	// MaxShards is the largest accepted BRIDGE_SHARDS.
 	MaxShards = 4096
-	// MaxKafkaMessageBytes is the largest accepted BRIDGE_KAFKA_MAX_MESSAGE_BYTES (Kafka
-	// sizes are int32; a gibibyte is far beyond any sane broker setting).
-	MaxKafkaMessageBytes = 1 << 30
 )
 
 // validate returns every semantic problem of c (already normalized). vars are the raw
@@ -34,7 +31,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	// Redis.
 	c.validateRedis(vars, ps)
 
-	checkTLSFiles(ps, "REDIS", c.Redis.TLSCAFile, c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
+	ps.TLSFiles("REDIS", c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
 
 	// Store.
 	switch kp := c.Store.KeyPrefix; {
@@ -44,7 +41,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		ps.Add("KEY_PREFIX", "longer than 64 bytes")
 	case strings.ContainsAny(kp, "{}"):
 		ps.Add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", envconf.Quote(kp))
-	case hasSpaceOrControl(kp) || !utf8.ValidString(kp):
+	case envconf.HasSpaceOrControl(kp) || !utf8.ValidString(kp):
 		ps.Add("KEY_PREFIX", "%s: must not contain whitespace or control characters", envconf.Quote(kp))
 	}
 	if s := c.Store.Shards; s < 1 || s > MaxShards {
@@ -57,76 +54,20 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	}
 	c.validateWait(ps)
 
-	// NATS.
-	if c.NATS.URL != "" {
-		for i, u := range strings.Split(c.NATS.URL, ",") {
-			if p := checkNATSURL(strings.TrimSpace(u)); p != "" {
-				ps.Add("NATS_URL", "server %d: %s", i+1, p)
-			}
-		}
-	}
-	natsSubjectOK := checkSubject(c.NATS.Subject, true) == ""
-	if !natsSubjectOK {
-		ps.Add("NATS_SUBJECT", "%s: %s", envconf.Quote(c.NATS.Subject), checkSubject(c.NATS.Subject, true))
-	}
-	if c.NATS.Queue == "" || hasSpaceOrControl(c.NATS.Queue) {
-		ps.Add("NATS_QUEUE", "%s: must be non-empty, without whitespace", envconf.Quote(c.NATS.Queue))
-	}
-	if c.NATS.Stream != "" {
-		if p := checkJSName(c.NATS.Stream); p != "" {
-			ps.Add("NATS_STREAM", "%s: %s", envconf.Quote(c.NATS.Stream), p)
-		}
-	}
-	if p := checkJSName(c.NATS.Consumer); p != "" {
-		ps.Add("NATS_CONSUMER", "%s: %s", envconf.Quote(c.NATS.Consumer), p)
-	}
-
-	checkTLSFiles(ps, "NATS", c.NATS.TLSCAFile, c.NATS.TLSCertFile, c.NATS.TLSKeyFile)
-	if c.NATS.CredsFile != "" && c.NATS.NKeyFile != "" {
-		ps.Add("NATS_NKEY_FILE", "set only one of BRIDGE_NATS_CREDS_FILE and BRIDGE_NATS_NKEY_FILE")
-	}
-
-	// Kafka.
-	checkTLSFiles(ps, "KAFKA", c.Kafka.TLSCAFile, c.Kafka.TLSCertFile, c.Kafka.TLSKeyFile)
-	switch c.Kafka.SASLMechanism {
-	case "":
-		if c.Kafka.SASLUsername != "" || c.Kafka.SASLPassword != "" {
-			ps.Add("KAFKA_SASL_MECHANISM", "empty, but a SASL user or password is set: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-		}
-	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-		if c.Kafka.SASLUsername == "" {
-			ps.Add("KAFKA_SASL_USERNAME", "required with BRIDGE_KAFKA_SASL_MECHANISM")
-		}
-		if c.Kafka.SASLPassword == "" {
-			ps.Add("KAFKA_SASL_PASSWORD", "required with BRIDGE_KAFKA_SASL_MECHANISM (or BRIDGE_KAFKA_SASL_PASSWORD_FILE)")
-		}
-	default:
-		ps.Add("KAFKA_SASL_MECHANISM", "%s: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", envconf.Quote(c.Kafka.SASLMechanism))
-	}
-	for _, b := range c.Kafka.Brokers {
-		if p := checkDialAddr(b); p != "" {
-			ps.Add("KAFKA_BROKERS", "%s: %s", envconf.Quote(b), p)
-		}
-	}
-	if n := c.Kafka.MaxMessageBytes; n < 1024 || n > MaxKafkaMessageBytes {
-		ps.Add("KAFKA_MAX_MESSAGE_BYTES", "%d: must be 1024 to %d", n, MaxKafkaMessageBytes)
-	}
-	kafkaTopicOK := checkTopic(c.Kafka.Topic) == ""
-	if !kafkaTopicOK {
-		ps.Add("KAFKA_TOPIC", "%s: %s", envconf.Quote(c.Kafka.Topic), checkTopic(c.Kafka.Topic))
-	}
-	if c.Kafka.Group == "" || hasSpaceOrControl(c.Kafka.Group) || len(c.Kafka.Group) > 255 {
-		ps.Add("KAFKA_GROUP", "%s: must be 1-255 bytes, without whitespace", envconf.Quote(c.Kafka.Group))
-	}
+	// NATS and Kafka: their adapters own the checks.
+	*ps = append(*ps, c.NATS.Validate()...)
+	*ps = append(*ps, c.Kafka.Validate()...)
+	natsSubjectOK := subject.Check(c.NATS.Subject, true) == ""
+	kafkaTopicOK := kafkabroker.CheckTopic(c.Kafka.Topic) == ""
 
 	// Cancel and dead-letter names serve both brokers, and must not overlap the names the
 	// bridge consumes (overlaps are only checked against names that are valid themselves,
 	// so one mistake gives one line).
 	kafkaOn := len(c.Kafka.Brokers) > 0
 	cancelOK := false
-	if p := checkSubject(c.CancelSubject, true); p != "" {
+	if p := subject.Check(c.CancelSubject, true); p != "" {
 		ps.Add("CANCEL_SUBJECT", "%s: %s", envconf.Quote(c.CancelSubject), p)
-	} else if p := checkTopic(c.CancelSubject); kafkaOn && p != "" {
+	} else if p := kafkabroker.CheckTopic(c.CancelSubject); kafkaOn && p != "" {
 		ps.Add("CANCEL_SUBJECT", "%s: as a Kafka topic: %s", envconf.Quote(c.CancelSubject), p)
 	} else if natsSubjectOK && subject.Overlap(c.CancelSubject, c.NATS.Subject) {
 		ps.Add("CANCEL_SUBJECT", "%s overlaps BRIDGE_NATS_SUBJECT %s", envconf.Quote(c.CancelSubject), envconf.Quote(c.NATS.Subject))
@@ -135,9 +76,9 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	} else {
 		cancelOK = true
 	}
-	if p := checkSubject(c.DLQSubject, false); p != "" {
+	if p := subject.Check(c.DLQSubject, false); p != "" {
 		ps.Add("DLQ_SUBJECT", "%s: %s", envconf.Quote(c.DLQSubject), p)
-	} else if p := checkTopic(c.DLQSubject); kafkaOn && p != "" {
+	} else if p := kafkabroker.CheckTopic(c.DLQSubject); kafkaOn && p != "" {
 		ps.Add("DLQ_SUBJECT", "%s: as a Kafka topic: %s", envconf.Quote(c.DLQSubject), p)
 	} else {
 		for _, own := range []struct {
@@ -186,7 +127,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		ps.Add("API_MAX_CONNS", "%d: must be > 0", c.APIMaxConns)
 	}
 	ps.PositiveDuration("HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, time.Millisecond)
-	if hasSpaceOrControl(c.APIToken) {
+	if envconf.HasSpaceOrControl(c.APIToken) {
 		ps.Add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
 	}
 
@@ -202,7 +143,6 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		ps.Add("LOG_FORMAT", "%s: must be json or text", envconf.Quote(c.LogFormat))
 	}
 	ps.PositiveDuration("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
-	ps.PositiveDuration("NATS_ACK_WAIT", c.NATS.AckWait, time.Millisecond)
 	*ps = append(*ps, c.Egress.Validate()...)
 	out := make([]*VarError, len(*ps))
 	for i, p := range *ps {
@@ -229,12 +169,12 @@ func (c *Config) validateRedis(vars map[string]string, ps *envconf.Problems) {
 			strings.Join(set, " and "))
 	}
 	for _, a := range r.ClusterAddrs {
-		if p := checkDialAddr(a); p != "" {
+		if p := envconf.DialAddr(a); p != "" {
 			ps.Add("REDIS_CLUSTER_ADDRS", "%s: %s", envconf.Quote(a), p)
 		}
 	}
 	for _, a := range r.SentinelAddrs {
-		if p := checkDialAddr(a); p != "" {
+		if p := envconf.DialAddr(a); p != "" {
 			ps.Add("REDIS_SENTINEL_ADDRS", "%s: %s", envconf.Quote(a), p)
 		}
 	}
@@ -243,7 +183,7 @@ func (c *Config) validateRedis(vars map[string]string, ps *envconf.Problems) {
 		ps.Add("REDIS_SENTINEL_MASTER", "required with BRIDGE_REDIS_SENTINEL_ADDRS (the master name the sentinels monitor)")
 	case !r.Sentinel() && r.SentinelMaster != "":
 		ps.Add("REDIS_SENTINEL_MASTER", "set, but BRIDGE_REDIS_SENTINEL_ADDRS is empty")
-	case hasSpaceOrControl(r.SentinelMaster):
+	case envconf.HasSpaceOrControl(r.SentinelMaster):
 		ps.Add("REDIS_SENTINEL_MASTER", "%s: must not contain whitespace or control characters", envconf.Quote(r.SentinelMaster))
 	}
 	if !r.Cluster() && !r.Sentinel() {
@@ -251,23 +191,12 @@ func (c *Config) validateRedis(vars map[string]string, ps *envconf.Problems) {
 			ps.Add("REDIS_URL", "%s", p)
 		}
 	}
-	if hasSpaceOrControl(r.Username) {
+	if envconf.HasSpaceOrControl(r.Username) {
 		ps.Add("REDIS_USERNAME", "%s: must not contain whitespace or control characters", envconf.Quote(r.Username))
 	}
 	if strings.ContainsAny(r.Password, "\r\n") {
 		ps.Add("REDIS_PASSWORD", "contains a line break (a trailing newline?)")
 	}
-}
-
-// checkTLSFiles checks that a client certificate comes with its key.
-func checkTLSFiles(ps *envconf.Problems, system, ca, cert, key string) {
-	if cert != "" && key == "" {
-		ps.Add(system+"_TLS_KEY_FILE", "required with BRIDGE_%s_TLS_CERT_FILE", system)
-	}
-	if key != "" && cert == "" {
-		ps.Add(system+"_TLS_CERT_FILE", "required with BRIDGE_%s_TLS_KEY_FILE", system)
-	}
-	_ = ca
 }
 
 // waitReadMargin is how much of the Redis client's read timeout a confirmed write keeps
@@ -335,50 +264,6 @@ func checkRedisURL(s string) string {
 	return ""
 }
 
-// checkNATSURL returns why one NATS server address is unusable, or "". It never echoes
-// the address, which may hold credentials.
-func checkNATSURL(s string) string {
-	if s == "" {
-		return "empty"
-	}
-	if !strings.Contains(s, "://") {
-		s = "nats://" + s // as nats.go does
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "not a valid URL"
-	}
-	switch u.Scheme {
-	case "nats", "tls", "ws", "wss":
-	default:
-		return "scheme must be nats://, tls://, ws:// or wss://"
-	}
-	if u.Hostname() == "" {
-		return "missing host"
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return "port must be 1-65535"
-		}
-	}
-	return ""
-}
-
-// checkDialAddr checks a host:port to connect to.
-func checkDialAddr(s string) string {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return "want host:port"
-	}
-	if host == "" {
-		return "missing host"
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "port must be 1-65535"
-	}
-	return ""
-}
-
 // checkListenAddr checks a [host]:port to listen on (port 0: any free port).
 func checkListenAddr(s string) string {
 	_, port, err := net.SplitHostPort(s)
@@ -387,65 +272,6 @@ func checkListenAddr(s string) string {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return "port must be 0-65535"
-	}
-	return ""
-}
-
-// checkSubject returns why s is not a valid NATS subject for the bridge's own use, or "".
-// With wildcards, "*" and ">" are allowed as whole tokens (">" last).
-func checkSubject(s string, wildcards bool) string {
-	if s == "" {
-		return "empty subject"
-	}
-	if !utf8.ValidString(s) || hasSpaceOrControl(s) {
-		return "subject must not contain whitespace or control characters"
-	}
-	toks := strings.Split(s, ".")
-	for i, t := range toks {
-		switch {
-		case t == "":
-			return "subject has an empty token"
-		case t == "*" || t == ">":
-			if !wildcards {
-				return "subject must not contain wildcards"
-			}
-			if t == ">" && i != len(toks)-1 {
-				return "> must be the last token"
-			}
-		case strings.ContainsAny(t, "*>"):
-			return "* and > may only be whole tokens"
-		}
-	}
-	return ""
-}
-
-// checkTopic returns why s is not a valid Kafka topic name, or "".
-func checkTopic(s string) string {
-	if s == "" || len(s) > 249 {
-		return "topic must be 1-249 characters"
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return "topic may contain only a-z A-Z 0-9 . _ -"
-		}
-	}
-	if s == "." || s == ".." {
-		return "topic may not be . or .."
-	}
-	return ""
-}
-
-// checkJSName checks a JetStream stream or consumer name.
-func checkJSName(s string) string {
-	if s == "" {
-		return "must not be empty"
-	}
-	if len(s) > 255 {
-		return "longer than 255 bytes"
-	}
-	if !utf8.ValidString(s) || hasSpaceOrControl(s) || strings.ContainsAny(s, ".*>/\\") {
-		return "must not contain whitespace, control characters or . * > / \\"
 	}
 	return ""
 }
@@ -462,13 +288,4 @@ func checkPattern(p string) string {
 		return "can never match: the part before : must be nats or kafka"
 	}
 	return ""
-}
-
-func hasSpaceOrControl(s string) bool {
-	for _, r := range s {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return true
-		}
-	}
-	return false
 }

@@ -8,9 +8,11 @@ package envconf
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Problem is one configuration problem of one variable.
@@ -64,4 +66,40 @@ func Duration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// TLSFiles checks that a client certificate comes with its key: the variables
+// <system>_TLS_CERT_FILE and <system>_TLS_KEY_FILE (system "REDIS", "NATS", "KAFKA").
+func (ps *Problems) TLSFiles(system, cert, key string) {
+	if cert != "" && key == "" {
+		ps.Add(system+"_TLS_KEY_FILE", "required with BRIDGE_%s_TLS_CERT_FILE", system)
+	}
+	if key != "" && cert == "" {
+		ps.Add(system+"_TLS_CERT_FILE", "required with BRIDGE_%s_TLS_KEY_FILE", system)
+	}
+}
+
+// DialAddr returns why s is not a host:port to connect to, or "".
+func DialAddr(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want host:port"
+	}
+	if host == "" {
+		return "missing host"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "port must be 1-65535"
+	}
+	return ""
+}
+
+// HasSpaceOrControl reports whether s holds whitespace or a control character.
+func HasSpaceOrControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
 }

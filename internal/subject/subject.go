@@ -4,7 +4,11 @@
 // names need.
 package subject
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
 // Matches reports whether pattern matches subject, with NATS wildcard semantics:
 // a `*` token matches exactly one token, a final `>` token matches one or more tokens.
@@ -75,4 +79,33 @@ func valid(subject string) bool {
 		}
 		subject = rest
 	}
+}
+
+// Check returns why s is not a valid NATS subject for one of the bridge's own names
+// (ingress, cancel, dead-letter subjects), or "". With wildcards, "*" and ">" are allowed
+// as whole tokens (">" last).
+func Check(s string, wildcards bool) string {
+	if s == "" {
+		return "empty subject"
+	}
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "subject must not contain whitespace or control characters"
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return "subject has an empty token"
+		case t == "*" || t == ">":
+			if !wildcards {
+				return "subject must not contain wildcards"
+			}
+			if t == ">" && i != len(toks)-1 {
+				return "> must be the last token"
+			}
+		case strings.ContainsAny(t, "*>"):
+			return "* and > may only be whole tokens"
+		}
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"context"
@@ -14,16 +14,18 @@ import (
 // Redis master (delaystore.CheckDataset), every shard only after a reset was found.
 const datasetCheckInterval = 2 * time.Second
 
-// datasetWatch detects a Redis that came back empty under the bridge (FLUSHALL, a restart
+// DatasetWatch detects a Redis that came back empty under the bridge (FLUSHALL, a restart
 // without persistence, a new pod without its volume). The loss itself cannot be prevented;
 // the watch says so once per reset, with one ERROR line and a counter, and the bridge goes on.
-type datasetWatch struct {
+type DatasetWatch struct {
 	store  *delaystore.Store
 	log    *slog.Logger
 	resets prometheus.Counter
 }
 
-func newDatasetWatch(store *delaystore.Store, logger *slog.Logger, reg prometheus.Registerer) (*datasetWatch, error) {
+// NewDatasetWatch registers delaybridge_redis_dataset_reset_total with reg and returns a
+// watch of store; start it with Run.
+func NewDatasetWatch(store *delaystore.Store, logger *slog.Logger, reg prometheus.Registerer) (*DatasetWatch, error) {
 	resets := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "delaybridge_redis_dataset_reset_total",
 		Help: "Times this replica found the Redis dataset reset (epoch keys gone): messages parked before were lost by Redis.",
@@ -31,12 +33,12 @@ func newDatasetWatch(store *delaystore.Store, logger *slog.Logger, reg prometheu
 	if err := reg.Register(resets); err != nil {
 		return nil, err
 	}
-	return &datasetWatch{store: store, log: logger.With("component", "dataset"), resets: resets}, nil
+	return &DatasetWatch{store: store, log: logger.With("component", "dataset"), resets: resets}, nil
 }
 
 // Run checks every datasetCheckInterval until ctx is cancelled; it returns nil then.
 // Redis errors are left to the components that need Redis (they log and retry).
-func (d *datasetWatch) Run(ctx context.Context) error {
+func (d *DatasetWatch) Run(ctx context.Context) error {
 	tick := time.NewTicker(datasetCheckInterval)
 	defer tick.Stop()
 	for {

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"context"
@@ -15,24 +15,24 @@ import (
 )
 
 // Redis monitor timing: a PING every second, each bounded by a second (the client honours
-// context deadlines, see newRedisClient), so delaybridge_redis_up follows an outage within
+// context deadlines: cmd/bridge's newRedisClient), so delaybridge_redis_up follows an outage within
 // about two seconds.
 const (
 	redisPingEvery   = time.Second
 	redisPingTimeout = time.Second
 )
 
-// redisFullNote is what /readyz says while Redis refuses writes for memory.
-const redisFullNote = "full (maxmemory reached, noeviction): new messages are not acknowledged until deliveries free memory; delivery goes on"
+// FullNote is what /readyz says while Redis refuses writes for memory.
+const FullNote = "full (maxmemory reached, noeviction): new messages are not acknowledged until deliveries free memory; delivery goes on"
 
 // errNotPinged is the monitor's state before its first PING answered.
 var errNotPinged = errors.New("not pinged yet")
 
-// redisMonitor PINGs Redis periodically and exports delaybridge_redis_up (1 when the last
+// Redis PINGs Redis periodically and exports delaybridge_redis_up (1 when the last
 // PING was answered in time, else 0). Its Err is the last outcome, so that /readyz and
 // /metrics never wait on Redis themselves. It also exports delaybridge_redis_oom, Full:
 // Redis refuses writes for memory (see checkMemory). Safe for concurrent use.
-type redisMonitor struct {
+type Redis struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 	up  prometheus.Gauge
@@ -48,10 +48,10 @@ type redisMonitor struct {
 	warned   time.Time // when "redis is full" was last logged; zero after "again"
 }
 
-// newRedisMonitor returns a monitor of rdb; parksRefused is the store's MemoryFull (nil:
+// NewRedis returns a monitor of rdb; parksRefused is the store's MemoryFull (nil:
 // delaybridge_redis_oom stays 0).
-func newRedisMonitor(rdb redis.UniversalClient, reg prometheus.Registerer, logger *slog.Logger, parksRefused func() (bool, uint64)) (*redisMonitor, error) {
-	m := &redisMonitor{
+func NewRedis(rdb redis.UniversalClient, reg prometheus.Registerer, logger *slog.Logger, parksRefused func() (bool, uint64)) (*Redis, error) {
+	m := &Redis{
 		rdb: rdb,
 		log: logger.With("component", "redis.monitor"),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -75,7 +75,7 @@ func newRedisMonitor(rdb redis.UniversalClient, reg prometheus.Registerer, logge
 
 // Run PINGs every redisPingEvery until ctx is cancelled, then returns nil. The first
 // failure of a streak is logged at Warn, the recovery at Info.
-func (m *redisMonitor) Run(ctx context.Context) error {
+func (m *Redis) Run(ctx context.Context) error {
 	t := time.NewTicker(redisPingEvery)
 	defer t.Stop()
 	for {
@@ -88,7 +88,7 @@ func (m *redisMonitor) Run(ctx context.Context) error {
 	}
 }
 
-func (m *redisMonitor) check(ctx context.Context) {
+func (m *Redis) check(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	err := m.rdb.Ping(pctx).Err()
 	cancel()
@@ -121,7 +121,7 @@ func (m *redisMonitor) check(ctx context.Context) {
 // INFO memory of every master only while the store says full and the PING answered, and
 // lets it go once every master is below its maxmemory, so that it does not stay set when
 // no park follows. A server that refuses INFO (ACL) leaves the store's signal as is.
-func (m *redisMonitor) checkMemory(ctx context.Context, reachable bool) {
+func (m *Redis) checkMemory(ctx context.Context, reachable bool) {
 	if m.parksRefused == nil {
 		return
 	}
@@ -167,7 +167,7 @@ func (m *redisMonitor) checkMemory(ctx context.Context, reachable bool) {
 
 // belowMaxmemory reads INFO memory of every master: true when each has no maxmemory or
 // uses no more than it (used_memory less mem_not_counted_for_evict, as Redis counts).
-func (m *redisMonitor) belowMaxmemory(ctx context.Context) (bool, error) {
+func (m *Redis) belowMaxmemory(ctx context.Context) (bool, error) {
 	below := func(ctx context.Context, c redis.Cmdable) (bool, error) {
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
@@ -205,7 +205,7 @@ func (m *redisMonitor) belowMaxmemory(ctx context.Context) (bool, error) {
 
 // Full reports whether Redis refuses writes for memory, as of the last check. It does not
 // block.
-func (m *redisMonitor) Full() bool {
+func (m *Redis) Full() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.full
@@ -213,7 +213,7 @@ func (m *redisMonitor) Full() bool {
 
 // Err is the outcome of the last PING (errNotPinged before the first one). It does not
 // block.
-func (m *redisMonitor) Err() error {
+func (m *Redis) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.err

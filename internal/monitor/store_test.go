@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"errors"
@@ -56,7 +56,7 @@ func TestStoreCollector(t *testing.T) {
 	srv := testredis.Start(t)
 	store, rdb := metricsStore(t, srv.URL())
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newStoreCollector(store, everyShard(store), nil))
+	reg.MustRegister(NewStoreCollector(store, everyShard(store), nil))
 	now, err := rdb.Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ delaybridge_store_scrape_error 0
 	if sum != 5 {
 		t.Fatalf("parked per shard sums to %v, want 5", sum)
 	}
-	if n := testutil.CollectAndCount(newStoreCollector(store, everyShard(store), nil), "delaybridge_oldest_overdue_seconds"); n != 3 {
+	if n := testutil.CollectAndCount(NewStoreCollector(store, everyShard(store), nil), "delaybridge_oldest_overdue_seconds"); n != 3 {
 		t.Fatalf("%d oldest-overdue series, want one per shard (3)", n)
 	}
 
@@ -134,7 +134,7 @@ delaybridge_store_scrape_error 1
 func TestStoreCollectorTimeout(t *testing.T) {
 	srv := testredis.Start(t)
 	store, _ := metricsStore(t, srv.URL())
-	c := newStoreCollector(store, everyShard(store), nil)
+	c := NewStoreCollector(store, everyShard(store), nil)
 	c.timeout = 200 * time.Millisecond
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
@@ -163,7 +163,7 @@ delaybridge_store_scrape_error 1
 func TestScriptTimerMetric(t *testing.T) {
 	store, rdb := metricsStore(t, testredis.URL(t))
 	reg := prometheus.NewRegistry()
-	if err := registerScriptTimer(reg, rdb, store); err != nil {
+	if err := RegisterScriptTimer(reg, rdb, store); err != nil {
 		t.Fatal(err)
 	}
 	env := delaystore.Envelope{Target: "nats:t", Source: "nats:delay.in"}
@@ -209,7 +209,7 @@ delaybridge_store_scrape_error ` + v + "\n"
 		want string
 	}{{errors.New("redis down"), "1"}, {errNotPinged, "0"}, {nil, "0"}} {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(newStoreCollector(store, everyShard(store), func() error { return c.err }))
+		reg.MustRegister(NewStoreCollector(store, everyShard(store), func() error { return c.err }))
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want(c.want)), "delaybridge_store_scrape_error"); err != nil {
 			t.Fatalf("monitor says %v: %v", c.err, err)
 		}
@@ -228,7 +228,7 @@ func TestStoreCollectorOwned(t *testing.T) {
 	for sh := 10; sh < 30; sh++ {
 		owned = append(owned, sh)
 	}
-	c := newStoreCollector(store, func() []int {
+	c := NewStoreCollector(store, func() []int {
 		mu.Lock()
 		defer mu.Unlock()
 		return owned

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"cmp"
@@ -28,14 +28,14 @@ var dueHorizons = []struct {
 // storeScrapeShards is the most shards one scrape reads from Redis.
 const storeScrapeShards = 16
 
-// storeCollector exports the delay store's gauges of the shards this replica owns (owned),
+// StoreCollector exports the delay store's gauges of the shards this replica owns (owned),
 // read from Redis at scrape time (delaystore.Observe: TIME, then ZCARD, ZRANGE 0 0 and
 // ZCOUNT per shard in one pipeline). A scrape reads at most storeScrapeShards of them, the
 // least recently read first, and reports the others from their last reading (an owned shard
 // never read yet is left out until it is), so its Redis cost does not grow with the shard
 // count. A read that fails or takes longer than storeScrapeTimeout never fails the scrape:
 // the store gauges are left out and delaybridge_store_scrape_error is 1.
-type storeCollector struct {
+type StoreCollector struct {
 	store *delaystore.Store
 	// owned returns the shards this replica owns (egress); safe for concurrent use.
 	owned func() []int
@@ -57,8 +57,11 @@ type shardReading struct {
 	turn uint64
 }
 
-func newStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() error) *storeCollector {
-	return &storeCollector{
+// NewStoreCollector returns the store gauges of s for the shards owned returns;
+// redisErr is the Redis monitor's Err (a scrape while Redis is down reads nothing). Register
+// it with a prometheus.Registerer.
+func NewStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() error) *StoreCollector {
+	return &StoreCollector{
 		store: s, owned: owned, redisErr: redisErr, timeout: storeScrapeTimeout, cache: map[int]shardReading{},
 		parked: prometheus.NewDesc("delaybridge_parked_messages",
 			"Messages in the delay store (pending and claimed), by shard, for the shards this replica owns (ZCARD; up to 16 shards read per scrape, the others as last read).", []string{"shard"}, nil),
@@ -78,13 +81,16 @@ func newStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() 
 	}
 }
 
-func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector.
+func (c *StoreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.parked, c.parkedAll, c.overdue, c.oldest, c.due, c.scrapeErr} {
 		ch <- d
 	}
 }
 
-func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector: it reads at most storeScrapeShards shards,
+// bounded by storeScrapeTimeout; it never blocks longer.
+func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	owned := slices.Clone(c.owned())
@@ -126,7 +132,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 // refresh drops the cached shards no longer owned and reads up to storeScrapeShards of
 // the owned ones, never read or least recently read first (ties: the lower shard).
 // Called with c.mu held.
-func (c *storeCollector) refresh(owned []int) error {
+func (c *StoreCollector) refresh(owned []int) error {
 	keep := make(map[int]bool, len(owned))
 	for _, sh := range owned {
 		keep[sh] = true
@@ -167,7 +173,7 @@ func (c *storeCollector) refresh(owned []int) error {
 // observe reads the gauges of shards within c.timeout. The read runs in its own goroutine,
 // so the scrape returns at the timeout even when the client does not honour context
 // deadlines (the goroutine ends with the client's own read timeout). No shard: no read.
-func (c *storeCollector) observe(shards []int) (delaystore.Observation, error) {
+func (c *StoreCollector) observe(shards []int) (delaystore.Observation, error) {
 	if c.redisErr != nil {
 		// Before the monitor's first PING (errNotPinged) the read is tried, bounded.
 		if err := c.redisErr(); err != nil && !errors.Is(err, errNotPinged) {
@@ -200,10 +206,10 @@ func (c *storeCollector) observe(shards []int) (delaystore.Observation, error) {
 	}
 }
 
-// registerScriptTimer registers delaybridge_redis_duration_seconds{script} and hooks it
+// RegisterScriptTimer registers delaybridge_redis_duration_seconds{script} and hooks it
 // into rdb: the round trip of every call of the store's Lua scripts (a pipelined call over
 // several shards counts once). Call it before the store's first call.
-func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, store *delaystore.Store) error {
+func RegisterScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, store *delaystore.Store) error {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "delaybridge_redis_duration_seconds",
 		Help:    "Round trip of the delay store's Redis scripts (park, claim, ack, retry, cancel, member; exchange: egress's pipeline of acks, retries and claims), pipelined calls counted once.",
@@ -219,10 +225,10 @@ func registerScriptTimer(reg prometheus.Registerer, rdb redis.UniversalClient, s
 	return nil
 }
 
-// registerWaitShortfalls registers delaybridge_redis_wait_shortfall_total: the WAITs that
+// RegisterWaitShortfalls registers delaybridge_redis_wait_shortfall_total: the WAITs that
 // confirmed fewer replicas than BRIDGE_REDIS_MIN_REPLICAS (each failed a park or cancel,
 // which is then retried and its source not acked meanwhile).
-func registerWaitShortfalls(reg prometheus.Registerer, store *delaystore.Store) error {
+func RegisterWaitShortfalls(reg prometheus.Registerer, store *delaystore.Store) error {
 	c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "delaybridge_redis_wait_shortfall_total",
 		Help: "Redis WAITs that confirmed fewer replicas than BRIDGE_REDIS_MIN_REPLICAS in time; each failed a park or cancel (retried, source not acked).",

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func TestRedisMonitor(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	m, err := newRedisMonitor(rdb, reg, slog.New(slog.DiscardHandler), nil)
+	m, err := NewRedis(rdb, reg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestRedisMonitorMemory(t *testing.T) {
 	var stuck atomic.Bool
 	var refusals atomic.Uint64
 	store := func() (bool, uint64) { return stuck.Load(), refusals.Load() }
-	monitor := func(opt *redis.Options) (*redisMonitor, *prometheus.Registry) {
+	monitor := func(opt *redis.Options) (*Redis, *prometheus.Registry) {
 		rdb := redis.NewClient(opt)
 		t.Cleanup(func() { rdb.Close() })
 		reg := prometheus.NewRegistry()
-		m, err := newRedisMonitor(rdb, reg, slog.New(slog.DiscardHandler), store)
+		m, err := NewRedis(rdb, reg, slog.New(slog.DiscardHandler), store)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/ingress"
+	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
+	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/subject"
+)
+
+// brokerSide is one broker as the bridge uses it: its publisher (egress, dead letters),
+// its ingress sources (delayed messages and cancels), its readiness check, and how to
+// close it all.
+type brokerSide struct {
+	name      string // "nats" or "kafka"
+	publisher message.Publisher
+	sources   []ingress.Source
+	check     httpapi.Check
+	// maxPayload is NATS's max_payload as the connection knows it now (nil for Kafka).
+	maxPayload func() int64
+	// closers run in reverse order at shutdown: subscriber, publisher, connection.
+	closers []func()
+}
+
+// close closes the side: the last opened first.
+func (s *brokerSide) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// openSides opens the configured broker sides, NATS first. On error the sides opened so
+// far are returned with it, to be closed by the caller.
+func openSides(ctx context.Context, cfg config.Config, logger *slog.Logger) ([]*brokerSide, error) {
+	var sides []*brokerSide
+	if cfg.NATS.URL != "" {
+		s, err := natsSide(ctx, cfg, logger)
+		if s != nil {
+			sides = append(sides, s)
+		}
+		if err != nil {
+			return sides, err
+		}
+	}
+	if len(cfg.Kafka.Brokers) > 0 {
+		s, err := kafkaSide(ctx, cfg, logger)
+		if s != nil {
+			sides = append(sides, s)
+		}
+		if err != nil {
+			return sides, err
+		}
+	}
+	return sides, nil
+}
+
+// natsSide connects to NATS and builds its publisher and subscriber. A non-nil side is
+// returned with an error too, holding what was opened.
+func natsSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*brokerSide, error) {
+	natsOpts, err := natsSecurity(cfg.NATS)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge", logger, natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	s := &brokerSide{name: "nats", maxPayload: nc.MaxPayload}
+	s.closers = append(s.closers, func() {
+		if err := nc.Drain(); err != nil {
+			nc.Close()
+		}
+	})
+	if err := checkIngressStream(ctx, nc, cfg.NATS); err != nil {
+		return s, err
+	}
+	pub, err := natsbroker.NewPublisher(nc, natsbroker.PublisherConfig{}, logger)
+	if err != nil {
+		return s, fmt.Errorf("nats publisher: %w", err)
+	}
+	s.closers = append(s.closers, func() { _ = pub.Close() })
+	consumer := cfg.NATS.Consumer
+	sub, err := natsbroker.NewSubscriber(nc, natsbroker.SubscriberConfig{
+		Stream:      cfg.NATS.Stream,
+		Queue:       cfg.NATS.Queue,
+		AckWait:     cfg.NATS.AckWait,
+		MaxProgress: cfg.NATS.MaxProgress,
+		ConsumerName: func(topic string) string {
+			if topic == cfg.NATS.Subject {
+				return consumer
+			}
+			return consumer + "-cancel"
+		},
+	}, logger)
+	if err != nil {
+		return s, fmt.Errorf("nats subscriber: %w", err)
+	}
+	s.closers = append(s.closers, func() { _ = sub.Close() })
+	s.publisher = pub
+	s.sources = []ingress.Source{
+		{Broker: "nats", Topic: cfg.NATS.Subject, Kind: ingress.Delayed, Subscriber: sub},
+		{Broker: "nats", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub}}
+	s.check = httpapi.Check{Name: "nats", Probe: func(context.Context) error {
+		if st := nc.Status(); st != natsgo.CONNECTED {
+			return fmt.Errorf("connection %s", st)
+		}
+		return nil
+	}}
+	return s, nil
+}
+
+// kafkaSide checks the Kafka credentials once and builds the publisher and the group
+// subscriber. A non-nil side is returned with an error too, holding what was opened.
+func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*brokerSide, error) {
+	kafkaSec, err := kafkaSecurity(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
+		return nil, err
+	}
+	pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
+		Brokers:  cfg.Kafka.Brokers,
+		Security: kafkaSec,
+		// As a Java producer: the broker's auto.create.topics.enable decides.
+		AllowAutoTopicCreation: true,
+		MaxRecordBytes:         kafkaRecordLimit(cfg.Kafka.MaxMessageBytes),
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher: %w", err)
+	}
+	s := &brokerSide{name: "kafka", publisher: pub}
+	s.closers = append(s.closers, func() { _ = pub.Close() })
+	sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group, Security: kafkaSec}, logger)
+	if err != nil {
+		return s, fmt.Errorf("kafka subscriber: %w", err)
+	}
+	s.closers = append(s.closers, func() { _ = sub.Close() })
+	s.sources = []ingress.Source{
+		{Broker: "kafka", Topic: cfg.Kafka.Topic, Kind: ingress.Delayed, Subscriber: sub},
+		{Broker: "kafka", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub}}
+	brokers := cfg.Kafka.Brokers
+	s.check = httpapi.Check{Name: "kafka", Probe: func(ctx context.Context) error {
+		return kafkabroker.PingWith(ctx, brokers, kafkaSec)
+	}}
+	return s, nil
+}
+
+// checkIngressStream: with BRIDGE_NATS_STREAM set, the stream must exist and capture the
+// ingress subject (the bridge never creates or alters streams).
+func checkIngressStream(ctx context.Context, nc *natsgo.Conn, cfg config.NATS) error {
+	if cfg.Stream == "" {
+		return nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(sctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("BRIDGE_NATS_STREAM: jetstream stream %q not found: create it (capturing %q); the bridge never creates streams", cfg.Stream, cfg.Subject)
+	}
+	if err != nil {
+		return fmt.Errorf("BRIDGE_NATS_STREAM %q: %w", cfg.Stream, err)
+	}
+	for _, subj := range st.CachedInfo().Config.Subjects {
+		if subject.Matches(subj, cfg.Subject) {
+			return nil
+		}
+	}
+	return fmt.Errorf("BRIDGE_NATS_STREAM: stream %q does not capture BRIDGE_NATS_SUBJECT %q (its subjects: %s)",
+		cfg.Stream, cfg.Subject, strings.Join(st.CachedInfo().Config.Subjects, ", "))
+}
+
+// kafkaBatchOverhead is what a broker counts against message.max.bytes beyond the
+// records kafka-go counts against its batch limit: the record batch header (61 bytes),
+// rounded up.
+const kafkaBatchOverhead = 128
+
+// kafkaRecordLimit is the largest record the bridge sends to a Kafka broker whose
+// message.max.bytes is maxMessageBytes (BRIDGE_KAFKA_MAX_MESSAGE_BYTES): the producer's
+// batch limit and ingress's check, so that a full batch still fits the broker's limit.
+func kafkaRecordLimit(maxMessageBytes int) int {
+	return maxMessageBytes - kafkaBatchOverhead
+}
+
+// brokerLimits is ingress's view of the target brokers' size limits: NATS's
+// max_payload as the connection knows it now, Kafka's BRIDGE_KAFKA_MAX_MESSAGE_BYTES.
+func brokerLimits(natsMaxPayload func() int64, kafkaMax int) ingress.SizeLimits {
+	return ingress.SizeLimitsFunc(func(broker string) int64 {
+		switch broker {
+		case ingress.BrokerNATS:
+			return natsMaxPayload()
+		case ingress.BrokerKafka:
+			return int64(kafkaMax)
+		}
+		return 0
+	})
+}
+
+func targetPolicy(cfg config.Config) ingress.TargetPolicy {
+	p := ingress.TargetPolicy{Brokers: map[string]bool{}, Allow: cfg.TargetAllow, Own: map[string][]string{}}
+	if cfg.NATS.URL != "" {
+		p.Brokers["nats"] = true
+		p.Own["nats"] = []string{cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject}
+	}
+	if len(cfg.Kafka.Brokers) > 0 {
+		p.Brokers["kafka"] = true
+		p.Own["kafka"] = []string{cfg.Kafka.Topic, cfg.CancelSubject, cfg.DLQSubject}
+	}
+	return p
+}
