@@ -27,6 +27,8 @@ import (
 	"github.com/delaybridge/delaybridge/internal/clock"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/api"
+	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/delaybridge/delaybridge/internal/monitor"
 	"github.com/delaybridge/delaybridge/internal/tracing"
 )
@@ -150,7 +152,7 @@ type bridge struct {
 	redisUp    *monitor.Redis
 	dataset    *monitor.DatasetWatch
 	storeReady atomic.Bool
-	checks     []httpapi.Check
+	checks     []ops.Check
 
 	in   *ingress.Ingress
 	out  *egress.Egress
@@ -183,7 +185,7 @@ func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.L
 	if b.dataset, err = monitor.NewDatasetWatch(store, logger, b.reg); err != nil {
 		return nil, err
 	}
-	b.checks = []httpapi.Check{{Name: "redis", Probe: b.redisReady, Note: func() string {
+	b.checks = []ops.Check{{Name: "redis", Probe: b.redisReady, Note: func() string {
 		// Ready all the same: a readiness failure would take the application's pod out of
 		// service, and a full Redis is the store's problem, not the pod's (README, Guarantees).
 		if b.redisUp.Full() {
@@ -242,14 +244,14 @@ func (b *bridge) assemble(cfg config.Config, store *delaystore.Store, sides []*b
 	// The store gauges cover the shards this replica owns.
 	b.reg.MustRegister(monitor.NewStoreCollector(store, b.out.Owned, b.redisUp.Err))
 	b.checks = append(b.checks,
-		httpapi.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
-		httpapi.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
-	b.ops = httpapi.NewOps(b.checks, b.reg)
+		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
+		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
+	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
-		b.ops = httpapi.NewOpsWithPprof(b.checks, b.reg)
+		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
 	if cfg.APIAddr != "" || ls.api != nil {
-		b.api = httpapi.NewAPI(httpapi.APIConfig{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
+		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now}, store, logger)
 	}
 	return nil

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // TestHealthcheck runs `bridge healthcheck` against the real operations handler: exit 0
@@ -20,13 +19,13 @@ import (
 // stays 0 (alive) either way.
 func TestHealthcheck(t *testing.T) {
 	var down atomic.Bool
-	checks := []httpapi.Check{{Name: "redis", Probe: func(context.Context) error {
+	checks := []ops.Check{{Name: "redis", Probe: func(context.Context) error {
 		if down.Load() {
 			return errors.New("connection refused")
 		}
 		return nil
 	}}}
-	srv := httptest.NewServer(httpapi.NewOps(checks, prometheus.NewRegistry()))
+	srv := httptest.NewServer(ops.New(checks, prometheus.NewRegistry()))
 	defer srv.Close()
 	env := []string{"BRIDGE_HTTP_ADDR=" + strings.TrimPrefix(srv.URL, "http://")}
 

@@ -16,7 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -27,7 +27,7 @@ type brokerSide struct {
 	name      string // "nats" or "kafka"
 	publisher message.Publisher
 	sources   []ingress.Source
-	check     httpapi.Check
+	check     ops.Check
 	// maxPayload is NATS's max_payload as the connection knows it now (nil for Kafka).
 	maxPayload func() int64
 	// closers run in reverse order at shutdown: subscriber, publisher, connection.
@@ -112,7 +112,7 @@ func natsSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bro
 	s.sources = []ingress.Source{
 		{Broker: "nats", Topic: cfg.NATS.Subject, Kind: ingress.Delayed, Subscriber: sub},
 		{Broker: "nats", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub}}
-	s.check = httpapi.Check{Name: "nats", Probe: func(context.Context) error {
+	s.check = ops.Check{Name: "nats", Probe: func(context.Context) error {
 		if st := nc.Status(); st != natsgo.CONNECTED {
 			return fmt.Errorf("connection %s", st)
 		}
@@ -152,7 +152,7 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 		{Broker: "kafka", Topic: cfg.Kafka.Topic, Kind: ingress.Delayed, Subscriber: sub},
 		{Broker: "kafka", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub}}
 	brokers := cfg.Kafka.Brokers
-	s.check = httpapi.Check{Name: "kafka", Probe: func(ctx context.Context) error {
+	s.check = ops.Check{Name: "kafka", Probe: func(ctx context.Context) error {
 		return kafkabroker.PingWith(ctx, brokers, kafkaSec)
 	}}
 	return s, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 )
 
 // errUsage: a command line error already explained to the user.
@@ -60,7 +61,7 @@ func apiToken(token string, environ []string) (string, error) {
 	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
-func newClient(addr, token string, environ []string) (*httpapi.Client, error) {
+func newClient(addr, token string, environ []string) (*client.Client, error) {
 	if addr == "" {
 		return nil, errors.New("the message API is off (BRIDGE_API_ADDR is empty); pass --api host:port")
 	}
@@ -75,7 +76,7 @@ func newClient(addr, token string, environ []string) (*httpapi.Client, error) {
 		}
 		base = "http://" + base
 	}
-	return &httpapi.Client{Base: base, Token: token}, nil
+	return &client.Client{Base: base, Token: token}, nil
 }
 
 type headerFlags []string

@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
+	apiclient "github.com/delaybridge/delaybridge/internal/httpapi/client"
+
 	"github.com/delaybridge/delaybridge/internal/e2etest"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // apiRSSBound is the documented bound (README, row H11) on the bridge's resident memory
@@ -174,7 +175,7 @@ func TestH11APILimits(t *testing.T) {
 			}
 		}
 	}
-	api := &httpapi.Client{Base: "http://" + b.APIAddr, Token: "tok"}
+	api := &apiclient.Client{Base: "http://" + b.APIAddr, Token: "tok"}
 	st, err := api.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 )
 
 // badCase is one invalid message and the reason it must be dead-lettered with.
@@ -315,7 +316,7 @@ func TestGBadInput(t *testing.T) {
 	// G8 through the message API: a header named like the bridge's internal header list
 	// would make the NATS adapter publish Nats-Rollup to the ROLL stream.
 	forged := headers.ToMetadata(headers.List{{Key: "Nats-Rollup", Value: "all"}, {Key: "Nats-Rollup", Value: "all"}}, nil)[headers.MetaHeaders]
-	api := &httpapi.Client{Base: "http://" + b.APIAddr}
+	api := &client.Client{Base: "http://" + b.APIAddr}
 	if _, err := api.Send(ctx, httpapi.PostRequest{Target: "nats:roll.x", Delay: []byte("100"), Payload: new(string),
 		Headers: map[string]string{"case": "good-http-forged", headers.MetaHeaders: forged, "Nats-Rollup": "all"}}); err != nil {
 		t.Fatalf("message API: %v", err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -115,7 +116,7 @@ func TestD3IngressBrokerLimit(t *testing.T) {
 	kafkaIn("k-over-nats", "nats:out.big", 80000)
 
 	// Through the API.
-	api := &httpapi.Client{Base: "http://" + b.APIAddr}
+	api := &client.Client{Base: "http://" + b.APIAddr}
 	post := func(name, target string, payload int) error {
 		p := base64.StdEncoding.EncodeToString(make([]byte, payload))
 		_, err := api.Send(ctx, httpapi.PostRequest{Target: target, Headers: map[string]string{"case": name}, PayloadBase64: &p})
@@ -128,7 +129,7 @@ func TestD3IngressBrokerLimit(t *testing.T) {
 		name, target string
 		size         int
 	}{{"a-over-nats", "nats:out.big", d3NATSMax}, {"a-over-kafka", "kafka:out-kafka", d3KafkaMax}} {
-		var apiErr *httpapi.APIError
+		var apiErr *client.APIError
 		err := post(c.name, c.target, c.size)
 		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.HasPrefix(apiErr.Message, "payload_too_large") {
 			t.Fatalf("API, %s with %d bytes: %v, want 400 payload_too_large", c.target, c.size, err)

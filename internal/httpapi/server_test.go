@@ -1,4 +1,4 @@
-package httpapi
+package httpapi_test
 
 import (
 	"bufio"
@@ -14,14 +14,16 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 )
 
 // serveAPI serves the message API (token "tok", 64 KiB payloads) with sc on a fresh
 // loopback listener and returns its address.
-func serveAPI(t *testing.T, budget int64, sc ServerConfig) string {
+func serveAPI(t *testing.T, budget int64, sc httpapi.ServerConfig) string {
 	t.Helper()
 	st := storetest.New(t, time.Second)
-	h := NewAPI(APIConfig{
+	h := api.New(api.Config{
 		Rules: ingress.Rules{MaxDelay: time.Hour, MaxPayload: 64 << 10, Targets: ingress.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
 			Own: map[string][]string{"nats": {"delay.in"}},
@@ -33,7 +35,7 @@ func serveAPI(t *testing.T, budget int64, sc ServerConfig) string {
 	return serveHandler(t, h, sc)
 }
 
-func serveHandler(t *testing.T, h http.Handler, sc ServerConfig) string {
+func serveHandler(t *testing.T, h http.Handler, sc httpapi.ServerConfig) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,7 +43,7 @@ func serveHandler(t *testing.T, h http.Handler, sc ServerConfig) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeListener(ctx, ln, h, sc, nil) }()
+	go func() { done <- httpapi.ServeListener(ctx, ln, h, sc, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -96,7 +98,7 @@ func closedByServer(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 // 200 KiB: net/http drains an unread body of less than 256 KiB after the handler to keep
 // the connection, unless the answer says Connection: close.
 func TestAPIUnauthorizedBodyNotRead(t *testing.T) {
-	addr := serveAPI(t, 0, ServerConfig{})
+	addr := serveAPI(t, 0, httpapi.ServerConfig{})
 	c, br := rawPost(t, addr, "wrong", 200<<10, 1024)
 	resp := readResponse(t, c, br)
 	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
@@ -110,7 +112,7 @@ func TestAPIUnauthorizedBodyNotRead(t *testing.T) {
 // TestAPIBodyLimits: a Content-Length over the per-request limit is refused with 413
 // unread; a chunked body over it is cut off with 413.
 func TestAPIBodyLimits(t *testing.T) {
-	addr := serveAPI(t, 0, ServerConfig{})
+	addr := serveAPI(t, 0, httpapi.ServerConfig{})
 	c, br := rawPost(t, addr, "tok", 10<<20, 0)
 	resp := readResponse(t, c, br)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
@@ -137,7 +139,7 @@ func TestAPIBodyLimits(t *testing.T) {
 // fit is answered 503 with Retry-After at once, without its body; once the first ends,
 // requests go through again.
 func TestAPIInflightBudget(t *testing.T) {
-	addr := serveAPI(t, 200<<10, ServerConfig{}) // per-request limit 192 KiB, budget 200 KiB
+	addr := serveAPI(t, 200<<10, httpapi.ServerConfig{}) // per-request limit 192 KiB, budget 200 KiB
 	holder, _ := rawPost(t, addr, "tok", 150<<10, 10)
 
 	post := func(body string) *http.Response {
@@ -183,7 +185,7 @@ func TestAPIInflightBudget(t *testing.T) {
 // IdleTimeout.
 func TestServerIdleTimeout(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	addr := serveHandler(t, h, ServerConfig{IdleTimeout: 300 * time.Millisecond})
+	addr := serveHandler(t, h, httpapi.ServerConfig{IdleTimeout: 300 * time.Millisecond})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +207,7 @@ func TestServerIdleTimeout(t *testing.T) {
 // is closed.
 func TestServerMaxConns(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	addr := serveHandler(t, h, ServerConfig{MaxConns: 1})
+	addr := serveHandler(t, h, httpapi.ServerConfig{MaxConns: 1})
 	first, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

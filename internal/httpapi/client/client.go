@@ -1,4 +1,6 @@
-package httpapi
+// Package client is the Go client of the message API (package api), used by the `bridge
+// send|stats|cancel` commands.
+package client
 
 import (
 	"bytes"
@@ -9,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // Client calls a running bridge's message API. Safe for concurrent use.
@@ -22,22 +26,22 @@ type Client struct {
 }
 
 // Send schedules a message (POST /v1/messages).
-func (c *Client) Send(ctx context.Context, req PostRequest) (PostResponse, error) {
-	var out PostResponse
+func (c *Client) Send(ctx context.Context, req httpapi.PostRequest) (httpapi.PostResponse, error) {
+	var out httpapi.PostResponse
 	err := c.do(ctx, http.MethodPost, "/v1/messages", req, http.StatusCreated, &out)
 	return out, err
 }
 
 // Stats returns the store statistics (GET /v1/stats).
-func (c *Client) Stats(ctx context.Context) (StatsResponse, error) {
-	var out StatsResponse
+func (c *Client) Stats(ctx context.Context) (httpapi.StatsResponse, error) {
+	var out httpapi.StatsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/stats", nil, http.StatusOK, &out)
 	return out, err
 }
 
 // Get returns a pending message (GET /v1/messages/{id}).
-func (c *Client) Get(ctx context.Context, id string) (MessageResponse, error) {
-	var out MessageResponse
+func (c *Client) Get(ctx context.Context, id string) (httpapi.MessageResponse, error) {
+	var out httpapi.MessageResponse
 	err := c.do(ctx, http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil, http.StatusOK, &out)
 	return out, err
 }

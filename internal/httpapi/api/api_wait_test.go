@@ -1,4 +1,4 @@
-package httpapi
+package api
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 )
 
 // TestNotReplicated503: with BRIDGE_REDIS_MIN_REPLICAS 1 and the only replica paused, an
@@ -18,14 +20,14 @@ func TestNotReplicated503(t *testing.T) {
 	st, replica := storetest.NewConfirmed(t, time.Second)
 	c := newAPIOn(t, "", st)
 	ctx := context.Background()
-	if _, err := c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "kept", Payload: str("x")}); err != nil {
+	if _, err := c.Send(ctx, httpapi.PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "kept", Payload: str("x")}); err != nil {
 		t.Fatal(err)
 	}
 
 	replica.Signal(t, syscall.SIGSTOP)
 	defer replica.Signal(t, syscall.SIGCONT)
-	var apiErr *APIError
-	_, err := c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "o-1", Payload: str("x")})
+	var apiErr *client.APIError
+	_, err := c.Send(ctx, httpapi.PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "o-1", Payload: str("x")})
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "replicas confirmed") {
 		t.Fatalf("POST with the replica paused: %v, want 503 naming the replicas", err)
 	}

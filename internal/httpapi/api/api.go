@@ -1,4 +1,7 @@
-package httpapi
+// Package api serves the message API (BRIDGE_API_ADDR, docs/contract.md section 6):
+// POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats. It validates a
+// message exactly as ingress does (ingress.Rules.Prepare) and parks it in the delay store.
+package api
 
 import (
 	"bytes"
@@ -23,6 +26,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // Store is what the message API needs of the delay store. Safe for concurrent use.
@@ -33,8 +37,8 @@ type Store interface {
 	Stats(ctx context.Context) (delaystore.Stats, error)
 }
 
-// APIConfig configures the message API.
-type APIConfig struct {
+// Config configures the message API.
+type Config struct {
 	// Rules validate messages exactly as ingress does.
 	Rules ingress.Rules
 	// DefaultBroker resolves an unprefixed target: "nats" when NATS is configured, else "kafka".
@@ -46,19 +50,19 @@ type APIConfig struct {
 	Metrics *ingress.Metrics
 	// MaxInflightBytes bounds the request-body bytes read at once over all requests
 	// (BRIDGE_API_MAX_INFLIGHT_BYTES); it is raised to one largest request
-	// ([APIConfig.MaxBodyBytes]) when smaller. 0: [DefaultMaxInflightBytes].
+	// ([Config.MaxBodyBytes]) when smaller. 0: [DefaultMaxInflightBytes].
 	MaxInflightBytes int64
 	// Now is the local clock a message's receipt time is read from (a relative delay
 	// counts from receipt, as in ingress); default time.Now.
 	Now func() time.Time
 }
 
-// DefaultMaxInflightBytes is the default of APIConfig.MaxInflightBytes (32 MiB).
+// DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
 const DefaultMaxInflightBytes = 32 << 20
 
 // MaxBodyBytes is the largest request body accepted: twice the payload limit (base64
 // and JSON escaping) plus 64 KiB for the other fields and headers.
-func (c APIConfig) MaxBodyBytes() int64 {
+func (c Config) MaxBodyBytes() int64 {
 	return int64(c.Rules.MaxPayload)*2 + 64<<10
 }
 
@@ -70,7 +74,7 @@ func (c APIConfig) MaxBodyBytes() int64 {
 // cfg.MaxBodyBytes (a larger Content-Length gets 413 unread) and its bytes are reserved
 // from the MaxInflightBytes budget before it is read; when the budget is spent the answer
 // is 503 with Retry-After, at once and without reading the body.
-func NewAPI(cfg APIConfig, store Store, logger *slog.Logger) http.Handler {
+func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,7 +96,7 @@ func NewAPI(cfg APIConfig, store Store, logger *slog.Logger) http.Handler {
 }
 
 type api struct {
-	cfg      APIConfig
+	cfg      Config
 	store    Store
 	log      *slog.Logger
 	inflight *semaphore.Weighted // request-body bytes being read or decoded
@@ -142,48 +146,11 @@ func (a *api) auth(next http.Handler) http.Handler {
 	})
 }
 
-// PostRequest is the body of POST /v1/messages.
-type PostRequest struct {
-	Target        string            `json:"target"`
-	Delay         json.RawMessage   `json:"delay,omitempty"`
-	DeliverAt     json.RawMessage   `json:"deliver_at,omitempty"`
-	ID            string            `json:"id,omitempty"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       *string           `json:"payload,omitempty"`
-	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-}
-
-// PostResponse is the 201 body of POST /v1/messages.
-type PostResponse struct {
-	ID  string `json:"id"`
-	Due int64  `json:"due"`
-}
-
-// MessageResponse is the 200 body of GET /v1/messages/{id}.
-type MessageResponse struct {
-	ID            string            `json:"id"`
-	Target        string            `json:"target"`
-	Due           int64             `json:"due"`
-	Source        string            `json:"source"`
-	Headers       map[string]string `json:"headers"`
-	PayloadBase64 string            `json:"payload_base64"`
-	Attempts      int               `json:"attempts"`
-}
-
-// StatsResponse is the 200 body of GET /v1/stats.
-type StatsResponse struct {
-	Parked   int64   `json:"parked"`
-	PerShard []int64 `json:"per_shard"`
-	// NextDue is the earliest due (or lease expiry) in unix ms, null when empty.
-	NextDue *int64 `json:"next_due"`
-	Now     int64  `json:"now"`
-}
-
 func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	received := a.cfg.Now()
 	dec := json.NewDecoder(r.Body) // limited by limitBody
 	dec.DisallowUnknownFields()
-	var req PostRequest
+	var req httpapi.PostRequest
 	if err := dec.Decode(&req); err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the limit of %d bytes", tooBig.Limit))
@@ -212,12 +179,12 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
-	writeJSON(w, http.StatusCreated, PostResponse{ID: parked[0].ID, Due: parked[0].Due})
+	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due})
 }
 
 // incoming turns a POST body into the header form ingress validates, so the API and the
 // brokers share one grammar.
-func (a *api) incoming(req PostRequest, received time.Time) (ingress.Incoming, error) {
+func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Incoming, error) {
 	var hs headers.List
 	keys := make([]string, 0, len(req.Headers))
 	for k := range req.Headers {
@@ -308,7 +275,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 			hs[h.Key] = h.Value
 		}
 	}
-	writeJSON(w, http.StatusOK, MessageResponse{
+	writeJSON(w, http.StatusOK, httpapi.MessageResponse{
 		ID: m.ID, Target: m.Envelope.Target, Due: m.Due, Source: m.Envelope.Source,
 		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
 		Attempts: m.Attempts,
@@ -335,7 +302,7 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
-	resp := StatsResponse{Parked: s.Parked, PerShard: s.PerShard, Now: s.Now}
+	resp := httpapi.StatsResponse{Parked: s.Parked, PerShard: s.PerShard, Now: s.Now}
 	if s.NextDue >= 0 {
 		resp.NextDue = &s.NextDue
 	}

@@ -1,4 +1,6 @@
-package httpapi
+// Package ops serves the operations listener (BRIDGE_HTTP_ADDR): /healthz, /readyz (the
+// bridge's checks, debounced), /metrics and, when enabled, /debug/pprof/.
+package ops
 
 import (
 	"context"
@@ -25,16 +27,16 @@ type Check struct {
 // GET /readyz (200 when every check passes, else 503 naming each failing part; a check
 // that has passed once fails only after failing on consecutive probes for a few seconds,
 // see readyWindow; either way the body then lists each check's Note), and GET /metrics (Prometheus exposition of g).
-func NewOps(checks []Check, g prometheus.Gatherer) http.Handler {
-	return newOps(checks, g, false)
+func New(checks []Check, g prometheus.Gatherer) http.Handler {
+	return newHandler(checks, g, false)
 }
 
 // NewOpsWithPprof is NewOps plus Go's profiles under /debug/pprof/ (net/http/pprof).
-func NewOpsWithPprof(checks []Check, g prometheus.Gatherer) http.Handler {
-	return newOps(checks, g, true)
+func NewWithPprof(checks []Check, g prometheus.Gatherer) http.Handler {
+	return newHandler(checks, g, true)
 }
 
-func newOps(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler {
+func newHandler(checks []Check, g prometheus.Gatherer, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
 	if withPprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -1,4 +1,4 @@
-package httpapi
+package ops
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func TestReadyzDebounce(t *testing.T) {
 	srv := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := NewOps([]Check{{Name: "redis", Probe: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}},
+	h := New([]Check{{Name: "redis", Probe: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}},
 		prometheus.NewRegistry())
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
@@ -119,7 +119,7 @@ func TestReadyzNote(t *testing.T) {
 	var note atomic.Value
 	note.Store("")
 	var down atomic.Bool
-	h := NewOps([]Check{{Name: "redis", Probe: func(context.Context) error {
+	h := New([]Check{{Name: "redis", Probe: func(context.Context) error {
 		if down.Load() {
 			return errors.New("connection refused")
 		}

@@ -1,10 +1,11 @@
-package httpapi
+package api
 
 import (
 	"context"
 	"testing"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // TestPostCannotForgeInternalHeaders: a header named like the bridge's internal metadata
@@ -14,7 +15,7 @@ func TestPostCannotForgeInternalHeaders(t *testing.T) {
 	c, _ := newAPI(t, "")
 	ctx := context.Background()
 	forged := headers.ToMetadata(headers.List{{Key: "Nats-Rollup", Value: "all"}, {Key: "Nats-Rollup", Value: "all"}}, nil)[headers.MetaHeaders]
-	_, err := c.Send(ctx, PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "f-1", Payload: str("x"),
+	_, err := c.Send(ctx, httpapi.PostRequest{Target: "orders.timeout", Delay: []byte(`60000`), ID: "f-1", Payload: str("x"),
 		Headers: map[string]string{
 			headers.MetaHeaders: forged, headers.MetaKafkaKey: "k", "_DELAYBRIDGE_reply": "r",
 			"Nats-Rollup": "all", "Nats-Expected-Last-Sequence": "1", "x-delay-source": "forged",

@@ -1,0 +1,43 @@
+package httpapi
+
+import "encoding/json"
+
+// The message API's JSON bodies (docs/contract.md section 6), shared by the handler
+// (package api) and the client (package client).
+
+// PostRequest is the body of POST /v1/messages.
+type PostRequest struct {
+	Target        string            `json:"target"`
+	Delay         json.RawMessage   `json:"delay,omitempty"`
+	DeliverAt     json.RawMessage   `json:"deliver_at,omitempty"`
+	ID            string            `json:"id,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+}
+
+// PostResponse is the 201 body of POST /v1/messages.
+type PostResponse struct {
+	ID  string `json:"id"`
+	Due int64  `json:"due"`
+}
+
+// MessageResponse is the 200 body of GET /v1/messages/{id}.
+type MessageResponse struct {
+	ID            string            `json:"id"`
+	Target        string            `json:"target"`
+	Due           int64             `json:"due"`
+	Source        string            `json:"source"`
+	Headers       map[string]string `json:"headers"`
+	PayloadBase64 string            `json:"payload_base64"`
+	Attempts      int               `json:"attempts"`
+}
+
+// StatsResponse is the 200 body of GET /v1/stats.
+type StatsResponse struct {
+	Parked   int64   `json:"parked"`
+	PerShard []int64 `json:"per_shard"`
+	// NextDue is the earliest due (or lease expiry) in unix ms, null when empty.
+	NextDue *int64 `json:"next_due"`
+	Now     int64  `json:"now"`
+}
