@@ -24,16 +24,33 @@ const (
 )
 
 // validate returns every semantic problem of c (already normalized). vars are the raw
-// BRIDGE_* variables, to tell set from defaulted.
+// BRIDGE_* variables, to tell set from defaulted. Components check their own variables
+// (Validate of the adapters, ingress.Rules and egress.Config); validate adds the
+// variables that span components and the checks between them.
 func (c *Config) validate(vars map[string]string) []*VarError {
 	ps := &envconf.Problems{}
-
-	// Redis.
 	c.validateRedis(vars, ps)
-
 	ps.TLSFiles("REDIS", c.Redis.TLSCertFile, c.Redis.TLSKeyFile)
+	c.validateStore(ps)
+	c.validateWait(ps)
+	*ps = append(*ps, c.NATS.Validate()...)
+	*ps = append(*ps, c.Kafka.Validate()...)
+	c.validateNames(ps)
+	c.validateTargets(ps)
+	*ps = append(*ps, c.Ingress.Validate()...)
+	c.validateListeners(ps)
+	c.validateLogging(ps)
+	*ps = append(*ps, c.Egress.Validate()...)
+	out := make([]*VarError, len(*ps))
+	for i, p := range *ps {
+		out[i] = &VarError{Var: Prefix + p.Var, Problem: p.Problem}
+	}
+	return out
+}
 
-	// Store.
+// validateStore checks the delay store's variables and the tombstone TTL against the
+// JetStream AckWait.
+func (c *Config) validateStore(ps *envconf.Problems) {
 	switch kp := c.Store.KeyPrefix; {
 	case kp == "":
 		ps.Add("KEY_PREFIX", "must not be empty")
@@ -53,16 +70,14 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", envconf.Duration(ttl), envconf.Duration(c.NATS.AckWait))
 	}
 	c.validateWait(ps)
+}
 
-	// NATS and Kafka: their adapters own the checks.
-	*ps = append(*ps, c.NATS.Validate()...)
-	*ps = append(*ps, c.Kafka.Validate()...)
+// validateNames checks the cancel and dead-letter names: they serve both brokers, and
+// must not overlap the names the bridge consumes (overlaps are only checked against
+// names that are valid themselves, so one mistake gives one line).
+func (c *Config) validateNames(ps *envconf.Problems) {
 	natsSubjectOK := subject.Check(c.NATS.Subject, true) == ""
 	kafkaTopicOK := kafkabroker.CheckTopic(c.Kafka.Topic) == ""
-
-	// Cancel and dead-letter names serve both brokers, and must not overlap the names the
-	// bridge consumes (overlaps are only checked against names that are valid themselves,
-	// so one mistake gives one line).
 	kafkaOn := len(c.Kafka.Brokers) > 0
 	cancelOK := false
 	if p := subject.Check(c.CancelSubject, true); p != "" {
@@ -95,8 +110,10 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			}
 		}
 	}
+}
 
-	// Targets.
+// validateTargets checks BRIDGE_TARGET_ALLOW.
+func (c *Config) validateTargets(ps *envconf.Problems) {
 	if len(c.TargetAllow) == 0 {
 		ps.Add("TARGET_ALLOW", "no pattern given (leave it unset to allow every target)")
 	}
@@ -105,11 +122,10 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 			ps.Add("TARGET_ALLOW", "%s: %s", envconf.Quote(pat), p)
 		}
 	}
+}
 
-	// Limits.
-	*ps = append(*ps, c.Ingress.Validate()...)
-
-	// Listeners.
+// validateListeners checks the HTTP listeners and the message API's limits and token.
+func (c *Config) validateListeners(ps *envconf.Problems) {
 	if c.HTTPAddr == "" {
 		ps.Add("HTTP_ADDR", "must not be empty")
 	} else if p := checkListenAddr(c.HTTPAddr); p != "" {
@@ -130,8 +146,10 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 	if envconf.HasSpaceOrControl(c.APIToken) {
 		ps.Add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
 	}
+}
 
-	// Logging and lifecycle.
+// validateLogging checks the log settings and the shutdown timeout.
+func (c *Config) validateLogging(ps *envconf.Problems) {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -143,12 +161,6 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 		ps.Add("LOG_FORMAT", "%s: must be json or text", envconf.Quote(c.LogFormat))
 	}
 	ps.PositiveDuration("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Millisecond)
-	*ps = append(*ps, c.Egress.Validate()...)
-	out := make([]*VarError, len(*ps))
-	for i, p := range *ps {
-		out[i] = &VarError{Var: Prefix + p.Var, Problem: p.Problem}
-	}
-	return out
 }
 
 // validateRedis checks the Redis topology: one of URL, cluster seeds or sentinels.
