@@ -65,40 +65,14 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if keys := h.Values(contract.HeaderKafkaKey); len(keys) > 1 {
 		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, contract.HeaderKafkaKey, len(keys))
 	}
-	ids := h.Values(contract.HeaderID)
-	switch {
-	case len(ids) > 1:
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
-	case len(ids) == 1:
-		if err := ValidateID(ids[0]); err != nil {
-			return req, err
-		}
-		req.ID, req.Replace = ids[0], true
-	case comp.scheduler && len(in.Key) > 0:
-		// kafka-message-scheduler: the record key names the schedule, and a schedule
-		// published again with the same key replaces the pending one.
-		if err := ValidateID(string(in.Key)); err != nil {
-			return req, fmt.Errorf("record key of a kafka-message-scheduler schedule: %w", err)
-		}
-		req.ID, req.Replace = string(in.Key), true
-	case in.SourceID != "":
-		req.ID = in.SourceID
-	default:
-		req.ID = in.NewID()
+	if req.ID, req.Replace, err = chooseID(h, comp, in); err != nil {
+		return req, err
 	}
 	sched, err := ParseSchedule(h, r.MaxDelay, now)
 	if err != nil {
 		return req, err
 	}
-	targets := h.Values(contract.HeaderTarget)
-	switch len(targets) {
-	case 0:
-		return req, fmt.Errorf("%w: no %s header", ErrMissingTarget, contract.HeaderTarget)
-	case 1:
-	default:
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidTarget, contract.HeaderTarget, len(targets))
-	}
-	target, err := r.Targets.ParseTarget(targets[0], in.Broker)
+	target, err := r.target(h, in.Broker)
 	if err != nil {
 		return req, err
 	}
@@ -106,27 +80,11 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	// The record key travels on, except that a kafka-message-scheduler schedule is
-	// delivered with its scheduler-target-key (or none), as that scheduler does.
-	key := in.Key
-	if comp.scheduler || comp.hasKey {
-		key = nil
-		if comp.hasKey {
-			key = []byte(comp.key)
-		}
+	key := outgoingKey(in.Key, comp)
+	forward, err := outgoingHeaders(h, target, key, hops)
+	if err != nil {
+		return req, err
 	}
-	forward := h.Without(isDropped)
-	if target.Broker == BrokerNATS {
-		if err := checkNATSHeaders(forward); err != nil {
-			return req, err
-		}
-		if key != nil {
-			if detail := natsValueProblem(string(key)); detail != "" {
-				return req, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, contract.HeaderKafkaKey, detail)
-			}
-		}
-	}
-	forward.Add(contract.HeaderHops, strconv.Itoa(hops+1))
 	if err := checkOutgoingSize(r.Limits, target.Broker, forward, req.ID, in.Source, key, in.Payload); err != nil {
 		return req, err
 	}
@@ -144,6 +102,77 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Payload:  in.Payload,
 	}
 	return req, nil
+}
+
+// chooseID is the id of a message and whether it replaces a pending message of that id:
+// x-delay-id (replaces), else the record key of a kafka-message-scheduler schedule
+// (replaces), else the source's stable id (a redelivery keeps the parked copy), else a
+// new one.
+func chooseID(h headers.List, comp compat, in Incoming) (id string, replace bool, err error) {
+	ids := h.Values(contract.HeaderID)
+	switch {
+	case len(ids) > 1:
+		return "", false, fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
+	case len(ids) == 1:
+		if err := ValidateID(ids[0]); err != nil {
+			return "", false, err
+		}
+		return ids[0], true, nil
+	case comp.scheduler && len(in.Key) > 0:
+		// kafka-message-scheduler: the record key names the schedule, and a schedule
+		// published again with the same key replaces the pending one.
+		if err := ValidateID(string(in.Key)); err != nil {
+			return "", false, fmt.Errorf("record key of a kafka-message-scheduler schedule: %w", err)
+		}
+		return string(in.Key), true, nil
+	case in.SourceID != "":
+		return in.SourceID, false, nil
+	}
+	return in.NewID(), false, nil
+}
+
+// target is the one x-target of h, validated by the target policy.
+func (r Rules) target(h headers.List, sourceBroker string) (Target, error) {
+	targets := h.Values(contract.HeaderTarget)
+	switch len(targets) {
+	case 0:
+		return Target{}, fmt.Errorf("%w: no %s header", ErrMissingTarget, contract.HeaderTarget)
+	case 1:
+		return r.Targets.ParseTarget(targets[0], sourceBroker)
+	}
+	return Target{}, fmt.Errorf("%w: %s given %d times", ErrInvalidTarget, contract.HeaderTarget, len(targets))
+}
+
+// outgoingKey is the record key a message is delivered with: its own, except that a
+// kafka-message-scheduler schedule is delivered with its scheduler-target-key (or none),
+// as that scheduler does.
+func outgoingKey(key []byte, comp compat) []byte {
+	if !comp.scheduler && !comp.hasKey {
+		return key
+	}
+	if comp.hasKey {
+		return []byte(comp.key)
+	}
+	return nil
+}
+
+// outgoingHeaders is the header list a message is parked (and delivered) with: h without
+// the control headers, x-delay-hops counted up. For a NATS target it refuses headers NATS
+// would alter, and a record key that cannot travel as x-kafka-key.
+func outgoingHeaders(h headers.List, target Target, key []byte, hops int) (headers.List, error) {
+	forward := h.Without(isDropped)
+	if target.Broker == BrokerNATS {
+		if err := checkNATSHeaders(forward); err != nil {
+			return nil, err
+		}
+		if key != nil {
+			if detail := natsValueProblem(string(key)); detail != "" {
+				return nil, fmt.Errorf("%w: the Kafka key (sent as %s) %s", ErrInvalidHeaders, contract.HeaderKafkaKey, detail)
+			}
+		}
+	}
+	forward.Add(contract.HeaderHops, strconv.Itoa(hops+1))
+	return forward, nil
 }
 
 // ErrorText is the x-delay-error value (and the reply's "error") for a rejected message:
