@@ -70,34 +70,55 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	cfg.NATS.URL = ns.ClientURL()
 	cfg.NATS.Stream = "" // core subscriptions: a core request gets the bridge's reply
 	cfg.Redis = config.Redis{URL: "redis://" + mr.Addr() + "/0"}
-
-	nc, err := natsgo.Connect(cfg.NATS.URL, natsgo.Name("delaybridge-dev"))
+	stop, err := watchDemo(ctx, cfg, stdout)
 	if err != nil {
-		return fmt.Errorf("connect embedded nats: %w", err)
-	}
-	defer nc.Close()
-	if err := createDevStream(ctx, nc, cfg); err != nil {
 		return err
 	}
-	printer := &arrivalPrinter{w: stdout}
-	demo, err := nc.Subscribe("demo.>", printer.print)
-	if err != nil {
-		return fmt.Errorf("subscribe demo.>: %w", err)
-	}
-	defer demo.Unsubscribe()
+	defer stop()
 
+	ls, err := devListeners(cfg)
+	if err != nil {
+		return err
+	}
+	ls.ready = func() { printDevBanner(stdout, cfg, ls) }
+	return serve(ctx, cfg, logger, ls)
+}
+
+// devListeners opens the HTTP listeners before the bridge starts, so that the banner can
+// name their addresses (a port 0 is chosen by the system).
+func devListeners(cfg config.Config) (listeners, error) {
 	var ls listeners
+	var err error
 	if ls.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return ls, fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	if cfg.APIAddr != "" {
 		if ls.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
 			ls.ops.Close()
-			return fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
+			return ls, fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
 		}
 	}
-	ls.ready = func() { printDevBanner(stdout, cfg, ls) }
-	return serve(ctx, cfg, logger, ls)
+	return ls, nil
+}
+
+// watchDemo connects to the embedded NATS, creates the dead-letter stream and prints
+// every message that arrives on demo.> to w until stop is called.
+func watchDemo(ctx context.Context, cfg config.Config, w io.Writer) (stop func(), err error) {
+	nc, err := natsgo.Connect(cfg.NATS.URL, natsgo.Name("delaybridge-dev"))
+	if err != nil {
+		return nil, fmt.Errorf("connect embedded nats: %w", err)
+	}
+	if err := createDevStream(ctx, nc, cfg); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	printer := &arrivalPrinter{w: w}
+	demo, err := nc.Subscribe("demo.>", printer.print)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("subscribe demo.>: %w", err)
+	}
+	return func() { _ = demo.Unsubscribe(); nc.Close() }, nil
 }
 
 func startDevNATS(port int, storeDir string) (*server.Server, error) {
