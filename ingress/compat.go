@@ -84,40 +84,15 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 	}
 	out := make(headers.List, len(h), len(h)+2)
 	copy(out, h)
-
-	switch {
-	case len(natsAt) > 1:
-		return nil, c, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderNATSSchedule, len(natsAt))
-	case len(natsAt) == 1:
-		if len(h.Values(HeaderNATSScheduleTimeZone)) > 0 {
-			return nil, c, fmt.Errorf("%w: %s is not supported with @at (NATS refuses it too)", ErrInvalidDeliverAt, HeaderNATSScheduleTimeZone)
-		}
-		at, err := ParseNATSSchedule(natsAt[0])
-		if err != nil {
-			return nil, c, err
-		}
-		out.Add(contract.HeaderDeliverAt, strconv.FormatInt(at, 10))
-	case len(epochs) > 1:
-		return nil, c, fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderSchedulerEpoch, len(epochs))
-	case len(epochs) == 1:
-		at, err := ParseSchedulerEpoch(epochs[0])
-		if err != nil {
-			return nil, c, err
-		}
-		out.Add(contract.HeaderDeliverAt, strconv.FormatInt(at, 10))
+	at, err := compatDueTime(h, natsAt, epochs)
+	if err != nil {
+		return nil, c, err
 	}
-
-	for _, name := range []string{HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic} {
-		vs := h.Values(name)
-		switch {
-		case len(vs) > 1:
-			return nil, c, &targetError{value: vs[0], detail: fmt.Sprintf("%s given %d times", name, len(vs))}
-		case len(vs) == 1:
-			if vs[0] == "" {
-				return nil, c, &targetError{kind: ErrMissingTarget, detail: name + " is empty"}
-			}
-			out.Add(contract.HeaderTarget, vs[0])
-		}
+	if at != "" {
+		out.Add(contract.HeaderDeliverAt, at)
+	}
+	if err := addCompatTarget(h, &out); err != nil {
+		return nil, c, err
 	}
 
 	switch {
@@ -130,6 +105,50 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 		c.key, c.hasKey = keys[0], true
 	}
 	return out, c, nil
+}
+
+// compatDueTime is the due time (unix ms, as x-deliver-at takes it) that Nats-Schedule
+// (@at) or scheduler-epoch give, or "" when neither does.
+func compatDueTime(h headers.List, natsAt, epochs []string) (string, error) {
+	var at int64
+	var err error
+	switch {
+	case len(natsAt) > 1:
+		return "", fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderNATSSchedule, len(natsAt))
+	case len(natsAt) == 1:
+		if len(h.Values(HeaderNATSScheduleTimeZone)) > 0 {
+			return "", fmt.Errorf("%w: %s is not supported with @at (NATS refuses it too)", ErrInvalidDeliverAt, HeaderNATSScheduleTimeZone)
+		}
+		at, err = ParseNATSSchedule(natsAt[0])
+	case len(epochs) > 1:
+		return "", fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderSchedulerEpoch, len(epochs))
+	case len(epochs) == 1:
+		at, err = ParseSchedulerEpoch(epochs[0])
+	default:
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(at, 10), nil
+}
+
+// addCompatTarget adds to out the x-target that Nats-Schedule-Target or
+// scheduler-target-topic give (at most one of them is present: checked before).
+func addCompatTarget(h headers.List, out *headers.List) error {
+	for _, name := range []string{HeaderNATSScheduleTarget, HeaderSchedulerTargetTopic} {
+		vs := h.Values(name)
+		switch {
+		case len(vs) > 1:
+			return &targetError{value: vs[0], detail: fmt.Sprintf("%s given %d times", name, len(vs))}
+		case len(vs) == 1:
+			if vs[0] == "" {
+				return &targetError{kind: ErrMissingTarget, detail: name + " is empty"}
+			}
+			out.Add(contract.HeaderTarget, vs[0])
+		}
+	}
+	return nil
 }
 
 // countGiven counts how many of names occur in h.
