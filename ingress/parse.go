@@ -338,58 +338,16 @@ func parseISODuration(s string) (time.Duration, string) {
 		if fraction {
 			return 0, "ISO-8601: a fraction is allowed only on the last component"
 		}
-		i := 0
-		for i < len(rest) && isDigit(rest[i]) {
-			i++
+		whole, frac, after, problem := isoNumber(rest)
+		if problem != "" {
+			return 0, problem
 		}
-		if i == 0 {
-			return 0, isoBadChar(rest)
+		fraction = frac != ""
+		comp, problem := isoDesignator(after[0], inTime)
+		if problem != "" {
+			return 0, problem
 		}
-		whole := rest[:i]
-		rest = rest[i:]
-		frac := ""
-		if rest != "" && (rest[0] == '.' || rest[0] == ',') {
-			j := 1
-			for j < len(rest) && isDigit(rest[j]) {
-				j++
-			}
-			if j == 1 {
-				return 0, "ISO-8601: a decimal separator needs digits after it"
-			}
-			frac = rest[1:j]
-			rest = rest[j:]
-			fraction = true
-		}
-		if rest == "" {
-			return 0, "ISO-8601: number without a designator"
-		}
-		des := rest[0]
-		rest = rest[1:]
-		var comp int
-		switch {
-		case !inTime && des == 'Y':
-			return 0, "ISO-8601 years are not accepted: their length is ambiguous (use weeks or days)"
-		case !inTime && des == 'M':
-			return 0, "ISO-8601 months are not accepted: their length is ambiguous (use weeks or days; minutes are PTnM)"
-		case !inTime && des == 'W':
-			comp = isoWeek
-		case !inTime && des == 'D':
-			comp = isoDay
-		case inTime && des == 'H':
-			comp = isoHour
-		case inTime && des == 'M':
-			comp = isoMinute
-		case inTime && des == 'S':
-			comp = isoSecond
-		case des >= 'a' && des <= 'z':
-			return 0, "ISO-8601 designators must be upper case (PT30S)"
-		case !inTime && (des == 'H' || des == 'S'):
-			return 0, fmt.Sprintf("ISO-8601: %c needs T before it (PT1%c)", des, des)
-		case inTime && (des == 'Y' || des == 'W' || des == 'D'):
-			return 0, fmt.Sprintf("ISO-8601: %c belongs before T", des)
-		default:
-			return 0, "ISO-8601: unknown designator " + strconv.QuoteRune(rune(des))
-		}
+		rest = after[1:]
 		if comp <= last {
 			return 0, "ISO-8601: components repeated or out of order (P[nW][nD][T[nH][nM][nS]])"
 		}
@@ -405,6 +363,63 @@ func parseISODuration(s string) (time.Duration, string) {
 		return 0, "ISO-8601 duration without components (PT30S)"
 	}
 	return time.Duration(total), ""
+}
+
+// isoNumber reads the number at the start of s: its whole digits, the digits after a
+// decimal separator ("." or ","; "" when none), and what follows, which starts with the
+// designator; or why s holds no such number.
+func isoNumber(s string) (whole, frac, rest, problem string) {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	if i == 0 {
+		return "", "", "", isoBadChar(s)
+	}
+	whole, rest = s[:i], s[i:]
+	if rest != "" && (rest[0] == '.' || rest[0] == ',') {
+		j := 1
+		for j < len(rest) && isDigit(rest[j]) {
+			j++
+		}
+		if j == 1 {
+			return "", "", "", "ISO-8601: a decimal separator needs digits after it"
+		}
+		frac, rest = rest[1:j], rest[j:]
+	}
+	if rest == "" {
+		return "", "", "", "ISO-8601: number without a designator"
+	}
+	return whole, frac, rest, ""
+}
+
+// isoDesignator is the component (isoWeek...isoSecond) of designator des, in the date
+// part (before T) or the time part; or why des is not accepted there.
+func isoDesignator(des byte, inTime bool) (int, string) {
+	switch {
+	case !inTime && des == 'Y':
+		return 0, "ISO-8601 years are not accepted: their length is ambiguous (use weeks or days)"
+	case !inTime && des == 'M':
+		return 0, "ISO-8601 months are not accepted: their length is ambiguous (use weeks or days; minutes are PTnM)"
+	case !inTime && des == 'W':
+		return isoWeek, ""
+	case !inTime && des == 'D':
+		return isoDay, ""
+	case inTime && des == 'H':
+		return isoHour, ""
+	case inTime && des == 'M':
+		return isoMinute, ""
+	case inTime && des == 'S':
+		return isoSecond, ""
+	case des >= 'a' && des <= 'z':
+		return 0, "ISO-8601 designators must be upper case (PT30S)"
+	case !inTime && (des == 'H' || des == 'S'):
+		return 0, fmt.Sprintf("ISO-8601: %c needs T before it (PT1%c)", des, des)
+	case inTime && (des == 'Y' || des == 'W' || des == 'D'):
+		return 0, fmt.Sprintf("ISO-8601: %c belongs before T", des)
+	default:
+		return 0, "ISO-8601: unknown designator " + strconv.QuoteRune(rune(des))
+	}
 }
 
 // isoBadChar explains a character where an ISO-8601 number was expected.
@@ -534,21 +549,9 @@ func parseRFC3339Millis(s string) (int64, string) {
 		frac = rest[1:i]
 		rest = rest[i:]
 	}
-	var offset int // seconds east of UTC
-	switch {
-	case rest == "Z" || rest == "z":
-	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' && isDigits(rest[1:3]) && isDigits(rest[4:6]):
-		oh, _ := strconv.Atoi(rest[1:3])
-		om, _ := strconv.Atoi(rest[4:6])
-		if oh > 23 || om > 59 {
-			return 0, "zone offset out of range"
-		}
-		offset = oh*3600 + om*60
-		if rest[0] == '-' {
-			offset = -offset
-		}
-	default:
-		return 0, "want a zone: Z, +HH:MM or -HH:MM"
+	offset, problem := rfc3339Zone(rest)
+	if problem != "" {
+		return 0, problem
 	}
 	unix := time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC).Unix() - int64(offset)
 	ms := unix * 1000
@@ -559,6 +562,26 @@ func parseRFC3339Millis(s string) (int64, string) {
 		ms++ // sub-millisecond: round up, never early
 	}
 	return ms, ""
+}
+
+// rfc3339Zone is the offset, in seconds east of UTC, of an RFC 3339 zone (Z, +HH:MM,
+// -HH:MM), or why s is none.
+func rfc3339Zone(s string) (int, string) {
+	switch {
+	case s == "Z" || s == "z":
+		return 0, ""
+	case len(s) == 6 && (s[0] == '+' || s[0] == '-') && s[3] == ':' && isDigits(s[1:3]) && isDigits(s[4:6]):
+		oh, _ := strconv.Atoi(s[1:3])
+		om, _ := strconv.Atoi(s[4:6])
+		if oh > 23 || om > 59 {
+			return 0, "zone offset out of range"
+		}
+		if s[0] == '-' {
+			return -(oh*3600 + om*60), ""
+		}
+		return oh*3600 + om*60, ""
+	}
+	return 0, "want a zone: Z, +HH:MM or -HH:MM"
 }
 
 func daysIn(year, month int) int {

@@ -94,42 +94,8 @@ func newPartitionConsumer(sub *subscription, gen *kafkago.Generation, pa kafkago
 // then drains and commits. From runCtx's end (the subscription stops) until then, it
 // hands nothing out.
 func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
-	rc := kafkago.ReaderConfig{
-		Brokers:        pc.cfg.Brokers,
-		Topic:          pc.sub.topic,
-		Partition:      pc.partition,
-		Dialer:         pc.sub.s.dialer,
-		MaxWait:        fetchMaxWait,
-		IsolationLevel: kafkago.ReadCommitted,
-		Logger:         kafkaLogger(pc.log),
-		ErrorLogger:    kafkaLogger(pc.log),
-	}
-	fetchCtx, stopFetch := context.WithCancel(runCtx)
 	fetched := make(chan kafkago.Message)
-	fetchDone := make(chan struct{})
-	var reader *kafkago.Reader
-	if err := rc.Validate(); err != nil { // NewReader panics on an invalid config
-		pc.log.Error("kafka partition reader config", "error", err)
-		close(fetchDone)
-	} else {
-		reader = kafkago.NewReader(rc)
-		if err := reader.SetOffset(pc.start); err != nil {
-			pc.log.Error("kafka partition reader offset", "offset", pc.start, "error", err)
-		}
-		go func() {
-			defer close(fetchDone)
-			pc.fetch(fetchCtx, reader, fetched)
-		}()
-	}
-	stopReader := sync.OnceFunc(func() {
-		stopFetch()
-		if reader != nil {
-			if err := reader.Close(); err != nil {
-				pc.log.Debug("close kafka partition reader", "error", err)
-			}
-		}
-		<-fetchDone
-	})
+	stopReader := pc.startReader(runCtx, fetched)
 	pc.log.Debug("kafka partition assigned", "offset", pc.start)
 
 	commitTick := time.NewTicker(pc.cfg.CommitInterval)
@@ -174,6 +140,47 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 			pc.maybeCommit()
 		}
 	}
+}
+
+// startReader starts a reader of the partition at pc.start that sends its records on
+// fetched until runCtx ends or the returned stop is called; stop closes the reader and
+// waits for its fetcher (safe to call more than once).
+func (pc *partitionConsumer) startReader(runCtx context.Context, fetched chan<- kafkago.Message) (stop func()) {
+	rc := kafkago.ReaderConfig{
+		Brokers:        pc.cfg.Brokers,
+		Topic:          pc.sub.topic,
+		Partition:      pc.partition,
+		Dialer:         pc.sub.s.dialer,
+		MaxWait:        fetchMaxWait,
+		IsolationLevel: kafkago.ReadCommitted,
+		Logger:         kafkaLogger(pc.log),
+		ErrorLogger:    kafkaLogger(pc.log),
+	}
+	fetchCtx, stopFetch := context.WithCancel(runCtx)
+	fetchDone := make(chan struct{})
+	var reader *kafkago.Reader
+	if err := rc.Validate(); err != nil { // NewReader panics on an invalid config
+		pc.log.Error("kafka partition reader config", "error", err)
+		close(fetchDone)
+	} else {
+		reader = kafkago.NewReader(rc)
+		if err := reader.SetOffset(pc.start); err != nil {
+			pc.log.Error("kafka partition reader offset", "offset", pc.start, "error", err)
+		}
+		go func() {
+			defer close(fetchDone)
+			pc.fetch(fetchCtx, reader, fetched)
+		}()
+	}
+	return sync.OnceFunc(func() {
+		stopFetch()
+		if reader != nil {
+			if err := reader.Close(); err != nil {
+				pc.log.Debug("close kafka partition reader", "error", err)
+			}
+		}
+		<-fetchDone
+	})
 }
 
 // fetch reads records from r until ctx is done and sends them on fetched.
