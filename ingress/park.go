@@ -1,0 +1,159 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// park parks one batch and then acks its messages, or nacks them all when the store
+// stays unavailable until ctx ends. A relative delay loses the time its message waited
+// in ingress (retries included), so that the due time counts from the moment the bridge
+// received it. When only some shards failed (one refused for memory, one master's
+// replicas behind), the messages of the others are acked at once and only the rest is
+// retried: a message acked late could be delivered meanwhile and then, parked again by
+// the retry after its tombstone expired, delivered twice. When Redis replicas do not
+// confirm the write (delaystore.ErrNotReplicated), the core requests of the batch are
+// answered with an error at once (their senders wait, and their source cannot
+// redeliver) and the rest is retried. attempt is called before every store call (retry:
+// not the first), returned after each with the messages still to park (none on success).
+func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attempt func(retry bool), returned func(rest []prepared)) {
+	first := true
+	err := in.retry(ctx, "park", func(opCtx context.Context) error {
+		attempt(!first)
+		first = false
+		// At every attempt: a park retried while Redis was unreachable keeps the due time
+		// counted from receipt, rather than from the attempt that succeeded.
+		now := in.now()
+		reqs := make([]delaystore.ParkRequest, len(batch))
+		for i, p := range batch {
+			reqs[i] = p.req
+			if !p.req.Absolute {
+				reqs[i].Delay = contract.Remaining(p.req.Delay, p.at, now)
+			}
+		}
+		parked, err := in.store.Park(opCtx, reqs)
+		batch = in.ackParked(src, batch, reqs, parked)
+		if err == nil && len(batch) > 0 {
+			err = fmt.Errorf("park: %d of %d messages without a result", len(batch), len(reqs))
+		}
+		if len(batch) > 0 && errors.Is(err, delaystore.ErrNotReplicated) {
+			batch = in.refuseRequests(src, batch, err)
+		}
+		returned(batch)
+		if len(batch) == 0 {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		for _, p := range batch {
+			p.span.SetStatus(codes.Error, "not parked")
+			p.span.End()
+			p.msg.Nack()
+		}
+		in.metrics.in(src.Broker, "nacked", len(batch))
+	}
+}
+
+// ackParked acks the messages of batch whose park succeeded (parked[i].ID set; reqs[i]
+// is batch[i]'s request) and returns the others, in order. A message whose source id had
+// a live tombstone (Parked.Delivered) is acked and counted as already delivered.
+func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.ParkRequest, parked []delaystore.Parked) []prepared {
+	if len(parked) != len(batch) {
+		return batch // nothing was parked (the call was refused before any shard ran)
+	}
+	rest := batch[:0:0]
+	acked, delivered := 0, 0
+	for i, p := range batch {
+		r := parked[i]
+		if r.ID == "" {
+			rest = append(rest, p)
+			continue
+		}
+		if acked == 0 {
+			failpoint.Inject(failpoint.AfterPark)
+		}
+		acked++
+		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
+			ID  string `json:"id"`
+			Due int64  `json:"due"`
+		}{r.ID, r.Due}))
+		p.msg.Ack()
+		p.span.End()
+		if r.Delivered {
+			// A redelivery of a source message that was delivered already (its source ack
+			// was lost): acked, not parked again.
+			delivered++
+			in.log.Debug("already delivered", "id", r.ID, "source_id", reqs[i].Envelope.SourceID)
+			continue
+		}
+		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
+	}
+	in.metrics.in(src.Broker, "parked", acked-delivered)
+	in.metrics.in(src.Broker, "already_delivered", delivered)
+	return rest
+}
+
+// refuseRequests answers the core requests of batch (headers.MetaRequest) with
+// {"error": "not_replicated: ..."} and returns the other messages. A refused request may
+// still stand on the Redis master: its sender retries (with x-delay-id, idempotently).
+func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []prepared {
+	keep := batch[:0:0]
+	for _, p := range batch {
+		if p.msg.Metadata.Get(headers.MetaRequest) != "1" {
+			keep = append(keep, p)
+			continue
+		}
+		p.msg.Metadata.Set(headers.MetaReply, notReplicatedReply(cause))
+		p.msg.Ack() // a core request: the ack sends the reply
+		p.span.SetStatus(codes.Error, "not replicated")
+		p.span.End()
+		in.metrics.in(src.Broker, "nacked", 1)
+	}
+	return keep
+}
+
+// notReplicatedReply is the error reply to a core request whose write Redis replicas did
+// not confirm.
+func notReplicatedReply(cause error) string {
+	return replyJSON(struct {
+		Error string `json:"error"`
+	}{"not_replicated: " + cause.Error() + "; retry the request"})
+}
+
+// opTimeout bounds one store call or dead-letter publish.
+const opTimeout = 10 * time.Second
+
+// retry calls op until it succeeds or ctx ends, with capped exponential backoff; the
+// first failure of a streak is logged at Warn, recovery at Info. op gets a context that
+// is not cancelled with ctx (bounded by opTimeout), so a batch read before shutdown is
+// still parked and acked during the drain.
+func (in *Ingress) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	wait := backoff.Backoff{Min: in.cfg.RetryMin, Max: in.cfg.RetryMax}
+	streak := backoff.Streak{Log: in.log}
+	for {
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		err := op(opCtx)
+		cancel()
+		if err == nil {
+			streak.Recovered(ctx, what+" recovered")
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		streak.Failed(ctx, what+" failed; retrying, sources are not acked meanwhile", "err", err)
+		if !backoff.Sleep(ctx, wait.Next()) {
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		}
+	}
+}
