@@ -147,8 +147,8 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 		}
 	}
 	sources := map[string]string{
-		parkSrc: "park", claimSrc: "claim", ackSrc: "ack", retrySrc: "retry", cancelSrc: "cancel",
-		unflagged(claimSrc): "claim", unflagged(ackSrc): "ack", unflagged(retrySrc): "retry", unflagged(cancelSrc): "cancel",
+		withLibs(parkSrc): "park", claimSrc: "claim", withLibs(ackSrc): "ack", retrySrc: "retry", withLibs(cancelSrc): "cancel",
+		unflagged(claimSrc): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(retrySrc): "retry", unflagged(withLibs(cancelSrc)): "cancel",
 		memberSrc: "member", unflagged(memberSrc): "member",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {

@@ -225,3 +225,22 @@ func TestUnflagged(t *testing.T) {
 		}
 	}
 }
+
+// TestWithLibs: the scripts that share lua/envelope.lua get its functions in place of their
+// include line, once, after a shebang that must stay the first line.
+func TestWithLibs(t *testing.T) {
+	for name, src := range map[string]string{"park": withLibs(parkSrc), "ack": withLibs(ackSrc), "cancel": withLibs(cancelSrc)} {
+		if strings.Contains(src, strings.TrimSpace(includeEnvelope)+"\n") {
+			t.Errorf("%s: the include line is still there", name)
+		}
+		if n := strings.Count(src, "local function sourceOf("); n != 1 {
+			t.Errorf("%s: sourceOf defined %d times, want 1", name, n)
+		}
+	}
+	for name, pair := range map[string][2]string{"ack": {ackSrc, withLibs(ackSrc)}, "cancel": {cancelSrc, withLibs(cancelSrc)}} {
+		first := func(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
+		if first(pair[1]) != first(pair[0]) || !strings.HasPrefix(pair[1], "#!lua") {
+			t.Errorf("%s: first line %q, want the source's shebang", name, first(pair[1]))
+		}
+	}
+}

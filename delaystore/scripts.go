@@ -2,12 +2,27 @@ package delaystore
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
+
+//go:embed lua/envelope.lua
+var envelopeLib string
+
+// includeEnvelope is the line of a script that stands for lua/envelope.lua, the functions
+// on stored envelopes that park, ack and cancel share.
+const includeEnvelope = "\n--!include envelope.lua\n"
+
+// withLibs returns src with its include line replaced by the library's source (src without
+// one is returned as is). The library is Lua of this package only: no text is ever built
+// from data (TestScriptsAreConstants).
+func withLibs(src string) string {
+	return strings.Replace(src, includeEnvelope, "\n"+envelopeLib, 1)
+}
 
 // script is one store script, run by SHA with a fallback to EVAL (go-redis Script), in
 // one of two forms: its source as written, whose first line may declare Redis 7 script

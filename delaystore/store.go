@@ -140,11 +140,11 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
-		park:         newScript(redis.NewScript(parkSrc), nil), // no flags: refused when Redis is full
+		park:         newScript(redis.NewScript(withLibs(parkSrc)), nil), // no flags: refused when Redis is full
 		claim:        newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
-		ack:          newScript(redis.NewScript(ackSrc), redis.NewScript(unflagged(ackSrc))),
+		ack:          newScript(redis.NewScript(withLibs(ackSrc)), redis.NewScript(unflagged(withLibs(ackSrc)))),
 		retry:        newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
-		cancel:       newScript(redis.NewScript(cancelSrc), redis.NewScript(unflagged(cancelSrc))),
+		cancel:       newScript(redis.NewScript(withLibs(cancelSrc)), redis.NewScript(unflagged(withLibs(cancelSrc)))),
 		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
 		minReplicas:  cfg.MinReplicas,
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,

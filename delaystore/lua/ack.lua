@@ -18,22 +18,7 @@ local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
 local ttl = tonumber(ARGV[1])
 local CHUNK = 1000
 
--- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
-local function sourceOf(s, p, id)
-  local f = string.byte(s, p)
-  if f == 2 then return id end
-  if f ~= 3 then return '' end
-  local n, mul, i = 0, 1, p + 1
-  while true do
-    local b = string.byte(s, i)
-    if b == nil or mul > 268435456 then return '' end
-    n = n + (b % 128) * mul
-    i = i + 1
-    if b < 128 then break end
-    mul = mul * 128
-  end
-  return string.sub(s, i, i + n - 1)
-end
+--!include envelope.lua
 
 local n = 0
 local tombs = {} -- source ids of the deleted entries

@@ -10,22 +10,7 @@
 -- refuses writes for memory. Without script flags (Redis 6, miniredis) the first line is
 -- commented out (delaystore/scripts.go).
 
--- sourceOf: as in park.lua, the source id of the body of message id at index p of s, or ''.
-local function sourceOf(s, p, id)
-  local f = string.byte(s, p)
-  if f == 2 then return id end
-  if f ~= 3 then return '' end
-  local n, mul, i = 0, 1, p + 1
-  while true do
-    local b = string.byte(s, i)
-    if b == nil or mul > 268435456 then return '' end
-    n = n + (b % 128) * mul
-    i = i + 1
-    if b < 128 then break end
-    mul = mul * 128
-  end
-  return string.sub(s, i, i + n - 1)
-end
+--!include envelope.lua
 
 local env = redis.call('HGET', KEYS[2], ARGV[1])
 local a = redis.call('ZREM', KEYS[1], ARGV[1])

@@ -20,24 +20,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local z, m = KEYS[1], KEYS[2]
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
--- sourceOf returns the source id of the body of message id starting at index p of s: by
--- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3); ''
--- when none or malformed (delaystore/envelope.go writes them).
-local function sourceOf(s, p, id)
-  local f = string.byte(s, p)
-  if f == 2 then return id end
-  if f ~= 3 then return '' end
-  local n, mul, i = 0, 1, p + 1
-  while true do
-    local b = string.byte(s, i)
-    if b == nil or mul > 268435456 then return '' end
-    n = n + (b % 128) * mul
-    i = i + 1
-    if b < 128 then break end
-    mul = mul * 128
-  end
-  return string.sub(s, i, i + n - 1)
-end
+--!include envelope.lua
 
 local function chunked(cmd, key, list)
   for i = 1, #list, CHUNK do
