@@ -105,10 +105,8 @@ type Publisher struct {
 	transport *kafkago.Transport
 	writer    *kafkago.Writer
 
-	mu       sync.RWMutex // guards closed against inflight.Add
-	closed   bool
-	inflight sync.WaitGroup
-	close    sync.Once
+	gate  broker.Gate // Publish enters, Close closes and waits
+	close sync.Once
 }
 
 // NewPublisher returns a Publisher for the cluster at cfg.Brokers. It does not connect:
@@ -159,14 +157,10 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 //
 // Safe for concurrent use; returns [ErrClosed] after Close.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	p.mu.RLock()
-	if p.closed {
-		p.mu.RUnlock()
+	if !p.gate.Enter() {
 		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
 	}
-	p.inflight.Add(1)
-	p.mu.RUnlock()
-	defer p.inflight.Done()
+	defer p.gate.Leave()
 
 	if len(msgs) == 0 {
 		return nil
@@ -266,12 +260,9 @@ func recordSize(km *kafkago.Message) int {
 // progress (each bounded by WriteTimeout), then closes the writer and its connections.
 // Idempotent and safe to call concurrently; returns the writer's close error, if any.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
+	p.gate.Close()
 	var err error
 	p.close.Do(func() {
-		p.inflight.Wait()
 		if e := p.writer.Close(); e != nil {
 			err = fmt.Errorf("close kafka writer: %w", e)
 		}

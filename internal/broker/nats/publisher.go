@@ -70,9 +70,7 @@ type Publisher struct {
 	cfg PublisherConfig
 	log *slog.Logger
 
-	mu       sync.RWMutex // guards closed against inflight.Add
-	closed   bool
-	inflight sync.WaitGroup
+	gate broker.Gate // Publish enters, Close closes and waits
 
 	cacheMu sync.Mutex
 	cache   map[string]streamEntry
@@ -145,14 +143,10 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 //
 // Safe for concurrent use; returns [ErrClosed] after Close.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	p.mu.RLock()
-	if p.closed {
-		p.mu.RUnlock()
+	if !p.gate.Enter() {
 		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
 	}
-	p.inflight.Add(1)
-	p.mu.RUnlock()
-	defer p.inflight.Done()
+	defer p.gate.Leave()
 
 	if len(msgs) == 0 {
 		return nil
@@ -362,10 +356,7 @@ func (p *Publisher) forget(subject string) {
 // (each bounded by PublishTimeout) and removes the per-stream reply subscriptions. It does
 // not close the connection. Idempotent; always returns nil.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.inflight.Wait()
+	p.gate.Close()
 	p.byStreamMu.Lock()
 	defer p.byStreamMu.Unlock()
 	for name, js := range p.byStream {
