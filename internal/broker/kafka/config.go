@@ -105,3 +105,11 @@ func CheckTopic(s string) string {
 	}
 	return ""
 }
+
+// defaultTo sets *v to d when *v is the zero value (a config field left unset).
+func defaultTo[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}

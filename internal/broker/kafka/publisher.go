@@ -71,21 +71,11 @@ func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
 	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.BatchSize < 0 || c.MaxRecordBytes < 0 {
 		return c, errors.New("kafka publisher config: BatchTimeout, BatchSize, WriteTimeout and MaxRecordBytes must not be negative")
 	}
-	if c.ClientID == "" {
-		c.ClientID = DefaultClientID
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultBatchTimeout
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.MaxRecordBytes == 0 {
-		c.MaxRecordBytes = maxRecordBytes
-	}
+	defaultTo(&c.ClientID, DefaultClientID)
+	defaultTo(&c.BatchTimeout, DefaultBatchTimeout)
+	defaultTo(&c.BatchSize, DefaultBatchSize)
+	defaultTo(&c.WriteTimeout, DefaultWriteTimeout)
+	defaultTo(&c.MaxRecordBytes, maxRecordBytes)
 	return c, nil
 }
 

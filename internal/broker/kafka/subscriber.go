@@ -107,30 +107,14 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		c.DrainTimeout < 0 || c.NackResendDelay < 0 || c.CommitInterval < 0 {
 		return c, errors.New("kafka subscriber config: MaxInFlight and durations must not be negative")
 	}
-	if c.ClientID == "" {
-		c.ClientID = DefaultClientID
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.NackResendDelay == 0 {
-		c.NackResendDelay = DefaultNackResendDelay
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = DefaultCommitInterval
-	}
+	defaultTo(&c.ClientID, DefaultClientID)
+	defaultTo(&c.MaxInFlight, DefaultMaxInFlight)
+	defaultTo(&c.SessionTimeout, DefaultSessionTimeout)
+	defaultTo(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaultTo(&c.RebalanceTimeout, DefaultRebalanceTimeout)
+	defaultTo(&c.DrainTimeout, DefaultDrainTimeout)
+	defaultTo(&c.NackResendDelay, DefaultNackResendDelay)
+	defaultTo(&c.CommitInterval, DefaultCommitInterval)
 	switch c.StartOffset {
 	case 0:
 		c.StartOffset = kafkago.FirstOffset
