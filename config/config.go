@@ -133,15 +133,6 @@ type NATS = natsbroker.Config
 // Kafka is the Kafka adapter's configuration (BRIDGE_KAFKA_*), named here for brevity.
 type Kafka = kafkabroker.Config
 
-// storeDocs documents the fields of delaystore.Config, whose tags carry no envDoc.
-var storeDocs = map[string]string{
-	"KEY_PREFIX": "namespace of every Redis key",
-	"SHARDS":     "shards of the delay store, 1-4096; must be equal on all replicas (checked)",
-	"LEASE":      "how long a claimed message may stay unconfirmed before another replica may take it",
-	"TOMBSTONE_TTL": "how long after delivery a redelivery of the same source message (JetStream, Kafka) is acked without being parked again; " +
-		"0: BRIDGE_NATS_ACK_WAIT + 1m; negative: off (extension)",
-}
-
 // VarError is one configuration problem, about one variable. Load and ValidateForRun
 // return every problem at once, joined (errors.Join): one line per problem; use
 // errors.As on the parts to inspect them.

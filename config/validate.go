@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,12 +14,6 @@ import (
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/envconf"
 	"github.com/delaybridge/delaybridge/internal/subject"
-)
-
-// Limits checked by Load.
-const (
-	// MaxShards is the largest accepted BRIDGE_SHARDS.
-	MaxShards = 4096
 )
 
 // validate returns every semantic problem of c (already normalized). vars are the raw
@@ -51,25 +44,11 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 // validateStore checks the delay store's variables and the tombstone TTL against the
 // JetStream AckWait.
 func (c *Config) validateStore(ps *envconf.Problems) {
-	switch kp := c.Store.KeyPrefix; {
-	case kp == "":
-		ps.Add("KEY_PREFIX", "must not be empty")
-	case len(kp) > 64:
-		ps.Add("KEY_PREFIX", "longer than 64 bytes")
-	case strings.ContainsAny(kp, "{}"):
-		ps.Add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", envconf.Quote(kp))
-	case envconf.HasSpaceOrControl(kp) || !utf8.ValidString(kp):
-		ps.Add("KEY_PREFIX", "%s: must not contain whitespace or control characters", envconf.Quote(kp))
-	}
-	if s := c.Store.Shards; s < 1 || s > MaxShards {
-		ps.Add("SHARDS", "%d: must be 1 to %d", s, MaxShards)
-	}
-	ps.PositiveDuration("LEASE", c.Store.Lease, time.Millisecond)
+	*ps = append(*ps, c.Store.Validate()...)
 	if ttl := c.Store.TombstoneTTL; ttl > 0 && c.NATS.Stream != "" && ttl < c.NATS.AckWait {
 		ps.Add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
 			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", envconf.Duration(ttl), envconf.Duration(c.NATS.AckWait))
 	}
-	c.validateWait(ps)
 }
 
 // validateNames checks the cancel and dead-letter names: they serve both brokers, and
@@ -221,10 +200,7 @@ const waitReadMargin = 500 * time.Millisecond
 // default, or read_timeout in BRIDGE_REDIS_URL).
 func (c *Config) validateWait(ps *envconf.Problems) {
 	st := c.Store
-	if st.MinReplicas < 0 {
-		ps.Add("REDIS_MIN_REPLICAS", "%d: must be >= 0", st.MinReplicas)
-	}
-	if st.MinReplicas <= 0 || !ps.PositiveDuration("REDIS_WAIT_TIMEOUT", st.WaitTimeout, delaystore.MinWaitTimeout) {
+	if st.MinReplicas <= 0 || st.WaitTimeout < delaystore.MinWaitTimeout { // delaystore's Validate reports these
 		return
 	}
 	read, source := defaultReadTimeout, "go-redis' default read timeout"

@@ -50,9 +50,6 @@ var fields = sync.OnceValue(func() []field {
 				continue
 			}
 			doc := sf.Tag.Get("envDoc")
-			if doc == "" {
-				doc = storeDocs[name]
-			}
 			out = append(out, field{
 				Var:    Var{Name: Prefix + name, Default: sf.Tag.Get("envDefault"), Doc: doc},
 				goName: sf.Name,

@@ -142,12 +142,15 @@ func TestNewValidation(t *testing.T) {
 	}{
 		{"valid", func(*Config) {}, ""},
 		{"valid bounds", func(c *Config) { c.Shards = 4096; c.Lease = time.Millisecond }, ""},
-		{"empty prefix", func(c *Config) { c.KeyPrefix = "" }, "prefix is empty"},
-		{"brace in prefix", func(c *Config) { c.KeyPrefix = "a{b" }, "contains {"},
-		{"closing brace in prefix", func(c *Config) { c.KeyPrefix = "a}" }, "contains {"},
-		{"zero shards", func(c *Config) { c.Shards = 0 }, "shards 0"},
-		{"too many shards", func(c *Config) { c.Shards = 4097 }, "shards 4097"},
-		{"short lease", func(c *Config) { c.Lease = time.Microsecond }, "lease"},
+		{"empty prefix", func(c *Config) { c.KeyPrefix = "" }, "KEY_PREFIX: must not be empty"},
+		{"brace in prefix", func(c *Config) { c.KeyPrefix = "a{b" }, "must not contain { or }"},
+		{"closing brace in prefix", func(c *Config) { c.KeyPrefix = "a}" }, "must not contain { or }"},
+		{"zero shards", func(c *Config) { c.Shards = 0 }, "SHARDS: 0: must be 1 to 4096"},
+		{"too many shards", func(c *Config) { c.Shards = 4097 }, "SHARDS: 4097: must be 1 to 4096"},
+		{"short lease", func(c *Config) { c.Lease = time.Microsecond }, "LEASE: 1µs: must be at least 1ms"},
+		{"prefix with a space", func(c *Config) { c.KeyPrefix = "a b" }, "must not contain whitespace"},
+		{"negative min replicas", func(c *Config) { c.MinReplicas = -1 }, "REDIS_MIN_REPLICAS: -1: must be >= 0"},
+		{"wait timeout under 1ms", func(c *Config) { c.MinReplicas = 1; c.WaitTimeout = time.Microsecond }, "REDIS_WAIT_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,39 +7,6 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Config configures a Store. Env tags are read by package config (prefix BRIDGE_).
-type Config struct {
-	// KeyPrefix namespaces every Redis key of the store.
-	KeyPrefix string `env:"KEY_PREFIX" envDefault:"delay"`
-	// Shards is the number of shards; it must be equal on every replica (checked at Init).
-	Shards int `env:"SHARDS" envDefault:"16"`
-	// Lease is how long a claimed message may stay unconfirmed before another replica may
-	// claim it again.
-	Lease time.Duration `env:"LEASE" envDefault:"30s"`
-	// TombstoneTTL is how long, after a message with a source id was delivered
-	// (or dead-lettered, or cancelled), a park of the same source id is dropped as a
-	// redelivery of an already delivered message. It must cover the source's redelivery
-	// horizon (JetStream AckWait; a Kafka rebalance). 0 means [DefaultTombstoneTTL];
-	// negative: no tombstones. Package config turns 0 into BRIDGE_NATS_ACK_WAIT + 1m.
-	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL" envDefault:"0s"`
-	// MinReplicas, when > 0, makes every write that an acknowledgement or an answer depends
-	// on (Park, Cancel) count as done only when Redis WAIT, on the master that executed it,
-	// confirms that many replicas within WaitTimeout; fewer is an error wrapping
-	// ErrNotReplicated. Init refuses a master with fewer connected replicas. 0: no WAIT.
-	MinReplicas int `env:"REDIS_MIN_REPLICAS" envDefault:"0" envDoc:"when > 0, a park, upsert or cancel counts as done only when Redis WAIT confirms that many replicas of the master that took it; the start is refused when a master has fewer"`
-	// WaitTimeout bounds that WAIT (whole milliseconds, rounded up; at least
-	// MinWaitTimeout when MinReplicas > 0).
-	WaitTimeout time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"1s" envDoc:"how long that WAIT may take; fewer replicas in time = the write failed (source not acked, API 503)"`
-}
-
-// DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
-// AckWait (30s) plus a minute.
-const DefaultTombstoneTTL = 90 * time.Second
-
-// MinWaitTimeout is the shortest accepted Config.WaitTimeout when MinReplicas > 0: WAIT
-// counts whole milliseconds, and WAIT with 0 would block for ever.
-const MinWaitTimeout = time.Millisecond
-
 // Sentinel errors.
 var (
 	// ErrNotFound: no pending message has that id.

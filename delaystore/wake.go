@@ -190,8 +190,29 @@ func (w *Wakeups) Follow(ctx context.Context, shards []int) error {
 		return fmt.Errorf("follow: %w", ErrWakeupsClosed)
 	default:
 	}
-	var add, drop []string
+	add, drop := w.retarget(want)
+	// Errors of a broken connection are left to go-redis: it records the channels first and
+	// resubscribes them after the reconnect; the wait below sees the confirmations (or the
+	// next Follow subscribes them again).
+	if len(drop) > 0 {
+		if err := w.ps.Unsubscribe(ctx, drop...); err != nil && w.closed() {
+			return fmt.Errorf("follow: %w", ErrWakeupsClosed)
+		}
+	}
+	if len(add) > 0 {
+		if err := w.ps.Subscribe(ctx, add...); err != nil && w.closed() {
+			return fmt.Errorf("follow: %w", ErrWakeupsClosed)
+		}
+	}
+	return w.awaitConfirmed(ctx)
+}
+
+// retarget makes want the followed channels: it returns the channels to SUBSCRIBE (new
+// ones, and those an earlier call left unconfirmed) and those to UNSUBSCRIBE, and counts
+// the unconfirmed ones.
+func (w *Wakeups) retarget(want map[string]bool) (add, drop []string) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for ch, ok := range w.followed {
 		if !want[ch] {
 			drop = append(drop, ch)
@@ -211,20 +232,12 @@ func (w *Wakeups) Follow(ctx context.Context, shards []int) error {
 			add = append(add, ch)
 		}
 	}
-	w.mu.Unlock()
-	// Errors of a broken connection are left to go-redis: it records the channels first and
-	// resubscribes them after the reconnect; the wait below sees the confirmations (or the
-	// next Follow subscribes them again).
-	if len(drop) > 0 {
-		if err := w.ps.Unsubscribe(ctx, drop...); err != nil && w.closed() {
-			return fmt.Errorf("follow: %w", ErrWakeupsClosed)
-		}
-	}
-	if len(add) > 0 {
-		if err := w.ps.Subscribe(ctx, add...); err != nil && w.closed() {
-			return fmt.Errorf("follow: %w", ErrWakeupsClosed)
-		}
-	}
+	return add, drop
+}
+
+// awaitConfirmed blocks until Redis confirmed every followed channel, ctx is done or the
+// Wakeups are closed.
+func (w *Wakeups) awaitConfirmed(ctx context.Context) error {
 	w.mu.Lock()
 	if w.unconfirmed == 0 {
 		w.mu.Unlock()

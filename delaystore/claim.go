@@ -1,0 +1,200 @@
+package delaystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Applied is the outcome of Ack or Retry.
+type Applied struct {
+	// N counts the receipts that were applied; stale receipts (fenced) are not counted.
+	N int
+	// Heads maps every shard the call touched to its earliest score after the call (unix
+	// ms, Redis clock), or -1 when the shard is empty.
+	Heads map[int]int64
+}
+
+// Claim leases up to limit due messages of one shard (score <= Redis time): each is
+// re-scored to Now + Lease, the token of its Receipt. Nothing is ever returned before its
+// due time. Entries whose envelope cannot be decoded are leased too and reported in
+// Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
+// concurrent claims on one shard never return the same message under the same lease.
+func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
+	c, err := s.claimCall(shard, limit)
+	if err != nil {
+		return Claim{}, err
+	}
+	res, err := s.claim.Run(ctx, s.rdb, c.keys, c.args...).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+	}
+	return parseClaim(shard, res)
+}
+
+// claimCall is the claim script's call for one shard.
+func (s *Store) claimCall(shard, limit int) (call, error) {
+	if err := s.checkShard(shard); err != nil {
+		return call{}, fmt.Errorf("claim: %w", err)
+	}
+	if limit < 1 {
+		return call{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
+	}
+	return call{keys: s.keys[shard].zm, args: []any{s.leaseMS, limit}}, nil
+}
+
+// parseClaim reads the claim script's answer for shard.
+func parseClaim(shard int, res []any) (Claim, error) {
+	if len(res) < 3 || len(res)%2 != 1 {
+		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
+	}
+	now, err1 := toInt64(res[0])
+	token, err2 := toInt64(res[1])
+	next, err3 := toInt64(res[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+	}
+	c := Claim{Now: now, Next: next}
+	if n := (len(res) - 3) / 2; n > 0 {
+		c.Messages = make([]Claimed, 0, n)
+	}
+	for i := 3; i < len(res); i += 2 {
+		id, ok1 := res[i].(string)
+		raw, ok2 := res[i+1].(string)
+		if !ok1 || !ok2 {
+			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
+		}
+		rc := Receipt{ID: id, Shard: shard, Token: token}
+		st, env, err := decodeStored(raw, id)
+		rc.Version = st.version
+		if err != nil {
+			c.Corrupt = append(c.Corrupt, rc)
+			continue
+		}
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Attempts: st.attempts, Envelope: env})
+	}
+	return c, nil
+}
+
+// Ack deletes delivered messages. A receipt applies only while its claim is current (same
+// token and version); a stale or repeated one changes nothing and is not counted. A deleted
+// message with a source id leaves a tombstone for Config.TombstoneTTL (see Park). It sends
+// one script call per shard in one pipelined round trip and blocks until Redis answered or
+// ctx is done. On error, Applied still reports the shards that succeeded; acking the same
+// receipts again is harmless.
+func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
+	if len(rs) == 0 {
+		return Applied{}, nil
+	}
+	calls, order, err := s.ackCalls(rs)
+	if err != nil {
+		return Applied{}, err
+	}
+	return readApplied("ack", s.evalPipelined(ctx, s.ack, calls), order)
+}
+
+// ackCalls builds Ack's script calls, one per shard, and the shard of each.
+func (s *Store) ackCalls(rs []Receipt) ([]call, []int, error) {
+	lead := []any{strconv.FormatInt(s.tombMS, 10)}
+	return s.fencedCalls("ack", func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
+		r := rs[i]
+		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
+	})
+}
+
+// Retry reschedules claimed messages after a failed delivery: attempts + 1, the id enters
+// the shard's retry set (counted as overdue once its due time passed, until it is acked,
+// cancelled or replaced), next claim at Redis time + Backoff, rounded up to the millisecond
+// and at least 1ms (so the next claim's token is always larger than the retried one's). A
+// request with PutBack only moves the next claim (no attempt, no retry set). Same fence,
+// batching, blocking and partial results as Ack.
+func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
+	if len(rs) == 0 {
+		return Applied{}, nil
+	}
+	calls, order, err := s.retryCalls(rs)
+	if err != nil {
+		return Applied{}, err
+	}
+	return readApplied("retry", s.evalPipelined(ctx, s.retry, calls), order)
+}
+
+// retryCalls builds Retry's script calls, one per shard, and the shard of each.
+func (s *Store) retryCalls(rs []RetryRequest) ([]call, []int, error) {
+	return s.fencedCalls("retry", func(k shardKeys) []string { return k.zmR }, nil, len(rs), func(i int) (Receipt, []any, error) {
+		r := rs[i]
+		if r.Backoff < 0 {
+			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
+		}
+		return r.Receipt, []any{
+			r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10),
+			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10), countArg(r.PutBack),
+		}, nil
+	})
+}
+
+// countArg is retry.lua's count flag: "0" for a put-back, "1" for a failed attempt.
+func countArg(putBack bool) string {
+	if putBack {
+		return "0"
+	}
+	return "1"
+}
+
+// fencedCalls builds the calls of ack or retry, one per shard, and the shard of each call:
+// keysOf picks the script's keys of a shard, lead are the arguments before the per-entry
+// ones, item(i) returns the receipt and script arguments of entry i.
+func (s *Store) fencedCalls(op string, keysOf func(shardKeys) []string, lead []any, n int,
+	item func(i int) (Receipt, []any, error)) ([]call, []int, error) {
+	args := make(map[int][]any)
+	var order []int
+	for i := range n {
+		r, a, err := item(i)
+		if err == nil {
+			err = s.checkShard(r.Shard)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", op, r.ID, err)
+		}
+		if _, ok := args[r.Shard]; !ok {
+			order = append(order, r.Shard)
+			args[r.Shard] = append([]any(nil), lead...)
+		}
+		args[r.Shard] = append(args[r.Shard], a...)
+	}
+	calls := make([]call, len(order))
+	for ci, sh := range order {
+		calls[ci] = call{keys: keysOf(s.keys[sh]), args: args[sh]}
+	}
+	return calls, order, nil
+}
+
+// readApplied reads the answers of fenced calls ({applied, next head} each).
+func readApplied(op string, cmds []*redis.Cmd, order []int) (Applied, error) {
+	out := Applied{Heads: make(map[int]int64, len(order))}
+	var errs []error
+	for ci, sh := range order {
+		res, err := cmds[ci].Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply of %d values", len(res))
+		}
+		var applied, head int64
+		if err == nil {
+			var err1, err2 error
+			applied, err1 = toInt64(res[0])
+			head, err2 = toInt64(res[1])
+			err = errors.Join(err1, err2)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s shard %d: %w", op, sh, err))
+			continue
+		}
+		out.N += int(applied)
+		out.Heads[sh] = head
+	}
+	// Shards that succeeded are reported even when others failed.
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,75 @@
+package delaystore
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delaybridge/delaybridge/internal/envconf"
+)
+
+// Config configures a Store. Its fields are BRIDGE_* variables: package config embeds
+// Config and parses the env tags; [Config.Validate] checks the values (New does too).
+type Config struct {
+	// KeyPrefix namespaces every Redis key of the store.
+	KeyPrefix string `env:"KEY_PREFIX" envDefault:"delay" envDoc:"namespace of every Redis key"`
+	// Shards is the number of shards; it must be equal on every replica (checked at Init).
+	Shards int `env:"SHARDS" envDefault:"16" envDoc:"shards of the delay store, 1-4096; must be equal on all replicas (checked)"`
+	// Lease is how long a claimed message may stay unconfirmed before another replica may
+	// claim it again.
+	Lease time.Duration `env:"LEASE" envDefault:"30s" envDoc:"how long a claimed message may stay unconfirmed before another replica may take it"`
+	// TombstoneTTL is how long, after a message with a source id was delivered
+	// (or dead-lettered, or cancelled), a park of the same source id is dropped as a
+	// redelivery of an already delivered message. It must cover the source's redelivery
+	// horizon (JetStream AckWait; a Kafka rebalance). 0 means [DefaultTombstoneTTL];
+	// negative: no tombstones. Package config turns 0 into BRIDGE_NATS_ACK_WAIT + 1m.
+	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL" envDefault:"0s" envDoc:"how long after delivery a redelivery of the same source message (JetStream, Kafka) is acked without being parked again; 0: BRIDGE_NATS_ACK_WAIT + 1m; negative: off (extension)"`
+	// MinReplicas, when > 0, makes every write that an acknowledgement or an answer depends
+	// on (Park, Cancel) count as done only when Redis WAIT, on the master that executed it,
+	// confirms that many replicas within WaitTimeout; fewer is an error wrapping
+	// ErrNotReplicated. Init refuses a master with fewer connected replicas. 0: no WAIT.
+	MinReplicas int `env:"REDIS_MIN_REPLICAS" envDefault:"0" envDoc:"when > 0, a park, upsert or cancel counts as done only when Redis WAIT confirms that many replicas of the master that took it; the start is refused when a master has fewer"`
+	// WaitTimeout bounds that WAIT (whole milliseconds, rounded up; at least
+	// MinWaitTimeout when MinReplicas > 0).
+	WaitTimeout time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"1s" envDoc:"how long that WAIT may take; fewer replicas in time = the write failed (source not acked, API 503)"`
+}
+
+// DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
+// AckWait (30s) plus a minute.
+const DefaultTombstoneTTL = 90 * time.Second
+
+// MinWaitTimeout is the shortest accepted Config.WaitTimeout when MinReplicas > 0: WAIT
+// counts whole milliseconds, and WAIT with 0 would block for ever.
+const MinWaitTimeout = time.Millisecond
+
+// MaxShards is the largest accepted Config.Shards.
+const MaxShards = 4096
+
+// MaxKeyPrefix is the longest accepted Config.KeyPrefix, in bytes.
+const MaxKeyPrefix = 64
+
+// Validate returns every problem of c, naming the variable (without BRIDGE_).
+func (c Config) Validate() envconf.Problems {
+	var ps envconf.Problems
+	switch kp := c.KeyPrefix; {
+	case kp == "":
+		ps.Add("KEY_PREFIX", "must not be empty")
+	case len(kp) > MaxKeyPrefix:
+		ps.Add("KEY_PREFIX", "longer than %d bytes", MaxKeyPrefix)
+	case strings.ContainsAny(kp, "{}"):
+		ps.Add("KEY_PREFIX", "%s: must not contain { or } (they would move the hash tag)", envconf.Quote(kp))
+	case envconf.HasSpaceOrControl(kp) || !utf8.ValidString(kp):
+		ps.Add("KEY_PREFIX", "%s: must not contain whitespace or control characters", envconf.Quote(kp))
+	}
+	if c.Shards < 1 || c.Shards > MaxShards {
+		ps.Add("SHARDS", "%d: must be 1 to %d", c.Shards, MaxShards)
+	}
+	ps.PositiveDuration("LEASE", c.Lease, time.Millisecond)
+	if c.MinReplicas < 0 {
+		ps.Add("REDIS_MIN_REPLICAS", "%d: must be >= 0", c.MinReplicas)
+	}
+	if c.MinReplicas > 0 {
+		ps.PositiveDuration("REDIS_WAIT_TIMEOUT", c.WaitTimeout, MinWaitTimeout)
+	}
+	return ps
+}

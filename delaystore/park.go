@@ -1,0 +1,122 @@
+package delaystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Park stores the messages until they are due. It sends one script call per shard, all
+// in one pipelined round trip (with Config.MinReplicas > 0: one per master, each ending in
+// WAIT; a shard whose write is not confirmed fails with an error wrapping
+// ErrNotReplicated), and returns one Parked per request, in request order. A
+// relative Delay is rounded up to the next millisecond (never early) and counted from the
+// Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
+// tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
+// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// returns an error, the Parked of every request whose shard call succeeded (and was
+// confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
+// only the others (a request with an empty ID in the result). The failed shards may have
+// been written too: calling Park again with the same requests is safe when Replace is
+// false or the requests carry source ids (idempotent). An empty batch does no I/O. Park blocks until Redis answered or ctx is done.
+func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	byShard := make(map[int][]int)
+	var order []int // shards in first-seen order, for deterministic calls
+	for i, r := range reqs {
+		if r.ID == "" {
+			return nil, fmt.Errorf("park request %d: empty id", i)
+		}
+		if !r.Absolute && r.Delay < 0 {
+			return nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
+		}
+		sh := s.ShardOf(r.ID)
+		if _, ok := byShard[sh]; !ok {
+			order = append(order, sh)
+		}
+		byShard[sh] = append(byShard[sh], i)
+	}
+	calls := make([]call, len(order))
+	for ci, sh := range order {
+		idx := byShard[sh]
+		args := make([]any, 0, 2+5*len(idx))
+		args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
+		for _, i := range idx {
+			r := &reqs[i]
+			mode, when := "r", ceilMS(r.Delay)
+			if r.Absolute {
+				mode, when = "a", r.At
+			}
+			replace := "0"
+			if r.Replace {
+				replace = "1"
+			}
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
+		}
+		calls[ci] = call{keys: s.keys[sh].zmSeqTR, args: args, fence: s.keys[sh].seq}
+	}
+	cmds := s.evalConfirmed(ctx, s.park, calls)
+	s.mem.note(cmds)
+	out := make([]Parked, len(reqs))
+	var errs []error
+	for ci, sh := range order {
+		if err := parkResults(cmds[ci], reqs, byShard[sh], out); err != nil {
+			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// parkResults fills out[i] for the requests idx of one shard's park call, or, when the
+// call failed, leaves them zero and returns the error.
+func parkResults(cmd *redis.Cmd, reqs []ParkRequest, idx []int, out []Parked) error {
+	res, err := cmd.Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != len(idx) {
+		return fmt.Errorf("%d results for %d messages", len(res), len(idx))
+	}
+	got := make([]Parked, len(idx))
+	for k, i := range idx {
+		pair, ok := res[k].([]any)
+		if !ok || len(pair) != 2 {
+			return fmt.Errorf("unexpected result %v", res[k])
+		}
+		due, err1 := toInt64(pair[0])
+		existed, err2 := toInt64(pair[1])
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
+	}
+	for k, i := range idx {
+		out[i] = got[k]
+	}
+	return nil
+}
+
+// Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
+// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
+// redelivery of the cancelled source message is not parked again. It reports whether the
+// message existed, and blocks until Redis answered or ctx is done. With Config.MinReplicas > 0
+// the deletion is confirmed by WAIT; fewer replicas is an error wrapping ErrNotReplicated
+// (the deletion may still have happened on the master: cancelling again is safe, but may
+// then report false).
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, errors.New("cancel: empty id")
+	}
+	sh := s.ShardOf(id)
+	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].zmtR, args: []any{id, s.tombMS}, fence: s.keys[sh].seq}})
+	n, err := cmds[0].Int64()
+	if err != nil {
+		return false, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return n == 1, nil
+}

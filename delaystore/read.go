@@ -1,0 +1,106 @@
+package delaystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Get returns the parked message with this id (pending or claimed), or an error wrapping
+// ErrNotFound. It blocks until Redis answered or ctx is done.
+func (s *Store) Get(ctx context.Context, id string) (Message, error) {
+	sh := s.ShardOf(id)
+	raw, err := s.rdb.HGet(ctx, s.keys[sh].m, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Message{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	st, env, err := decodeStored(raw, id)
+	if err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return Message{ID: id, Shard: sh, Due: st.due, Attempts: st.attempts, Version: st.version, Envelope: env}, nil
+}
+
+// Stats counts the parked messages per shard and finds the earliest score, in one
+// pipelined round trip (ZCARD and ZRANGE 0 0 per shard, plus TIME). The counts are not
+// one atomic snapshot across shards. It blocks until Redis answered or ctx is done.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	pipe := s.rdb.Pipeline()
+	cards := make([]*redis.IntCmd, s.shards)
+	heads := make([]*redis.ZSliceCmd, s.shards)
+	for i := range s.keys {
+		cards[i] = pipe.ZCard(ctx, s.keys[i].z)
+		heads[i] = pipe.ZRangeWithScores(ctx, s.keys[i].z, 0, 0)
+	}
+	tm := pipe.Time(ctx)
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	st := Stats{PerShard: make([]int64, s.shards), NextDue: -1}
+	for i := range s.keys {
+		n, err := cards[i].Result()
+		if err != nil {
+			return Stats{}, fmt.Errorf("stats shard %d: %w", i, err)
+		}
+		st.PerShard[i] = n
+		st.Parked += n
+		h, err := headOf(heads[i])
+		if err != nil {
+			return Stats{}, fmt.Errorf("stats shard %d: %w", i, err)
+		}
+		if h >= 0 && (st.NextDue < 0 || h < st.NextDue) {
+			st.NextDue = h
+		}
+	}
+	now, err := tm.Result()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats time: %w", err)
+	}
+	st.Now = now.UnixMilli()
+	return st, nil
+}
+
+// Heads returns the earliest score (unix ms, -1 when the shard is empty) of each of shards,
+// aligned with it, and the Redis time, in one pipelined round trip (ZRANGE 0 0 WITHSCORES
+// per shard, plus TIME). It blocks until Redis answered or ctx is done.
+func (s *Store) Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error) {
+	for _, sh := range shards {
+		if err := s.checkShard(sh); err != nil {
+			return nil, 0, fmt.Errorf("heads: %w", err)
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(shards))
+	for i, sh := range shards {
+		cmds[i] = pipe.ZRangeWithScores(ctx, s.keys[sh].z, 0, 0)
+	}
+	tm := pipe.Time(ctx)
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	heads = make([]int64, len(shards))
+	for i, c := range cmds {
+		h, err := headOf(c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("heads shard %d: %w", shards[i], err)
+		}
+		heads[i] = h
+	}
+	t, err := tm.Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("heads time: %w", err)
+	}
+	return heads, t.UnixMilli(), nil
+}
+
+func headOf(c *redis.ZSliceCmd) (int64, error) {
+	zs, err := c.Result()
+	if err != nil {
+		return 0, err
+	}
+	if len(zs) == 0 {
+		return -1, nil
+	}
+	return int64(zs[0].Score), nil
+}
