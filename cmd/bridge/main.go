@@ -6,6 +6,7 @@
 //	bridge stats         show the delay store statistics
 //	bridge cancel ID     cancel a pending message
 //	bridge healthcheck   GET /readyz of a running bridge, exit 0 on 200 (container health)
+//	bridge redrive       send dead letters back to the ingress (after fixing their cause)
 //	bridge version       print the version
 //
 // See `bridge --help` for every variable.
@@ -50,6 +51,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runCancel(ctx, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
+	case "redrive":
+		err = runRedrive(ctx, args, environ, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "delaybridge", version)
 	case "help", "--help", "-h", "-help":

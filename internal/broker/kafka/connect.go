@@ -40,7 +40,7 @@ func PingWith(ctx context.Context, brokers []string, sec Security) error {
 		ctx, cancel = context.WithTimeout(ctx, pingTimeout)
 		defer cancel()
 	}
-	d := newDialer(DefaultClientID, sec)
+	d := NewDialer(DefaultClientID, sec)
 	var err error
 	for _, b := range brokers {
 		if err = pingOne(ctx, d, b); err == nil {
@@ -72,15 +72,17 @@ func pingOne(ctx context.Context, d *kafkago.Dialer, broker string) error {
 	return nil
 }
 
-// The connection set-up lives here, shared by the publisher (a kafka-go Transport) and
-// the subscriber (a kafka-go Dialer), so that TLS and SASL ([Security]) are added in one
-// place.
+// The connection set-up lives here, shared by the publisher (a kafka-go Transport), the
+// subscriber (a kafka-go Dialer) and `bridge redrive` (both), so that TLS and SASL
+// ([Security]) are added in one place.
 
-func newTransport(clientID string, sec Security) *kafkago.Transport {
+// NewTransport returns a kafka-go Transport (Writer, Client) over sec.
+func NewTransport(clientID string, sec Security) *kafkago.Transport {
 	return &kafkago.Transport{ClientID: clientID, DialTimeout: dialTimeout, TLS: sec.TLS, SASL: sec.SASL}
 }
 
-func newDialer(clientID string, sec Security) *kafkago.Dialer {
+// NewDialer returns a kafka-go Dialer (Reader, Conn) over sec.
+func NewDialer(clientID string, sec Security) *kafkago.Dialer {
 	return &kafkago.Dialer{ClientID: clientID, Timeout: dialTimeout, DualStack: true, TLS: sec.TLS, SASLMechanism: sec.SASL}
 }
 

@@ -108,7 +108,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		return nil, err
 	}
 	log := loggerOrDiscard(logger).With("component", "kafka.publisher")
-	tr := newTransport(cfg.ClientID, cfg.Security)
+	tr := NewTransport(cfg.ClientID, cfg.Security)
 	w := &kafkago.Writer{
 		Addr:                   kafkago.TCP(cfg.Brokers...),
 		Balancer:               &kafkago.Murmur2Balancer{},

@@ -197,7 +197,7 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 	return &Subscriber{
 		cfg:         cfg,
 		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
-		dialer:      newDialer(cfg.ClientID, cfg.Security),
+		dialer:      NewDialer(cfg.ClientID, cfg.Security),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 	}, nil

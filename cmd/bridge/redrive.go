@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/delaybridge/delaybridge/config"
+	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/redrive"
+)
+
+// runRedrive is `bridge redrive`: dead letters of one broker back to its ingress
+// (internal/redrive; docs/design.md "Dead-letter redrive"). The counts by reason are
+// printed also when it stops on an error.
+func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge redrive", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	brokerName := fs.String("broker", "", "nats or kafka (needed when both are configured)")
+	reasons := fs.String("reason", "", "comma-separated reason codes to redrive (x-delay-error before ':'); default: all")
+	dryRun := fs.Bool("dry-run", false, "change nothing: count the dead letters by reason")
+	maxN := fs.Int("max", 0, "look at no more than this many dead letters (0: all present at the start)")
+	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped")
+	asJSON := fs.Bool("json", false, "print the counts as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--from-start] [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return errUsage // flag printed the problem and the usage
+	}
+	if fs.NArg() != 0 || *maxN < 0 {
+		fs.Usage()
+		return errUsage
+	}
+	cfg, err := config.Load(config.EnvMap(environ))
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	broker, err := redriveBroker(cfg, *brokerName)
+	if err != nil {
+		return err
+	}
+	opts := redrive.Options{DryRun: *dryRun, Max: *maxN}
+	for _, r := range strings.Split(*reasons, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			opts.Reasons = append(opts.Reasons, r)
+		}
+	}
+	var counts redrive.Counts
+	if broker == "nats" {
+		counts, err = redriveNATS(ctx, cfg, opts)
+	} else {
+		counts, err = redriveKafka(ctx, cfg, opts, *fromStart)
+	}
+	if counts != nil {
+		if *asJSON {
+			_ = json.NewEncoder(stdout).Encode(counts)
+		} else {
+			_ = counts.Print(stdout, *dryRun)
+		}
+	}
+	return err
+}
+
+// redriveBroker is the broker to redrive: the one asked for, or the only one configured.
+func redriveBroker(cfg config.Config, asked string) (string, error) {
+	on := cfg.Brokers()
+	switch {
+	case asked != "" && !slices.Contains(on, asked):
+		return "", fmt.Errorf("--broker %s: not configured (configured: %s)", asked, strings.Join(on, ", "))
+	case asked != "":
+		return asked, nil
+	case len(on) == 1:
+		return on[0], nil
+	case len(on) == 0:
+		return "", errors.New("no broker configured: set BRIDGE_NATS_URL or BRIDGE_KAFKA_BROKERS as for the bridge")
+	}
+	return "", errors.New("both NATS and Kafka are configured: choose one with --broker nats|kafka")
+}
+
+func redriveNATS(ctx context.Context, cfg config.Config, opts redrive.Options) (redrive.Counts, error) {
+	natsOpts, err := natsSecurity(cfg.NATS)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsbroker.Connect(ctx, cfg.NATS.URL, "delaybridge-redrive", slog.New(slog.DiscardHandler), natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	return redrive.NATS(ctx, nc, redrive.NATSConfig{DLQSubject: cfg.DLQSubject, Ingress: cfg.NATS.Subject,
+		IngressStream: cfg.NATS.Stream}, opts)
+}
+
+func redriveKafka(ctx context.Context, cfg config.Config, opts redrive.Options, fromStart bool) (redrive.Counts, error) {
+	sec, err := kafkaSecurity(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	return redrive.Kafka(ctx, redrive.KafkaConfig{Brokers: cfg.Kafka.Brokers, Security: sec, DLQTopic: cfg.DLQSubject,
+		Ingress: cfg.Kafka.Topic, Group: cfg.Kafka.Group + "-redrive", FromStart: fromStart}, opts)
+}

@@ -1,0 +1,157 @@
+// Package redrive sends dead letters back through the bridge (`bridge redrive`): it reads
+// the dead-letter subject (a JetStream stream, nats.go) or topic (Kafka, kafka-go),
+// publishes each selected letter to the ingress subject or topic, and lets the letter go
+// only after that publish was confirmed. docs/design.md "Dead-letter redrive".
+package redrive
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
+)
+
+// Options select and shape one run.
+type Options struct {
+	// Reasons keeps only letters whose reason code is one of them; empty: every letter.
+	Reasons []string
+	// DryRun changes nothing: letters are only counted.
+	DryRun bool
+	// Max stops after this many letters were looked at; 0: all present at the start.
+	Max int
+}
+
+// selects reports whether a letter of reason is to be redriven.
+func (o Options) selects(reason string) bool {
+	return len(o.Reasons) == 0 || slices.Contains(o.Reasons, reason)
+}
+
+// Tally counts the letters of one reason.
+type Tally struct {
+	// Redriven were published to the ingress and confirmed, then let go.
+	Redriven int `json:"redriven"`
+	// Selected would have been redriven (dry run).
+	Selected int `json:"selected"`
+	// Left were not selected (another reason) or cannot be redriven; they stay.
+	Left int `json:"left"`
+}
+
+// Counts is the outcome of a run, by reason code ("no_payload" for letters sent without
+// their payload, which cannot be redriven).
+type Counts map[string]*Tally
+
+func (c Counts) of(reason string) *Tally {
+	t := c[reason]
+	if t == nil {
+		t = &Tally{}
+		c[reason] = t
+	}
+	return t
+}
+
+// Print writes the counts as a table, one line per reason, sorted.
+func (c Counts) Print(w io.Writer, dryRun bool) error {
+	reasons := make([]string, 0, len(c))
+	for r := range c {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if dryRun {
+		fmt.Fprintln(tw, "REASON\tWOULD REDRIVE\tLEFT")
+	} else {
+		fmt.Fprintln(tw, "REASON\tREDRIVEN\tLEFT")
+	}
+	for _, r := range reasons {
+		t := c[r]
+		n := t.Redriven
+		if dryRun {
+			n = t.Selected
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", r, n, t.Left)
+	}
+	return tw.Flush()
+}
+
+// Reasons of letters that cannot be redriven, counted as left.
+const (
+	// reasonNoPayload: the letter was sent without its payload.
+	reasonNoPayload = "no_payload"
+	// reasonNATSSchedule: the letter carries a NATS schedule (renamed) and the ingress is a
+	// JetStream stream, which refuses Nats-Schedule headers: without them it would be
+	// delivered at once, before its time.
+	reasonNATSSchedule = "nats_schedule"
+)
+
+// reasonOf is the reason code of a dead letter: x-delay-error up to its first ":"
+// ("unknown" when there is none).
+func reasonOf(h headers.List) string {
+	v, _ := h.Get(contract.HeaderError)
+	code, _, _ := strings.Cut(v, ":")
+	if code = strings.TrimSpace(code); code == "" {
+		return contract.ReasonUnknown
+	}
+	return code
+}
+
+// judge decides what happens to a letter: its reason, and whether it is redriven (under
+// opts). A letter without its payload is never redriven, nor one with a NATS schedule when
+// schedules cannot travel (a JetStream ingress).
+func judge(h headers.List, opts Options, schedules bool) (reason string, redrive bool) {
+	if _, ok := h.Get(contract.HeaderOriginalSize); ok {
+		return reasonNoPayload, false
+	}
+	if !schedules && hasNATSSchedule(h) {
+		return reasonNATSSchedule, false
+	}
+	reason = reasonOf(h)
+	return reason, opts.selects(reason)
+}
+
+// hasNATSSchedule reports whether h carries a renamed NATS schedule header.
+func hasNATSSchedule(h headers.List) bool {
+	for _, f := range h {
+		if _, ok := scheduleName(f.Key); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// scheduleName is the NATS schedule header name (Nats-Schedule, Nats-Schedule-Target,
+// ...) that key, x-delay-original-<name>, stands for.
+func scheduleName(key string) (string, bool) {
+	p := contract.HeaderOriginalPrefix
+	if len(key) <= len(p) || !strings.EqualFold(key[:len(p)], p) {
+		return "", false
+	}
+	orig := key[len(p):]
+	return orig, strings.HasPrefix(strings.ToLower(orig), "nats-schedule")
+}
+
+// republished is the header list a letter is sent back with: without x-delay-error and
+// the delivery headers the bridge sets itself, and with the NATS schedule headers the
+// bridge reads (Nats-Schedule, Nats-Schedule-Target, ...; a NATS dead letter carries them
+// renamed x-delay-original-Nats-Schedule...) under their own names again. Other renamed
+// NATS headers (Nats-Expected-*, Nats-Msg-Id, Nats-Rollup, Nats-TTL) stay renamed: they
+// were about the original publish, and a stream would act on them.
+func republished(h headers.List) headers.List {
+	out := make(headers.List, 0, len(h))
+	for _, f := range h {
+		switch strings.ToLower(f.Key) {
+		case contract.HeaderError, contract.HeaderDue, contract.HeaderSource:
+			continue
+		}
+		key := f.Key
+		if orig, ok := scheduleName(key); ok {
+			key = orig
+		}
+		out = append(out, headers.Header{Key: key, Value: f.Value})
+	}
+	return out
+}
