@@ -127,7 +127,7 @@ func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []p
 func notReplicatedReply(cause error) string {
 	return replyJSON(struct {
 		Error string `json:"error"`
-	}{"not_replicated: " + cause.Error() + "; retry the request"})
+	}{contract.ReasonNotReplicated + ": " + cause.Error() + "; retry the request"})
 }
 
 // opTimeout bounds one store call or dead-letter publish.

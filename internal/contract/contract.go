@@ -65,6 +65,11 @@ const (
 	ReasonInvalidHeaders      = "invalid_headers"
 	ReasonUnknown             = "unknown"
 
+	// ReasonNotReplicated starts the error reply of a request refused for durability
+	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or
+	// dead-lettered; the sender retries. Not a dead-letter reason.
+	ReasonNotReplicated = "not_replicated"
+
 	// Dead letters at egress.
 	// ReasonPublishFailed: the target failed BRIDGE_MAX_ATTEMPTS publishes.
 	ReasonPublishFailed = "publish_failed"

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -147,37 +149,48 @@ func (r *natsRun) one(ctx context.Context, msg jetstream.Msg) error {
 	}
 	seq := meta.Sequence.Stream
 	out := &natsgo.Msg{Subject: r.cfg.Ingress, Header: toNATS(republished(h)), Data: msg.Data()}
-	if err := r.publish(ctx, out, seq); err != nil {
+	refused, err := r.publish(ctx, out, seq)
+	if err != nil {
 		return fmt.Errorf("dead letter %d (%s) not redriven, it stays: %w", seq, reason, err)
 	}
 	t.Selected++
-	t.Redriven++
+	if refused {
+		t.Refused++
+	} else {
+		t.Redriven++
+	}
 	return r.letGo(ctx, msg, seq)
 }
 
-// publish sends out to the ingress and waits for its confirmation.
-func (r *natsRun) publish(ctx context.Context, out *natsgo.Msg, seq uint64) error {
+// publish sends out to the ingress and waits for its confirmation. Through core NATS the
+// bridge's reply decides: {"id","due"} is parked; an error reply was sent only after the
+// bridge had dead-lettered the message anew (refused: the old letter may go), except a
+// not_replicated one, which kept nothing (an error: the letter stays).
+func (r *natsRun) publish(ctx context.Context, out *natsgo.Msg, seq uint64) (refused bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	if r.cfg.IngressStream != "" {
 		id := "redrive:" + r.stream.CachedInfo().Config.Name + ":" + strconv.FormatUint(seq, 10)
 		_, err := r.js.PublishMsg(pctx, out, jetstream.WithMsgID(id), jetstream.WithExpectStream(r.cfg.IngressStream))
-		return err
+		return false, err
 	}
 	reply, err := r.nc.RequestMsgWithContext(pctx, out)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var answer struct {
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(reply.Data, &answer); err != nil {
-		return fmt.Errorf("unexpected reply %q: %w", reply.Data, err)
+		return false, fmt.Errorf("unexpected reply %q: %w", reply.Data, err)
 	}
-	if answer.Error != "" {
-		return fmt.Errorf("the bridge refused it: %s", answer.Error)
+	switch {
+	case answer.Error == "":
+		return false, nil
+	case strings.HasPrefix(answer.Error, contract.ReasonNotReplicated):
+		return false, fmt.Errorf("the bridge could not store it durably: %s", answer.Error)
 	}
-	return nil
+	return true, nil
 }
 
 // letGo acks a redriven letter and deletes it from its stream (a work-queue stream has

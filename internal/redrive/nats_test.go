@@ -137,8 +137,9 @@ func TestNATSJetStream(t *testing.T) {
 	}
 }
 
-// Through a core ingress: each letter is a request the bridge answers after its park; a
-// refusal stops the run and leaves the letter (and the ones after it) in place.
+// Through a core ingress: each letter is a request the bridge answers after its park (or
+// after dead-lettering it anew); a refusal for durability stops the run and leaves the
+// letter (and the ones after it) in place.
 func TestNATSCoreRequest(t *testing.T) {
 	nc, js := natsSetup(t)
 	got := make(chan natsgo.Header, 10)
@@ -148,7 +149,11 @@ func TestNATSCoreRequest(t *testing.T) {
 			_ = m.Respond([]byte(`{"id":"` + m.Header.Get("x-delay-id") + `","due":1}`))
 			return
 		}
-		b, _ := json.Marshal(map[string]string{"error": "target_not_allowed: " + m.Header.Get("x-target")})
+		text := "target_not_allowed: " + m.Header.Get("x-target")
+		if m.Header.Get("x-target") == "flaky" {
+			text = "not_replicated: WAIT confirmed 0 of 1 replicas; retry the request"
+		}
+		b, _ := json.Marshal(map[string]string{"error": text})
 		_ = m.Respond(b)
 	})
 	if err != nil {
@@ -159,13 +164,18 @@ func TestNATSCoreRequest(t *testing.T) {
 		"x-delay-error", "publish_failed: x")
 	letter(t, js, "e", "x-target", "still.bad", "x-delay-error", "target_not_allowed: still.bad")
 	letter(t, js, "f", "x-target", "ok", "x-delay-error", "publish_failed: y")
+	letter(t, js, "g", "x-target", "flaky", "x-delay-error", "publish_failed: z")
+	letter(t, js, "h", "x-target", "ok", "x-delay-error", "publish_failed: w")
 	counts, err := NATS(t.Context(), nc, NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}, Options{})
-	if err == nil || !strings.Contains(err.Error(), "the bridge refused it: target_not_allowed") {
-		t.Fatalf("err = %v, want the bridge's refusal", err)
+	if err == nil || !strings.Contains(err.Error(), "could not store it durably: not_replicated") {
+		t.Fatalf("err = %v, want the durability refusal", err)
 	}
-	checkCounts(t, "core", counts, map[string]Tally{"publish_failed": {Redriven: 1, Selected: 1}, "target_not_allowed": {}})
-	if dlq, _ := streamMsgs(t, js, "DLQ"); strings.Join(dlq, ",") != "e,f" {
-		t.Fatalf("DLQ stream: %q, want e and f left", dlq)
+	// e: refused again (the bridge dead-letters it anew before answering): the old letter
+	// goes. g: not stored at all: the run stops, g and the letters after it stay.
+	checkCounts(t, "core", counts, map[string]Tally{"publish_failed": {Redriven: 2, Selected: 2},
+		"target_not_allowed": {Refused: 1, Selected: 1}})
+	if dlq, _ := streamMsgs(t, js, "DLQ"); strings.Join(dlq, ",") != "g,h" {
+		t.Fatalf("DLQ stream: %q, want g and h left", dlq)
 	}
 	if h := <-got; h.Get("Nats-Schedule") != "@at 2030-01-01T00:00:00Z" || h.Get("x-delay-original-Nats-Schedule") != "" {
 		t.Errorf("through a core ingress the schedule header goes under its own name: %v", h)

@@ -35,6 +35,9 @@ func (o Options) selects(reason string) bool {
 type Tally struct {
 	// Redriven were published to the ingress and confirmed, then let go.
 	Redriven int `json:"redriven"`
+	// Refused were sent back and refused again by the bridge (core NATS replies): the
+	// bridge dead-lettered them anew before it answered, so the old letters were let go.
+	Refused int `json:"refused"`
 	// Selected would have been redriven (dry run).
 	Selected int `json:"selected"`
 	// Left were not selected (another reason) or cannot be redriven; they stay.
@@ -65,15 +68,15 @@ func (c Counts) Print(w io.Writer, dryRun bool) error {
 	if dryRun {
 		fmt.Fprintln(tw, "REASON\tWOULD REDRIVE\tLEFT")
 	} else {
-		fmt.Fprintln(tw, "REASON\tREDRIVEN\tLEFT")
+		fmt.Fprintln(tw, "REASON\tREDRIVEN\tREFUSED AGAIN\tLEFT")
 	}
 	for _, r := range reasons {
 		t := c[r]
-		n := t.Redriven
 		if dryRun {
-			n = t.Selected
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", r, t.Selected, t.Left)
+		} else {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", r, t.Redriven, t.Refused, t.Left)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", r, n, t.Left)
 	}
 	return tw.Flush()
 }

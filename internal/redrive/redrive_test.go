@@ -62,7 +62,7 @@ func TestCountsPrint(t *testing.T) {
 	if err := c.Print(&sb, false); err != nil {
 		t.Fatal(err)
 	}
-	if want := "REASON  REDRIVEN  LEFT\na       0         1\nb       2         0\n"; sb.String() != want {
+	if want := "REASON  REDRIVEN  REFUSED AGAIN  LEFT\na       0         0              1\nb       2         0              0\n"; sb.String() != want {
 		t.Fatalf("Print =\n%s\nwant\n%s", sb.String(), want)
 	}
 }
