@@ -210,7 +210,7 @@ func (r *kafkaRun) commit(ctx context.Context, p int, offset int64) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("commit group %s partition %d offset %d (the letters before it were handled; a next run may send some again, under the same id): %w",
+		return fmt.Errorf("commit group %s partition %d offset %d (the letters before it were handled; a next run may send some again): %w",
 			r.cfg.Group, p, offset, err)
 	}
 	return nil

@@ -199,11 +199,11 @@ func (r *natsRun) letGo(ctx context.Context, msg jetstream.Msg, seq uint64) erro
 	actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	if err := msg.DoubleAck(actx); err != nil {
-		return fmt.Errorf("dead letter %d was redriven, but its ack failed (a next run sends it again, under the same id): %w", seq, err)
+		return fmt.Errorf("dead letter %d was redriven, but its ack failed (it stays: a next run sends it again): %w", seq, err)
 	}
 	err := r.stream.DeleteMsg(actx, seq)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("dead letter %d was redriven, but could not be deleted from its stream (a next run sends it again, under the same id): %w", seq, err)
+		return fmt.Errorf("dead letter %d was redriven, but could not be deleted from its stream (it stays: a next run sends it again; the stream must allow deletes): %w", seq, err)
 	}
 	return nil
 }
