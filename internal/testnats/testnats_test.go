@@ -30,17 +30,25 @@ func TestRestartKeepsStreamAndURL(t *testing.T) {
 		t.Fatalf("URL after restart = %s, want %s", got, url)
 	}
 
-	// The old connection reconnects on its own; poll until the stream answers.
+	// The old connection reconnects on its own; poll until the stream answers. Each try
+	// has its own short context: the publish's may have run out while the server restarted
+	// on a loaded machine (CI once spent the whole 10 s there).
 	var msgs uint64
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		st, err := js.Stream(ctx, "KEEP")
+	var lastErr error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := js.Stream(tctx, "KEEP")
+		tcancel()
 		if err != nil {
+			lastErr = err
 			continue
 		}
 		msgs = st.CachedInfo().State.Msgs
+		lastErr = nil
 		break
 	}
 	if msgs != 1 {
+		t.Logf("last error: %v", lastErr)
 		t.Fatalf("stream messages after restart = %d, want 1", msgs)
 	}
 }
