@@ -454,6 +454,9 @@ func startBridge(bin string, env map[string]string, httpAddr, apiAddr string) (*
 	for k, v := range env {
 		b.cmd.Env = append(b.cmd.Env, k+"="+v)
 	}
+	for k, v := range extraEnv {
+		b.cmd.Env = append(b.cmd.Env, k+"="+v)
+	}
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.cmd.Start(); err != nil {

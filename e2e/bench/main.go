@@ -75,6 +75,7 @@ func main() {
 	withKafka := flag.Bool("kafka", true, "also run the Kafka-source variant (kfake in process; uniform, steady and burst); off with -quick unless given")
 	steadyFor := flag.Duration("steady-for", 30*time.Second, "duration of the steady workload")
 	flag.StringVar(&profileDir, "profile", "", "write a CPU profile of every bridge process, the first -profile-for of each workload, into this directory")
+	bridgeEnv := flag.String("bridge-env", "", "comma-separated K=V added to every bridge's environment (experiments; named in the report)")
 	flag.BoolVar(&perCommand, "commands", false, "print every row's Redis calls and microseconds per message by command (INFO commandstats) to stderr")
 	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
 	fleetRates := flag.String("fleet-rates", "1000,5000", "fleet: paced rates (msgs/s), comma-separated")
@@ -87,6 +88,11 @@ func main() {
 	clusterShards := flag.Int("cluster-shards", 64, "cluster: BRIDGE_SHARDS (16 hash tags fall 4/5/7 on 3 masters; 64: 21/20/23)")
 	clusterRate := flag.Float64("cluster-rate", 5000, "cluster: paced rate, msgs/s")
 	flag.Parse()
+	var err error
+	if extraEnv, err = parseEnvList(*bridgeEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -bridge-env:", err)
+		os.Exit(2)
+	}
 
 	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
 	extra := []variant{{"delaybridge", 3, "everysec", false, 0}, {"delaybridge", 1, "always", false, 0}, {"delaybridge", 1, "everysec", false, 1}}
@@ -398,4 +404,20 @@ func profileBridges(s *dbSystem, variant, workload string) {
 			clean.Replace(variant), clean.Replace(workload), i))
 		go b.cpuProfile(name, profileFor)
 	}
+}
+
+// parseEnvList reads -bridge-env: comma-separated K=V.
+func parseEnvList(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want K=V", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

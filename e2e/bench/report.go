@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -254,7 +255,20 @@ func machine() string {
 	}
 	return fmt.Sprintf("- date: %s\n- CPU: %s cores (`nproc`), %s\n- memory: %s total (`free -h`)\n- %s\n- %s, nats-server v2.15.2 (embedded), asynq v0.26.0\n- git: %s",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), sh("nproc"), model, mem,
-		sh("redis-server", "--version"), runtime.Version(), sh("git", "describe", "--always", "--dirty"))
+		sh("redis-server", "--version"), runtime.Version(), sh("git", "describe", "--always", "--dirty")) + envLine()
+}
+
+// envLine names -bridge-env's variables, if any, so a report says what it measured.
+func envLine() string {
+	if len(extraEnv) == 0 {
+		return ""
+	}
+	kv := make([]string, 0, len(extraEnv))
+	for k, v := range extraEnv {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	return "\n- bridge environment added (`-bridge-env`): `" + strings.Join(kv, " ") + "`"
 }
 
 func markdownDoc(table string) string {

@@ -179,8 +179,10 @@ var ingestEstimate = map[string]float64{}
 var currentVariant string
 
 // Set by -profile and -profile-for; profileSeq numbers the profiled runs. perCommand is
-// -commands.
+// -commands. extraEnv is -bridge-env: variables added to every bridge's environment
+// (experiments, e.g. BRIDGE_SHARDS=4), named in the report's set-up.
 var (
+	extraEnv   map[string]string
 	perCommand bool
 	profileDir string
 	profileFor time.Duration
