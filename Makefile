@@ -5,7 +5,7 @@ BIN     := bin/bridge
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-fault test-short e2e lint bench clean
+.PHONY: build run test tools test-fault test-short e2e lint bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bridge
@@ -13,8 +13,19 @@ build:
 run: build
 	./$(BIN) dev
 
-test:
+test: tools
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Tools the tests run besides Go and redis-server: promtool (deploy/'s alert rules and
+# dashboard queries), from Debian's prometheus package, installed when missing and apt-get
+# can (as root); otherwise the deploy tests say what is missing and fail.
+tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "promtool not found: installing Debian's prometheus package (only its promtool is used)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
+	  echo "could not install prometheus (promtool); the deploy tests will fail until it is on PATH"; }
 
 # Fault suite (e2e/fault, docs/faults.md rows): the bridge built with test-only
 # failpoints, killed, stopped and restarted under load; about 9 minutes. FAULT_SEED=N replays

@@ -233,6 +233,7 @@ func TestMetricsMove(t *testing.T) {
 	if bucket(0.5) > 3 || bucket(5) != 4 {
 		t.Fatalf("lateness buckets: le=0.5 %d, le=5 %d: the stuck message (~3s late) is not where it belongs", bucket(0.5), bucket(5))
 	}
+	checkMonitoringFiles(t, mfs) // every family the deploy/ files query is in this scrape
 }
 
 // TestLogsJSONWithoutPayloads: the default log format is JSON, one object a line, with ids
