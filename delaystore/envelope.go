@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -27,16 +29,52 @@ const (
 	keyPresent = 1
 )
 
+// metaExpires stores Envelope.Expires (decimal milliseconds, > 0) as the last header of
+// the body, so the body formats stay as they were: a bridge that predates it reads the
+// entry as a reserved header, which it never sends to a broker.
+const metaExpires = headers.ReservedPrefix + "expires"
+
+// metaHeaders are the Envelope fields stored as trailing reserved headers, in their
+// canonical order.
+func (e Envelope) metaHeaders() headers.List {
+	if e.Expires <= 0 {
+		return nil
+	}
+	return headers.List{{Key: metaExpires, Value: strconv.FormatInt(e.Expires.Milliseconds(), 10)}}
+}
+
+// takeMeta moves the trailing reserved headers of a decoded body into their Envelope
+// fields. A value that encodeBody would not have written is ErrCorrupt.
+func (e *Envelope) takeMeta() error {
+	n := len(e.Headers)
+	if n == 0 || e.Headers[n-1].Key != metaExpires {
+		return nil
+	}
+	v := e.Headers[n-1].Value
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) || strconv.FormatInt(ms, 10) != v {
+		return fmt.Errorf("%w: expires %q", ErrCorrupt, v)
+	}
+	e.Expires = time.Duration(ms) * time.Millisecond
+	if e.Headers = e.Headers[:n-1]; len(e.Headers) == 0 {
+		e.Headers = nil
+	}
+	return nil
+}
+
 // encodeBody encodes the Go-owned part of a stored envelope of message id: the format byte
 // (1, 2 or 3, by e.SourceID: empty, equal to id, other), with format 3 the
 // uvarint-length-prefixed source id, then uvarint-length-prefixed target and source, key
-// flag (+ key), header count + (key, value) pairs, and the payload up to the end.
+// flag (+ key), header count + (key, value) pairs (e.Headers, then e.metaHeaders), and the
+// payload up to the end.
 func encodeBody(e Envelope, id string) []byte {
+	meta := e.metaHeaders()
 	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
 	for _, h := range e.Headers {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
+	n += len(meta) * (2*binary.MaxVarintLen64 + len(metaExpires) + 20)
 	b := make([]byte, 0, n)
 	switch e.SourceID {
 	case "":
@@ -56,10 +94,12 @@ func encodeBody(e Envelope, id string) []byte {
 		b = binary.AppendUvarint(b, uint64(len(e.Key)))
 		b = append(b, e.Key...)
 	}
-	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
-	for _, h := range e.Headers {
-		b = appendString(b, h.Key)
-		b = appendString(b, h.Value)
+	b = binary.AppendUvarint(b, uint64(len(e.Headers)+len(meta)))
+	for _, hs := range []headers.List{e.Headers, meta} {
+		for _, h := range hs {
+			b = appendString(b, h.Key)
+			b = appendString(b, h.Value)
+		}
 	}
 	return append(b, e.Payload...)
 }
@@ -112,6 +152,9 @@ func decodeBody(b []byte, id string) (Envelope, error) {
 			v := d.bytes("header value")
 			e.Headers = append(e.Headers, headers.Header{Key: string(k), Value: string(v)})
 		}
+	}
+	if d.err == nil {
+		d.err = e.takeMeta()
 	}
 	if d.err != nil {
 		return Envelope{}, d.err

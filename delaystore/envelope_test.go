@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -37,6 +38,8 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"binary payload", Envelope{Target: "nats:x", Source: "http", Payload: binary}},
 		{"payload with commas and prefix-like text", Envelope{Target: "1,2,3,", Source: ",", Payload: []byte("7,0,1700000000000,\x01")}},
 		{"long strings", Envelope{Target: string(bytes.Repeat([]byte("t"), 200)), Source: "s", Headers: headers.List{{Key: "k", Value: string(binary)}}}},
+		{"expires", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}}, Expires: 90 * time.Second, Payload: []byte("x")}},
+		{"expires without headers", Envelope{Target: "nats:a", Source: "http", Expires: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +101,10 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"huge header count", append([]byte{1, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f)},
 		{"truncated header", []byte{1, 0, 0, 0, 2, 1, 'a', 1}},
 		{"uvarint overflow", []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"expires zero", withHeader(metaExpires, "0")},
+		{"expires not canonical", withHeader(metaExpires, "0100")},
+		{"expires not a number", withHeader(metaExpires, "5m")},
+		{"expires overflows", withHeader(metaExpires, "9223372036854776")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {
@@ -114,6 +121,12 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withHeader is a format 1 body with one header k: v and no payload.
+func withHeader(k, v string) []byte {
+	b := []byte{formatNoSource, 0, 0, keyAbsent, 1}
+	return appendString(appendString(b, k), v)
 }
 
 func TestParseStoredCorrupt(t *testing.T) {

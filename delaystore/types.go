@@ -47,6 +47,10 @@ type Envelope struct {
 	Key []byte
 	// Payload is the message body, byte for byte.
 	Payload []byte
+	// Expires is how long after its due time the message may still be published
+	// (x-delay-expires); 0: no limit. Egress dead-letters it as expired past due + Expires.
+	// Stored as a trailing reserved header of the body (encodeBody).
+	Expires time.Duration
 }
 
 // ParkRequest asks the store to hold a message until it is due.

@@ -94,7 +94,9 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 		mctx, mcancel = context.WithDeadline(dctx, fence.Add(e.cfg.Lease*4/5))
 		defer mcancel()
 	}
+	claimedAt := e.clock.redisNow(e.now())
 	group := make([]*outgoing, len(claimed))
+	live := make([]*outgoing, 0, len(claimed))
 	for i, c := range claimed {
 		o := &outgoing{claimed: c}
 		o.broker, o.topic, _ = strings.Cut(target, ":")
@@ -102,8 +104,14 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 		o.msg.SetContext(mctx)
 		o.span = e.startSpan(o)
 		group[i] = o
+		// Past due + x-delay-expires: not published, dead-lettered as expired (outcomes).
+		if o.err = expiredAt(c, claimedAt); o.err == nil {
+			live = append(live, o)
+		}
 	}
-	e.publish(group)
+	if len(live) > 0 {
+		e.publish(live)
+	}
 	confirmedAt := e.clock.redisNow(e.now())
 	published := 0
 	for _, o := range group {
@@ -117,12 +125,17 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 }
 
 // outcomes ends the spans of a published group and decides each message's fate:
-// confirmed -> ack (lateness observed at confirmedAt, the group's return); rejected or out
-// of attempts -> dead letter, then ack; otherwise (or when the dead letter fails) retry.
+// confirmed -> ack (lateness observed at confirmedAt, the group's return); rejected, out
+// of attempts, or expired (at the claim, or its retry would come after due + expires) ->
+// dead letter, then ack; otherwise (or when the dead letter fails) retry.
 func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
 	st := &settlement{n: len(group)}
 	var firstErr error
 	for _, o := range group {
+		if o.err != nil && !e.permanent(o) {
+			// A retry that would come after due + x-delay-expires is not made.
+			o.err = e.expiredBeforeRetry(o, confirmedAt)
+		}
 		if o.err != nil {
 			o.span.SetStatus(codes.Error, o.err.Error())
 		}
@@ -229,6 +242,12 @@ func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
 			"target", o.claimed.Envelope.Target, "reason", reason, "attempts", o.claimed.Attempts+1, "err", err)
 		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
 	}
+	if reason == contract.ReasonExpired {
+		e.metrics.out(o.broker, "expired")
+		e.log.Warn("dead-lettered: expired before it could be published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+			"attempts", o.claimed.Attempts, "err", o.err)
+		return nil
+	}
 	e.metrics.out(o.broker, "dead_lettered")
 	e.log.Warn("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
@@ -257,6 +276,15 @@ func (e *Egress) deadMessage(ctx context.Context, o *outgoing, withPayload bool)
 	}
 	dead.SetContext(ctx)
 	return dead
+}
+
+// expiredBeforeRetry is o's error, or the expiry that replaces it when o's retry would
+// come after its due time + x-delay-expires.
+func (e *Egress) expiredBeforeRetry(o *outgoing, now int64) error {
+	if exp := expiredBeforeRetry(o.claimed, now, e.backoff(o.claimed.Attempts+1), o.err); exp != nil {
+		return exp
+	}
+	return o.err
 }
 
 func (e *Egress) backoff(attempt int) time.Duration {

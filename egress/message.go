@@ -43,7 +43,7 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 	env := c.Envelope
 	hs := make(headers.List, 0, len(env.Headers)+3)
 	for _, f := range env.Headers {
-		if f.Key != tracing.IngressSpanKey {
+		if !headers.IsReserved(f.Key) { // the ingress span (tracing.IngressSpanKey)
 			hs = append(hs, f)
 		}
 	}

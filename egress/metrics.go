@@ -16,6 +16,7 @@ type Metrics struct {
 
 // NewMetrics registers the egress metrics with reg:
 // delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered;
+// expired: dead-lettered because it could not be published before due + x-delay-expires;
 // dead_letter_failed: a dead letter that could not be published, the message is retried;
 // put_back: claimed while its target was at its in-flight limit, put back unpublished) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
@@ -25,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, dead_letter_failed, put_back).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back).",
 		}, []string{"broker", "result"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",

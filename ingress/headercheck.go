@@ -55,7 +55,8 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 	return int(n), nil
 }
 
-// isDropped reports whether an incoming header is not forwarded as given: control headers,
+// isDropped reports whether an incoming header is not forwarded as given: control headers
+// (x-delay-expires among them: it is kept with the message, not delivered),
 // the bridge's own output headers (x-delay-id, x-delay-due, x-delay-source, x-delay-error,
 // x-delay-hops, which the bridge sets itself), the kafka-message-scheduler control headers
 // (scheduler-epoch, scheduler-target-topic, scheduler-target-key), every Nats-* header
@@ -66,7 +67,7 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
 	case contract.HeaderDelay, contract.HeaderDeliverAt, contract.HeaderTarget, contract.HeaderID, contract.HeaderDue, contract.HeaderSource, contract.HeaderError, contract.HeaderHops,
-		HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
+		contract.HeaderExpires, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)

@@ -23,6 +23,8 @@ var (
 	ErrInvalidDelay = errors.New("invalid delay")
 	// ErrInvalidDeliverAt: x-deliver-at is malformed or overflows.
 	ErrInvalidDeliverAt = errors.New("invalid deliver-at")
+	// ErrInvalidExpires: x-delay-expires is malformed, repeated, or not at least 1 ms.
+	ErrInvalidExpires = errors.New("invalid expires")
 	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
@@ -60,6 +62,7 @@ var reasons = []struct {
 	{ErrInvalidTarget, contract.ReasonInvalidTarget},
 	{ErrConflictingSchedule, contract.ReasonConflictingSchedule},
 	{ErrDelayTooLong, contract.ReasonDelayTooLong},
+	{ErrInvalidExpires, contract.ReasonInvalidExpires},
 	{ErrInvalidDelay, contract.ReasonInvalidDelay},
 	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
 	{ErrInvalidID, contract.ReasonInvalidID},

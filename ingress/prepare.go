@@ -72,6 +72,10 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
+	expires, err := ParseExpires(h)
+	if err != nil {
+		return req, err
+	}
 	target, err := r.target(h, in.Broker)
 	if err != nil {
 		return req, err
@@ -100,6 +104,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Headers:  forward,
 		Key:      key,
 		Payload:  in.Payload,
+		Expires:  expires,
 	}
 	return req, nil
 }

@@ -91,11 +91,12 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	target := fs.String("target", "", "target: subject, nats:subject or kafka:topic (required)")
 	delay := fs.String("delay", "", "delay: 1500 (ms), 30s, 1h30m or PT30S")
 	at := fs.String("deliver-at", "", "absolute due time: RFC 3339 or unix ms")
+	expires := fs.String("expires", "", "x-delay-expires: dead-letter it as expired when not published this long after its due time (as --delay)")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--id ID] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -119,6 +120,9 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	}
 	if *at != "" {
 		req.DeliverAt, _ = json.Marshal(*at)
+	}
+	if *expires != "" {
+		req.Expires, _ = json.Marshal(*expires)
 	}
 	if len(hdrs) > 0 {
 		req.Headers = map[string]string{}
@@ -211,7 +215,7 @@ Usage:
   bridge [run]                 run from the environment (variables below)
   bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
                                in-memory Redis; NOT durable; prints how to try it
-  bridge send --target T [--delay D | --deliver-at T] [--id ID] [--header k=v]... PAYLOAD|-
+  bridge send --target T [--delay D | --deliver-at T] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
@@ -228,6 +232,8 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
   x-deliver-at  2026-11-21T15:04:05.123Z | unix ms
   x-target      orders.timeout | nats:orders.timeout | kafka:orders.timeout
   x-delay-id    optional identity: same id again reschedules; cancel by id
+  x-delay-expires  optional, as x-delay: not published this long after its due time,
+                it is dead-lettered with reason expired
 
 Environment:
 `)

@@ -26,6 +26,10 @@ const (
 	// incoming value + 1 on the parked message, and rejects a message whose count reached
 	// the maximum (a loop through other services that the target check cannot see).
 	HeaderHops = "x-delay-hops"
+	// HeaderExpires is how long after its due time a message may still be delivered (the
+	// x-delay grammar, > 0). Past due + expires it is dead-lettered with [ReasonExpired]
+	// instead (section 9).
+	HeaderExpires = "x-delay-expires"
 )
 
 // Headers the bridge sets on what it delivers (section 2).
@@ -53,6 +57,7 @@ const (
 	// Refusals at ingress (section 5), from the most to the least specific.
 	ReasonInvalidDelay        = "invalid_delay"
 	ReasonInvalidDeliverAt    = "invalid_deliver_at"
+	ReasonInvalidExpires      = "invalid_expires"
 	ReasonConflictingSchedule = "conflicting_schedule"
 	ReasonDelayTooLong        = "delay_too_long"
 	ReasonMissingTarget       = "missing_target"
@@ -79,6 +84,9 @@ const (
 	// ReasonTooLarge: the message exceeds what the target broker accepts (NATS
 	// max_payload, Kafka MESSAGE_TOO_LARGE).
 	ReasonTooLarge = "too_large"
+	// ReasonExpired: the message could not be published before its due time + its
+	// x-delay-expires (an outage, a failing target, a rate limit); it was not delivered.
+	ReasonExpired = "expired"
 )
 
 // Remaining is what is left of a relative delay at now for a message received at

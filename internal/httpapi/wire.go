@@ -7,9 +7,11 @@ import "encoding/json"
 
 // PostRequest is the body of POST /v1/messages.
 type PostRequest struct {
-	Target        string            `json:"target"`
-	Delay         json.RawMessage   `json:"delay,omitempty"`
-	DeliverAt     json.RawMessage   `json:"deliver_at,omitempty"`
+	Target    string          `json:"target"`
+	Delay     json.RawMessage `json:"delay,omitempty"`
+	DeliverAt json.RawMessage `json:"deliver_at,omitempty"`
+	// Expires is x-delay-expires: a string in the x-delay grammar or integer ms.
+	Expires       json.RawMessage   `json:"expires,omitempty"`
 	ID            string            `json:"id,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
@@ -31,6 +33,8 @@ type MessageResponse struct {
 	Headers       map[string]string `json:"headers"`
 	PayloadBase64 string            `json:"payload_base64"`
 	Attempts      int               `json:"attempts"`
+	// Expires is the message's x-delay-expires in milliseconds, absent when none.
+	Expires *int64 `json:"expires,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.

@@ -203,7 +203,8 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 	for _, f := range []struct {
 		name, header string
 		raw          json.RawMessage
-	}{{"delay", contract.HeaderDelay, req.Delay}, {"deliver_at", contract.HeaderDeliverAt, req.DeliverAt}} {
+	}{{"delay", contract.HeaderDelay, req.Delay}, {"deliver_at", contract.HeaderDeliverAt, req.DeliverAt},
+		{"expires", contract.HeaderExpires, req.Expires}} {
 		if len(f.raw) == 0 || bytes.Equal(f.raw, []byte("null")) {
 			continue
 		}
@@ -275,11 +276,16 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 			hs[h.Key] = h.Value
 		}
 	}
-	writeJSON(w, http.StatusOK, httpapi.MessageResponse{
+	resp := httpapi.MessageResponse{
 		ID: m.ID, Target: m.Envelope.Target, Due: m.Due, Source: m.Envelope.Source,
 		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
 		Attempts: m.Attempts,
-	})
+	}
+	if m.Envelope.Expires > 0 {
+		ms := m.Envelope.Expires.Milliseconds()
+		resp.Expires = &ms
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (a *api) delete(w http.ResponseWriter, r *http.Request) {

@@ -82,6 +82,31 @@ func TestPostGetDelete(t *testing.T) {
 	}
 }
 
+// TestPostExpires: expires (string or integer ms) is kept with the message and shown by
+// GET in milliseconds; a message without it shows none.
+func TestPostExpires(t *testing.T) {
+	c, _ := newAPI(t, "")
+	ctx := context.Background()
+	for raw, want := range map[string]int64{`"5m"`: 300000, `1500`: 1500, `"PT1H"`: 3600000} {
+		if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Delay: []byte(`"1h"`), Expires: []byte(raw), ID: "e", Payload: str("x")}); err != nil {
+			t.Fatalf("expires %s: %v", raw, err)
+		}
+		m, err := c.Get(ctx, "e")
+		if err != nil || m.Expires == nil || *m.Expires != want {
+			t.Fatalf("expires %s: get = %+v, %v; want expires %d", raw, m, err, want)
+		}
+		if _, ok := m.Headers["x-delay-expires"]; ok {
+			t.Fatalf("expires %s shown as a header too: %v", raw, m.Headers)
+		}
+	}
+	if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Delay: []byte(`"1h"`), ID: "e", Payload: str("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Get(ctx, "e"); err != nil || m.Expires != nil {
+		t.Fatalf("without expires: get = %+v, %v", m, err)
+	}
+}
+
 func TestPostDeliverAtForms(t *testing.T) {
 	c, _ := newAPI(t, "")
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -112,6 +137,8 @@ func TestPostRejects(t *testing.T) {
 		{"too large", httpapi.PostRequest{Target: "a.b", Payload: str(strings.Repeat("x", 65))}, "payload_too_large"},
 		{"both payloads", httpapi.PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "not both"},
 		{"bad base64", httpapi.PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
+		{"bad expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`"0s"`)}, "invalid_expires"},
+		{"header smuggles a second expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`1000`), Headers: map[string]string{"X-Delay-Expires": "2s"}}, "invalid_expires"},
 		{"header smuggles a second delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "invalid_delay"},
 	}
 	for _, tc := range cases {
