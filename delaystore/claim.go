@@ -109,8 +109,9 @@ func (s *Store) ackCalls(rs []Receipt) ([]call, []int, error) {
 // the shard's retry set (counted as overdue once its due time passed, until it is acked,
 // cancelled or replaced), next claim at Redis time + Backoff, rounded up to the millisecond
 // and at least 1ms (so the next claim's token is always larger than the retried one's). A
-// request with PutBack only moves the next claim (no attempt, no retry set). Same fence,
-// batching, blocking and partial results as Ack.
+// request with PutBack only moves the next claim (no attempt, no retry set). A request
+// with Next parks a recurring message for its next occurrence instead (RetryRequest.Next).
+// Same fence, batching, blocking and partial results as Ack.
 func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	if len(rs) == 0 {
 		return Applied{}, nil
@@ -124,20 +125,21 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 
 // retryCalls builds Retry's script calls, one per shard, and the shard of each.
 func (s *Store) retryCalls(rs []RetryRequest) ([]call, []int, error) {
-	return s.fencedCalls("retry", func(k shardKeys) []string { return k.zmR }, nil, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fencedCalls("retry", func(k shardKeys) []string { return k.zmRSeq }, nil, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
-		if r.Backoff < 0 {
+		head := []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}
+		switch {
+		case r.Next > 0:
+			return r.Receipt, append(head, strconv.FormatInt(r.Next, 10), "n"), nil
+		case r.Backoff < 0:
 			return r.Receipt, nil, fmt.Errorf("negative backoff %s", r.Backoff)
 		}
-		return r.Receipt, []any{
-			r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10),
-			strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10), countArg(r.PutBack),
-		}, nil
+		return r.Receipt, append(head, strconv.FormatInt(max(ceilMS(r.Backoff), 1), 10), modeArg(r.PutBack)), nil
 	})
 }
 
-// countArg is retry.lua's count flag: "0" for a put-back, "1" for a failed attempt.
-func countArg(putBack bool) string {
+// modeArg is retry.lua's mode of a retry: "0" for a put-back, "1" for a failed attempt.
+func modeArg(putBack bool) string {
 	if putBack {
 		return "0"
 	}

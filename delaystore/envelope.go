@@ -29,34 +29,48 @@ const (
 	keyPresent = 1
 )
 
-// metaExpires stores Envelope.Expires (decimal milliseconds, > 0) as the last header of
-// the body, so the body formats stay as they were: a bridge that predates it reads the
-// entry as a reserved header, which it never sends to a broker.
-const metaExpires = headers.ReservedPrefix + "expires"
+// Envelope fields stored as the last headers of the body, in this order, each only when
+// set, so the body formats stay as they were: a bridge that predates them reads the
+// entries as reserved headers, which it never sends to a broker. metaExpires holds
+// Envelope.Expires (decimal milliseconds, > 0), metaEvery Envelope.Every.
+const (
+	metaExpires = headers.ReservedPrefix + "expires"
+	metaEvery   = headers.ReservedPrefix + "every"
+)
 
 // metaHeaders are the Envelope fields stored as trailing reserved headers, in their
 // canonical order.
 func (e Envelope) metaHeaders() headers.List {
-	if e.Expires <= 0 {
-		return nil
+	var l headers.List
+	if e.Expires > 0 {
+		l = append(l, headers.Header{Key: metaExpires, Value: strconv.FormatInt(e.Expires.Milliseconds(), 10)})
 	}
-	return headers.List{{Key: metaExpires, Value: strconv.FormatInt(e.Expires.Milliseconds(), 10)}}
+	if e.Every != "" {
+		l = append(l, headers.Header{Key: metaEvery, Value: e.Every})
+	}
+	return l
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields. A value that encodeBody would not have written is ErrCorrupt.
+// fields (metaEvery last, then metaExpires). A value that encodeBody would not have
+// written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
-	n := len(e.Headers)
-	if n == 0 || e.Headers[n-1].Key != metaExpires {
-		return nil
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
+		if e.Every = e.Headers[n-1].Value; e.Every == "" {
+			return fmt.Errorf("%w: empty schedule", ErrCorrupt)
+		}
+		e.Headers = e.Headers[:n-1]
 	}
-	v := e.Headers[n-1].Value
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) || strconv.FormatInt(ms, 10) != v {
-		return fmt.Errorf("%w: expires %q", ErrCorrupt, v)
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaExpires {
+		v := e.Headers[n-1].Value
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) || strconv.FormatInt(ms, 10) != v {
+			return fmt.Errorf("%w: expires %q", ErrCorrupt, v)
+		}
+		e.Expires = time.Duration(ms) * time.Millisecond
+		e.Headers = e.Headers[:n-1]
 	}
-	e.Expires = time.Duration(ms) * time.Millisecond
-	if e.Headers = e.Headers[:n-1]; len(e.Headers) == 0 {
+	if len(e.Headers) == 0 {
 		e.Headers = nil
 	}
 	return nil
@@ -74,7 +88,9 @@ func encodeBody(e Envelope, id string) []byte {
 	for _, h := range e.Headers {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
-	n += len(meta) * (2*binary.MaxVarintLen64 + len(metaExpires) + 20)
+	for _, h := range meta {
+		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+	}
 	b := make([]byte, 0, n)
 	switch e.SourceID {
 	case "":

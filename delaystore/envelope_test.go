@@ -40,6 +40,8 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"long strings", Envelope{Target: string(bytes.Repeat([]byte("t"), 200)), Source: "s", Headers: headers.List{{Key: "k", Value: string(binary)}}}},
 		{"expires", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}}, Expires: 90 * time.Second, Payload: []byte("x")}},
 		{"expires without headers", Envelope{Target: "nats:a", Source: "http", Expires: time.Millisecond}},
+		{"every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}}, Every: "CRON_TZ=Europe/Berlin 0 9 * * 1-5"}},
+		{"every and expires", Envelope{Target: "nats:a", Source: "http", Expires: time.Minute, Every: "30s", Payload: []byte("x")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +107,7 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"expires not canonical", withHeader(metaExpires, "0100")},
 		{"expires not a number", withHeader(metaExpires, "5m")},
 		{"expires overflows", withHeader(metaExpires, "9223372036854776")},
+		{"empty schedule", withHeader(metaEvery, "")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {

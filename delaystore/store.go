@@ -74,7 +74,7 @@ type shardKeys struct {
 	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	zmR     []string // z, m, r: retry
+	zmRSeq  []string // z, m, r, seq: retry
 	zmtR    []string // z, m, t, r: ack, cancel
 	zmSeqTR []string // z, m, seq, t, r: park
 	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
@@ -129,7 +129,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		s.keys[i] = shardKeys{
 			z: z, m: m, r: r, epoch: tag + ":epoch",
 			zm:      []string{z, m},
-			zmR:     []string{z, m, r},
+			zmRSeq:  []string{z, m, r, seq},
 			zmtR:    []string{z, m, t, r},
 			zmSeqTR: []string{z, m, seq, t, r},
 			seq:     seq,

@@ -51,6 +51,10 @@ type Envelope struct {
 	// (x-delay-expires); 0: no limit. Egress dead-letters it as expired past due + Expires.
 	// Stored as a trailing reserved header of the body (encodeBody).
 	Expires time.Duration
+	// Every is the recurring schedule of the message (x-delay-every, package
+	// internal/schedule), "" for a message delivered once. The store keeps it as text;
+	// egress computes each next occurrence (RetryRequest.Next). Stored like Expires.
+	Every string
 }
 
 // ParkRequest asks the store to hold a message until it is due.
@@ -126,6 +130,12 @@ type RetryRequest struct {
 	// PutBack returns a message that was not published (its target was at its in-flight
 	// limit): only the next claim moves; attempts and the retry set are unchanged.
 	PutBack bool
+	// Next, when > 0, ends the firing of a recurring message instead (it was published or
+	// dead-lettered): the same script that fences it as Ack does parks it again for its
+	// next occurrence, due at Next (unix ms, Redis clock), with a new version (so the next
+	// firing has its own x-delay-id:version), attempts 0, out of the retry set. Backoff and
+	// PutBack are ignored. A cancelled or replaced message is left alone (fenced).
+	Next int64
 }
 
 // Message is a pending message as Get returns it.

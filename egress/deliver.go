@@ -127,7 +127,8 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 // outcomes ends the spans of a published group and decides each message's fate:
 // confirmed -> ack (lateness observed at confirmedAt, the group's return); rejected, out
 // of attempts, or expired (at the claim, or its retry would come after due + expires) ->
-// dead letter, then ack; otherwise (or when the dead letter fails) retry.
+// dead letter, then ack; otherwise (or when the dead letter fails) retry. For a recurring
+// message the ack is its next occurrence ([Egress.fired]).
 func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
 	st := &settlement{n: len(group)}
 	var firstErr error
@@ -142,11 +143,11 @@ func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt in
 		o.span.End()
 		switch {
 		case o.err == nil:
-			st.acks = append(st.acks, o.claimed.Receipt)
+			e.fired(st, o)
 			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
 			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
 		case e.permanent(o) && e.deadLetter(ctx, o) == nil:
-			st.acks = append(st.acks, o.claimed.Receipt)
+			e.fired(st, o)
 		default:
 			backoff := e.backoff(o.claimed.Attempts + 1)
 			st.retries = append(st.retries, delaystore.RetryRequest{Receipt: o.claimed.Receipt, Backoff: backoff})

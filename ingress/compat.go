@@ -16,13 +16,15 @@ import (
 // native contract; see [translateCompat] and the README section "Migrating from NATS
 // schedules or kafka-message-scheduler".
 const (
-	// HeaderNATSSchedule is NATS's schedule pattern; only the one-shot "@at <RFC 3339>"
-	// form is accepted, as x-deliver-at.
+	// HeaderNATSSchedule is NATS's schedule pattern: the one-shot "@at <RFC 3339>" form
+	// stands for x-deliver-at, the repeating ones ("@every <duration>", cron expressions,
+	// "@hourly"...) for x-delay-every.
 	HeaderNATSSchedule = "nats-schedule"
 	// HeaderNATSScheduleTarget is NATS's schedule target subject, as x-target.
 	HeaderNATSScheduleTarget = "nats-schedule-target"
-	// HeaderNATSScheduleSource (publish the latest message of another subject) and
-	// HeaderNATSScheduleTimeZone (cron only; NATS refuses it with @at) are refused.
+	// HeaderNATSScheduleSource (publish the latest message of another subject) is
+	// refused. HeaderNATSScheduleTimeZone is the zone of a cron schedule (CRON_TZ= of
+	// x-delay-every); refused with @at and @every, as NATS does.
 	HeaderNATSScheduleSource   = "nats-schedule-source"
 	HeaderNATSScheduleTimeZone = "nats-schedule-time-zone"
 	// HeaderSchedulerEpoch is kafka-message-scheduler's due time in unix seconds, as
@@ -91,6 +93,13 @@ func translateCompat(h headers.List) (headers.List, compat, error) {
 	if at != "" {
 		out.Add(contract.HeaderDeliverAt, at)
 	}
+	every, err := compatEvery(h, natsAt)
+	if err != nil {
+		return nil, c, err
+	}
+	if every != "" {
+		out.Add(contract.HeaderEvery, every)
+	}
 	if err := addCompatTarget(h, &out); err != nil {
 		return nil, c, err
 	}
@@ -115,6 +124,8 @@ func compatDueTime(h headers.List, natsAt, epochs []string) (string, error) {
 	switch {
 	case len(natsAt) > 1:
 		return "", fmt.Errorf("%w: %s given %d times", ErrInvalidDeliverAt, HeaderNATSSchedule, len(natsAt))
+	case len(natsAt) == 1 && !strings.HasPrefix(natsAt[0], natsAtPrefix):
+		return "", nil // a repeating schedule: compatEvery
 	case len(natsAt) == 1:
 		if len(h.Values(HeaderNATSScheduleTimeZone)) > 0 {
 			return "", fmt.Errorf("%w: %s is not supported with @at (NATS refuses it too)", ErrInvalidDeliverAt, HeaderNATSScheduleTimeZone)
@@ -131,6 +142,33 @@ func compatDueTime(h headers.List, natsAt, epochs []string) (string, error) {
 		return "", err
 	}
 	return strconv.FormatInt(at, 10), nil
+}
+
+// compatEvery is the x-delay-every that a repeating Nats-Schedule gives ("@every <d>" ->
+// "<d>"; a cron expression or descriptor with Nats-Schedule-Time-Zone <zone> -> "CRON_TZ=<zone>
+// <expression>"), or "" when there is none. It is validated as x-delay-every is; errors
+// wrap [ErrInvalidEvery].
+func compatEvery(h headers.List, natsAt []string) (string, error) {
+	if len(natsAt) != 1 || strings.HasPrefix(natsAt[0], natsAtPrefix) {
+		return "", nil
+	}
+	if len(h.Values(contract.HeaderEvery)) > 0 {
+		return "", fmt.Errorf("%w: both %s and a repeating %s given", ErrInvalidEvery, contract.HeaderEvery, HeaderNATSSchedule)
+	}
+	v, zones := natsAt[0], h.Values(HeaderNATSScheduleTimeZone)
+	switch d, every := strings.CutPrefix(v, "@every "); {
+	case len(zones) > 1:
+		return "", fmt.Errorf("%w: %s given %d times", ErrInvalidEvery, HeaderNATSScheduleTimeZone, len(zones))
+	case every && len(zones) > 0:
+		return "", fmt.Errorf("%w: %s is not supported with @every (NATS refuses it too)", ErrInvalidEvery, HeaderNATSScheduleTimeZone)
+	case every:
+		return d, nil
+	case len(zones) == 1 && strings.Contains(v, "TZ="):
+		return "", fmt.Errorf("%w: %s %s names a zone, and %s gives one too", ErrInvalidEvery, HeaderNATSSchedule, quote(v), HeaderNATSScheduleTimeZone)
+	case len(zones) == 1:
+		return "CRON_TZ=" + zones[0] + " " + v, nil
+	}
+	return v, nil
 }
 
 // addCompatTarget adds to out the x-target that Nats-Schedule-Target or
@@ -173,11 +211,11 @@ func givenNames(h headers.List, names ...string) string {
 	return strings.Join(given, " and ")
 }
 
-// ParseNATSSchedule parses a Nats-Schedule value into unix milliseconds. Only the one-shot
-// form "@at <RFC 3339>" is accepted (a single space after "@at", as nats-server reads it),
-// with the strict RFC 3339 grammar of [ParseDeliverAt] (sub-millisecond times rounded up);
-// the repeating forms ("@every", cron expressions, "@hourly"...) are refused: the bridge
-// delivers a message once. Errors wrap [ErrInvalidDeliverAt].
+// ParseNATSSchedule parses a one-shot Nats-Schedule value into unix milliseconds: "@at
+// <RFC 3339>" (a single space after "@at", as nats-server reads it), with the strict RFC
+// 3339 grammar of [ParseDeliverAt] (sub-millisecond times rounded up). The repeating forms
+// are x-delay-every's (compatEvery), not this function's: they are refused here. Errors
+// wrap [ErrInvalidDeliverAt].
 func ParseNATSSchedule(s string) (int64, error) {
 	if !strings.HasPrefix(s, natsAtPrefix) {
 		return 0, fmt.Errorf("%w: %s %s: only the one-shot form \"@at <RFC 3339>\" is supported, not repeating schedules",

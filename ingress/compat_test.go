@@ -3,6 +3,7 @@ package ingress
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,7 +136,9 @@ func TestPrepareCompat(t *testing.T) {
 		{name: "scheduler-target-key repeated", in: prepareIn("kafka", "x-target", "a", "scheduler-target-key", "a", "scheduler-target-key", "b"), reason: contract.ReasonInvalidHeaders},
 		{name: "empty scheduler-target-topic", in: prepareIn("kafka", "scheduler-target-topic", ""), reason: contract.ReasonMissingTarget},
 		{name: "compat target is checked like x-target", in: prepareIn("nats", "Nats-Schedule-Target", "delay.in"), reason: contract.ReasonTargetLoop},
-		{name: "repeating NATS schedule", in: prepareIn("nats", "Nats-Schedule", "@every 1m", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidDeliverAt},
+		{name: "NATS time zone with @every", in: prepareIn("nats", "Nats-Schedule", "@every 1m", "Nats-Schedule-Time-Zone", "Europe/Paris", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidEvery},
+		{name: "repeating NATS schedule and x-delay-every", in: prepareIn("nats", "Nats-Schedule", "@every 1m", "x-delay-every", "1m", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidEvery},
+		{name: "bad repeating NATS schedule", in: prepareIn("nats", "Nats-Schedule", "@every 10ms", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidEvery},
 		{name: "NATS time zone", in: prepareIn("nats", "Nats-Schedule", "@at "+atRFC, "Nats-Schedule-Time-Zone", "Europe/Paris", "Nats-Schedule-Target", "a"), reason: contract.ReasonInvalidDeliverAt},
 		{name: "NATS schedule source", in: prepareIn("nats", "x-target", "a", "Nats-Schedule-Source", "b"), reason: contract.ReasonInvalidHeaders},
 		{name: "scheduler-epoch beyond the maximum delay", in: prepareIn("kafka", "scheduler-epoch", strconv.FormatInt(now.Add(25*time.Hour).Unix(), 10), "x-target", "a"), reason: contract.ReasonDelayTooLong},
@@ -172,9 +175,11 @@ func TestPrepareCompat(t *testing.T) {
 	}
 }
 
-// hasScheduleHeader reports whether in has a compatibility due-time header.
+// hasScheduleHeader reports whether in has a compatibility due-time header (a one-shot
+// Nats-Schedule or scheduler-epoch).
 func hasScheduleHeader(in Incoming) bool {
-	return len(in.Headers.Values(HeaderNATSSchedule)) > 0 || len(in.Headers.Values(HeaderSchedulerEpoch)) > 0
+	v, _ := in.Headers.Get(HeaderNATSSchedule)
+	return strings.HasPrefix(v, natsAtPrefix) || len(in.Headers.Values(HeaderSchedulerEpoch)) > 0
 }
 
 func FuzzParseNATSSchedule(f *testing.F) {

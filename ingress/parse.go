@@ -25,6 +25,8 @@ var (
 	ErrInvalidDeliverAt = errors.New("invalid deliver-at")
 	// ErrInvalidExpires: x-delay-expires is malformed, repeated, or not at least 1 ms.
 	ErrInvalidExpires = errors.New("invalid expires")
+	// ErrInvalidEvery: x-delay-every is repeated or not a schedule (internal/schedule).
+	ErrInvalidEvery = errors.New("invalid every")
 	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
@@ -63,6 +65,7 @@ var reasons = []struct {
 	{ErrConflictingSchedule, contract.ReasonConflictingSchedule},
 	{ErrDelayTooLong, contract.ReasonDelayTooLong},
 	{ErrInvalidExpires, contract.ReasonInvalidExpires},
+	{ErrInvalidEvery, contract.ReasonInvalidEvery},
 	{ErrInvalidDelay, contract.ReasonInvalidDelay},
 	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
 	{ErrInvalidID, contract.ReasonInvalidID},

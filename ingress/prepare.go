@@ -76,6 +76,10 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
+	every, err := ParseEvery(h, now)
+	if err != nil {
+		return req, err
+	}
 	target, err := r.target(h, in.Broker)
 	if err != nil {
 		return req, err
@@ -97,6 +101,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	} else {
 		req.Delay = contract.Remaining(sched.Delay, in.Received, now)
 	}
+	firstFiring(&req, h, every, now)
 	req.Envelope = delaystore.Envelope{
 		Target:   target.String(),
 		Source:   in.Source,
@@ -105,6 +110,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Key:      key,
 		Payload:  in.Payload,
 		Expires:  expires,
+		Every:    every.String(),
 	}
 	return req, nil
 }

@@ -91,12 +91,13 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	target := fs.String("target", "", "target: subject, nats:subject or kafka:topic (required)")
 	delay := fs.String("delay", "", "delay: 1500 (ms), 30s, 1h30m or PT30S")
 	at := fs.String("deliver-at", "", "absolute due time: RFC 3339 or unix ms")
+	every := fs.String("every", "", "x-delay-every: recurring, a Go duration >= 1s (30s) or cron (\"0 9 * * 1-5\", CRON_TZ=Europe/Berlin first)")
 	expires := fs.String("expires", "", "x-delay-expires: dead-letter it as expired when not published this long after its due time (as --delay)")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,7 +115,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		}
 		payload = string(b)
 	}
-	req := httpapi.PostRequest{Target: *target, ID: *id, Payload: &payload}
+	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Payload: &payload}
 	if *delay != "" {
 		req.Delay, _ = json.Marshal(*delay)
 	}
@@ -215,7 +216,7 @@ Usage:
   bridge [run]                 run from the environment (variables below)
   bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
                                in-memory Redis; NOT durable; prints how to try it
-  bridge send --target T [--delay D | --deliver-at T] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
+  bridge send --target T [--delay D | --deliver-at T] [--every S] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
@@ -234,6 +235,8 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
   x-delay-id    optional identity: same id again reschedules; cancel by id
   x-delay-expires  optional, as x-delay: not published this long after its due time,
                 it is dead-lettered with reason expired
+  x-delay-every    optional: recurring, 30s | 0 9 * * 1-5 | CRON_TZ=Europe/Berlin 0 9 * * *;
+                parked again after each firing (same x-delay-id); cancel stops it
 
 Environment:
 `)

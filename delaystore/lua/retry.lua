@@ -1,12 +1,19 @@
 #!lua flags=allow-oom
--- retry: reschedule claimed messages of one shard after a failed delivery, or put them back.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled)
--- ARGV: per message 5 values: id, version, token, backoff ms, count ('1' | '0')
--- returns: {retried count, next head score or -1}
--- Same fence as ack (score == token and version matches); then score = now + backoff
--- (Redis TIME). count '1' (a failed publish): attempts + 1 and the id enters the retry set
--- with its due time. count '0' (put back unpublished: the target is at its in-flight
--- limit): only the score moves. The scheduled due time is kept.
+-- retry: reschedule claimed messages of one shard after a failed delivery, put them back,
+-- or end the firing of a recurring message by parking it for its next occurrence.
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
+--       4 = {P:s}:seq (version counter)
+-- ARGV: per message 5 values: id, version, token, backoff ms or next due ms, mode
+--       ('1' | '0' | 'n')
+-- returns: {applied count, next head score or -1}
+-- Same fence as ack (score == token and version matches). mode '1' (a failed publish):
+-- score = now + backoff (Redis TIME), attempts + 1, and the id enters the retry set with
+-- its due time. mode '0' (put back unpublished: the target is at its in-flight limit):
+-- only the score moves to now + backoff. The scheduled due time is kept in both. mode 'n'
+-- (the firing of a recurring message was published or dead-lettered): the entry becomes
+-- the next firing, "<new version>,0,<next due>,<body>", scored at the next due, out of the
+-- retry set: acking a firing and parking the next one is this one write, so no moment
+-- exists where the message is gone or twice there. No tombstone: the message lives on.
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, so a
 -- failed delivery is rescheduled rather than stuck; it rewrites existing entries and adds the id to
 -- the retry set (tens of bytes). Without script flags (Redis 6, miniredis) the first
@@ -23,13 +30,21 @@ for i = 1, #ARGV, 5 do
     if env then
       local version, attempts, due = string.match(env, '^(%d+),(%d+),(%d+),')
       if version == ARGV[i + 1] then
-        if ARGV[i + 4] == '1' then
-          local prefixLen = #version + #attempts + #due + 3
-          local attemptsStr = string.format('%d', tonumber(attempts) + 1)
-          redis.call('HSET', m, id, version .. ',' .. attemptsStr .. ',' .. due .. ',' .. string.sub(env, prefixLen + 1))
-          redis.call('ZADD', r, due, id)
+        local prefixLen = #version + #attempts + #due + 3
+        local mode = ARGV[i + 4]
+        if mode == 'n' then
+          local v = redis.call('INCR', KEYS[4])
+          redis.call('HSET', m, id, string.format('%d', v) .. ',0,' .. ARGV[i + 3] .. ',' .. string.sub(env, prefixLen + 1))
+          redis.call('ZREM', r, id)
+          redis.call('ZADD', z, ARGV[i + 3], id)
+        else
+          if mode == '1' then
+            local attemptsStr = string.format('%d', tonumber(attempts) + 1)
+            redis.call('HSET', m, id, version .. ',' .. attemptsStr .. ',' .. due .. ',' .. string.sub(env, prefixLen + 1))
+            redis.call('ZADD', r, due, id)
+          end
+          redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
         end
-        redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
         n = n + 1
       end
     end

@@ -30,6 +30,10 @@ const (
 	// x-delay grammar, > 0). Past due + expires it is dead-lettered with [ReasonExpired]
 	// instead (section 9).
 	HeaderExpires = "x-delay-expires"
+	// HeaderEvery makes a message recurring: a Go duration of at least 1s or a cron
+	// expression (optionally CRON_TZ=<zone> first). After each firing the message is parked
+	// again for its next occurrence, with the same x-delay-id (section 9).
+	HeaderEvery = "x-delay-every"
 )
 
 // Headers the bridge sets on what it delivers (section 2).
@@ -58,6 +62,7 @@ const (
 	ReasonInvalidDelay        = "invalid_delay"
 	ReasonInvalidDeliverAt    = "invalid_deliver_at"
 	ReasonInvalidExpires      = "invalid_expires"
+	ReasonInvalidEvery        = "invalid_every"
 	ReasonConflictingSchedule = "conflicting_schedule"
 	ReasonDelayTooLong        = "delay_too_long"
 	ReasonMissingTarget       = "missing_target"

@@ -11,7 +11,9 @@ type PostRequest struct {
 	Delay     json.RawMessage `json:"delay,omitempty"`
 	DeliverAt json.RawMessage `json:"deliver_at,omitempty"`
 	// Expires is x-delay-expires: a string in the x-delay grammar or integer ms.
-	Expires       json.RawMessage   `json:"expires,omitempty"`
+	Expires json.RawMessage `json:"expires,omitempty"`
+	// Every is x-delay-every: "30s", "0 9 * * 1-5", "CRON_TZ=Europe/Berlin 0 9 * * *".
+	Every         string            `json:"every,omitempty"`
 	ID            string            `json:"id,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
@@ -35,6 +37,8 @@ type MessageResponse struct {
 	Attempts      int               `json:"attempts"`
 	// Expires is the message's x-delay-expires in milliseconds, absent when none.
 	Expires *int64 `json:"expires,omitempty"`
+	// Every is the message's recurring schedule, absent when it fires once.
+	Every string `json:"every,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.

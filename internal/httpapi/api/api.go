@@ -200,6 +200,9 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 	if req.ID != "" {
 		hs.Add(contract.HeaderID, req.ID)
 	}
+	if req.Every != "" {
+		hs.Add(contract.HeaderEvery, req.Every)
+	}
 	for _, f := range []struct {
 		name, header string
 		raw          json.RawMessage
@@ -279,7 +282,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	resp := httpapi.MessageResponse{
 		ID: m.ID, Target: m.Envelope.Target, Due: m.Due, Source: m.Envelope.Source,
 		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
-		Attempts: m.Attempts,
+		Attempts: m.Attempts, Every: m.Envelope.Every,
 	}
 	if m.Envelope.Expires > 0 {
 		ms := m.Envelope.Expires.Milliseconds()

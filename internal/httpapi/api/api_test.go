@@ -107,6 +107,30 @@ func TestPostExpires(t *testing.T) {
 	}
 }
 
+// TestPostEvery: every is kept with the message and shown by GET; without delay or
+// deliver_at the first firing is the schedule's first occurrence.
+func TestPostEvery(t *testing.T) {
+	c, _ := newAPI(t, "")
+	ctx := context.Background()
+	before := time.Now()
+	resp, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Every: "CRON_TZ=Europe/Berlin 0 9 * * *", ID: "daily", Payload: str("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.UnixMilli(resp.Due).In(time.FixedZone("", 0))
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	if local := due.In(berlin); local.Hour() != 9 || local.Minute() != 0 || due.Before(before) || due.After(before.Add(25*time.Hour)) {
+		t.Fatalf("first firing %s (%s in Berlin), want the next 09:00 Berlin", due, local)
+	}
+	m, err := c.Get(ctx, "daily")
+	if err != nil || m.Every != "CRON_TZ=Europe/Berlin 0 9 * * *" || m.Expires != nil {
+		t.Fatalf("get = %+v, %v", m, err)
+	}
+	if _, ok := m.Headers["x-delay-every"]; ok {
+		t.Fatalf("every shown as a header too: %v", m.Headers)
+	}
+}
+
 func TestPostDeliverAtForms(t *testing.T) {
 	c, _ := newAPI(t, "")
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -137,6 +161,7 @@ func TestPostRejects(t *testing.T) {
 		{"too large", httpapi.PostRequest{Target: "a.b", Payload: str(strings.Repeat("x", 65))}, "payload_too_large"},
 		{"both payloads", httpapi.PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "not both"},
 		{"bad base64", httpapi.PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
+		{"bad every", httpapi.PostRequest{Target: "a.b", Every: "sometimes"}, "invalid_every"},
 		{"bad expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`"0s"`)}, "invalid_expires"},
 		{"header smuggles a second expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`1000`), Headers: map[string]string{"X-Delay-Expires": "2s"}}, "invalid_expires"},
 		{"header smuggles a second delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "invalid_delay"},

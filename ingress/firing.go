@@ -1,0 +1,65 @@
+package ingress
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/schedule"
+)
+
+// ParseExpires reads x-delay-expires (name matched case-insensitively) from h: how long
+// after its due time the message may still be delivered, in the x-delay grammar
+// ([ParseDelay]), whole milliseconds, at least 1 ms. Absent: 0 (never expires). Repeated,
+// malformed, zero or below a millisecond: an error wrapping [ErrInvalidExpires].
+func ParseExpires(h headers.List) (time.Duration, error) {
+	vs := h.Values(contract.HeaderExpires)
+	switch len(vs) {
+	case 0:
+		return 0, nil
+	case 1:
+	default:
+		return 0, fmt.Errorf("%w: %s given %d times", ErrInvalidExpires, contract.HeaderExpires, len(vs))
+	}
+	d, err := ParseDelay(vs[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidExpires, contract.HeaderExpires, err)
+	}
+	d = d.Truncate(time.Millisecond)
+	if d <= 0 {
+		return 0, fmt.Errorf("%w: %s %s: must be at least 1ms (omit it for a message that never expires)", ErrInvalidExpires, contract.HeaderExpires, quote(vs[0]))
+	}
+	return d, nil
+}
+
+// ParseEvery reads x-delay-every (name matched case-insensitively) from h: the recurring
+// schedule of the message ([schedule.Parse]: a Go duration of at least 1s, or a cron
+// expression, optionally CRON_TZ=<zone> first). Absent: the zero Every (delivered once).
+// Repeated or invalid: an error wrapping [ErrInvalidEvery]. now bounds the search for a
+// cron expression's first occurrence.
+func ParseEvery(h headers.List, now time.Time) (schedule.Every, error) {
+	vs := h.Values(contract.HeaderEvery)
+	switch len(vs) {
+	case 0:
+		return schedule.Every{}, nil
+	case 1:
+	default:
+		return schedule.Every{}, fmt.Errorf("%w: %s given %d times", ErrInvalidEvery, contract.HeaderEvery, len(vs))
+	}
+	e, err := schedule.Parse(vs[0], now)
+	if err != nil {
+		return schedule.Every{}, fmt.Errorf("%w: %s: %w", ErrInvalidEvery, contract.HeaderEvery, err)
+	}
+	return e, nil
+}
+
+// firstFiring sets the due time of a recurring message that gives none of its own
+// (neither x-delay nor x-deliver-at): its schedule's first occurrence after now.
+func firstFiring(req *delaystore.ParkRequest, h headers.List, every schedule.Every, now time.Time) {
+	if every.IsZero() || len(h.Values(contract.HeaderDelay)) > 0 || len(h.Values(contract.HeaderDeliverAt)) > 0 {
+		return
+	}
+	req.Absolute, req.At, req.Delay = true, every.First(now).UnixMilli(), 0
+}

@@ -1,0 +1,103 @@
+package ingress
+
+import (
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
+)
+
+// TestPrepareExpires: x-delay-expires takes the x-delay grammar, is kept with the message
+// (Envelope.Expires, whole milliseconds) and not forwarded; a bad one is refused as
+// invalid_expires.
+func TestPrepareExpires(t *testing.T) {
+	r := prepareRules()
+	for _, tt := range []struct {
+		value  []string
+		want   time.Duration
+		reason string
+	}{
+		{value: nil, want: 0},
+		{value: []string{"5m"}, want: 5 * time.Minute},
+		{value: []string{"1500"}, want: 1500 * time.Millisecond},
+		{value: []string{"PT1H"}, want: time.Hour},
+		{value: []string{"1.0009s"}, want: 1000 * time.Millisecond},
+		{value: []string{"1ms"}, want: time.Millisecond},
+		{value: []string{"0"}, reason: contract.ReasonInvalidExpires},
+		{value: []string{"999us"}, reason: contract.ReasonInvalidExpires},
+		{value: []string{"-5s"}, reason: contract.ReasonInvalidExpires},
+		{value: []string{"soon"}, reason: contract.ReasonInvalidExpires},
+		{value: []string{""}, reason: contract.ReasonInvalidExpires},
+		{value: []string{"1s", "2s"}, reason: contract.ReasonInvalidExpires},
+	} {
+		hs := []string{"x-target", "a.b", "x-delay", "1s", "keep", "me"}
+		for _, v := range tt.value {
+			hs = append(hs, "X-Delay-Expires", v)
+		}
+		req, err := r.Prepare(prepareIn("nats", hs...), time.Now())
+		if got := Reason(err); got != tt.reason {
+			t.Fatalf("%q: reason %q (%v), want %q", tt.value, got, err, tt.reason)
+		}
+		if err != nil {
+			continue
+		}
+		if req.Envelope.Expires != tt.want {
+			t.Errorf("%q: expires %s, want %s", tt.value, req.Envelope.Expires, tt.want)
+		}
+		if want := hl("keep", "me", contract.HeaderHops, "1"); !equalList(req.Envelope.Headers, want) {
+			t.Errorf("%q: forwarded %q, want %q", tt.value, req.Envelope.Headers, want)
+		}
+	}
+}
+
+// TestPrepareEvery: x-delay-every is kept with the message (Envelope.Every, as stored) and
+// not forwarded; without x-delay or x-deliver-at the first firing is the schedule's first
+// occurrence; with one, that due time; a bad one is refused as invalid_every. Nats-Schedule's
+// repeating forms map onto it, Nats-Schedule-Time-Zone onto CRON_TZ=.
+func TestPrepareEvery(t *testing.T) {
+	r := prepareRules()
+	now := time.Date(2026, 11, 25, 8, 30, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		hs     []string
+		every  string
+		due    time.Time // absolute due; zero: relative delay wanted
+		delay  time.Duration
+		reason string
+	}{
+		{name: "interval, first after one interval", hs: []string{"x-delay-every", "30s"}, every: "30s", due: now.Add(30 * time.Second)},
+		{name: "interval with x-delay", hs: []string{"x-delay-every", "1h", "x-delay", "5s"}, every: "1h0m0s", delay: 5 * time.Second},
+		{name: "cron with a zone", hs: []string{"X-Delay-Every", "CRON_TZ=Europe/Berlin 0 9 * * *"}, every: "CRON_TZ=Europe/Berlin 0 9 * * *",
+			due: time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC).Add(24 * time.Hour)},
+		{name: "cron with x-deliver-at", hs: []string{"x-delay-every", "0 9 * * *", "x-deliver-at", "1795600000000"}, every: "0 9 * * *", due: time.UnixMilli(1795600000000)},
+		{name: "NATS @every", hs: []string{"Nats-Schedule", "@every 5m"}, every: "5m0s", due: now.Add(5 * time.Minute)},
+		{name: "NATS cron with seconds and a zone", hs: []string{"Nats-Schedule", "0 30 9 * * *", "Nats-Schedule-Time-Zone", "America/New_York"},
+			every: "CRON_TZ=America/New_York 0 30 9 * * *", due: time.Date(2026, 11, 25, 14, 30, 0, 0, time.UTC)},
+		{name: "NATS descriptor", hs: []string{"Nats-Schedule", "@hourly"}, every: "@hourly", due: now.Add(30 * time.Minute)},
+		{name: "under a second", hs: []string{"x-delay-every", "500ms"}, reason: contract.ReasonInvalidEvery},
+		{name: "not a schedule", hs: []string{"x-delay-every", "daily"}, reason: contract.ReasonInvalidEvery},
+		{name: "unknown zone", hs: []string{"x-delay-every", "CRON_TZ=Nowhere/Town 0 9 * * *"}, reason: contract.ReasonInvalidEvery},
+		{name: "repeated", hs: []string{"x-delay-every", "1m", "x-delay-every", "1m"}, reason: contract.ReasonInvalidEvery},
+		{name: "NATS zone twice", hs: []string{"Nats-Schedule", "0 0 9 * * *", "Nats-Schedule-Time-Zone", "UTC", "Nats-Schedule-Time-Zone", "UTC"}, reason: contract.ReasonInvalidEvery},
+	} {
+		req, err := r.Prepare(prepareIn("nats", append([]string{"x-target", "a.b", "keep", "me"}, tt.hs...)...), now)
+		if got := Reason(err); got != tt.reason {
+			t.Fatalf("%s: reason %q (%v), want %q", tt.name, got, err, tt.reason)
+		}
+		if err != nil {
+			continue
+		}
+		if req.Envelope.Every != tt.every {
+			t.Errorf("%s: every %q, want %q", tt.name, req.Envelope.Every, tt.every)
+		}
+		if !tt.due.IsZero() && (!req.Absolute || req.At != tt.due.UnixMilli()) {
+			t.Errorf("%s: due absolute=%v at=%s, want %s", tt.name, req.Absolute, time.UnixMilli(req.At).UTC(), tt.due)
+		}
+		if tt.due.IsZero() && (req.Absolute || req.Delay != tt.delay) {
+			t.Errorf("%s: due absolute=%v delay=%s, want delay %s", tt.name, req.Absolute, req.Delay, tt.delay)
+		}
+		if want := hl("keep", "me", contract.HeaderHops, "1"); !equalList(req.Envelope.Headers, want) {
+			t.Errorf("%s: forwarded %q, want %q", tt.name, req.Envelope.Headers, want)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+// Package schedule is the one home of recurring schedules (x-delay-every, `every` in the
+// message API, Nats-Schedule's repeating forms): their grammar, validation and the next
+// occurrence. Cron expressions are parsed and stepped by github.com/netresearch/go-cron,
+// the maintained fork of robfig/cron (the parser Kubernetes CronJob uses, unmaintained
+// since 2020): the same grammar, CRON_TZ= prefix and descriptors, with the fork's fixes,
+// among them that a fixed time skipped by a daylight-saving jump still fires. On top of
+// it, [Every.Next] keeps a fixed-time schedule from firing twice in the hour a
+// fall-back repeats, as ISC (Vixie) cron does; see its doc.
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	cron "github.com/netresearch/go-cron"
+)
+
+// MinInterval is the shortest interval of a duration schedule (as NATS's @every).
+const MinInterval = time.Second
+
+// horizon bounds the search for a cron expression's first occurrence: one that has none
+// within it (30 February) is refused.
+const horizon = 5 * 366 * 24 * time.Hour
+
+// maxRepeats bounds the occurrences Next skips in a repeated hour (one per second of
+// the repeated span of a list such as "0-59 0-59 1 * * *").
+const maxRepeats = 3600
+
+// ErrInvalid is wrapped by every error of [Parse].
+var ErrInvalid = errors.New("invalid schedule")
+
+// parser reads cron expressions of 5 fields (minute hour day-of-month month
+// day-of-week), or 6 with seconds first (as NATS writes them), the descriptors @hourly,
+// @daily, @midnight, @weekly, @monthly, @yearly and @annually, each optionally prefixed
+// "CRON_TZ=<IANA zone> " (or "TZ=<zone> ").
+var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Every is a parsed recurring schedule: a fixed interval, or a cron expression.
+type Every struct {
+	text     string
+	interval time.Duration
+	cron     cron.Schedule
+	// loc is the cron expression's zone (CRON_TZ=, else UTC); fixed is set when its
+	// minute and hour fields are literal (no * or /): a fixed time of day.
+	loc   *time.Location
+	fixed bool
+}
+
+// Parse reads a recurring schedule: a Go duration of at least [MinInterval] ("30s", "1h";
+// "@every 30s" is read the same), or a cron expression (see parser) that fires at least
+// once in the five years after now. Leading and trailing blanks are ignored. Errors wrap
+// [ErrInvalid].
+func Parse(s string, now time.Time) (Every, error) {
+	text := strings.TrimSpace(s)
+	if text == "" {
+		return Every{}, fmt.Errorf("%w: empty", ErrInvalid)
+	}
+	if d, ok := strings.CutPrefix(text, "@every "); ok {
+		return parseInterval(strings.TrimSpace(d), s)
+	}
+	if !strings.ContainsAny(text, " \t") && !strings.HasPrefix(text, "@") {
+		return parseInterval(text, s) // one word: a duration, or nothing
+	}
+	sched, err := parser.Parse(text)
+	if err != nil {
+		return Every{}, fmt.Errorf("%w %q: want a Go duration (30s, 1h) or a cron expression (0 9 * * 1-5, optionally CRON_TZ=Europe/Berlin first): %v", ErrInvalid, s, err)
+	}
+	if _, ok := sched.(cron.ConstantDelaySchedule); ok {
+		return Every{}, fmt.Errorf("%w %q: @every takes a duration", ErrInvalid, s)
+	}
+	if next := sched.Next(now); next.IsZero() || next.Sub(now) > horizon {
+		return Every{}, fmt.Errorf("%w %q: never fires", ErrInvalid, s)
+	}
+	e := Every{text: text, cron: sched, loc: time.UTC, fixed: fixedTime(text)}
+	if spec, ok := sched.(*cron.SpecSchedule); ok && spec.Location != nil {
+		e.loc = spec.Location
+	}
+	return e, nil
+}
+
+// fixedTime reports whether a cron expression names fixed times of day: its minute and
+// hour fields (and seconds, with six fields) are free of "*" and "/", or it is a
+// descriptor other than @hourly. ISC cron calls the others wildcard jobs: they follow
+// real time through a daylight-saving change.
+func fixedTime(text string) bool {
+	f := strings.Fields(text)
+	if len(f) > 0 && (strings.HasPrefix(f[0], "CRON_TZ=") || strings.HasPrefix(f[0], "TZ=")) {
+		f = f[1:]
+	}
+	if len(f) == 1 {
+		return f[0] != "@hourly"
+	}
+	n := 2
+	if len(f) == 6 {
+		n = 3
+	}
+	for _, field := range f[:min(n, len(f))] {
+		if strings.ContainsAny(field, "*/?") {
+			return false
+		}
+	}
+	return true
+}
+
+func parseInterval(d, s string) (Every, error) {
+	iv, err := time.ParseDuration(d)
+	if err != nil {
+		return Every{}, fmt.Errorf("%w %q: %v", ErrInvalid, s, err)
+	}
+	if iv < MinInterval {
+		return Every{}, fmt.Errorf("%w %q: the interval must be at least %s", ErrInvalid, s, MinInterval)
+	}
+	return Every{text: iv.String(), interval: iv}, nil
+}
+
+// String is the schedule as stored with a message: the interval as a Go duration, or the
+// cron expression as given (trimmed). Parse(e.String(), now) is e.
+func (e Every) String() string { return e.text }
+
+// IsZero reports whether e is the zero Every (no schedule).
+func (e Every) IsZero() bool { return e.text == "" }
+
+// First is the first occurrence after now of a message that gives no due time of its
+// own: now + the interval, or the cron expression's next time after now.
+func (e Every) First(now time.Time) time.Time {
+	if e.cron != nil {
+		return e.cron.Next(now)
+	}
+	return now.Add(e.interval)
+}
+
+// Next is the first occurrence of the schedule strictly after both due (the due time of
+// a firing) and after (the caller's floor: due itself to fire every occurrence, a later
+// time to skip the ones before it). An interval counts from due (due + k x interval), so
+// a late firing does not shift the ones after it. For a fixed-time cron expression
+// (fixedTime) an occurrence whose wall-clock time in the schedule's zone is not after
+// due's is skipped: the second pass of a repeated fall-back hour (ISC cron: "if the time
+// has moved backwards, jobs that fall into the repeated time will not be re-run"). The
+// zero time when none exists.
+func (e Every) Next(due, after time.Time) time.Time {
+	if due.After(after) {
+		after = due
+	}
+	if e.cron != nil {
+		next := e.cron.Next(after)
+		if e.fixed {
+			prev := wallClock(due, e.loc)
+			for range maxRepeats {
+				if next.IsZero() || wallClock(next, e.loc).After(prev) {
+					break
+				}
+				next = e.cron.Next(next)
+			}
+		}
+		return next
+	}
+	if e.interval <= 0 {
+		return time.Time{}
+	}
+	k := after.Sub(due)/e.interval + 1
+	return due.Add(k * e.interval)
+}
+
+// wallClock is the local date and time of t in loc, as a UTC time to compare.
+func wallClock(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}
