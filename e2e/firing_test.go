@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestExpiryAcrossAStop (issue 16): the bridge is stopped before the messages are due and
@@ -67,4 +68,125 @@ func TestExpiryAcrossAStop(t *testing.T) {
 	mfs := scrape(t, b)
 	expect(t, mfs, "delaybridge_messages_out_total", n/2, "result", "expired")
 	expect(t, mfs, "delaybridge_messages_out_total", n/2, "result", "published")
+}
+
+// TestRecurringAcrossAKill (issue 16): a message with x-delay-every: 1s, three replicas,
+// the one that fires it killed with SIGKILL in the middle, cancelled after 30 s: 30
+// firings (+-1), one per occurrence (x-delay-due = the first + k s, none missing), none
+// early, and the target stream (duplicate window 2 min) holds each once.
+func TestRecurringAcrossAKill(t *testing.T) {
+	s := newStack(t)
+	target := s.name("tick.e2e")
+	out := s.createStream(t, "TICK", s.name("tick.>"))
+	s.env["BRIDGE_LEASE"] = "1s"
+	s.env["BRIDGE_OWNERSHIP_TTL"] = "1s"
+	var bridges []*bridge
+	for range 3 {
+		env := map[string]string{}
+		for k, v := range s.env {
+			env[k] = v
+		}
+		bridges = append(bridges, startBridge(t, env))
+	}
+	arrivals := subscribe(t, s.nc, target)
+	hdr := nats.Header{}
+	hdr.Set("x-delay-every", "1s")
+	hdr.Set("x-target", target)
+	hdr.Set("x-delay-id", "tick-e2e")
+	sent := time.Now()
+	reply := request(t, s.nc, s.name("delay.in"), hdr, "tick")
+	first, ok := reply["due"].(float64)
+	if !ok {
+		t.Fatalf("reply %v", reply)
+	}
+	time.Sleep(time.Until(sent.Add(12 * time.Second)))
+	owner := firingReplica(t, bridges, "tick-e2e")
+	if err := owner.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the replica that fired it, %s after the first firing", time.Since(time.UnixMilli(int64(first))).Round(time.Millisecond))
+	time.Sleep(time.Until(time.UnixMilli(int64(first)).Add(29500 * time.Millisecond)))
+	cancelHdr := nats.Header{}
+	cancelHdr.Set("x-delay-id", "tick-e2e")
+	if r := request(t, s.nc, s.name("delay.cancel"), cancelHdr, ""); r["cancelled"] != true {
+		t.Fatalf("cancel reply %v", r)
+	}
+	dues := map[int64]int{}
+	var late time.Duration
+	for settle := time.After(3 * time.Second); ; {
+		select {
+		case a := <-arrivals:
+			due, err := strconv.ParseInt(a.msg.Header.Get("x-delay-due"), 10, 64)
+			if err != nil {
+				t.Fatalf("x-delay-due: %v", err)
+			}
+			if a.at.UnixMilli() < due {
+				t.Fatalf("firing due %d arrived %d ms early", due, due-a.at.UnixMilli())
+			}
+			if (due-int64(first))%1000 != 0 {
+				t.Fatalf("firing due %d is not the first (%d) + k s", due, int64(first))
+			}
+			dues[due]++
+			late = max(late, a.at.Sub(time.UnixMilli(due)))
+			continue
+		case <-settle:
+		}
+		break
+	}
+	for k := range int64(len(dues)) {
+		if dues[int64(first)+1000*k] == 0 {
+			t.Fatalf("firing %d (due %d) lost; fired: %v", k, int64(first)+1000*k, dues)
+		}
+	}
+	if n := len(dues); n < 29 || n > 31 {
+		t.Fatalf("%d firings in 30 s, want 30 +- 1", n)
+	}
+	held := streamMsgs(t, s, out)
+	t.Logf("%d firings, %d publishes seen by a core subscriber, target stream holds %d; latest firing %s late (the takeover)",
+		len(dues), sumValues(dues), held, late.Round(time.Millisecond))
+	if held != uint64(len(dues)) {
+		t.Fatalf("target stream holds %d messages for %d firings", held, len(dues))
+	}
+}
+
+// firingReplica is the replica whose log shows the most publishes of id.
+func firingReplica(t *testing.T, bridges []*bridge, id string) *bridge {
+	t.Helper()
+	var best *bridge
+	most := 0
+	for _, b := range bridges {
+		if n := strings.Count(b.Out.String(), `"msg":"published","component":"egress","id":"`+id+`"`); n > most {
+			best, most = b, n
+		}
+	}
+	if best == nil {
+		t.Fatalf("no replica logged a publish of %s", id)
+	}
+	return best
+}
+
+func sumValues(m map[int64]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// streamMsgs is the message count of stream name.
+func streamMsgs(t *testing.T, s *stack, name string) uint64 {
+	t.Helper()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }

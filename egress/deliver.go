@@ -132,6 +132,7 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
 	st := &settlement{n: len(group)}
 	var firstErr error
+	failed := 0
 	for _, o := range group {
 		if o.err != nil && !e.permanent(o) {
 			// A retry that would come after due + x-delay-expires is not made.
@@ -154,14 +155,15 @@ func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt in
 			e.metrics.out(o.broker, "retried")
 			e.log.Debug("publish failed; will retry", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 				"attempt", o.claimed.Attempts+1, "backoff", backoff, "err", o.err)
+			failed++
 			if firstErr == nil {
 				firstErr = o.err
 			}
 		}
 	}
-	if len(st.retries) > 0 {
+	if failed > 0 {
 		e.log.Warn("publishes failed; retrying with backoff", "target", group[0].claimed.Envelope.Target,
-			"failed", len(st.retries), "group", len(group), "first_err", firstErr)
+			"failed", failed, "group", len(group), "first_err", firstErr)
 	}
 	return st
 }
