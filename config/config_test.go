@@ -48,6 +48,8 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_API_TOKEN", ""},
 	{"BRIDGE_LOG_LEVEL", "info"},
 	{"BRIDGE_LOG_FORMAT", "json"},
+	// Section 9.
+	{"BRIDGE_TARGET_RATE", ""},
 	// Extensions.
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},

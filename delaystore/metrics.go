@@ -139,9 +139,7 @@ func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overd
 func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.Hook {
 	s.timer.Store(&observe)
 	names := map[string]string{}
-	for name, sc := range map[string]*script{
-		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel, "member": s.member,
-	} {
+	for name, sc := range s.scripts() {
 		for _, h := range sc.hashes() { // both forms (scripts.go)
 			names[h] = name
 		}
@@ -149,7 +147,7 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 	sources := map[string]string{
 		withLibs(parkSrc): "park", claimSrc: "claim", withLibs(ackSrc): "ack", retrySrc: "retry", withLibs(cancelSrc): "cancel",
 		unflagged(claimSrc): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(retrySrc): "retry", unflagged(withLibs(cancelSrc)): "cancel",
-		memberSrc: "member", unflagged(memberSrc): "member",
+		memberSrc: "member", unflagged(memberSrc): "member", rateSrc: "rate", unflagged(rateSrc): "rate",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {
 		args := c.Args()

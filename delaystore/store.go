@@ -44,6 +44,8 @@ type Store struct {
 	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
+	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
+	rateKey string
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
@@ -63,8 +65,8 @@ type Store struct {
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load) and which form the server takes (scripts.go), so sharing them is safe.
-	park, claim, ack, retry, cancel, member *script
-	mem                                     memoryState // what parks learned about Redis memory
+	park, claim, ack, retry, cancel, member, rate *script
+	mem                                           memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -119,6 +121,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		retry:        newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
 		cancel:       newScript(redis.NewScript(withLibs(cancelSrc)), redis.NewScript(unflagged(withLibs(cancelSrc)))),
 		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
+		rate:         newScript(redis.NewScript(rateSrc), redis.NewScript(unflagged(rateSrc))),
+		rateKey:      "{" + p + ":rate}:tat",
 		minReplicas:  cfg.MinReplicas,
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
 		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -181,9 +185,7 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
-	for name, sc := range map[string]*script{
-		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel, "member": s.member,
-	} {
+	for name, sc := range s.scripts() {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("init: load script %s: %w", name, err)
 		}
@@ -239,4 +241,12 @@ func (s *Store) checkShard(sh int) error {
 		return fmt.Errorf("shard %d not in 0..%d", sh, s.shards-1)
 	}
 	return nil
+}
+
+// scripts are the store's scripts by name.
+func (s *Store) scripts() map[string]*script {
+	return map[string]*script{
+		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
+		"member": s.member, "rate": s.rate,
+	}
 }

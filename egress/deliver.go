@@ -61,7 +61,7 @@ func (e *Egress) dispatch(ctx context.Context, s *scheduler, shard int, claimed 
 		}
 		if n < len(g) {
 			broker, _, _ := strings.Cut(target, ":")
-			e.metrics.putBack(broker, len(g)-n)
+			e.metrics.count(broker, "put_back", len(g)-n)
 		}
 		if n > 0 {
 			s.active.Add(1)
@@ -82,7 +82,7 @@ func (e *Egress) dispatch(ctx context.Context, s *scheduler, shard int, claimed 
 
 // runGroup publishes the messages of one target (one Publish call) and returns their
 // settlement: acks for the confirmed ones and the dead-lettered ones, retries for the
-// rest. It uses a context detached from ctx, bounded by DrainTimeout, so a group claimed
+// rest, put-backs for those over the target's BRIDGE_TARGET_RATE (admit). It uses a context detached from ctx, bounded by DrainTimeout, so a group claimed
 // before shutdown is finished; the messages' own context ends 4/5 of the lease after
 // fence. The target's limiter slots are released as soon as Publish returns.
 func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaystore.Claimed, fence time.Time) *settlement {
@@ -95,6 +95,8 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 		defer mcancel()
 	}
 	claimedAt := e.clock.redisNow(e.now())
+	n := len(claimed)
+	claimed, wait := e.admit(dctx, target, claimed, claimedAt)
 	group := make([]*outgoing, len(claimed))
 	live := make([]*outgoing, 0, len(claimed))
 	for i, c := range claimed {
@@ -119,9 +121,27 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 			published++
 		}
 	}
-	e.limits.release(target, len(group), published > 0)
+	e.limits.release(target, n, published > 0)
 	failpoint.Inject(failpoint.AfterPublish)
-	return e.outcomes(dctx, group, confirmedAt)
+	st := e.outcomes(dctx, group, confirmedAt)
+	st.retries, st.n = append(st.retries, wait...), st.n+len(wait)
+	return st
+}
+
+// admit is the BRIDGE_TARGET_RATE check of one target's group (rates.admit): the
+// messages to publish now, and put-backs of those that wait for their slot (counted as
+// rate_limited).
+func (e *Egress) admit(ctx context.Context, target string, claimed []delaystore.Claimed, now int64) ([]delaystore.Claimed, []delaystore.RetryRequest) {
+	ready, wait, err := e.rates.admit(ctx, target, claimed, now)
+	if err != nil {
+		e.log.Warn("could not ask Redis for publish slots; the messages wait and ask again", "target", target,
+			"count", len(claimed), "err", err)
+	}
+	if len(wait) > 0 {
+		broker, _, _ := strings.Cut(target, ":")
+		e.metrics.count(broker, "rate_limited", len(wait))
+	}
+	return ready, wait
 }
 
 // outcomes ends the spans of a published group and decides each message's fate:

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -89,6 +90,9 @@ type Config struct {
 	// it is put back unpublished, without counting an attempt, so that a hanging target
 	// holds only its own share of the in-flight capacity.
 	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
+	// TargetRate is BRIDGE_TARGET_RATE ([ParseRateRules]): per-target publish rates,
+	// summed over the fleet. Empty: no target is limited.
+	TargetRate string `env:"TARGET_RATE" envDoc:"per-target publish rates over all replicas: comma-separated <glob>=<n>/s (orders.*=200/s,kafka:billing.*=1000/s); the first matching pattern applies; messages over the rate wait, in due order"`
 	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
 	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
 	Tracer trace.Tracer
@@ -132,6 +136,9 @@ func (c Config) Validate() envconf.Problems {
 	}
 	if c.TargetInflight < 1 {
 		ps.Add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
+	}
+	if _, err := ParseRateRules(c.TargetRate); err != nil {
+		ps.Add("TARGET_RATE", "%v", err)
 	}
 	return ps
 }
@@ -182,11 +189,12 @@ type Egress struct {
 	clock      redisClock
 	now        func() time.Time // the local clock of scheduling decisions
 	limits     *limiter
+	rates      *rates
 	own        *ownership
 }
 
 // New returns an Egress publishing through publishers, keyed by broker name ("nats",
-// "kafka"). metrics may be nil.
+// "kafka"). metrics may be nil. With cfg.TargetRate, store must also be a [Reserver].
 func New(cfg Config, store Claimer, publishers map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Egress, error) {
 	cfg.defaults()
 	if store == nil {
@@ -204,6 +212,16 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 	e := &Egress{cfg: cfg, store: store, publishers: publishers, log: logger.With("component", "egress"),
 		metrics: metrics, now: cfg.Now}
 	e.limits = newLimiter(cfg.TargetInflight, e.now)
+	rules, err := ParseRateRules(cfg.TargetRate)
+	if err != nil {
+		return nil, fmt.Errorf("egress: BRIDGE_TARGET_RATE: %w", err)
+	}
+	e.rates = &rates{rules: rules, held: map[heldKey]heldSlot{}}
+	if len(rules) > 0 {
+		if e.rates.store, _ = store.(Reserver); e.rates.store == nil {
+			return nil, errors.New("egress: BRIDGE_TARGET_RATE needs a store that hands out slots (Reserver)")
+		}
+	}
 	e.own = newOwnership(cfg.MemberID, store.Shards(), cfg.OwnershipTTL, store, e.log, cfg.ClaimAll)
 	return e, nil
 }

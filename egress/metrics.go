@@ -18,7 +18,8 @@ type Metrics struct {
 // delaybridge_messages_out_total{broker, result} (published, retried, dead_lettered;
 // expired: dead-lettered because it could not be published before due + x-delay-expires;
 // dead_letter_failed: a dead letter that could not be published, the message is retried;
-// put_back: claimed while its target was at its in-flight limit, put back unpublished) and
+// put_back: claimed while its target was at its in-flight limit, put back unpublished;
+// rate_limited: claimed before its BRIDGE_TARGET_RATE slot, put back to it) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
 // the Redis clock), delaybridge_inflight_messages (claimed, not yet settled) and
 // delaybridge_owned_shards (the shards this replica claims).
@@ -26,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited).",
 		}, []string{"broker", "result"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",
@@ -51,8 +52,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 func (m *Metrics) out(broker, result string) {
+	m.count(broker, result, 1)
+}
+
+// count adds n to delaybridge_messages_out_total{broker, result}.
+func (m *Metrics) count(broker, result string, n int) {
 	if m != nil {
-		m.messages.WithLabelValues(broker, result).Inc()
+		m.messages.WithLabelValues(broker, result).Add(float64(n))
 	}
 }
 
@@ -73,14 +79,6 @@ func (m *Metrics) claimed(n int) {
 func (m *Metrics) settled(n int) {
 	if m != nil {
 		m.inflight.Sub(float64(n))
-	}
-}
-
-// putBack counts messages put back unpublished because their target was at its
-// in-flight limit.
-func (m *Metrics) putBack(broker string, n int) {
-	if m != nil {
-		m.messages.WithLabelValues(broker, "put_back").Add(float64(n))
 	}
 }
 

@@ -138,3 +138,12 @@ func globChar(p string) (rune, string, bool) {
 	r, n := utf8.DecodeRuneInString(p)
 	return r, p[n:], true
 }
+
+// Valid reports whether pattern is well formed (a malformed one matches nothing).
+func Valid(pattern string) bool {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return false
+	}
+	_, ok := compileGlob(pattern)
+	return ok
+}
