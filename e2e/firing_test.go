@@ -190,3 +190,90 @@ func streamMsgs(t *testing.T, s *stack, name string) uint64 {
 	}
 	return info.State.Msgs
 }
+
+// TestTargetRate (issue 16): 5,000 messages due at once to a target limited to 500/s and
+// 5,000 to an unlimited one, with 1 and with 4 replicas: every message arrives once, none
+// early; the limited target is never faster than its rate (its last message comes no
+// sooner than 4,999/500 s after the due time, whatever the replicas); the unlimited one
+// is through long before. The measured release rates are logged; `make bench` reports
+// them for 10,000 messages.
+func TestTargetRate(t *testing.T) {
+	for _, replicas := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) { rateRun(t, replicas) })
+	}
+}
+
+func rateRun(t *testing.T, replicas int) {
+	const n, rate = 5000, 500
+	s := newStack(t)
+	s.createStream(t, "IN", s.name("delay.in"), s.name("delay.cancel"))
+	s.env["BRIDGE_NATS_STREAM"] = s.streamName("IN")
+	s.env["BRIDGE_LOG_LEVEL"] = "info"
+	limitedTarget, freeTarget := s.name("limited.out"), s.name("free.out")
+	s.env["BRIDGE_TARGET_RATE"] = s.name("limited") + ".*=" + strconv.Itoa(rate) + "/s"
+	for range replicas {
+		env := map[string]string{}
+		for k, v := range s.env {
+			env[k] = v
+		}
+		startBridge(t, env)
+	}
+	limited, free := subscribe(t, s.nc, limitedTarget), subscribe(t, s.nc, freeTarget)
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(6 * time.Second)
+	for i := range n {
+		for _, target := range []string{limitedTarget, freeTarget} {
+			m := nats.NewMsg(s.name("delay.in"))
+			m.Header.Set("x-deliver-at", strconv.FormatInt(due.UnixMilli(), 10))
+			m.Header.Set("x-target", target)
+			m.Header.Set("seq", strconv.Itoa(i))
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publish acks did not arrive")
+	}
+	if time.Now().After(due) {
+		t.Logf("publishing took past the due time: the rate is measured from the first arrival")
+	}
+	freeFirst, freeLast := drain(t, free, n, due)
+	first, last := drain(t, limited, n, due)
+	if min := time.Duration(n-1) * time.Second / rate; last.Sub(due) < min-rateTolerance {
+		t.Fatalf("limited target: %d messages %s after their due time, faster than %d/s (at least %s)", n, last.Sub(due), rate, min)
+	}
+	if !freeLast.Before(last) {
+		t.Fatalf("unlimited target through %s after due, the limited one %s", freeLast.Sub(due), last.Sub(due))
+	}
+	t.Logf("%d replicas: limited target released at %.1f/s (limit %d/s: %.1f%%), unlimited at %.0f/s",
+		replicas, float64(n-1)/last.Sub(first).Seconds(), rate, 100*float64(n-1)/last.Sub(first).Seconds()/rate,
+		float64(n-1)/freeLast.Sub(freeFirst).Seconds())
+}
+
+// rateTolerance is egress's: a message goes out up to 10 ms before its slot.
+const rateTolerance = 10 * time.Millisecond
+
+// drain receives n distinct messages (header seq) from ch, none before due, and returns
+// the first and last arrival times.
+func drain(t *testing.T, ch chan arrival, n int, due time.Time) (first, last time.Time) {
+	t.Helper()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		a := receive(t, ch, 30*time.Second)
+		if a.at.Before(due) {
+			t.Fatalf("seq %s arrived %s early", a.msg.Header.Get("seq"), due.Sub(a.at))
+		}
+		if first.IsZero() {
+			first = a.at
+		}
+		seen[a.msg.Header.Get("seq")] = true
+		last = a.at
+	}
+	return first, last
+}
