@@ -48,6 +48,8 @@ type dbOpts struct {
 	// clusterMasters > 0: a Redis Cluster of that many masters (BRIDGE_REDIS_CLUSTER_ADDRS)
 	// instead of one redis-server.
 	clusterMasters int
+	// env: more variables for every bridge (the firing rows' BRIDGE_TARGET_RATE).
+	env map[string]string
 }
 
 // startDelaybridge starts Redis (with o.wait > 0: plus one replica, and the bridges run
@@ -137,6 +139,9 @@ func startDelaybridge(bin string, o dbOpts) (_ *dbSystem, err error) {
 	if o.gomaxprocs > 0 {
 		env["GOMAXPROCS"] = strconv.Itoa(o.gomaxprocs)
 	}
+	for k, v := range o.env {
+		env[k] = v
+	}
 	if waitReplicas > 0 {
 		env["BRIDGE_REDIS_MIN_REPLICAS"] = strconv.Itoa(waitReplicas)
 	}
@@ -224,6 +229,9 @@ func (s *dbSystem) send(n int, gen func(int) sched, rate float64) error {
 		m := nats.NewMsg("delay.in")
 		m.Data = benchPayload
 		m.Header["x-target"] = []string{"bench.out.w"}
+		if sc.every != "" {
+			m.Header["x-delay-every"] = []string{sc.every}
+		}
 		if sc.abs {
 			m.Header["x-deliver-at"] = []string{strconv.FormatInt(sc.at.UnixMilli(), 10)}
 		} else {

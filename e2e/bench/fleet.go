@@ -29,6 +29,8 @@ type fleetParams struct {
 	clusterMasters int
 	clusterShards  int
 	clusterRate    float64
+
+	firing firingParams
 }
 
 // fleetMembersKey is the membership set of the fleet design (docs/design.md, "Fleet:

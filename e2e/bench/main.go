@@ -66,7 +66,7 @@ func (v variant) aofLabel() string {
 func main() {
 	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
-	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster")
+	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring")
 	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -87,6 +87,10 @@ func main() {
 	idleFor := flag.Duration("idle-for", 20*time.Second, "idle: measured window (-quick: 5s)")
 	clusterShards := flag.Int("cluster-shards", 64, "cluster: BRIDGE_SHARDS (16 hash tags fall 4/5/7 on 3 masters; 64: 21/20/23)")
 	clusterRate := flag.Float64("cluster-rate", 5000, "cluster: paced rate, msgs/s")
+	rateN := flag.Int("rate-n", 10_000, "rate: messages due at once to the limited target (-quick: 2000)")
+	rateLimit := flag.Int("rate-limit", 500, "rate: the target's BRIDGE_TARGET_RATE, msgs/s")
+	recurring := flag.Int("recurring", 1000, "recurring: messages every 1s (firings per second) (-quick: 500)")
+	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
 	flag.Parse()
 	var err error
 	if extraEnv, err = parseEnvList(*bridgeEnv); err != nil {
@@ -128,10 +132,20 @@ func main() {
 		if !set["idle-for"] {
 			*idleFor = 5 * time.Second
 		}
+		if !set["rate-n"] {
+			*rateN = 2000
+		}
+		if !set["recurring"] {
+			*recurring = 500
+		}
+		if !set["recurring-for"] {
+			*recurFor = 5 * time.Second
+		}
 	}
 	fp := fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: max(1, min(*runs, 2)),
 		idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
-		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate}
+		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate,
+		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor}}
 	if set["variants"] {
 		extra = nil
 		for _, s := range splitList(*variants) {
@@ -151,7 +165,7 @@ func main() {
 	}
 	wl := splitList(*workloads)
 	for _, w := range wl {
-		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster"}, w) {
+		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
@@ -273,7 +287,7 @@ func runOne(bin string, v variant, w string, p params) result {
 }
 
 // fleetWorkloads run once on delaybridge (not per variant, not on asynq).
-var fleetWorkloads = []string{"fleet", "idle", "cluster"}
+var fleetWorkloads = []string{"fleet", "idle", "cluster", "rate", "recurring"}
 
 // runFleetSets runs the fleet, idle and cluster workloads that wl names.
 func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) extraSections {
@@ -319,7 +333,36 @@ func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) ex
 		}
 		x.cluster = medians(all)
 	}
+	x.rate, x.recurring = runFiringSets(bin, wl, fp.firing, fp.runs, logf)
 	return x
+}
+
+// runFiringSets runs the rate and recurring workloads that wl names.
+func runFiringSets(bin string, wl []string, f firingParams, runs int, logf func(string, ...any)) (rate, recurring []row) {
+	if slices.Contains(wl, "rate") {
+		var all []result
+		for _, r := range f.replicas {
+			for run := range runs {
+				res := runRateRow(bin, f.rateN, f.rateLimit, r)
+				logf("delaybridge x%-3d %s run %d/%d: %s", r, res.workload, run+1, runs, brief(res))
+				all = append(all, res)
+				runtime.GC()
+			}
+		}
+		rate = medians(all)
+	}
+	if slices.Contains(wl, "recurring") {
+		var all []result
+		for run := range runs {
+			rec, one := runRecurringRow(bin, f.recurring, f.recurFor)
+			logf("delaybridge x1 %s run %d/%d: %s", rec.workload, run+1, runs, brief(rec))
+			logf("delaybridge x1 %s run %d/%d: %s", one.workload, run+1, runs, brief(one))
+			all = append(all, rec, one)
+			runtime.GC()
+		}
+		recurring = medians(all)
+	}
+	return rate, recurring
 }
 
 func intList(s string) []int {

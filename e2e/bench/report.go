@@ -136,6 +136,8 @@ type extraSections struct {
 	fleet, cluster []row
 	idle           []idleResult
 	perMaster      []int // cluster: shards per master
+	rate           []row // firing control: BRIDGE_TARGET_RATE rows
+	recurring      []row // firing control: recurring and one-shot rows
 }
 
 func renderReport(rows []row, runs int, p params, took time.Duration, x extraSections) string {
@@ -226,6 +228,7 @@ func renderReport(rows []row, runs int, p params, took time.Duration, x extraSec
 	b.WriteString(renderFleet(x.fleet))
 	b.WriteString(renderIdle(x.idle))
 	b.WriteString(renderCluster(x.cluster, x.perMaster))
+	b.WriteString(renderFiring(x.rate, x.recurring))
 	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady, parked, fleet and cluster: at most 2; idle: 1); whole run took %s.\n", runs, took.Round(time.Second))
 	return b.String()
 }

@@ -17,6 +17,7 @@ type sched struct {
 	delay time.Duration
 	at    time.Time
 	abs   bool
+	every string // x-delay-every (delaybridge only): a recurring message
 }
 
 // system is delaybridge (bridge processes + NATS) or asynq, on a spawned Redis.
