@@ -82,9 +82,10 @@ func (e *Egress) dispatch(ctx context.Context, s *scheduler, shard int, claimed 
 
 // runGroup publishes the messages of one target (one Publish call) and returns their
 // settlement: acks for the confirmed ones and the dead-lettered ones, retries for the
-// rest, put-backs for those over the target's BRIDGE_TARGET_RATE (admit). It uses a context detached from ctx, bounded by DrainTimeout, so a group claimed
-// before shutdown is finished; the messages' own context ends 4/5 of the lease after
-// fence. The target's limiter slots are released as soon as Publish returns.
+// rest, put-backs for those over the target's BRIDGE_TARGET_RATE (admit). It uses a
+// context detached from ctx, bounded by DrainTimeout, so a group claimed before shutdown
+// is finished; the messages' own context ends 4/5 of the lease after fence. The target's
+// limiter slots are released as soon as Publish returns.
 func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaystore.Claimed, fence time.Time) *settlement {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DrainTimeout)
 	defer cancel()
