@@ -75,6 +75,12 @@ const (
 	ReasonInvalidHeaders      = "invalid_headers"
 	ReasonUnknown             = "unknown"
 
+	// ReasonInvalidRequest starts the 400 answer of the message API to a body that is not a
+	// message (not JSON, an unknown field, a field of the wrong type, payload and
+	// payload_base64 both given) and is its reason label in the metrics. Not a dead-letter
+	// reason: the API answers, nothing is dead-lettered.
+	ReasonInvalidRequest = "invalid_request"
+
 	// ReasonNotReplicated starts the error reply of a request refused for durability
 	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or
 	// dead-lettered; the sender retries. Not a dead-letter reason.

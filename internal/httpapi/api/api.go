@@ -92,6 +92,13 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
 	mux.HandleFunc("GET /v1/stats", a.stats)
+	// Other methods and paths: JSON answers like every other error.
+	mux.HandleFunc("/v1/messages", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
+	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
+	})
 	return a.auth(a.limitBody(mux))
 }
 
@@ -134,10 +141,11 @@ func (a *api) auth(next http.Handler) http.Handler {
 	if a.cfg.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + a.cfg.Token)
+	want := []byte(a.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		// RFC 9110: the auth scheme is case-insensitive ("bearer" works too).
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
 			refuse(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
@@ -156,19 +164,20 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the limit of %d bytes", tooBig.Limit))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		a.cfg.Metrics.Invalid("http", contract.ReasonInvalidRequest)
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": invalid JSON body: "+err.Error())
 		return
 	}
 	in, err := a.incoming(req, received)
 	if err != nil {
-		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.cfg.Metrics.Invalid("http", contract.ReasonInvalidRequest)
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
 		return
 	}
 	park, err := a.cfg.Rules.Prepare(in, a.cfg.Now())
 	if err != nil {
 		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
-		writeError(w, http.StatusBadRequest, ingress.ErrorText(err))
+		writeError(w, http.StatusBadRequest, fieldNames.Replace(ingress.ErrorText(err)))
 		return
 	}
 	parked, err := a.store.Park(r.Context(), []delaystore.ParkRequest{park})
@@ -238,6 +247,22 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 		NewID:    watermill.NewULID,
 		Received: received,
 	}, nil
+}
+
+// fieldNames turns the header names in an ingress error into the JSON fields they came
+// from ("missing target: no target header"); the bridge's own output headers stay.
+var fieldNames = strings.NewReplacer(
+	contract.HeaderHops, contract.HeaderHops, contract.HeaderDue, contract.HeaderDue,
+	contract.HeaderSource, contract.HeaderSource, contract.HeaderError, contract.HeaderError,
+	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderID, "id",
+	contract.HeaderDeliverAt, "deliver_at", contract.HeaderTarget, "target", contract.HeaderDelay, "delay")
+
+// methodNotAllowed answers 405 in JSON, with the methods a path takes in Allow.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: allowed methods are %s", r.Method, r.URL.Path, allow))
+	}
 }
 
 // stringOrInt accepts a JSON string or a JSON integer and returns its text.

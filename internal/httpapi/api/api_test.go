@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -155,11 +156,12 @@ func TestPostRejects(t *testing.T) {
 		{"bad delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`"soon"`)}, "invalid_delay"},
 		{"float delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1.5`)}, "string or an integer"},
 		{"both schedules", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), DeliverAt: []byte(`1`)}, "conflicting_schedule"},
-		{"no target", httpapi.PostRequest{Delay: []byte(`1`)}, "missing_target"},
+		{"no target", httpapi.PostRequest{Delay: []byte(`1`)}, "missing_target: missing target: no target header"},
+		{"both schedules, in the API's names", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), DeliverAt: []byte(`1`)}, "both delay and deliver_at given"},
 		{"loop", httpapi.PostRequest{Target: "delay.in"}, "target_loop"},
 		{"kafka off", httpapi.PostRequest{Target: "kafka:t"}, "broker_not_configured"},
 		{"too large", httpapi.PostRequest{Target: "a.b", Payload: str(strings.Repeat("x", 65))}, "payload_too_large"},
-		{"both payloads", httpapi.PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "not both"},
+		{"both payloads", httpapi.PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "invalid_request: give payload or payload_base64, not both"},
 		{"bad base64", httpapi.PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
 		{"bad every", httpapi.PostRequest{Target: "a.b", Every: "sometimes"}, "invalid_every"},
 		{"bad expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`"0s"`)}, "invalid_expires"},
@@ -179,9 +181,10 @@ func TestPostRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("unknown field: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"error":"invalid_request: invalid JSON body`) {
+		t.Fatalf("unknown field: %d %s", resp.StatusCode, body)
 	}
 	s, err := st.Stats(context.Background())
 	if err != nil || s.Parked != 0 {
@@ -194,9 +197,44 @@ func TestToken(t *testing.T) {
 	if _, err := c.Stats(context.Background()); err != nil {
 		t.Fatalf("with token: %v", err)
 	}
+	req, _ := http.NewRequest(http.MethodGet, c.Base+"/v1/stats", nil)
+	req.Header.Set("Authorization", "bearer s3cret") // the scheme is case-insensitive
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("lower-case scheme: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	c.Token = "wrong"
 	var apiErr *client.APIError
 	if _, err := c.Stats(context.Background()); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %v", err)
+	}
+}
+
+// TestJSONErrorsForOtherMethodsAndPaths: a wrong method or path is answered in JSON like
+// every other error, a wrong method with Allow.
+func TestJSONErrorsForOtherMethodsAndPaths(t *testing.T) {
+	c, _ := newAPI(t, "")
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodGet, "/v1/messages", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/v1/messages/x", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/v1/stats", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{http.MethodGet, "/v2/nothing", http.StatusNotFound, ""},
+	} {
+		req, _ := http.NewRequest(tc.method, c.Base+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/json" ||
+			!strings.HasPrefix(string(body), `{"error":`) || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d %q Allow %q: %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), body)
+		}
 	}
 }
