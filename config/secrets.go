@@ -63,3 +63,21 @@ func readSmallFile(path string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Secret returns secret variable name (without the prefix: "API_TOKEN") as the bridge
+// reads it from environ: the variable, or the content of name_FILE, with the same rules
+// (both set, an unreadable or empty file: an error naming the variable, never the
+// content). The CLI uses it, so that it takes the token exactly as `bridge run` does.
+func Secret(environ []string, name string) (string, error) {
+	env := EnvMap(environ)
+	vars := map[string]string{}
+	for _, k := range []string{Prefix + name, Prefix + name + "_FILE"} {
+		if v, ok := env[k]; ok {
+			vars[k] = v
+		}
+	}
+	if ps := readSecretFiles(vars); len(ps) > 0 {
+		return "", ps[0]
+	}
+	return vars[Prefix+name], nil
+}

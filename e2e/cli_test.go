@@ -81,6 +81,18 @@ func TestDevQuickStart(t *testing.T) {
 	if err != nil || !strings.Contains(out, "cancelled") {
 		t.Fatalf("cancel: %v %s", err, out)
 	}
+	out, err = runCLI(t, "cancel", "later", "--api", api) // flags after the arguments too
+	if err == nil || !strings.Contains(out, "no pending message with that id") {
+		t.Fatalf("cancel of nothing: err=%v out=%s; want a failure naming it", err, out)
+	}
+	out, err = runCLI(t, "send", "--api", api, "hi")
+	if err == nil || !strings.Contains(out, "--target is required") {
+		t.Fatalf("send without --target: err=%v out=%s", err, out)
+	}
+	out, err = runCLI(t, "send", "--api", api, "--target", "demo.later", "x", "--delay", "1h", "--id", "later2")
+	if err != nil || !strings.Contains(out, "parked later2") {
+		t.Fatalf("send with flags after the payload: %v %s", err, out)
+	}
 	out, err = runCLI(t, "send", "--api", api, "--delay", "abc", "--target", "demo.hello", "x")
 	if err == nil || !strings.Contains(out, "invalid_delay") {
 		t.Fatalf("send with a bad delay: err=%v out=%s", err, out)

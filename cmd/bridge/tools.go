@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,25 +39,14 @@ type secretFlag struct{ p *string }
 func (f secretFlag) String() string     { return "" }
 func (f secretFlag) Set(v string) error { *f.p = v; return nil }
 
-// apiToken is token, else BRIDGE_API_TOKEN, else the content of BRIDGE_API_TOKEN_FILE
-// (one trailing newline trimmed). Errors name the file, never its content.
+// apiToken is token, else BRIDGE_API_TOKEN or the content of BRIDGE_API_TOKEN_FILE, read
+// as `bridge run` reads them (config.Secret: setting both is an error). Errors name the
+// variable, never the token.
 func apiToken(token string, environ []string) (string, error) {
 	if token != "" {
 		return token, nil
 	}
-	env := config.EnvMap(environ)
-	if t := env["BRIDGE_API_TOKEN"]; t != "" {
-		return t, nil
-	}
-	path := env["BRIDGE_API_TOKEN_FILE"]
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("BRIDGE_API_TOKEN_FILE: %w", err)
-	}
-	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
+	return config.Secret(environ, "API_TOKEN")
 }
 
 func newClient(addr, token string, environ []string) (*client.Client, error) {
@@ -100,14 +88,21 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return errUsage
 	}
-	if fs.NArg() != 1 || *target == "" {
+	switch {
+	case *target == "":
+		fmt.Fprintln(stderr, "bridge send: --target is required")
+		fs.Usage()
+		return errUsage
+	case len(pos) != 1:
+		fmt.Fprintf(stderr, "bridge send: want one PAYLOAD (or - to read it from stdin), got %d arguments\n", len(pos))
 		fs.Usage()
 		return errUsage
 	}
-	payload := fs.Arg(0)
+	payload := pos[0]
 	if payload == "-" {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
@@ -186,10 +181,11 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	fs := flag.NewFlagSet("bridge cancel", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return errUsage
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		fmt.Fprintln(stderr, "usage: bridge cancel [--api host:port] ID")
 		return errUsage
 	}
@@ -197,16 +193,38 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	ok, err := c.Cancel(ctx, fs.Arg(0))
+	ok, err := c.Cancel(ctx, pos[0])
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
 	if !ok {
-		fmt.Fprintf(stdout, "%s: no pending message with that id\n", fs.Arg(0))
-		return nil
+		return fmt.Errorf("cancel %s: no pending message with that id", pos[0]) // exit 1
 	}
-	fmt.Fprintf(stdout, "%s: cancelled\n", fs.Arg(0))
+	fmt.Fprintf(stdout, "%s: cancelled\n", pos[0])
 	return nil
+}
+
+// parseInterleaved parses args with fs, flags before, between and after the positional
+// arguments (bridge send --target t PAYLOAD --delay 5s), and returns the positional ones;
+// everything after "--" is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos, rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func printHelp(w io.Writer) {

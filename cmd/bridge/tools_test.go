@@ -1,0 +1,55 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseInterleaved(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		pos  []string
+		id   string
+	}{
+		{[]string{"--id", "a", "x"}, []string{"x"}, "a"},
+		{[]string{"x", "--id", "a"}, []string{"x"}, "a"},
+		{[]string{"x", "--id", "a", "y"}, []string{"x", "y"}, "a"},
+		{[]string{"-", "--id", "a"}, []string{"-"}, "a"},
+		{[]string{"--id", "a", "--", "--id", "b"}, []string{"--id", "b"}, "a"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		id := fs.String("id", "", "")
+		pos, err := parseInterleaved(fs, c.args)
+		if err != nil || !slices.Equal(pos, c.pos) || *id != c.id {
+			t.Errorf("%q: positional %q, id %q, %v; want %q, %q", c.args, pos, *id, err, c.pos, c.id)
+		}
+	}
+}
+
+// TestAPITokenAsRunReadsIt: the CLI takes the token as `bridge run` does: the variable or
+// its file, never both.
+func TestAPITokenAsRunReadsIt(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := apiToken("", []string{"BRIDGE_API_TOKEN_FILE=" + file}); err != nil || tok != "from-file" {
+		t.Fatalf("file: %q %v", tok, err)
+	}
+	if tok, err := apiToken("", []string{"BRIDGE_API_TOKEN=env"}); err != nil || tok != "env" {
+		t.Fatalf("variable: %q %v", tok, err)
+	}
+	_, err := apiToken("", []string{"BRIDGE_API_TOKEN=env", "BRIDGE_API_TOKEN_FILE=" + file})
+	if err == nil || !strings.Contains(err.Error(), "set only one of BRIDGE_API_TOKEN and BRIDGE_API_TOKEN_FILE") {
+		t.Fatalf("both: %v", err)
+	}
+	if tok, err := apiToken("flag", []string{"BRIDGE_API_TOKEN=env", "BRIDGE_API_TOKEN_FILE=" + file}); err != nil || tok != "flag" {
+		t.Fatalf("--token wins: %q %v", tok, err)
+	}
+}
