@@ -387,6 +387,22 @@ func TestStartupErrors(t *testing.T) {
 			}
 		}
 	})
+	t.Run("port taken", func(t *testing.T) {
+		first := startBridge(t, s.env)
+		env := map[string]string{}
+		for k, v := range s.env {
+			env[k] = v
+		}
+		env["BRIDGE_HTTP_ADDR"] = first.HTTPAddr
+		b := startProcess(t, env)
+		if err := b.Wait(t, 20*time.Second); err == nil {
+			t.Fatal("a second bridge started on a taken port")
+		}
+		out := b.Out.String()
+		if !contains(out, "BRIDGE_HTTP_ADDR") || contains(out, "consuming") || contains(out, "fleet membership") {
+			t.Fatalf("want a stop naming BRIDGE_HTTP_ADDR before consuming or joining the fleet:\n%s", out)
+		}
+	})
 	t.Run("missing stream", func(t *testing.T) {
 		env := map[string]string{}
 		for k, v := range s.env {

@@ -68,10 +68,19 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 	return serve(ctx, cfg, logger, listeners{tracer: tp.Tracer("github.com/delaybridge/delaybridge"), now: now})
 }
 
+// readableDurations writes durations as Go durations ("200ms"), not the JSON handler's
+// nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 // newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
 // routes go-redis's own messages into it (logging.go).
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.Level()}
+	opts := &slog.HandlerOptions{Level: cfg.Level(), ReplaceAttr: readableDurations}
 	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
 		h = slog.NewTextHandler(w, opts)
@@ -94,6 +103,36 @@ type listeners struct {
 	now func() time.Time
 }
 
+// openListeners opens the HTTP listeners that ls does not hold yet (BRIDGE_HTTP_ADDR, and
+// BRIDGE_API_ADDR unless empty), before anything else starts, so that a taken port stops
+// the start at once and `bridge dev` can print the addresses (a port 0 is chosen by the
+// system).
+func openListeners(cfg config.Config, ls listeners) (listeners, error) {
+	var err error
+	if ls.ops == nil {
+		if ls.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return ls, fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		}
+	}
+	if ls.api == nil && cfg.APIAddr != "" {
+		if ls.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+			ls.ops.Close()
+			return ls, fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
+		}
+	}
+	return ls, nil
+}
+
+// close closes the listeners (the HTTP servers close them too when they stop: a second
+// close does nothing).
+func (ls listeners) close() {
+	for _, ln := range []net.Listener{ls.ops, ls.api} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
 // serve runs the bridge until ctx is cancelled, then shuts down in the order [shutdown]
 // lists. It returns nil after a clean drain.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
@@ -101,6 +140,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls liste
 		return err
 	}
 	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
+	// The ports first: a second bridge on a taken port stops here, before it joins a
+	// consumer group or the fleet.
+	if ls, err = openListeners(cfg, ls); err != nil {
+		return err
+	}
+	defer ls.close()
 	if ls.now == nil {
 		ls.now = time.Now
 	}

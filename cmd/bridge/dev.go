@@ -76,29 +76,12 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	}
 	defer stop()
 
-	ls, err := devListeners(cfg)
+	ls, err := openListeners(cfg, listeners{})
 	if err != nil {
 		return err
 	}
 	ls.ready = func() { printDevBanner(stdout, cfg, ls) }
 	return serve(ctx, cfg, logger, ls)
-}
-
-// devListeners opens the HTTP listeners before the bridge starts, so that the banner can
-// name their addresses (a port 0 is chosen by the system).
-func devListeners(cfg config.Config) (listeners, error) {
-	var ls listeners
-	var err error
-	if ls.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return ls, fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
-	}
-	if cfg.APIAddr != "" {
-		if ls.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
-			ls.ops.Close()
-			return ls, fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
-		}
-	}
-	return ls, nil
 }
 
 // watchDemo connects to the embedded NATS, creates the dead-letter stream and prints
@@ -163,8 +146,9 @@ func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) er
 func printDevBanner(w io.Writer, cfg config.Config, ls listeners) {
 	api := "(off)"
 	if ls.api != nil {
-		api = "http://" + ls.api.Addr().String() + "/v1/messages"
+		api = "http://" + reachable(ls.api.Addr()) + "/v1/messages"
 	}
+	self := os.Args[0] // as the user started it: bin/bridge after make run
 	fmt.Fprintf(w, `
 delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream.
 
@@ -173,14 +157,24 @@ delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetSt
   API       %s
 
 Try it from another terminal:
-  bridge send --delay 5s --target demo.hello hi
+  %s send --delay 5s --target demo.hello hi
   nats --server %s pub %s hi -H x-delay:5s -H x-target:demo.hello
   nats --server %s request %s hi -H x-delay:5s -H x-target:demo.hello   (replies {"id","due"} or {"error"})
 
 Messages arriving on demo.> are printed here. Ctrl-C stops.
 
 `, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
-		ls.ops.Addr(), api, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
+		reachable(ls.ops.Addr()), api, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
+}
+
+// reachable is a listener's address as a client on this machine dials it: an
+// unspecified host (":8080" listens on [::]) becomes 127.0.0.1.
+func reachable(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
 }
 
 // arrivalPrinter prints messages delivered to demo.> with their lateness.

@@ -3,11 +3,15 @@ package main
 import (
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/config"
 )
 
 func TestParseInterleaved(t *testing.T) {
@@ -51,5 +55,26 @@ func TestAPITokenAsRunReadsIt(t *testing.T) {
 	}
 	if tok, err := apiToken("flag", []string{"BRIDGE_API_TOKEN=env", "BRIDGE_API_TOKEN_FILE=" + file}); err != nil || tok != "flag" {
 		t.Fatalf("--token wins: %q %v", tok, err)
+	}
+}
+
+func TestLogDurationsReadable(t *testing.T) {
+	var b strings.Builder
+	l := newLogger(config.Config{LogLevel: "info"}, &b)
+	l.Info("retrying", "in", 200*time.Millisecond)
+	if !strings.Contains(b.String(), `"in":"200ms"`) {
+		t.Fatalf("log line %s", b.String())
+	}
+}
+
+func TestReachable(t *testing.T) {
+	for addr, want := range map[string]string{"[::]:8080": "127.0.0.1:8080", "0.0.0.0:8081": "127.0.0.1:8081", "127.0.0.1:9": "127.0.0.1:9"} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reachable(a); got != want {
+			t.Errorf("reachable(%s) = %s, want %s", addr, got, want)
+		}
 	}
 }
