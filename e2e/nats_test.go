@@ -403,6 +403,20 @@ func TestStartupErrors(t *testing.T) {
 			t.Fatalf("want a stop naming BRIDGE_HTTP_ADDR before consuming or joining the fleet:\n%s", out)
 		}
 	})
+	t.Run("no such redis database", func(t *testing.T) {
+		env := map[string]string{}
+		for k, v := range s.env {
+			env[k] = v
+		}
+		env["BRIDGE_REDIS_URL"] = strings.TrimSuffix(strings.TrimSuffix(env["BRIDGE_REDIS_URL"], "/0"), "/") + "/99"
+		b := startProcess(t, env)
+		if err := b.Wait(t, 20*time.Second); err == nil {
+			t.Fatal("the bridge started on a database Redis does not have")
+		}
+		if out := b.Out.String(); !contains(out, "no such database") || contains(out, "delaybridge running") {
+			t.Fatalf("want a stop naming the database:\n%s", out)
+		}
+	})
 	t.Run("missing stream", func(t *testing.T) {
 		env := map[string]string{}
 		for k, v := range s.env {

@@ -316,8 +316,8 @@ func (b *bridge) run(ctx context.Context, cfg config.Config, store *delaystore.S
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, b.api, apiServer, logger) })
 	}
 	g.Go(func() error {
-		if err := initStore(gctx, store, logger); err != nil {
-			return err
+		if err := initStore(gctx, store, logger); err != nil || gctx.Err() != nil {
+			return err // stopped before Redis answered: nothing ran
 		}
 		b.storeReady.Store(true)
 		w, wctx := errgroup.WithContext(gctx)
@@ -357,6 +357,9 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) ||
 			errors.Is(err, delaystore.ErrTooFewReplicas) {
 			return err
+		}
+		if isRedisDBError(err) {
+			return fmt.Errorf("redis has no such database (check the /<db> of BRIDGE_REDIS_URL; a Redis has 16 unless its databases setting says more): %w", err)
 		}
 		if isRedisAuthError(err) {
 			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in the README): %w", err)

@@ -127,3 +127,10 @@ func checkKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Secur
 	}
 	return nil
 }
+
+// isRedisDBError reports whether err is Redis refusing the SELECT of a database it does
+// not have: a configuration error, not an outage to wait out.
+func isRedisDBError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "DB index is out of range")
+}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,5 +78,20 @@ func TestReachable(t *testing.T) {
 		if got := reachable(a); got != want {
 			t.Errorf("reachable(%s) = %s, want %s", addr, got, want)
 		}
+	}
+}
+
+func TestRedisLogRepeatsAtDebug(t *testing.T) {
+	var b strings.Builder
+	now := time.Unix(0, 0)
+	r := &redisLog{l: slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelWarn})), now: func() time.Time { return now }}
+	for range 5 {
+		r.Printf(context.Background(), "dial %s: refused", "x")
+	}
+	now = now.Add(2 * redisLogRepeat)
+	r.Printf(context.Background(), "dial %s: refused", "x")
+	r.Printf(context.Background(), "another")
+	if n := strings.Count(b.String(), "level=WARN"); n != 3 {
+		t.Fatalf("%d warnings, want 3 (first, again after a minute, another):\n%s", n, b.String())
 	}
 }
