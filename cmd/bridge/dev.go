@@ -19,6 +19,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/bridge"
 	"github.com/delaybridge/delaybridge/config"
 )
 
@@ -48,7 +49,7 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	if _, set := env["BRIDGE_LOG_FORMAT"]; !set {
 		cfg.LogFormat = "text"
 	}
-	logger := newLogger(cfg, stderr)
+	logger := bridge.NewLogger(cfg, stderr)
 
 	storeDir, err := os.MkdirTemp("", "delaybridge-dev-")
 	if err != nil {
@@ -76,12 +77,16 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	}
 	defer stop()
 
-	ls, err := openListeners(cfg, listeners{})
+	ops, api, err := bridge.OpenListeners(cfg)
 	if err != nil {
 		return err
 	}
-	ls.ready = func() { printDevBanner(stdout, cfg, ls) }
-	return serve(ctx, cfg, logger, ls)
+	b, err := bridge.New(cfg, bridge.WithLogger(logger), bridge.WithVersion(version), bridge.WithListeners(ops, api),
+		bridge.WithReady(func() { printDevBanner(stdout, cfg, ops, api) }))
+	if err != nil {
+		return err
+	}
+	return b.Run(ctx)
 }
 
 // watchDemo connects to the embedded NATS, creates the dead-letter stream and prints
@@ -143,10 +148,10 @@ func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) er
 	return nil
 }
 
-func printDevBanner(w io.Writer, cfg config.Config, ls listeners) {
+func printDevBanner(w io.Writer, cfg config.Config, opsLn, apiLn net.Listener) {
 	api := "(off)"
-	if ls.api != nil {
-		api = "http://" + reachable(ls.api.Addr()) + "/v1/messages"
+	if apiLn != nil {
+		api = "http://" + reachable(apiLn.Addr()) + "/v1/messages"
 	}
 	self := os.Args[0] // as the user started it: bin/bridge after make run
 	fmt.Fprintf(w, `
@@ -164,7 +169,7 @@ Try it from another terminal:
 Messages arriving on demo.> are printed here. Ctrl-C stops.
 
 `, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
-		reachable(ls.ops.Addr()), api, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
+		reachable(opsLn.Addr()), api, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
 }
 
 // reachable is a listener's address as a client on this machine dials it: an

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/config"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/redrive"
 )
 
@@ -86,7 +87,7 @@ func redriveBroker(cfg config.Config, asked string) (string, error) {
 }
 
 func redriveNATS(ctx context.Context, cfg config.Config, opts redrive.Options) (redrive.Counts, error) {
-	natsOpts, err := natsSecurity(cfg.NATS)
+	natsOpts, err := connect.NATSOptions(cfg.NATS)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func redriveNATS(ctx context.Context, cfg config.Config, opts redrive.Options) (
 }
 
 func redriveKafka(ctx context.Context, cfg config.Config, opts redrive.Options, fromStart bool) (redrive.Counts, error) {
-	sec, err := kafkaSecurity(cfg.Kafka)
+	sec, err := connect.KafkaSecurity(cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/delaybridge/delaybridge/config"
 )
 
 func TestParseInterleaved(t *testing.T) {
@@ -60,15 +55,6 @@ func TestAPITokenAsRunReadsIt(t *testing.T) {
 	}
 }
 
-func TestLogDurationsReadable(t *testing.T) {
-	var b strings.Builder
-	l := newLogger(config.Config{LogLevel: "info"}, &b)
-	l.Info("retrying", "in", 200*time.Millisecond)
-	if !strings.Contains(b.String(), `"in":"200ms"`) {
-		t.Fatalf("log line %s", b.String())
-	}
-}
-
 func TestReachable(t *testing.T) {
 	for addr, want := range map[string]string{"[::]:8080": "127.0.0.1:8080", "0.0.0.0:8081": "127.0.0.1:8081", "127.0.0.1:9": "127.0.0.1:9"} {
 		a, err := net.ResolveTCPAddr("tcp", addr)
@@ -78,20 +64,5 @@ func TestReachable(t *testing.T) {
 		if got := reachable(a); got != want {
 			t.Errorf("reachable(%s) = %s, want %s", addr, got, want)
 		}
-	}
-}
-
-func TestRedisLogRepeatsAtDebug(t *testing.T) {
-	var b strings.Builder
-	now := time.Unix(0, 0)
-	r := &redisLog{l: slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelWarn})), now: func() time.Time { return now }}
-	for range 5 {
-		r.Printf(context.Background(), "dial %s: refused", "x")
-	}
-	now = now.Add(2 * redisLogRepeat)
-	r.Printf(context.Background(), "dial %s: refused", "x")
-	r.Printf(context.Background(), "another")
-	if n := strings.Count(b.String(), "level=WARN"); n != 3 {
-		t.Fatalf("%d warnings, want 3 (first, again after a minute, another):\n%s", n, b.String())
 	}
 }

@@ -1,4 +1,9 @@
-package main
+// Package connect makes the bridge's clients of the outside world from their
+// configuration, in one place for `bridge run` (package bridge) and the CLI's `bridge
+// redrive`: the Redis client of any topology (URL, Sentinel, Cluster) with its ACL user
+// and TLS, the NATS connection options (credentials, nkey, TLS), and Kafka's TLS and SASL
+// with the start-up check of the credentials.
+package connect
 
 import (
 	"log/slog"
@@ -91,11 +96,11 @@ func fromURL(url string) *redis.UniversalOptions {
 	}
 }
 
-// newRedisClient returns the client of the configured topology: a FailoverClient that asks
+// RedisClient returns the client of the configured topology: a FailoverClient that asks
 // the sentinels for the primary and follows switch-overs, a ClusterClient that reloads its
 // slot map every second, or a plain client. TLS and credentials (redisSecurity) apply to the
 // data nodes of every topology.
-func newRedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
+func RedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
 	sec, err := newRedisSecurity(cfg.Redis)
 	if err != nil {
 		return nil, err

@@ -1,14 +1,40 @@
-package main
+package bridge
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/config"
 )
+
+// NewLogger returns the bridge's logger as `bridge run` makes it: JSON (or text with
+// BRIDGE_LOG_FORMAT=text) at BRIDGE_LOG_LEVEL, durations written as "200ms"; go-redis's
+// own messages are routed into it (routeRedisLog).
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.Level(), ReplaceAttr: readableDurations}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if cfg.LogFormat == "text" {
+		h = slog.NewTextHandler(w, opts)
+	}
+	l := slog.New(h)
+	routeRedisLog(l)
+	return l
+}
+
+// readableDurations writes durations as Go durations ("200ms"), not the JSON handler's
+// nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
 
 // redisLogRepeat is how long an identical go-redis message stays at Debug after it was
 // logged at Warn: a pool that cannot dial says the same thing on every attempt.

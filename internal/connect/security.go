@@ -1,4 +1,4 @@
-package main
+package connect
 
 import (
 	"context"
@@ -62,10 +62,10 @@ func (s redisSecurity) apply(tlsConf **tls.Config, user, pass *string, logger *s
 	}
 }
 
-// isRedisAuthError reports whether err is Redis refusing the credentials or a command
+// IsAuthError reports whether err is Redis refusing the credentials or a command
 // (ACL), which retrying does not fix: the bridge stops with a clear error instead of
 // staying not-ready.
-func isRedisAuthError(err error) bool {
+func IsAuthError(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
@@ -79,9 +79,9 @@ func isRedisAuthError(err error) bool {
 	return false
 }
 
-// natsSecurity returns the connection options of BRIDGE_NATS_CREDS_FILE,
+// NATSOptions returns the connection options of BRIDGE_NATS_CREDS_FILE,
 // BRIDGE_NATS_NKEY_FILE and the BRIDGE_NATS_TLS_* files.
-func natsSecurity(cfg config.NATS) ([]natsgo.Option, error) {
+func NATSOptions(cfg config.NATS) ([]natsgo.Option, error) {
 	sec := natsbroker.Security{CredsFile: cfg.CredsFile, NKeyFile: cfg.NKeyFile}
 	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
 	if files.Set() {
@@ -94,9 +94,9 @@ func natsSecurity(cfg config.NATS) ([]natsgo.Option, error) {
 	return sec.Options()
 }
 
-// kafkaSecurity returns the TLS and SASL of the BRIDGE_KAFKA_TLS* and
+// KafkaSecurity returns the TLS and SASL of the BRIDGE_KAFKA_TLS* and
 // BRIDGE_KAFKA_SASL_* variables.
-func kafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
+func KafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
 	var sec kafkabroker.Security
 	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
 	if cfg.KafkaTLS || files.Set() {
@@ -116,10 +116,10 @@ func kafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
 	return sec, nil
 }
 
-// checkKafkaAuth pings the brokers once at start (bounded by 5 s) and returns an error
+// CheckKafkaAuth pings the brokers once at start (bounded by 5 s) and returns an error
 // only when they refuse the credentials: a broker that is down is not fatal (readiness
 // reports it, the clients retry), wrong credentials are.
-func checkKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Security) error {
+func CheckKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Security) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := kafkabroker.PingWith(ctx, brokers, sec); kafkabroker.IsAuthError(err) {
@@ -128,9 +128,9 @@ func checkKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Secur
 	return nil
 }
 
-// isRedisDBError reports whether err is Redis refusing the SELECT of a database it does
+// IsNoDBError reports whether err is Redis refusing the SELECT of a database it does
 // not have: a configuration error, not an outage to wait out.
-func isRedisDBError(err error) bool {
+func IsNoDBError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.Contains(re.Error(), "DB index is out of range")
 }

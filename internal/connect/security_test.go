@@ -1,4 +1,4 @@
-package main
+package connect
 
 import (
 	"bytes"
@@ -71,7 +71,7 @@ func TestIsRedisAuthError(t *testing.T) {
 		{errors.New("WRONGPASS plain error, not from Redis"), false},
 		{nil, false},
 	} {
-		if got := isRedisAuthError(tc.err); got != tc.want {
+		if got := IsAuthError(tc.err); got != tc.want {
 			t.Errorf("%v: %v", tc.err, got)
 		}
 	}

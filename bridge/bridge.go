@@ -1,4 +1,16 @@
-package main
+// Package bridge runs delaybridge inside a Go program: the same bridge as the `bridge run`
+// sidecar (cmd/bridge is this package's first user), configured with the same
+// config.Config, for services that would rather not run a second process.
+//
+//	cfg, err := config.Load(config.EnvMap(os.Environ())) // or build the struct in code
+//	if err != nil { ... }
+//	b, err := bridge.New(cfg, bridge.WithLogger(logger))
+//	if err != nil { ... }
+//	err = b.Run(ctx) // until ctx is cancelled; then it drains and returns
+//
+// Run owns what it opens (Redis and broker connections, the HTTP listeners) and closes
+// it before it returns; the program owns ctx. examples/inprocess is a complete program.
+package bridge
 
 import (
 	"context"
@@ -8,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,109 +37,123 @@ import (
 	"github.com/delaybridge/delaybridge/egress"
 	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/backoff"
-	"github.com/delaybridge/delaybridge/internal/clock"
+	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/delaybridge/delaybridge/internal/monitor"
-	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
-// runBridge is `bridge run`: configuration from the environment, then serve.
-func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
-	cfg, err := config.Load(config.EnvMap(environ))
-	if err == nil {
-		err = cfg.ValidateForRun()
-	}
-	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	logger := newLogger(cfg, stderr)
-	if unknown := config.Unknown(config.EnvMap(environ)); len(unknown) > 0 {
-		logger.Warn("unknown BRIDGE_ variables ignored (typo?)", "names", strings.Join(unknown, ","))
-	}
-	tp, shutdown, err := tracing.Setup(ctx, environ, version)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdown(sctx); err != nil {
-			logger.Warn("flushing trace spans", "err", err)
-		}
-	}()
-	if tracing.Enabled(environ) {
-		logger.Info("OpenTelemetry tracing on (OTLP over HTTP)")
-	}
-	env := config.EnvMap(environ)
-	now, err := clock.Local(func(k string) string { return env[k] })
-	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	return serve(ctx, cfg, logger, listeners{tracer: tp.Tracer("github.com/delaybridge/delaybridge"), now: now})
+// Bridge is one delaybridge replica in this process. Create it with New; Run it once.
+type Bridge struct {
+	cfg    config.Config
+	logger *slog.Logger
+	opt    options
 }
 
-// readableDurations writes durations as Go durations ("200ms"), not the JSON handler's
-// nanoseconds.
-func readableDurations(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
-	}
-	return a
+// Option adjusts New.
+type Option func(*Bridge)
+
+// WithLogger sets the logger (default: NewLogger(cfg, os.Stderr), JSON or text as
+// BRIDGE_LOG_FORMAT says).
+func WithLogger(l *slog.Logger) Option { return func(b *Bridge) { b.logger = l } }
+
+// WithTracer sets the tracer of the ingress and egress spans (default: none).
+func WithTracer(t trace.Tracer) Option { return func(b *Bridge) { b.opt.tracer = t } }
+
+// WithClock sets the local clock of receipt times and scheduling waits (default
+// time.Now). Due times are always judged on the Redis server's clock.
+func WithClock(now func() time.Time) Option { return func(b *Bridge) { b.opt.now = now } }
+
+// WithListeners hands over already-open listeners for BRIDGE_HTTP_ADDR (ops) and
+// BRIDGE_API_ADDR (api; nil: opened from the address, or none when it is empty). Run
+// serves and closes them.
+func WithListeners(ops, api net.Listener) Option {
+	return func(b *Bridge) { b.opt.ops, b.opt.api = ops, api }
 }
 
-// newLogger returns the bridge's logger (JSON, or text with BRIDGE_LOG_FORMAT=text) and
-// routes go-redis's own messages into it (logging.go).
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.Level(), ReplaceAttr: readableDurations}
-	var h slog.Handler = slog.NewJSONHandler(w, opts)
-	if cfg.LogFormat == "text" {
-		h = slog.NewTextHandler(w, opts)
+// WithReady sets a function Run calls once the bridge consumes every source and has
+// joined the fleet (as /readyz reports), from a goroutine of its own.
+func WithReady(f func()) Option { return func(b *Bridge) { b.opt.ready = f } }
+
+// WithVersion sets the version the start-up line names (default "dev").
+func WithVersion(v string) Option { return func(b *Bridge) { b.opt.version = v } }
+
+// New checks cfg as `bridge run` does (config.Config.ValidateForRun: a broker, the
+// listen addresses, ...) and returns a Bridge. It opens nothing: Run does.
+func New(cfg config.Config, opts ...Option) (*Bridge, error) {
+	if err := cfg.ValidateForRun(); err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	l := slog.New(h)
-	routeRedisLog(l)
-	return l
+	b := &Bridge{cfg: cfg, opt: options{version: "dev"}}
+	for _, o := range opts {
+		o(b)
+	}
+	if b.logger == nil {
+		b.logger = NewLogger(cfg, os.Stderr)
+	}
+	if b.opt.now == nil {
+		b.opt.now = time.Now
+	}
+	return b, nil
 }
 
-// listeners lets `bridge dev` and tests hand over already-open listeners; nil fields are
-// opened from the configured addresses.
-type listeners struct {
+// Run runs the bridge until ctx is cancelled, then shuts down in the order shutdown
+// lists and returns nil after a clean drain (bounded by BRIDGE_SHUTDOWN_TIMEOUT). It
+// opens the HTTP listeners first (a taken port fails it at once), then Redis and the
+// brokers; it waits and retries while Redis or a broker is unreachable, and fails on
+// what retrying cannot fix (refused credentials, a missing stream, a shard-count
+// mismatch). Call it once.
+func (b *Bridge) Run(ctx context.Context) error {
+	return serve(ctx, b.cfg, b.logger, b.opt)
+}
+
+// OpenListeners opens the HTTP listeners of cfg (BRIDGE_HTTP_ADDR, and BRIDGE_API_ADDR
+// unless empty) for WithListeners, for a program that needs their addresses before Run
+// (a port 0 is chosen by the system). On error nothing stays open.
+func OpenListeners(cfg config.Config) (ops, api net.Listener, err error) {
+	o, err := openListeners(cfg, options{})
+	return o.ops, o.api, err
+}
+
+// options are what the Options set for serve; nil fields are opened or defaulted.
+type options struct {
 	ops, api net.Listener
-	// ready, if set, is called once the bridge consumes and delivers.
+	// ready, if set, is called once the bridge consumes and delivers (whenReady).
 	ready func()
 	// tracer makes the ingress and egress spans; nil: none.
 	tracer trace.Tracer
 	// now is the local clock injected into ingress, egress and the message API
-	// (internal/clock: shifted only in failpoints builds); nil: time.Now.
-	now func() time.Time
+	// (internal/clock: shifted only in failpoints builds).
+	now     func() time.Time
+	version string
 }
 
-// openListeners opens the HTTP listeners that ls does not hold yet (BRIDGE_HTTP_ADDR, and
+// openListeners opens the HTTP listeners that o does not hold yet (BRIDGE_HTTP_ADDR, and
 // BRIDGE_API_ADDR unless empty), before anything else starts, so that a taken port stops
-// the start at once and `bridge dev` can print the addresses (a port 0 is chosen by the
-// system).
-func openListeners(cfg config.Config, ls listeners) (listeners, error) {
+// the start at once.
+func openListeners(cfg config.Config, o options) (options, error) {
 	var err error
-	if ls.ops == nil {
-		if ls.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-			return ls, fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	if o.ops == nil {
+		if o.ops, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return o, fmt.Errorf("BRIDGE_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 		}
 	}
-	if ls.api == nil && cfg.APIAddr != "" {
-		if ls.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
-			ls.ops.Close()
-			return ls, fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
+	if o.api == nil && cfg.APIAddr != "" {
+		if o.api, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+			o.ops.Close()
+			o.ops = nil
+			return o, fmt.Errorf("BRIDGE_API_ADDR %s: %w", cfg.APIAddr, err)
 		}
 	}
-	return ls, nil
+	return o, nil
 }
 
 // close closes the listeners (the HTTP servers close them too when they stop: a second
 // close does nothing).
-func (ls listeners) close() {
-	for _, ln := range []net.Listener{ls.ops, ls.api} {
+func (o options) close() {
+	for _, ln := range []net.Listener{o.ops, o.api} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -135,21 +162,15 @@ func (ls listeners) close() {
 
 // serve runs the bridge until ctx is cancelled, then shuts down in the order [shutdown]
 // lists. It returns nil after a clean drain.
-func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls listeners) (err error) {
-	if err := cfg.ValidateForRun(); err != nil {
-		return err
-	}
-	logger.Info("delaybridge starting", "version", version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls options) (err error) {
+	logger.Info("delaybridge starting", "version", ls.version, "shards", cfg.Store.Shards, "prefix", cfg.Store.KeyPrefix)
 	// The ports first: a second bridge on a taken port stops here, before it joins a
 	// consumer group or the fleet.
 	if ls, err = openListeners(cfg, ls); err != nil {
 		return err
 	}
 	defer ls.close()
-	if ls.now == nil {
-		ls.now = time.Now
-	}
-	rdb, err := newRedisClient(cfg, logger)
+	rdb, err := connect.RedisClient(cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -188,9 +209,9 @@ func shutdown(sides []*brokerSide, rdb io.Closer) {
 	_ = rdb.Close()
 }
 
-// bridge is what serve assembles: the metrics and Redis watch, then ingress, egress and
+// assembly is what serve assembles: the metrics and Redis watch, then ingress, egress and
 // the message API over the broker sides.
-type bridge struct {
+type assembly struct {
 	reg        *prometheus.Registry
 	inMetrics  *ingress.Metrics
 	outMetrics *egress.Metrics
@@ -208,8 +229,8 @@ type bridge struct {
 
 // newWatch registers the process, ingress, egress and store metrics and the Redis
 // monitor, and the readiness check of Redis.
-func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.Logger) (*bridge, error) {
-	b := &bridge{reg: prometheus.NewRegistry()}
+func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.Logger) (*assembly, error) {
+	b := &assembly{reg: prometheus.NewRegistry()}
 	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
 	if b.inMetrics, err = ingress.NewMetrics(b.reg); err != nil {
@@ -243,7 +264,7 @@ func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.L
 
 // redisReady is the readiness of Redis: the monitor's last PING (no Redis round trip per
 // probe) and the store initialised.
-func (b *bridge) redisReady(context.Context) error {
+func (b *assembly) redisReady(context.Context) error {
 	if err := b.redisUp.Err(); err != nil {
 		return err
 	}
@@ -256,7 +277,7 @@ func (b *bridge) redisReady(context.Context) error {
 // assemble builds ingress, egress, the message API and the ops endpoints over the
 // broker sides, from the components' own configurations plus what only the assembly
 // knows (targets, size limits, the dead-letter subject, the clock, the tracer).
-func (b *bridge) assemble(cfg config.Config, store *delaystore.Store, sides []*brokerSide, logger *slog.Logger, ls listeners) error {
+func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []*brokerSide, logger *slog.Logger, ls options) error {
 	publishers := map[string]message.Publisher{}
 	var sources []ingress.Source
 	var names []string
@@ -305,7 +326,7 @@ func (b *bridge) assemble(cfg config.Config, store *delaystore.Store, sides []*b
 // run serves until ctx is cancelled: the HTTP listeners and the Redis monitor at once;
 // ingress, egress and the dataset watch once the store is initialised. It returns when
 // all of them have.
-func (b *bridge) run(ctx context.Context, cfg config.Config, store *delaystore.Store, logger *slog.Logger, ls listeners) error {
+func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore.Store, logger *slog.Logger, ls options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, b.ops, httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout}, logger)
@@ -325,9 +346,7 @@ func (b *bridge) run(ctx context.Context, cfg config.Config, store *delaystore.S
 		w.Go(func() error { return b.out.Run(wctx) })
 		w.Go(func() error { return b.dataset.Run(wctx) })
 		logger.Info("delaybridge running", "brokers", b.live, "http", cfg.HTTPAddr, "api", cfg.APIAddr)
-		if ls.ready != nil {
-			ls.ready()
-		}
+		w.Go(func() error { b.whenReady(wctx, ls.ready); return nil })
 		return w.Wait()
 	})
 	if err := g.Wait(); err != nil {
@@ -337,6 +356,25 @@ func (b *bridge) run(ctx context.Context, cfg config.Config, store *delaystore.S
 	return nil
 }
 
+// whenReady calls ready once ingress consumes every source and egress has joined the
+// fleet (what /readyz waits for besides Redis), or never when ctx ends first.
+func (b *assembly) whenReady(ctx context.Context, ready func()) {
+	if ready == nil {
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for b.in.Subscribed() != nil || b.out.Joined() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	ready()
+}
+
+// serveHTTP serves h on ln, or on addr when ln is nil.
 func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler, sc httpapi.ServerConfig, logger *slog.Logger) error {
 	if ln != nil {
 		return httpapi.ServeListener(ctx, ln, h, sc, logger)
@@ -358,10 +396,10 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 			errors.Is(err, delaystore.ErrTooFewReplicas) {
 			return err
 		}
-		if isRedisDBError(err) {
+		if connect.IsNoDBError(err) {
 			return fmt.Errorf("redis has no such database (check the /<db> of BRIDGE_REDIS_URL; a Redis has 16 unless its databases setting says more): %w", err)
 		}
-		if isRedisAuthError(err) {
+		if connect.IsAuthError(err) {
 			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in the README): %w", err)
 		}
 		if ctx.Err() != nil {

@@ -1,4 +1,4 @@
-package main
+package bridge
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
@@ -69,7 +70,7 @@ func openSides(ctx context.Context, cfg config.Config, logger *slog.Logger) ([]*
 // natsSide connects to NATS and builds its publisher and subscriber. A non-nil side is
 // returned with an error too, holding what was opened.
 func natsSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*brokerSide, error) {
-	natsOpts, err := natsSecurity(cfg.NATS)
+	natsOpts, err := connect.NATSOptions(cfg.NATS)
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +125,11 @@ func natsSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bro
 // kafkaSide checks the Kafka credentials once and builds the publisher and the group
 // subscriber. A non-nil side is returned with an error too, holding what was opened.
 func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*brokerSide, error) {
-	kafkaSec, err := kafkaSecurity(cfg.Kafka)
+	kafkaSec, err := connect.KafkaSecurity(cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
+	if err := connect.CheckKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
 		return nil, err
 	}
 	pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
