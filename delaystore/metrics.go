@@ -148,6 +148,7 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 		withLibs(parkSrc): "park", claimSrc: "claim", withLibs(ackSrc): "ack", retrySrc: "retry", withLibs(cancelSrc): "cancel",
 		unflagged(claimSrc): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(retrySrc): "retry", unflagged(withLibs(cancelSrc)): "cancel",
 		memberSrc: "member", unflagged(memberSrc): "member", rateSrc: "rate", unflagged(rateSrc): "rate",
+		scanSrc: "scan", unflagged(scanSrc): "scan", withLibs(bulkSrc): "bulk", unflagged(withLibs(bulkSrc)): "bulk",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {
 		args := c.Args()

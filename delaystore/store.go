@@ -65,8 +65,8 @@ type Store struct {
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load) and which form the server takes (scripts.go), so sharing them is safe.
-	park, claim, ack, retry, cancel, member, rate *script
-	mem                                           memoryState // what parks learned about Redis memory
+	park, claim, ack, retry, cancel, member, rate, scan, bulk *script
+	mem                                                       memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -122,6 +122,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		cancel:       newScript(redis.NewScript(withLibs(cancelSrc)), redis.NewScript(unflagged(withLibs(cancelSrc)))),
 		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
 		rate:         newScript(redis.NewScript(rateSrc), redis.NewScript(unflagged(rateSrc))),
+		scan:         newScript(redis.NewScript(scanSrc), redis.NewScript(unflagged(scanSrc))),
+		bulk:         newScript(redis.NewScript(withLibs(bulkSrc)), redis.NewScript(unflagged(withLibs(bulkSrc)))),
 		rateKey:      "{" + p + ":rate}:tat",
 		minReplicas:  cfg.MinReplicas,
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
@@ -247,6 +249,6 @@ func (s *Store) checkShard(sh int) error {
 func (s *Store) scripts() map[string]*script {
 	return map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
-		"member": s.member, "rate": s.rate,
+		"member": s.member, "rate": s.rate, "scan": s.scan, "bulk": s.bulk,
 	}
 }

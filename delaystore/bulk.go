@@ -1,0 +1,239 @@
+package delaystore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/scan.lua
+var scanSrc string
+
+//go:embed lua/bulk.lua
+var bulkSrc string
+
+// Bulk changes (docs/design.md, "Bulk changes"): scan.lua reads bounded chunks of a
+// shard, bulk.lua changes the picked messages that are not in delivery.
+const (
+	bulkChunk   = 500  // members read, and messages changed, per Redis call
+	bulkHeadLen = 1024 // body bytes read per message: format, source id, target, source
+)
+
+// Bulk operations.
+const (
+	BulkCancel     = "cancel"
+	BulkShift      = "shift" // due + BulkOp.Shift
+	BulkDeliverAt  = "at"    // due = BulkOp.At
+	BulkDeliverNow = "now"   // due = the Redis time
+)
+
+// BulkOp is a bulk change: Kind is one of the Bulk* constants.
+type BulkOp struct {
+	Kind  string
+	Shift time.Duration // BulkShift, signed
+	At    int64         // BulkDeliverAt, unix ms
+}
+
+// Selector picks parked messages: those whose stored due time lies in [DueFrom, DueTo]
+// (unix ms, inclusive) and whose target ("broker:name") Match accepts (nil: any).
+type Selector struct {
+	Match          func(target string) bool
+	DueFrom, DueTo int64
+}
+
+// BulkCursor is where a bulk change stopped; its String form is what the API hands out.
+type BulkCursor struct {
+	Shard int
+	Pass  string // "z", then "r"
+	Score string
+	ID    string
+	// MaxVersion is the shard's version counter when its pass began: entries written
+	// after it (moved by this change, or parked since) are not picked, so a message moved
+	// ahead of the cursor is not changed twice.
+	MaxVersion int64
+}
+
+// String encodes c for a client to pass back (ParseBulkCursor).
+func (c BulkCursor) String() string {
+	raw := strings.Join([]string{strconv.Itoa(c.Shard), c.Pass, c.Score, c.ID, strconv.FormatInt(c.MaxVersion, 10)}, "\n")
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// ErrBadCursor: a cursor that this store did not hand out.
+var ErrBadCursor = errors.New("bad cursor")
+
+// ParseBulkCursor decodes a cursor that String made.
+func (s *Store) ParseBulkCursor(v string) (BulkCursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(v)
+	parts := strings.Split(string(raw), "\n")
+	if err != nil || len(parts) != 5 {
+		return BulkCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+	}
+	sh, err := strconv.Atoi(parts[0])
+	maxV, verr := strconv.ParseInt(parts[4], 10, 64)
+	if _, ferr := strconv.ParseFloat(parts[2], 64); err != nil || verr != nil || sh < 0 || sh >= len(s.keys) ||
+		(parts[1] != "z" && parts[1] != "r") || (parts[3] != "" && ferr != nil) {
+		return BulkCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+	}
+	return BulkCursor{Shard: sh, Pass: parts[1], Score: parts[2], ID: parts[3], MaxVersion: maxV}, nil
+}
+
+// BulkResult is what Bulk did: Matched messages the selector picked, Changed of them
+// changed (not in delivery, not changed meanwhile); Next is where it stopped when its
+// time was up (nil: done).
+type BulkResult struct {
+	Matched, Changed int
+	Next             *BulkCursor
+}
+
+// Bulk applies op to the parked messages sel picks, shard by shard, at most bulkChunk
+// per Redis call, from the cursor from (nil: the start) until all were seen or budget
+// has passed (then Next says where to go on). With dryRun nothing changes. A message in
+// delivery (claimed, or put back by egress) is matched but not changed. With
+// BRIDGE_REDIS_MIN_REPLICAS every change call is confirmed by WAIT; an unconfirmed one
+// fails Bulk (ErrNotReplicated) with the result so far, whose Next is that chunk. It
+// blocks until done, ctx is done, or a Redis call fails.
+func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, from *BulkCursor, budget time.Duration) (BulkResult, error) {
+	if sel.DueTo == 0 {
+		sel.DueTo = math.MaxInt64
+	}
+	cur := BulkCursor{Pass: "z"}
+	if from != nil {
+		cur = *from
+	}
+	var res BulkResult
+	deadline := time.Now().Add(budget)
+	for cur.Shard < len(s.keys) {
+		if cur.MaxVersion == 0 { // a shard's pass begins
+			v, err := s.rdb.Get(ctx, s.keys[cur.Shard].seq).Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				res.Next = &cur
+				return res, fmt.Errorf("bulk: shard %d: %w", cur.Shard, err)
+			}
+			cur.MaxVersion = max(v, 1)
+		}
+		next, done, err := s.bulkChunk(ctx, sel, op, dryRun, cur, &res)
+		if err != nil {
+			res.Next = &cur
+			return res, err
+		}
+		switch {
+		case !done:
+			cur = next
+		case cur.Pass == "z":
+			cur = BulkCursor{Shard: cur.Shard, Pass: "r", MaxVersion: cur.MaxVersion}
+		default:
+			cur = BulkCursor{Shard: cur.Shard + 1, Pass: "z"}
+		}
+		if cur.Shard < len(s.keys) && time.Now().After(deadline) {
+			res.Next = &cur
+			return res, nil
+		}
+	}
+	return res, nil
+}
+
+// bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into
+// res; it returns the cursor after the chunk and whether the pass is through.
+func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, cur BulkCursor, res *BulkResult) (BulkCursor, bool, error) {
+	k := s.keys[cur.Shard]
+	score := cur.Score
+	if score == "" {
+		score = "0"
+	}
+	out, err := s.scan.Run(ctx, s.rdb, []string{k.z, k.m, k.r}, cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID,
+		bulkChunk, bulkHeadLen).Slice()
+	if err != nil {
+		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
+	}
+	picked, next, done, err := s.pick(out, sel, cur)
+	if err != nil {
+		return cur, false, err
+	}
+	res.Matched += len(picked) / 2
+	if dryRun || len(picked) == 0 {
+		return next, done, nil
+	}
+	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
+	cmds := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTR, args: args, fence: k.seq}})
+	n, err := cmds[0].Int64()
+	if err != nil {
+		return cur, false, fmt.Errorf("bulk: change shard %d: %w", cur.Shard, err)
+	}
+	res.Changed += int(n)
+	return next, done, nil
+}
+
+// pick reads scan.lua's answer: the (id, version) pairs that sel matches, the cursor
+// after the chunk and whether the pass is through.
+func (s *Store) pick(out []any, sel Selector, cur BulkCursor) ([]any, BulkCursor, bool, error) {
+	if len(out) < 3 || (len(out)-3)%6 != 0 {
+		return nil, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
+	}
+	done, _ := out[0].(int64)
+	next := cur
+	next.ID, _ = out[1].(string)
+	next.Score, _ = out[2].(string)
+	var picked []any
+	for i := 3; i < len(out); i += 6 {
+		id, _ := out[i].(string)
+		prefix, _ := out[i+2].(string)
+		head, _ := out[i+3].(string)
+		version, due, ok := parsePrefix(prefix)
+		if !ok || version > cur.MaxVersion || due < sel.DueFrom || due > sel.DueTo {
+			continue
+		}
+		if sel.Match != nil {
+			target, _, err := decodeHead([]byte(head), id)
+			if err != nil || !sel.Match(target) {
+				continue
+			}
+		}
+		picked = append(picked, id, strconv.FormatInt(version, 10))
+	}
+	return picked, next, done == 1, nil
+}
+
+// parsePrefix reads "<version>,<attempts>,<due>".
+func parsePrefix(p string) (version, due int64, ok bool) {
+	f := strings.Split(p, ",")
+	if len(f) != 3 {
+		return 0, 0, false
+	}
+	v, err1 := strconv.ParseInt(f[0], 10, 64)
+	d, err2 := strconv.ParseInt(f[2], 10, 64)
+	return v, d, err1 == nil && err2 == nil
+}
+
+// decodeHead reads the target and source from the first bytes of a body (encodeBody):
+// format byte, source id (format 3), target, source.
+func decodeHead(b []byte, id string) (target, source string, err error) {
+	if len(b) == 0 {
+		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
+	}
+	d := decoder{b: b[1:]}
+	if b[0] == formatSource {
+		d.bytes("source id")
+	}
+	target = string(d.bytes("target"))
+	source = string(d.bytes("source"))
+	return target, source, d.err
+}
+
+func opValue(op BulkOp) int64 {
+	switch op.Kind {
+	case BulkShift:
+		return op.Shift.Milliseconds()
+	case BulkDeliverAt:
+		return op.At
+	}
+	return 0
+}

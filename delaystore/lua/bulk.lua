@@ -1,0 +1,64 @@
+#!lua flags=allow-oom
+-- bulk: change picked messages of one shard that are not in delivery (a bulk change).
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r
+-- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
+--       3 = tombstone TTL ms (<= 0: none), 4 = the shard's wake channel (P:wake:<s>),
+--       5 = shard number, then per message 2 values: id, version read by scan
+-- returns: changed count
+-- A message is changed only when its stored version is the one read (fence: replaced,
+-- cancelled or fired meanwhile: left alone) and it is not in delivery: its score equals
+-- its due time, or it is in the retry set (waiting for its backoff). A claimed message
+-- (scored at its lease) and one put back by egress are in delivery: left alone. cancel
+-- deletes it as cancel.lua does (tombstone of its source id); shift, at and now give it
+-- a new version (INCR seq), the due time due + shift, the given one, or the Redis time,
+-- scored there, out of the retry set; attempts are kept. A wake "<shard>:<due>" is
+-- published when the earliest new due is earlier than the shard's head before the call.
+-- flags: allow-oom (first line, Redis >= 7): cancelling frees memory; a move rewrites an
+-- entry of the same size. Without script flags the first line is commented out.
+local z, m, seq, tz, r = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local op, val, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+--!include envelope.lua
+
+local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+local headScore = nil
+if head[2] then headScore = tonumber(head[2]) end
+local earliest = nil
+local n = 0
+for i = 6, #ARGV, 2 do
+  local id, want = ARGV[i], ARGV[i + 1]
+  local env = redis.call('HGET', m, id)
+  local score = redis.call('ZSCORE', z, id)
+  if env and score then
+    local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
+    local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
+    if version == want and waiting then
+      if op == 'cancel' then
+        redis.call('ZREM', z, id)
+        redis.call('HDEL', m, id)
+        redis.call('ZREM', r, id)
+        local src = sourceOf(env, p, id)
+        if ttl > 0 and src ~= '' then
+          redis.call('ZADD', tz, string.format('%d', now + ttl), src)
+        end
+      else
+        local newDue = now
+        if op == 'shift' then newDue = math.max(tonumber(due) + val, 0) end
+        if op == 'at' then newDue = val end
+        local v = redis.call('INCR', seq)
+        local d = string.format('%d', newDue)
+        redis.call('HSET', m, id, string.format('%d', v) .. ',' .. attempts .. ',' .. d .. ',' .. string.sub(env, p))
+        redis.call('ZADD', z, d, id)
+        redis.call('ZREM', r, id)
+        if earliest == nil or newDue < earliest then earliest = newDue end
+      end
+      n = n + 1
+    end
+  end
+end
+if earliest ~= nil and (headScore == nil or earliest < headScore) then
+  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
+end
+return n

@@ -1,0 +1,76 @@
+#!lua flags=no-writes
+-- scan: read parked messages of one shard for a bulk change (read-only).
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled)
+-- ARGV: 1 = 'z' (members of z by score) or 'r' (members of the retry set by due),
+--       2 = min score, 3 = max score (both inclusive), 4 = cursor score, 5 = cursor id
+--       ('' at the start), 6 = max members read, 7 = bytes of the body to return
+-- returns: {done (0|1), cursor id, cursor score,
+--           id1, z score1, prefix1, head1, stored length1, in retry set (0|1), id2, ...}
+-- Members are read in score order (then id) after the cursor: by rank after the cursor
+-- member while it still has the cursor's score, or, when it moved or left meanwhile, from
+-- that score on, dropping those at that score with an id not after it. At most ARGV[6] are read; done is 1 when the set holds no
+-- more in [min, max]. The cursor to pass next is the last member read. With 'r', a member
+-- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
+-- "<version>,<attempts>,<due>", head the first bytes of the body (the Go decoder reads
+-- target and source from it). A member without an entry is skipped.
+-- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
+local z, m, r = KEYS[1], KEYS[2], KEYS[3]
+local key = z
+if ARGV[1] == 'r' then key = r end
+local min, max, cscore, cid = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local n, headLen = tonumber(ARGV[6]), tonumber(ARGV[7])
+local start
+local vanished = false
+if cid == '' then
+  start = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[2])
+else
+  local at = redis.call('ZSCORE', key, cid)
+  if at and tonumber(at) == tonumber(cscore) then
+    start = redis.call('ZRANK', key, cid) + 1
+  else
+    vanished = true
+    start = redis.call('ZCOUNT', key, '-inf', '(' .. cscore)
+  end
+end
+local got = redis.call('ZRANGE', key, start, start + n - 1, 'WITHSCORES')
+local ids, scores = {}, {}
+local done = 1
+if #got == 2 * n then done = 0 end
+local lastId, lastScore = cid, cscore
+for i = 1, #got, 2 do
+  local id, sc = got[i], tonumber(got[i + 1])
+  if sc > max then
+    done = 1
+    break
+  end
+  lastId, lastScore = id, got[i + 1]
+  if not (vanished and sc == tonumber(cscore) and id <= cid) then
+    ids[#ids + 1] = id
+    scores[#scores + 1] = got[i + 1]
+  end
+end
+local out = {done, lastId, lastScore}
+if #ids == 0 then return out end
+local envs = redis.call('HMGET', m, unpack(ids))
+for i = 1, #ids do
+  local env = envs[i]
+  local zscore, inRetry = scores[i], 0
+  if key == r then
+    inRetry = 1
+    zscore = redis.call('ZSCORE', z, ids[i])
+    if zscore and tonumber(zscore) >= min and tonumber(zscore) <= max then env = nil end
+  elseif redis.call('ZSCORE', r, ids[i]) then
+    inRetry = 1
+  end
+  local prefix, p
+  if env and zscore then prefix, p = string.match(env, '^(%d+,%d+,%d+),()') end
+  if prefix then
+    out[#out + 1] = ids[i]
+    out[#out + 1] = zscore
+    out[#out + 1] = prefix
+    out[#out + 1] = string.sub(env, p, p + headLen - 1)
+    out[#out + 1] = #env
+    out[#out + 1] = inRetry
+  end
+end
+return out
