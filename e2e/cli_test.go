@@ -93,6 +93,18 @@ func TestDevQuickStart(t *testing.T) {
 	if err != nil || !strings.Contains(out, "parked later2") {
 		t.Fatalf("send with flags after the payload: %v %s", err, out)
 	}
+	out, err = runCLI(t, "bulk", "reschedule", "--api", api, "--target", "demo.later", "--shift", "+30m", "--dry-run")
+	if err != nil || !strings.Contains(out, "reschedule: matched 1, changed (dry run) 0") {
+		t.Fatalf("bulk dry run: %v %s", err, out)
+	}
+	out, err = runCLI(t, "bulk", "cancel", "--api", api, "--target", "demo.l*")
+	if err != nil || !strings.Contains(out, "cancel: matched 1, changed 1") {
+		t.Fatalf("bulk cancel: %v %s", err, out)
+	}
+	out, err = runCLI(t, "bulk", "cancel", "--api", api)
+	if err == nil || !strings.Contains(out, "at least one of target, due_from, due_to") {
+		t.Fatalf("bulk without a selector: %v %s", err, out)
+	}
 	out, err = runCLI(t, "send", "--api", api, "--delay", "abc", "--target", "demo.hello", "x")
 	if err == nil || !strings.Contains(out, "invalid_delay") {
 		t.Fatalf("send with a bad delay: err=%v out=%s", err, out)

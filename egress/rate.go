@@ -84,13 +84,8 @@ type heldSlot struct{ version, slot int64 }
 
 // rule is the first rule matching target ("broker:name"), if any.
 func (r *rates) rule(target string) (RateRule, bool) {
-	_, name, _ := strings.Cut(target, ":")
 	for _, rl := range r.rules {
-		subject := name
-		if strings.IndexByte(rl.Pattern, ':') >= 0 {
-			subject = target
-		}
-		if glob.Match(rl.Pattern, subject) {
+		if glob.MatchTarget(rl.Pattern, target) {
 			return rl, true
 		}
 	}

@@ -150,11 +150,7 @@ func (p TargetPolicy) ParseTarget(value string, sourceBroker string) (Target, er
 func (p TargetPolicy) allowed(t Target) bool {
 	full := t.String()
 	for _, pat := range p.Allow {
-		name := t.Name
-		if strings.IndexByte(pat, ':') >= 0 {
-			name = full
-		}
-		if glob.Match(pat, name) {
+		if glob.MatchTarget(pat, full) {
 			return true
 		}
 	}

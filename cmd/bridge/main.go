@@ -49,6 +49,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runStats(ctx, args, environ, stdout, stderr)
 	case "cancel":
 		err = runCancel(ctx, args, environ, stdout, stderr)
+	case "bulk":
+		err = runBulk(ctx, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "redrive":

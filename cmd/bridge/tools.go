@@ -238,6 +238,9 @@ Usage:
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
+  bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
+              [--shift D | --deliver-at T] [--dry-run] [--json]
+                               change many parked messages at once (through the message API)
   bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
   bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--from-start] [--json]

@@ -5,6 +5,7 @@ package glob
 
 import (
 	"path"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -146,4 +147,15 @@ func Valid(pattern string) bool {
 	}
 	_, ok := compileGlob(pattern)
 	return ok
+}
+
+// MatchTarget matches a target ("broker:name") as BRIDGE_TARGET_ALLOW, BRIDGE_TARGET_RATE
+// and the message API's selectors do: a pattern with ":" against the whole target,
+// others against the name.
+func MatchTarget(pattern, target string) bool {
+	if strings.IndexByte(pattern, ':') >= 0 {
+		return Match(pattern, target)
+	}
+	_, name, _ := strings.Cut(target, ":")
+	return Match(pattern, name)
 }

@@ -49,3 +49,24 @@ type StatsResponse struct {
 	NextDue *int64 `json:"next_due"`
 	Now     int64  `json:"now"`
 }
+
+// BulkRequest is the body of POST /v1/bulk/cancel, /v1/bulk/reschedule and
+// /v1/bulk/deliver-now (docs/contract.md section 8). Times are unix ms or RFC 3339.
+type BulkRequest struct {
+	Target    string          `json:"target,omitempty"`
+	DueFrom   json.RawMessage `json:"due_from,omitempty"`
+	DueTo     json.RawMessage `json:"due_to,omitempty"`
+	DryRun    bool            `json:"dry_run,omitempty"`
+	Shift     string          `json:"shift,omitempty"`      // reschedule: "+1h", "-30m"
+	DeliverAt json.RawMessage `json:"deliver_at,omitempty"` // reschedule
+	// Cursor goes on where an earlier answer's next_cursor says it stopped.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// BulkResponse is the 200 body of a bulk change: NextCursor is set when the request
+// stopped before the end (its time was up): send it again with that cursor.
+type BulkResponse struct {
+	Matched    int     `json:"matched"`
+	Changed    int     `json:"changed"`
+	NextCursor *string `json:"next_cursor"`
+}

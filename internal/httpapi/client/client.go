@@ -55,6 +55,14 @@ func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
 	return err == nil, err
 }
 
+// Bulk runs a bulk change (POST /v1/bulk/<op>: "cancel", "reschedule", "deliver-now")
+// once; a NextCursor in the answer means it stopped early: send req again with it.
+func (c *Client) Bulk(ctx context.Context, op string, req httpapi.BulkRequest) (httpapi.BulkResponse, error) {
+	var out httpapi.BulkResponse
+	err := c.do(ctx, http.MethodPost, "/v1/bulk/"+url.PathEscape(op), req, http.StatusOK, &out)
+	return out, err
+}
+
 // APIError is a non-success answer of the API.
 type APIError struct {
 	Status  int

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// runBulk is `bridge bulk cancel|reschedule|deliver-now`: a bulk change through the
+// message API (POST /v1/bulk/<op>), followed through its cursor until done.
+func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge bulk", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	target := fs.String("target", "", "target glob: orders.* (the name) or kafka:billing.* (broker:name)")
+	from := fs.String("due-from", "", "messages due at or after: RFC 3339 or unix ms")
+	to := fs.String("due-to", "", "messages due at or before: RFC 3339 or unix ms")
+	shift := fs.String("shift", "", "reschedule: move the due time by a signed duration (+1h, -30m)")
+	at := fs.String("deliver-at", "", "reschedule: the new due time, RFC 3339 or unix ms")
+	dryRun := fs.Bool("dry-run", false, "count what matches; change nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T] [--shift D | --deliver-at T] [--dry-run] [--json]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return errUsage
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	req := httpapi.BulkRequest{Target: *target, DryRun: *dryRun, Shift: *shift}
+	for _, f := range []struct {
+		v   string
+		dst *json.RawMessage
+	}{{*from, &req.DueFrom}, {*to, &req.DueTo}, {*at, &req.DeliverAt}} {
+		if f.v != "" {
+			*f.dst, _ = json.Marshal(f.v)
+		}
+	}
+	c, err := newClient(*api, *token, environ)
+	if err != nil {
+		return err
+	}
+	var total httpapi.BulkResponse
+	for {
+		res, err := c.Bulk(ctx, pos[0], req)
+		total.Matched += res.Matched
+		total.Changed += res.Changed
+		if err != nil {
+			return fmt.Errorf("bulk %s (matched %d, changed %d so far): %w", pos[0], total.Matched, total.Changed, err)
+		}
+		if res.NextCursor == nil {
+			break
+		}
+		req.Cursor = *res.NextCursor
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(total)
+	}
+	verb := "changed"
+	if *dryRun {
+		verb = "changed (dry run)"
+	}
+	fmt.Fprintf(stdout, "%s: matched %d, %s %d\n", pos[0], total.Matched, verb, total.Changed)
+	return nil
+}

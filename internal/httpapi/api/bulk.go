@@ -1,0 +1,161 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/glob"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// bulkBudget is how long one bulk request works before it answers with next_cursor.
+const bulkBudget = 10 * time.Second
+
+// Bulker is what the bulk endpoints need of the delay store (delaystore.Store).
+type Bulker interface {
+	Bulk(ctx context.Context, sel delaystore.Selector, op delaystore.BulkOp, dryRun bool, from *delaystore.BulkCursor,
+		budget time.Duration) (delaystore.BulkResult, error)
+	ParseBulkCursor(v string) (delaystore.BulkCursor, error)
+}
+
+// bulk serves POST /v1/bulk/{op}: cancel, reschedule, deliver-now (docs/contract.md
+// section 8). It answers 400 for a bad request, 503 when Redis failed (with the cursor
+// to go on from in the error), else 200 with {"matched", "changed", "next_cursor"}.
+func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
+	b, ok := a.store.(Bulker)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store does not take bulk changes")
+		return
+	}
+	var req httpapi.BulkRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": invalid JSON body: "+err.Error())
+		return
+	}
+	sel, op, from, err := a.bulkRequest(b, r.PathValue("op"), req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+		return
+	}
+	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, bulkBudget)
+	out := httpapi.BulkResponse{Matched: res.Matched, Changed: res.Changed}
+	if res.Next != nil {
+		c := res.Next.String()
+		out.NextCursor = &c
+	}
+	if err != nil {
+		a.log.Warn("bulk change", "op", r.PathValue("op"), "err", err)
+		msg := "store unavailable: " + err.Error()
+		if out.NextCursor != nil {
+			msg += " (go on with cursor " + *out.NextCursor + ")"
+		}
+		writeError(w, http.StatusServiceUnavailable, msg)
+		return
+	}
+	a.log.Info("bulk change", "op", r.PathValue("op"), "target", req.Target, "dry_run", req.DryRun,
+		"matched", res.Matched, "changed", res.Changed, "more", res.Next != nil)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// bulkRequest checks a bulk request and turns it into the store's terms.
+func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (delaystore.Selector, delaystore.BulkOp, *delaystore.BulkCursor, error) {
+	var sel delaystore.Selector
+	var err error
+	if sel.DueFrom, err = optionalTime("due_from", req.DueFrom); err != nil {
+		return sel, delaystore.BulkOp{}, nil, err
+	}
+	if sel.DueTo, err = optionalTime("due_to", req.DueTo); err != nil {
+		return sel, delaystore.BulkOp{}, nil, err
+	}
+	switch {
+	case req.Target == "" && isAbsent(req.DueFrom) && isAbsent(req.DueTo):
+		return sel, delaystore.BulkOp{}, nil, errors.New("give at least one of target, due_from, due_to")
+	case req.Target != "" && !glob.Valid(req.Target):
+		return sel, delaystore.BulkOp{}, nil, fmt.Errorf("target %q is not a valid glob", req.Target)
+	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
+		return sel, delaystore.BulkOp{}, nil, errors.New("due_to is before due_from")
+	}
+	if isAbsent(req.DueTo) {
+		sel.DueTo = 0 // open: the store reads 0 as no upper bound
+	}
+	if req.Target != "" {
+		pattern := req.Target
+		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
+	}
+	op, err := bulkOp(opName, req)
+	if err != nil {
+		return sel, op, nil, err
+	}
+	if req.Cursor == "" {
+		return sel, op, nil, nil
+	}
+	c, err := b.ParseBulkCursor(req.Cursor)
+	if err != nil {
+		return sel, op, nil, fmt.Errorf("cursor: %w", err)
+	}
+	return sel, op, &c, nil
+}
+
+// bulkOp is the operation of POST /v1/bulk/<name>.
+func bulkOp(name string, req httpapi.BulkRequest) (delaystore.BulkOp, error) {
+	hasShift, hasAt := req.Shift != "", !isAbsent(req.DeliverAt)
+	if name != "reschedule" && (hasShift || hasAt) {
+		return delaystore.BulkOp{}, fmt.Errorf("%s takes neither shift nor deliver_at", name)
+	}
+	switch name {
+	case "cancel":
+		return delaystore.BulkOp{Kind: delaystore.BulkCancel}, nil
+	case "deliver-now":
+		return delaystore.BulkOp{Kind: delaystore.BulkDeliverNow}, nil
+	case "reschedule":
+	default:
+		return delaystore.BulkOp{}, fmt.Errorf("unknown bulk operation %q (cancel, reschedule, deliver-now)", name)
+	}
+	switch {
+	case hasShift == hasAt:
+		return delaystore.BulkOp{}, errors.New("reschedule takes exactly one of shift and deliver_at")
+	case hasShift:
+		d, err := parseShift(req.Shift)
+		return delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: d}, err
+	}
+	at, err := optionalTime("deliver_at", req.DeliverAt)
+	return delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: at}, err
+}
+
+// parseShift reads a signed Go duration ("+1h", "-30m", "90s"), at least a millisecond.
+func parseShift(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d.Abs() < time.Millisecond {
+		return 0, fmt.Errorf("shift %q: want a signed Go duration of at least 1ms, such as +1h or -30m", s)
+	}
+	return d, nil
+}
+
+// optionalTime reads a time field: unix ms (integer or string) or RFC 3339; 0 when absent.
+func optionalTime(name string, raw json.RawMessage) (int64, error) {
+	if isAbsent(raw) {
+		return 0, nil
+	}
+	v, err := stringOrInt(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	ms, err := ingress.ParseDeliverAt(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want unix ms or RFC 3339", name, v)
+	}
+	return ms, nil
+}
+
+func isAbsent(raw json.RawMessage) bool { return len(raw) == 0 || bytes.Equal(raw, []byte("null")) }
