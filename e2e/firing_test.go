@@ -234,12 +234,11 @@ func rateRun(t *testing.T, replicas int) {
 				t.Fatalf("publish %d: %v", i, err)
 			}
 		}
+		if i%500 == 499 { // stay well under the client's limit of outstanding publishes
+			waitPublished(t, js)
+		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("publish acks did not arrive")
-	}
+	waitPublished(t, js)
 	if time.Now().After(due) {
 		t.Logf("publishing took past the due time: the rate is measured from the first arrival")
 	}
@@ -276,4 +275,14 @@ func drain(t *testing.T, ch chan arrival, n int, due time.Time) (first, last tim
 		last = a.at
 	}
 	return first, last
+}
+
+// waitPublished waits for the acknowledgements of js's outstanding async publishes.
+func waitPublished(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publish acks did not arrive")
+	}
 }
