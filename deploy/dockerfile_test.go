@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -171,5 +173,35 @@ func TestParseDockerfile(t *testing.T) {
 	want := []instruction{{"FROM", "a AS b"}, {"RUN", "x y"}, {"EXPOSE", "1"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestDockerignoreKeepsTheSource: no .dockerignore pattern drops a directory of Go source
+// (a root-level /bridge ignore, meant for a stray `go build` output, once hid package
+// bridge from the image's build stage).
+func TestDockerignoreKeepsTheSource(t *testing.T) {
+	patterns := strings.Split(readText(t, "../.dockerignore"), "\n")
+	entries, err := os.ReadDir("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		goFiles, _ := filepath.Glob(filepath.Join("..", e.Name(), "*.go"))
+		sub, _ := filepath.Glob(filepath.Join("..", e.Name(), "*", "*.go"))
+		if len(goFiles)+len(sub) == 0 {
+			continue
+		}
+		for _, p := range patterns {
+			p = strings.TrimPrefix(strings.TrimSpace(p), "/")
+			if p == "" || strings.HasPrefix(p, "#") {
+				continue
+			}
+			if ok, _ := filepath.Match(p, e.Name()); ok {
+				t.Errorf(".dockerignore pattern %q drops %s/, which holds Go source", p, e.Name())
+			}
+		}
 	}
 }
