@@ -82,8 +82,11 @@ func (s *Store) Wakeups(ctx context.Context) (*Wakeups, error) {
 	w := &Wakeups{C: out, s: s, ps: ps, done: make(chan struct{}), followed: map[string]bool{}}
 	in := ps.ChannelWithSubscriptions() // go-redis pings and re-subscribes by itself
 	go func() {
-		defer close(w.done)
+		// On return, in this order: stop and drain, then done (Follow answers
+		// ErrWakeupsClosed from then on), then C: a reader that sees C closed finds done
+		// closed too.
 		defer close(out)
+		defer close(w.done)
 		defer func() {
 			stop()
 			_ = w.Close()
