@@ -356,10 +356,8 @@ func TestMetricsDeadLetter(t *testing.T) {
 		}
 	}
 	receive(t, out, 10*time.Second)
-	time.Sleep(200 * time.Millisecond)
-	mfs := scrape(t, b)
-	expect(t, mfs, "delaybridge_messages_out_total", 2, "broker", "nats", "result", "dead_lettered")
-	expect(t, mfs, "delaybridge_messages_out_total", 1, "broker", "nats", "result", "published")
-	expect(t, mfs, "delaybridge_parked_messages_all", 0)
-	expect(t, mfs, "delaybridge_inflight_messages", 0)
+	expectSoon(t, b, "delaybridge_messages_out_total", 2, "broker", "nats", "result", "dead_lettered")
+	expectSoon(t, b, "delaybridge_messages_out_total", 1, "broker", "nats", "result", "published")
+	expectSoon(t, b, "delaybridge_parked_messages_all", 0)
+	expectSoon(t, b, "delaybridge_inflight_messages", 0)
 }
