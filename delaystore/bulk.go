@@ -43,7 +43,8 @@ type BulkOp struct {
 }
 
 // Selector picks parked messages: those whose stored due time lies in [DueFrom, DueTo]
-// (unix ms, inclusive) and whose target ("broker:name") Match accepts (nil: any).
+// (unix ms, inclusive; DueTo 0: no upper bound, negative: nothing) and whose target
+// ("broker:name") Match accepts (nil: any).
 type Selector struct {
 	Match          func(target string) bool
 	DueFrom, DueTo int64

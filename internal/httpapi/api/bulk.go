@@ -86,8 +86,11 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
 		return sel, delaystore.BulkOp{}, nil, errors.New("due_to is before due_from")
 	}
-	if isAbsent(req.DueTo) {
+	switch {
+	case isAbsent(req.DueTo):
 		sel.DueTo = 0 // open: the store reads 0 as no upper bound
+	case sel.DueTo == 0:
+		sel.DueTo = -1 // an explicit 0 (1970): nothing is due that early
 	}
 	if req.Target != "" {
 		pattern := req.Target

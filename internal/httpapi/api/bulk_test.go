@@ -51,6 +51,9 @@ func TestBulkEndpoints(t *testing.T) {
 	if m, err := c.Get(ctx, "a2"); err != nil || m.Due > time.Now().UnixMilli()+1000 {
 		t.Fatalf("a2 after deliver-now: %+v %v", m, err)
 	}
+	if res := bulk("cancel", httpapi.BulkRequest{Target: "nats:b.*", DueTo: []byte(`0`)}); res.Matched != 0 {
+		t.Fatalf("due_to 0 (1970) matched %+v", res)
+	}
 	if res := bulk("cancel", httpapi.BulkRequest{Target: "nats:b.*"}); res.Matched != 2 || res.Changed != 2 {
 		t.Fatalf("cancel: %+v", res)
 	}
