@@ -84,6 +84,22 @@ type shardKeys struct {
 	wake    string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
 }
 
+// newShardKeys are the keys of shard i under prefix p, all with the hash tag {p:i}.
+func newShardKeys(p string, i int) shardKeys {
+	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
+	z, m, seq, t, r := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r"
+	return shardKeys{
+		z: z, m: m, r: r, epoch: tag + ":epoch",
+		zm:      []string{z, m},
+		zmRSeq:  []string{z, m, r, seq},
+		zmtR:    []string{z, m, t, r},
+		zmSeqTR: []string{z, m, seq, t, r},
+		seq:     seq,
+		shardID: strconv.Itoa(i),
+		wake:    p + ":wake:" + strconv.Itoa(i),
+	}
+}
+
 // New validates cfg and returns a Store over rdb (a *redis.Client, *redis.ClusterClient,
 // ...), adjusted by opts. It does no I/O; call Init before use.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
@@ -130,18 +146,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for i := range s.keys {
-		tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-		z, m, seq, t, r := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r"
-		s.keys[i] = shardKeys{
-			z: z, m: m, r: r, epoch: tag + ":epoch",
-			zm:      []string{z, m},
-			zmRSeq:  []string{z, m, r, seq},
-			zmtR:    []string{z, m, t, r},
-			zmSeqTR: []string{z, m, seq, t, r},
-			seq:     seq,
-			shardID: strconv.Itoa(i),
-			wake:    p + ":wake:" + strconv.Itoa(i),
-		}
+		s.keys[i] = newShardKeys(p, i)
 	}
 	for _, o := range opts {
 		o(s)

@@ -63,3 +63,13 @@ func firstFiring(req *delaystore.ParkRequest, h headers.List, every schedule.Eve
 	}
 	req.Absolute, req.At, req.Delay = true, every.First(now).UnixMilli(), 0
 }
+
+// parseFiring reads the firing-control headers: x-delay-expires and x-delay-every.
+func parseFiring(h headers.List, now time.Time) (time.Duration, schedule.Every, error) {
+	expires, err := ParseExpires(h)
+	if err != nil {
+		return 0, schedule.Every{}, err
+	}
+	every, err := ParseEvery(h, now)
+	return expires, every, err
+}

@@ -72,11 +72,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	expires, err := ParseExpires(h)
-	if err != nil {
-		return req, err
-	}
-	every, err := ParseEvery(h, now)
+	expires, every, err := parseFiring(h, now)
 	if err != nil {
 		return req, err
 	}

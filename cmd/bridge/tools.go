@@ -67,6 +67,22 @@ func newClient(addr, token string, environ []string) (*client.Client, error) {
 	return &client.Client{Base: base, Token: token}, nil
 }
 
+// headerMap turns --header key=value flags into the API's headers (nil when none).
+func headerMap(hdrs headerFlags) (map[string]string, error) {
+	if len(hdrs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, h := range hdrs {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--header %q: want key=value", h)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
 type headerFlags []string
 
 func (h *headerFlags) String() string     { return strings.Join(*h, ",") }
@@ -102,33 +118,21 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		fs.Usage()
 		return errUsage
 	}
-	payload := pos[0]
-	if payload == "-" {
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			return fmt.Errorf("read payload from stdin: %w", err)
-		}
-		payload = string(b)
+	payload, err := readPayload(pos[0], stdin)
+	if err != nil {
+		return err
 	}
 	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Payload: &payload}
-	if *delay != "" {
-		req.Delay, _ = json.Marshal(*delay)
-	}
-	if *at != "" {
-		req.DeliverAt, _ = json.Marshal(*at)
-	}
-	if *expires != "" {
-		req.Expires, _ = json.Marshal(*expires)
-	}
-	if len(hdrs) > 0 {
-		req.Headers = map[string]string{}
-		for _, h := range hdrs {
-			k, v, ok := strings.Cut(h, "=")
-			if !ok || k == "" {
-				return fmt.Errorf("--header %q: want key=value", h)
-			}
-			req.Headers[k] = v
+	for _, f := range []struct {
+		v   string
+		dst *json.RawMessage
+	}{{*delay, &req.Delay}, {*at, &req.DeliverAt}, {*expires, &req.Expires}} {
+		if f.v != "" {
+			*f.dst, _ = json.Marshal(f.v)
 		}
+	}
+	if req.Headers, err = headerMap(hdrs); err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {
@@ -142,6 +146,18 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	fmt.Fprintf(stdout, "parked %s, due %s (in %s)\n", resp.ID, due.UTC().Format(time.RFC3339Nano),
 		time.Until(due).Round(time.Millisecond))
 	return nil
+}
+
+// readPayload is arg, or all of stdin when arg is "-".
+func readPayload(arg string, stdin io.Reader) (string, error) {
+	if arg != "-" {
+		return arg, nil
+	}
+	b, err := io.ReadAll(stdin)
+	if err != nil {
+		return "", fmt.Errorf("read payload from stdin: %w", err)
+	}
+	return string(b), nil
 }
 
 func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
