@@ -36,14 +36,7 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		return errUsage
 	}
 	req := httpapi.BulkRequest{Target: *target, DryRun: *dryRun, Shift: *shift}
-	for _, f := range []struct {
-		v   string
-		dst *json.RawMessage
-	}{{*from, &req.DueFrom}, {*to, &req.DueTo}, {*at, &req.DeliverAt}} {
-		if f.v != "" {
-			*f.dst, _ = json.Marshal(f.v)
-		}
-	}
+	req.DueFrom, req.DueTo, req.DeliverAt = jsonString(*from), jsonString(*to), jsonString(*at)
 	c, err := newClient(*api, *token, environ)
 	if err != nil {
 		return err

@@ -123,14 +123,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		return err
 	}
 	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Payload: &payload}
-	for _, f := range []struct {
-		v   string
-		dst *json.RawMessage
-	}{{*delay, &req.Delay}, {*at, &req.DeliverAt}, {*expires, &req.Expires}} {
-		if f.v != "" {
-			*f.dst, _ = json.Marshal(f.v)
-		}
-	}
+	req.Delay, req.DeliverAt, req.Expires = jsonString(*delay), jsonString(*at), jsonString(*expires)
 	if req.Headers, err = headerMap(hdrs); err != nil {
 		return err
 	}
@@ -146,6 +139,16 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	fmt.Fprintf(stdout, "parked %s, due %s (in %s)\n", resp.ID, due.UTC().Format(time.RFC3339Nano),
 		time.Until(due).Round(time.Millisecond))
 	return nil
+}
+
+// jsonString is a flag value as a JSON string for a time or duration field of the API
+// (which also takes integers), nil when the flag was not given.
+func jsonString(v string) json.RawMessage {
+	if v == "" {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // readPayload is arg, or all of stdin when arg is "-".
