@@ -9,12 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// headNotRead is ack.lua's head when it was not read (a claim of the shard followed).
+const headNotRead = -2
+
 // Applied is the outcome of Ack or Retry.
 type Applied struct {
 	// N counts the receipts that were applied; stale receipts (fenced) are not counted.
 	N int
 	// Heads maps every shard the call touched to its earliest score after the call (unix
-	// ms, Redis clock), or -1 when the shard is empty.
+	// ms, Redis clock), or -1 when the shard is empty; in Exchange, the shards also claimed
+	// are left out (Claim.Next is their head after both).
 	Heads map[int]int64
 }
 
@@ -24,26 +28,28 @@ type Applied struct {
 // Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
 // concurrent claims on one shard never return the same message under the same lease.
 func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
-	c, err := s.claimCall(shard, limit)
+	g, err := s.claimGroup(shard, limit)
 	if err != nil {
 		return Claim{}, err
 	}
-	res, err := s.claim.Run(ctx, s.rdb, c.keys, c.args...).Slice()
+	c := packedCall([]group{g})
+	reply := groupReplies([]*redis.Cmd{s.claim.Run(ctx, s.rdb, c.keys, c.args...)}, []groupAt{{}})[0]
+	res, err := reply.slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
 	return parseClaim(shard, res)
 }
 
-// claimCall is the claim script's call for one shard.
-func (s *Store) claimCall(shard, limit int) (call, error) {
+// claimGroup is the claim script's group for one shard.
+func (s *Store) claimGroup(shard, limit int) (group, error) {
 	if err := s.checkShard(shard); err != nil {
-		return call{}, fmt.Errorf("claim: %w", err)
+		return group{}, fmt.Errorf("claim: %w", err)
 	}
 	if limit < 1 {
-		return call{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
+		return group{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
 	}
-	return call{keys: s.keys[shard].zm, args: []any{s.leaseMS, limit}}, nil
+	return group{shard: shard, keys: s.keys[shard].zm, args: []any{s.leaseMS, limit}}, nil
 }
 
 // parseClaim reads the claim script's answer for shard.
@@ -89,17 +95,31 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 	if len(rs) == 0 {
 		return Applied{}, nil
 	}
-	calls, order, err := s.ackCalls(rs)
+	groups, err := s.ackGroups(rs, nil)
 	if err != nil {
 		return Applied{}, err
 	}
-	return readApplied("ack", s.evalPipelined(ctx, s.ack, calls), order)
+	return s.runFenced(ctx, "ack", s.ack, groups)
 }
 
-// ackCalls builds Ack's script calls, one per shard, and the shard of each.
-func (s *Store) ackCalls(rs []Receipt) ([]call, []int, error) {
-	lead := []any{strconv.FormatInt(s.tombMS, 10)}
-	return s.fencedCalls("ack", func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
+// runFenced runs the groups of ack or retry (sc) in one round trip and reads their
+// answers.
+func (s *Store) runFenced(ctx context.Context, op string, sc *script, groups []group) (Applied, error) {
+	calls, at := s.packGroups(groups)
+	return readApplied(op, groupReplies(s.evalPipelined(ctx, sc, calls), at), groups)
+}
+
+// ackGroups builds Ack's script groups, one per shard; the shards in claimed are claimed
+// in the same round trip, after the acks: their heads are read by the claim, not the ack.
+func (s *Store) ackGroups(rs []Receipt, claimed map[int]bool) ([]group, error) {
+	lead := func(sh int) []any {
+		head := "1"
+		if claimed[sh] {
+			head = "0"
+		}
+		return []any{strconv.FormatInt(s.tombMS, 10), head}
+	}
+	return s.fencedGroups("ack", func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
@@ -116,16 +136,16 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	if len(rs) == 0 {
 		return Applied{}, nil
 	}
-	calls, order, err := s.retryCalls(rs)
+	groups, err := s.retryGroups(rs)
 	if err != nil {
 		return Applied{}, err
 	}
-	return readApplied("retry", s.evalPipelined(ctx, s.retry, calls), order)
+	return s.runFenced(ctx, "retry", s.retry, groups)
 }
 
-// retryCalls builds Retry's script calls, one per shard, and the shard of each.
-func (s *Store) retryCalls(rs []RetryRequest) ([]call, []int, error) {
-	return s.fencedCalls("retry", func(k shardKeys) []string { return k.zmRSeq }, nil, len(rs), func(i int) (Receipt, []any, error) {
+// retryGroups builds Retry's script groups, one per shard.
+func (s *Store) retryGroups(rs []RetryRequest) ([]group, error) {
+	return s.fencedGroups("retry", func(k shardKeys) []string { return k.zmRSeq }, func(int) []any { return nil }, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		head := []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}
 		switch {
@@ -146,11 +166,11 @@ func modeArg(putBack bool) string {
 	return "1"
 }
 
-// fencedCalls builds the calls of ack or retry, one per shard, and the shard of each call:
-// keysOf picks the script's keys of a shard, lead are the arguments before the per-entry
+// fencedGroups builds the groups of ack or retry, one per shard, in first-seen order:
+// keysOf picks the script's keys of a shard, lead its arguments before the per-entry
 // ones, item(i) returns the receipt and script arguments of entry i.
-func (s *Store) fencedCalls(op string, keysOf func(shardKeys) []string, lead []any, n int,
-	item func(i int) (Receipt, []any, error)) ([]call, []int, error) {
+func (s *Store) fencedGroups(op string, keysOf func(shardKeys) []string, lead func(shard int) []any, n int,
+	item func(i int) (Receipt, []any, error)) ([]group, error) {
 	args := make(map[int][]any)
 	var order []int
 	for i := range n {
@@ -159,27 +179,29 @@ func (s *Store) fencedCalls(op string, keysOf func(shardKeys) []string, lead []a
 			err = s.checkShard(r.Shard)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", op, r.ID, err)
+			return nil, fmt.Errorf("%s %s: %w", op, r.ID, err)
 		}
 		if _, ok := args[r.Shard]; !ok {
 			order = append(order, r.Shard)
-			args[r.Shard] = append([]any(nil), lead...)
+			args[r.Shard] = lead(r.Shard)
 		}
 		args[r.Shard] = append(args[r.Shard], a...)
 	}
-	calls := make([]call, len(order))
-	for ci, sh := range order {
-		calls[ci] = call{keys: keysOf(s.keys[sh]), args: args[sh]}
+	groups := make([]group, len(order))
+	for gi, sh := range order {
+		groups[gi] = group{shard: sh, keys: keysOf(s.keys[sh]), args: args[sh]}
 	}
-	return calls, order, nil
+	return groups, nil
 }
 
-// readApplied reads the answers of fenced calls ({applied, next head} each).
-func readApplied(op string, cmds []*redis.Cmd, order []int) (Applied, error) {
-	out := Applied{Heads: make(map[int]int64, len(order))}
+// readApplied reads the answers of fenced groups ({applied, next head} each), replies
+// aligned with groups.
+func readApplied(op string, replies []groupReply, groups []group) (Applied, error) {
+	out := Applied{Heads: make(map[int]int64, len(groups))}
 	var errs []error
-	for ci, sh := range order {
-		res, err := cmds[ci].Slice()
+	for gi, g := range groups {
+		sh := g.shard
+		res, err := replies[gi].slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply of %d values", len(res))
 		}
@@ -195,7 +217,9 @@ func readApplied(op string, cmds []*redis.Cmd, order []int) (Applied, error) {
 			continue
 		}
 		out.N += int(applied)
-		out.Heads[sh] = head
+		if head != headNotRead {
+			out.Heads[sh] = head
+		}
 	}
 	// Shards that succeeded are reported even when others failed.
 	return out, errors.Join(errs...)

@@ -26,52 +26,53 @@ type Exchanged struct {
 }
 
 // Exchange is egress's round trip: it settles (acks, then retries and put-backs) and
-// claims, all in one pipeline (one script call per shard and kind, in that order, so a
-// claim sees the shard as settled). It is Ack, Retry and one Claim per request at the cost
-// of one round trip: under steady load the acks of one batch ride with the next claims.
-// On Redis Cluster the pipeline is split per node by the client. It blocks until Redis
-// answered or ctx is done; errors are reported per part in Exchanged.
+// claims, all in one pipeline (one script call per kind on one Redis node, one per shard
+// and kind on Redis Cluster: groups.go; in that order, so a claim sees the shard as
+// settled). It is Ack, Retry and one Claim per request at the cost of one round trip:
+// under steady load the acks of one batch ride with the next claims. On Redis Cluster the
+// pipeline is split per node by the client. It blocks until Redis answered or ctx is done;
+// errors are reported per part in Exchanged.
 func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryRequest, claims []ClaimRequest) Exchanged {
 	out := Exchanged{Claims: make([]Claim, len(claims)), ClaimErrs: make([]error, len(claims))}
-	var calls []call // each with its own script
-	var ackOrder, retryOrder []int
+	var list callList
+	var ackGroups, retryGroups []group
+	var ackAt, retryAt []groupAt
 	if len(acks) > 0 {
-		c, order, err := s.ackCalls(acks)
-		out.AckErr, ackOrder = err, order
-		calls = withScript(calls, s.ack, c)
+		claimed := make(map[int]bool, len(claims))
+		for _, r := range claims {
+			claimed[r.Shard] = true
+		}
+		ackGroups, out.AckErr = s.ackGroups(acks, claimed)
+		ackAt = list.add(s, s.ack, ackGroups)
 	}
 	if len(retries) > 0 {
-		c, order, err := s.retryCalls(retries)
-		out.RetryErr, retryOrder = err, order
-		calls = withScript(calls, s.retry, c)
+		retryGroups, out.RetryErr = s.retryGroups(retries)
+		retryAt = list.add(s, s.retry, retryGroups)
 	}
-	claimAt := make([]int, len(claims)) // index of each claim request's call, -1: none
+	var claimGroups []group
+	var claimReq []int // the request of each claim group
 	for i, r := range claims {
-		c, err := s.claimCall(r.Shard, r.Max)
+		g, err := s.claimGroup(r.Shard, r.Max)
 		if err != nil {
-			out.ClaimErrs[i], claimAt[i] = err, -1
+			out.ClaimErrs[i] = err
 			continue
 		}
-		claimAt[i] = len(calls)
-		calls = withScript(calls, s.claim, []call{c})
+		claimGroups, claimReq = append(claimGroups, g), append(claimReq, i)
 	}
-	if len(calls) == 0 {
+	claimAt := list.add(s, s.claim, claimGroups)
+	if len(list.calls) == 0 {
 		return out
 	}
-	cmds := s.evalOn(ctx, s.rdb, "", nil, calls, false) // NOSCRIPT answers resent with EVAL
-	next := 0
-	if len(ackOrder) > 0 {
-		out.Acked, out.AckErr = readApplied("ack", cmds[next:next+len(ackOrder)], ackOrder)
-		next += len(ackOrder)
+	cmds := s.evalOn(ctx, s.rdb, "", nil, list.calls, false) // NOSCRIPT answers resent with EVAL
+	if len(ackGroups) > 0 {
+		out.Acked, out.AckErr = readApplied("ack", groupReplies(cmds, ackAt), ackGroups)
 	}
-	if len(retryOrder) > 0 {
-		out.Retried, out.RetryErr = readApplied("retry", cmds[next:next+len(retryOrder)], retryOrder)
+	if len(retryGroups) > 0 {
+		out.Retried, out.RetryErr = readApplied("retry", groupReplies(cmds, retryAt), retryGroups)
 	}
-	for i, at := range claimAt {
-		if at < 0 {
-			continue
-		}
-		res, err := cmds[at].Slice()
+	for k, reply := range groupReplies(cmds, claimAt) {
+		i := claimReq[k]
+		res, err := reply.slice()
 		if err != nil {
 			out.ClaimErrs[i] = fmt.Errorf("claim shard %d: %w", claims[i].Shard, err)
 			continue
@@ -86,11 +87,19 @@ func (x Exchanged) Err() error {
 	return errors.Join(append([]error{x.AckErr, x.RetryErr}, x.ClaimErrs...)...)
 }
 
-// withScript sets sc as the script of each of calls and appends them to to.
-func withScript(to []call, sc *script, calls []call) []call {
+// callList collects the packed calls of several scripts for one pipeline.
+type callList struct{ calls []call }
+
+// add packs groups for sc (packGroups), appends their calls and returns where each
+// group's answer will be among all the list's calls.
+func (l *callList) add(s *Store, sc *script, groups []group) []groupAt {
+	calls, at := s.packGroups(groups)
+	for i := range at {
+		at[i].call += len(l.calls)
+	}
 	for _, c := range calls {
 		c.sc = sc
-		to = append(to, c)
+		l.calls = append(l.calls, c)
 	}
-	return to
+	return at
 }

@@ -145,8 +145,8 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 		}
 	}
 	sources := map[string]string{
-		withLibs(parkSrc): "park", claimSrc: "claim", withLibs(ackSrc): "ack", retrySrc: "retry", withLibs(cancelSrc): "cancel",
-		unflagged(claimSrc): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(retrySrc): "retry", unflagged(withLibs(cancelSrc)): "cancel",
+		withLibs(parkSrc): "park", withLibs(claimSrc): "claim", withLibs(ackSrc): "ack", withLibs(retrySrc): "retry", withLibs(cancelSrc): "cancel",
+		unflagged(withLibs(claimSrc)): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(withLibs(retrySrc)): "retry", unflagged(withLibs(cancelSrc)): "cancel",
 		memberSrc: "member", unflagged(memberSrc): "member", rateSrc: "rate", unflagged(rateSrc): "rate",
 		scanSrc: "scan", unflagged(scanSrc): "scan", withLibs(bulkSrc): "bulk", unflagged(withLibs(bulkSrc)): "bulk",
 	}

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// Park stores the messages until they are due. It sends one script call per shard, all
-// in one pipelined round trip (with Config.MinReplicas > 0: one per master, each ending in
-// WAIT; a shard whose write is not confirmed fails with an error wrapping
+// Park stores the messages until they are due, in one round trip: one script call for
+// all shards on one Redis node, one per shard pipelined on Redis Cluster (groups.go; with
+// Config.MinReplicas > 0 one pipeline per master, each ending in WAIT; a shard whose write is not confirmed fails with an error wrapping
 // ErrNotReplicated), and returns one Parked per request, in request order. A
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
@@ -41,7 +39,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
-	calls := make([]call, len(order))
+	groups := make([]group, len(order))
 	for ci, sh := range order {
 		idx := byShard[sh]
 		args := make([]any, 0, 2+5*len(idx))
@@ -58,24 +56,25 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		calls[ci] = call{keys: s.keys[sh].zmSeqTR, args: args, fence: s.keys[sh].seq}
+		groups[ci] = group{shard: sh, keys: s.keys[sh].zmSeqTR, args: args}
 	}
-	cmds := s.evalConfirmed(ctx, s.park, calls)
-	s.mem.note(cmds)
+	calls, at := s.packGroups(groups)
+	replies := groupReplies(s.evalConfirmed(ctx, s.park, calls), at)
+	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
 	var errs []error
 	for ci, sh := range order {
-		if err := parkResults(cmds[ci], reqs, byShard[sh], out); err != nil {
+		if err := parkResults(replies[ci], reqs, byShard[sh], out); err != nil {
 			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
 		}
 	}
 	return out, errors.Join(errs...)
 }
 
-// parkResults fills out[i] for the requests idx of one shard's park call, or, when the
-// call failed, leaves them zero and returns the error.
-func parkResults(cmd *redis.Cmd, reqs []ParkRequest, idx []int, out []Parked) error {
-	res, err := cmd.Slice()
+// parkResults fills out[i] for the requests idx of one shard's park group, or, when the
+// group failed, leaves them zero and returns the error.
+func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) error {
+	res, err := reply.slice()
 	if err != nil {
 		return err
 	}

@@ -10,18 +10,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed lua/envelope.lua
-var envelopeLib string
+var (
+	//go:embed lua/envelope.lua
+	envelopeLib string
+	//go:embed lua/groups.lua
+	groupsLib string
+)
 
-// includeEnvelope is the line of a script that stands for lua/envelope.lua, the functions
-// on stored envelopes that park, ack and cancel share.
-const includeEnvelope = "\n--!include envelope.lua\n"
+// Include lines: a script's line "--!include <name>" stands for that library: envelope.lua,
+// the functions on stored envelopes that park, ack, cancel and bulk share; groups.lua, the
+// multi-shard calling convention of park, claim, ack and retry (groups.go).
+const (
+	includeEnvelope = "\n--!include envelope.lua\n"
+	includeGroups   = "\n--!include groups.lua\n"
+)
 
-// withLibs returns src with its include line replaced by the library's source (src without
-// one is returned as is). The library is Lua of this package only: no text is ever built
-// from data (TestScriptsAreConstants).
+// withLibs returns src with its include lines replaced by the libraries' sources (src
+// without one is returned as is). The libraries are Lua of this package only: no text is
+// ever built from data (TestScriptsAreConstants).
 func withLibs(src string) string {
-	return strings.Replace(src, includeEnvelope, "\n"+envelopeLib, 1)
+	src = strings.Replace(src, includeEnvelope, "\n"+envelopeLib, 1)
+	return strings.Replace(src, includeGroups, "\n"+groupsLib, 1)
 }
 
 // script is one store script, run by SHA with a fallback to EVAL (go-redis Script), in
@@ -110,12 +119,12 @@ type memoryState struct {
 	refusals atomic.Uint64
 }
 
-// note reads the replies of one pipelined park: any shard refused for memory sets full;
-// otherwise any message written (a reply pair {due, 0}) clears it.
-func (m *memoryState) note(cmds []*redis.Cmd) {
+// note reads the replies of one park, a reply per shard: any shard refused for memory
+// sets full; otherwise any message written (a reply pair {due, 0}) clears it.
+func (m *memoryState) note(replies []groupReply) {
 	refused, wrote := false, false
-	for _, c := range cmds {
-		res, err := c.Slice()
+	for _, r := range replies {
+		res, err := r.slice()
 		if err != nil {
 			refused = refused || IsOOM(err)
 			continue

@@ -132,9 +132,9 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
 		park:         newScript(redis.NewScript(withLibs(parkSrc)), nil), // no flags: refused when Redis is full
-		claim:        newScript(redis.NewScript(claimSrc), redis.NewScript(unflagged(claimSrc))),
+		claim:        newScript(redis.NewScript(withLibs(claimSrc)), redis.NewScript(unflagged(withLibs(claimSrc)))),
 		ack:          newScript(redis.NewScript(withLibs(ackSrc)), redis.NewScript(unflagged(withLibs(ackSrc)))),
-		retry:        newScript(redis.NewScript(retrySrc), redis.NewScript(unflagged(retrySrc))),
+		retry:        newScript(redis.NewScript(withLibs(retrySrc)), redis.NewScript(unflagged(withLibs(retrySrc)))),
 		cancel:       newScript(redis.NewScript(withLibs(cancelSrc)), redis.NewScript(unflagged(withLibs(cancelSrc)))),
 		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
 		rate:         newScript(redis.NewScript(rateSrc), redis.NewScript(unflagged(rateSrc))),

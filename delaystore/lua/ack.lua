@@ -1,77 +1,93 @@
 #!lua flags=allow-oom
--- ack: delete delivered messages of one shard, leaving tombstones of their source messages.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
+-- ack: delete delivered messages, leaving tombstones of their source messages; one group
+-- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       4 = {P:s}:r (retry set; a deleted id leaves it)
--- ARGV: 1 = tombstone TTL ms (<= 0: none), then per message 3 values: id, version, token
--- returns: {acked count, next head score or -1}
+--       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
+--       of the shard follows in the same round trip and reads it), then per message 3
+--       values: id, version, token
+-- returns: per group {acked count, next head score, -1 when empty, -2 when not read}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
 -- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL
 -- (park then drops a redelivery of that source message). Then at most 2 x (deleted count)
 -- expired tombstones are removed, oldest first: the set stays bounded without a sweeper.
+-- The retry set is touched only when a deleted entry has attempts > 0 (only such entries
+-- are in it: retry.lua adds an id with attempts + 1; park, bulk and a recurring firing
+-- reset attempts only while taking the id out of it, or keep them).
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, since
 -- deleting delivered messages is what frees it (Redis 7 refuses any flagged script under OOM
 -- that does not declare allow-oom); the tombstone it writes is smaller than the entry it
 -- deletes. Without script flags (Redis 6, miniredis) the first line is commented out
 -- (delaystore/scripts.go).
-local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
-local ttl = tonumber(ARGV[1])
 local CHUNK = 1000
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
 
-local n = 0
-local tombs = {} -- source ids of the deleted entries
-local ids = {}
-for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
-for c = 1, #ids, CHUNK do
-  local last = math.min(c + CHUNK - 1, #ids)
-  local envs = redis.call('HMGET', m, unpack(ids, c, last))
-  local del, seen = {}, {}
-  for j = 1, #envs do
-    local k = c + j - 1
-    local id = ids[k]
-    local a = (k - 1) * 3 + 2
-    if envs[j] and not seen[id] and string.match(envs[j], '^(%d+),') == ARGV[a + 1] then
-      local score = redis.call('ZSCORE', z, id)
-      if score and tonumber(score) == tonumber(ARGV[a + 2]) then
-        del[#del + 1] = id
-        seen[id] = true
-        local p = string.match(envs[j], '^%d+,%d+,%d+,()')
-        local src = p and sourceOf(envs[j], p, id) or ''
-        if src ~= '' then tombs[#tombs + 1] = src end
+--!include groups.lua
+
+local function shard(KEYS, ARGV)
+  local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
+  local ttl = tonumber(ARGV[1])
+
+  local n = 0
+  local tombs = {} -- source ids of the deleted entries
+  local ids = {}
+  for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  for c = 1, #ids, CHUNK do
+    local last = math.min(c + CHUNK - 1, #ids)
+    local envs = redis.call('HMGET', m, unpack(ids, c, last))
+    local scores = redis.call('ZMSCORE', z, unpack(ids, c, last))
+    local del, seen, retried = {}, {}, false
+    for j = 1, #envs do
+      local k = c + j - 1
+      local id = ids[k]
+      local a = (k - 1) * 3 + 3
+      local version, attempts = string.match(envs[j] or '', '^(%d+),(%d+),')
+      if envs[j] and not seen[id] and version == ARGV[a + 1] then
+        local score = scores[j]
+        if score and tonumber(score) == tonumber(ARGV[a + 2]) then
+          del[#del + 1] = id
+          seen[id] = true
+          retried = retried or attempts ~= '0'
+          local p = string.match(envs[j], '^%d+,%d+,%d+,()')
+          local src = p and sourceOf(envs[j], p, id) or ''
+          if src ~= '' then tombs[#tombs + 1] = src end
+        end
       end
     end
-  end
-  if #del > 0 then
-    redis.call('ZREM', z, unpack(del))
-    redis.call('HDEL', m, unpack(del))
-    redis.call('ZREM', KEYS[4], unpack(del))
-    n = n + #del
-  end
-end
-
-if n > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if ttl > 0 and #tombs > 0 then
-    local exp = string.format('%d', now + ttl)
-    local zadd = {}
-    for _, src in ipairs(tombs) do
-      zadd[#zadd + 1] = exp
-      zadd[#zadd + 1] = src
-    end
-    for i = 1, #zadd, CHUNK do
-      redis.call('ZADD', tz, unpack(zadd, i, math.min(i + CHUNK - 1, #zadd)))
+    if #del > 0 then
+      redis.call('ZREM', z, unpack(del))
+      redis.call('HDEL', m, unpack(del))
+      if retried then redis.call('ZREM', KEYS[4], unpack(del)) end
+      n = n + #del
     end
   end
-  local old = redis.call('ZRANGEBYSCORE', tz, '-inf', string.format('%d', now), 'LIMIT', 0, 2 * n)
-  for i = 1, #old, CHUNK do
-    redis.call('ZREM', tz, unpack(old, i, math.min(i + CHUNK - 1, #old)))
+
+  if n > 0 then
+    if ttl > 0 and #tombs > 0 then
+      local exp = string.format('%d', now + ttl)
+      local zadd = {}
+      for _, src in ipairs(tombs) do
+        zadd[#zadd + 1] = exp
+        zadd[#zadd + 1] = src
+      end
+      for i = 1, #zadd, CHUNK do
+        redis.call('ZADD', tz, unpack(zadd, i, math.min(i + CHUNK - 1, #zadd)))
+      end
+    end
+    local old = redis.call('ZRANGEBYSCORE', tz, '-inf', string.format('%d', now), 'LIMIT', 0, 2 * n)
+    for i = 1, #old, CHUNK do
+      redis.call('ZREM', tz, unpack(old, i, math.min(i + CHUNK - 1, #old)))
+    end
   end
+
+  if ARGV[2] == '0' then return {n, -2} end
+  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local nxt = -1
+  if head[2] then nxt = tonumber(head[2]) end
+  return {n, nxt}
 end
 
-local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-local nxt = -1
-if head[2] then nxt = tonumber(head[2]) end
-return {n, nxt}
+return groups(shard)

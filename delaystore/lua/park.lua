@@ -1,10 +1,10 @@
--- park: hold messages of one shard until they are due.
--- KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
+-- park: hold messages until they are due; one group per shard (groups.lua).
+-- Per group: KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
 --       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       5 = {P:s}:r (retry set; a replaced id leaves it)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
--- returns: per message, in ARGV order, {due ms, existed (0 | 1 | 2)}
+-- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2)}
 -- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
 -- parked: {0, 2}. An existing id with replace = 0, or with replace = 1 and the same
 -- non-empty source id stored (a redelivery of the parked message), is kept as is
@@ -17,10 +17,11 @@
 -- (back-pressure) until deliveries free memory. Never give it allow-oom.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local z, m = KEYS[1], KEYS[2]
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
 --!include envelope.lua
+
+--!include groups.lua
 
 local function chunked(cmd, key, list)
   for i = 1, #list, CHUNK do
@@ -28,77 +29,93 @@ local function chunked(cmd, key, list)
   end
 end
 
-local ids = {}
-for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then return {} end
-local olds = {}
-for i = 1, #ids, CHUNK do
-  local part = redis.call('HMGET', m, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
-  for j = 1, #part do olds[i + j - 1] = part[j] end
-end
+local function shard(KEYS, ARGV)
+  local z, m = KEYS[1], KEYS[2]
+  local ids = {}
+  for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+  if #ids == 0 then return {} end
+  local olds = {}
+  for i = 1, #ids, CHUNK do
+    local part = redis.call('HMGET', m, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+    for j = 1, #part do olds[i + j - 1] = part[j] end
+  end
 
--- cur[id] = due of the entry as it stands while the batch is applied (nil: absent), and
--- curSrc[id] its source id.
-local cur, curSrc = {}, {}
-local out = {}
-local writes = {} -- indexes into ids of the messages to write, in order
-local dues = {}
-for k = 1, #ids do
-  local id = ids[k]
-  local a = 3 + (k - 1) * 5
-  local src = sourceOf(ARGV[a + 4], 1, id)
-  local tomb = false
-  if src ~= '' then
-    local exp = redis.call('ZSCORE', KEYS[4], src)
-    tomb = exp and tonumber(exp) > now
+  -- cur[id] = due of the entry as it stands while the batch is applied (nil: absent), and
+  -- curSrc[id] its source id.
+  local cur, curSrc = {}, {}
+  local out = {}
+  local writes = {} -- indexes into ids of the messages to write, in order
+  local dues = {}
+  local srcs, withSrc = {}, {}
+  for k = 1, #ids do
+    srcs[k] = sourceOf(ARGV[3 + (k - 1) * 5 + 4], 1, ids[k])
+    if srcs[k] ~= '' then withSrc[#withSrc + 1] = k end
   end
-  local existing = cur[id]
-  if existing == nil and olds[k] then
-    local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
-    existing = tonumber(due) or 0
-    curSrc[id] = p and sourceOf(olds[k], p, id) or ''
-  end
-  if tomb then
-    out[k] = {0, 2}
-  elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
-    cur[id] = existing
-    out[k] = {existing, 1}
-  else
-    local due
-    if ARGV[a + 1] == 'a' then
-      due = tonumber(ARGV[a + 3])
-    else
-      due = now + tonumber(ARGV[a + 3])
+  local tombed = {}
+  for i = 1, #withSrc, CHUNK do
+    local last = math.min(i + CHUNK - 1, #withSrc)
+    local names = {}
+    for j = i, last do names[#names + 1] = srcs[withSrc[j]] end
+    local exps = redis.call('ZMSCORE', KEYS[4], unpack(names))
+    for j = 1, #exps do
+      if exps[j] and tonumber(exps[j]) > now then tombed[withSrc[i + j - 1]] = true end
     end
-    cur[id] = due
-    curSrc[id] = src
-    writes[#writes + 1] = k
-    dues[k] = due
-    if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
   end
+  for k = 1, #ids do
+    local id = ids[k]
+    local a = 3 + (k - 1) * 5
+    local src = srcs[k]
+    local tomb = tombed[k]
+    local existing = cur[id]
+    if existing == nil and olds[k] then
+      local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
+      existing = tonumber(due) or 0
+      curSrc[id] = p and sourceOf(olds[k], p, id) or ''
+    end
+    if tomb then
+      out[k] = {0, 2}
+    elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
+      cur[id] = existing
+      out[k] = {existing, 1}
+    else
+      local due
+      if ARGV[a + 1] == 'a' then
+        due = tonumber(ARGV[a + 3])
+      else
+        due = now + tonumber(ARGV[a + 3])
+      end
+      cur[id] = due
+      curSrc[id] = src
+      writes[#writes + 1] = k
+      dues[k] = due
+      if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
+    end
+  end
+
+  if #writes > 0 then
+    local version = redis.call('INCRBY', KEYS[3], #writes) - #writes
+    local hset, zadd, replaced = {}, {}, {}
+    local earliest = nil
+    for _, k in ipairs(writes) do
+      version = version + 1
+      local id = ids[k]
+      local dueStr = string.format('%d', dues[k])
+      hset[#hset + 1] = id
+      hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * 5 + 4]
+      zadd[#zadd + 1] = dueStr
+      zadd[#zadd + 1] = id
+      if earliest == nil or dues[k] < earliest then earliest = dues[k] end
+      if out[k][2] == 1 then replaced[#replaced + 1] = id end
+    end
+    local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+    chunked('HSET', m, hset)
+    chunked('ZADD', z, zadd)
+    chunked('ZREM', KEYS[5], replaced)
+    if head[2] == nil or earliest < tonumber(head[2]) then
+      redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
+    end
+  end
+  return out
 end
 
-if #writes > 0 then
-  local version = redis.call('INCRBY', KEYS[3], #writes) - #writes
-  local hset, zadd, replaced = {}, {}, {}
-  local earliest = nil
-  for _, k in ipairs(writes) do
-    version = version + 1
-    local id = ids[k]
-    local dueStr = string.format('%d', dues[k])
-    hset[#hset + 1] = id
-    hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * 5 + 4]
-    zadd[#zadd + 1] = dueStr
-    zadd[#zadd + 1] = id
-    if earliest == nil or dues[k] < earliest then earliest = dues[k] end
-    if out[k][2] == 1 then replaced[#replaced + 1] = id end
-  end
-  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  chunked('HSET', m, hset)
-  chunked('ZADD', z, zadd)
-  chunked('ZREM', KEYS[5], replaced)
-  if head[2] == nil or earliest < tonumber(head[2]) then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
-  end
-end
-return out
+return groups(shard)

@@ -1,11 +1,11 @@
 #!lua flags=allow-oom
--- retry: reschedule claimed messages of one shard after a failed delivery, put them back,
--- or end the firing of a recurring message by parking it for its next occurrence.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
+-- retry: reschedule claimed messages after a failed delivery, put them back, or end the
+-- firing of a recurring message by parking it for its next occurrence; one group per shard
+-- (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
 --       4 = {P:s}:seq (version counter)
 -- ARGV: per message 5 values: id, version, token, backoff ms or next due ms, mode
 --       ('1' | '0' | 'n')
--- returns: {applied count, next head score or -1}
+-- returns: per group {applied count, next head score or -1}
 -- Same fence as ack (score == token and version matches). mode '1' (a failed publish):
 -- score = now + backoff (Redis TIME), attempts + 1, and the id enters the retry set with
 -- its due time. mode '0' (put back unpublished: the target is at its in-flight limit):
@@ -20,38 +20,45 @@
 -- line is commented out (delaystore/scripts.go).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local z, m, r = KEYS[1], KEYS[2], KEYS[3]
-local n = 0
-for i = 1, #ARGV, 5 do
-  local id = ARGV[i]
-  local score = redis.call('ZSCORE', z, id)
-  if score and tonumber(score) == tonumber(ARGV[i + 2]) then
-    local env = redis.call('HGET', m, id)
-    if env then
-      local version, attempts, due = string.match(env, '^(%d+),(%d+),(%d+),')
-      if version == ARGV[i + 1] then
-        local prefixLen = #version + #attempts + #due + 3
-        local mode = ARGV[i + 4]
-        if mode == 'n' then
-          local v = redis.call('INCR', KEYS[4])
-          redis.call('HSET', m, id, string.format('%d', v) .. ',0,' .. ARGV[i + 3] .. ',' .. string.sub(env, prefixLen + 1))
-          redis.call('ZREM', r, id)
-          redis.call('ZADD', z, ARGV[i + 3], id)
-        else
-          if mode == '1' then
-            local attemptsStr = string.format('%d', tonumber(attempts) + 1)
-            redis.call('HSET', m, id, version .. ',' .. attemptsStr .. ',' .. due .. ',' .. string.sub(env, prefixLen + 1))
-            redis.call('ZADD', r, due, id)
+
+--!include groups.lua
+
+local function shard(KEYS, ARGV)
+  local z, m, r = KEYS[1], KEYS[2], KEYS[3]
+  local n = 0
+  for i = 1, #ARGV, 5 do
+    local id = ARGV[i]
+    local score = redis.call('ZSCORE', z, id)
+    if score and tonumber(score) == tonumber(ARGV[i + 2]) then
+      local env = redis.call('HGET', m, id)
+      if env then
+        local version, attempts, due = string.match(env, '^(%d+),(%d+),(%d+),')
+        if version == ARGV[i + 1] then
+          local prefixLen = #version + #attempts + #due + 3
+          local mode = ARGV[i + 4]
+          if mode == 'n' then
+            local v = redis.call('INCR', KEYS[4])
+            redis.call('HSET', m, id, string.format('%d', v) .. ',0,' .. ARGV[i + 3] .. ',' .. string.sub(env, prefixLen + 1))
+            redis.call('ZREM', r, id)
+            redis.call('ZADD', z, ARGV[i + 3], id)
+          else
+            if mode == '1' then
+              local attemptsStr = string.format('%d', tonumber(attempts) + 1)
+              redis.call('HSET', m, id, version .. ',' .. attemptsStr .. ',' .. due .. ',' .. string.sub(env, prefixLen + 1))
+              redis.call('ZADD', r, due, id)
+            end
+            redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
           end
-          redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
+          n = n + 1
         end
-        n = n + 1
       end
     end
   end
+
+  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local nxt = -1
+  if head[2] then nxt = tonumber(head[2]) end
+  return {n, nxt}
 end
 
-local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-local nxt = -1
-if head[2] then nxt = tonumber(head[2]) end
-return {n, nxt}
+return groups(shard)
