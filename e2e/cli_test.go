@@ -29,7 +29,7 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--help: %v\n%s", err, out)
 	}
-	for _, want := range []string{"run", "dev", "send", "stats", "cancel", "version",
+	for _, want := range []string{"run", "dev", "send", "stats", "cancel", "ls", "version",
 		"BRIDGE_REDIS_URL", "BRIDGE_REDIS_CLUSTER_ADDRS", "BRIDGE_KEY_PREFIX", "BRIDGE_SHARDS", "BRIDGE_NATS_URL",
 		"BRIDGE_NATS_SUBJECT", "BRIDGE_NATS_QUEUE", "BRIDGE_NATS_STREAM", "BRIDGE_NATS_CONSUMER",
 		"BRIDGE_KAFKA_BROKERS", "BRIDGE_KAFKA_TOPIC", "BRIDGE_KAFKA_GROUP", "BRIDGE_CANCEL_SUBJECT",
@@ -92,6 +92,14 @@ func TestDevQuickStart(t *testing.T) {
 	out, err = runCLI(t, "send", "--api", api, "--target", "demo.later", "x", "--delay", "1h", "--id", "later2")
 	if err != nil || !strings.Contains(out, "parked later2") {
 		t.Fatalf("send with flags after the payload: %v %s", err, out)
+	}
+	out, err = runCLI(t, "ls", "--api", api, "--target", "demo.l*")
+	if err != nil || !regexp.MustCompile(`(?m)^later2\s+nats:demo\.later\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)\s+0\s+1$`).MatchString(out) {
+		t.Fatalf("ls: %v %s", err, out)
+	}
+	out, err = runCLI(t, "ls", "--api", api, "--limit", "0")
+	if err == nil || !strings.Contains(out, "limit") {
+		t.Fatalf("ls --limit 0: %v %s", err, out)
 	}
 	out, err = runCLI(t, "bulk", "reschedule", "--api", api, "--target", "demo.later", "--shift", "+30m", "--dry-run")
 	if err != nil || !strings.Contains(out, "reschedule: matched 1, changed (dry run) 0") {

@@ -51,6 +51,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runCancel(ctx, args, environ, stdout, stderr)
 	case "bulk":
 		err = runBulk(ctx, args, environ, stdout, stderr)
+	case "ls":
+		err = runLs(ctx, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "redrive":

@@ -257,6 +257,8 @@ Usage:
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
+  bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]
+                               list parked messages in due order (through the message API)
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)

@@ -70,3 +70,23 @@ type BulkResponse struct {
 	Changed    int     `json:"changed"`
 	NextCursor *string `json:"next_cursor"`
 }
+
+// ListedMessage is one message of GET /v1/messages (docs/contract.md section 8). Due is
+// its due time; Scheduled (an extension) when it is next taken for delivery: the due
+// time, or for a message in flight its next attempt or the end of its lease.
+type ListedMessage struct {
+	ID        string `json:"id"`
+	Target    string `json:"target"`
+	Due       int64  `json:"due"`
+	Scheduled int64  `json:"scheduled"`
+	Attempts  int    `json:"attempts"`
+	Size      int    `json:"size"`
+	Source    string `json:"source"`
+}
+
+// ListResponse is the 200 body of GET /v1/messages: NextCursor is set while more may
+// follow (a page may hold fewer than limit messages when its time was up).
+type ListResponse struct {
+	Messages   []ListedMessage `json:"messages"`
+	NextCursor *string         `json:"next_cursor"`
+}

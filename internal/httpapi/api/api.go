@@ -89,12 +89,13 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", a.post)
+	mux.HandleFunc("GET /v1/messages", a.list)
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
 	mux.HandleFunc("GET /v1/stats", a.stats)
 	mux.HandleFunc("POST /v1/bulk/{op}", a.bulk)
 	// Other methods and paths: JSON answers like every other error.
-	mux.HandleFunc("/v1/messages", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
 	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/bulk/{op}", methodNotAllowed("POST"))

@@ -63,6 +63,18 @@ func (c *Client) Bulk(ctx context.Context, op string, req httpapi.BulkRequest) (
 	return out, err
 }
 
+// List returns one page of parked messages (GET /v1/messages with query: target,
+// due_from, due_to, limit, cursor); a NextCursor in the answer means more may follow.
+func (c *Client) List(ctx context.Context, query url.Values) (httpapi.ListResponse, error) {
+	var out httpapi.ListResponse
+	path := "/v1/messages"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, http.StatusOK, &out)
+	return out, err
+}
+
 // APIError is a non-success answer of the API.
 type APIError struct {
 	Status  int

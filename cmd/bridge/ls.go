@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// runLs is `bridge ls`: parked messages through the message API (GET /v1/messages), one
+// page, or every page with --all.
+func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	target := fs.String("target", "", "target glob: orders.* (the name) or kafka:billing.* (broker:name)")
+	from := fs.String("due-from", "", "messages due at or after: RFC 3339 or unix ms")
+	to := fs.String("due-to", "", "messages due at or before: RFC 3339 or unix ms")
+	limit := fs.Int("limit", 100, "messages per page, 1-1000")
+	cursor := fs.String("cursor", "", "go on from a page's next cursor")
+	all := fs.Bool("all", false, "follow the pages to the end")
+	asJSON := fs.Bool("json", false, "print JSON (the API's answer; with --all every message in one answer)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]")
+		fs.PrintDefaults()
+	}
+	if pos, err := parseInterleaved(fs, args); err != nil || len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	for name, v := range map[string]string{"target": *target, "due_from": *from, "due_to": *to, "cursor": *cursor} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	c, err := newClient(*api, *token, environ)
+	if err != nil {
+		return err
+	}
+	var out httpapi.ListResponse
+	for {
+		page, err := c.List(ctx, q)
+		if err != nil {
+			return fmt.Errorf("ls: %w", err)
+		}
+		out.Messages, out.NextCursor = append(out.Messages, page.Messages...), page.NextCursor
+		if !*all || page.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *page.NextCursor)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	return printListed(stdout, out, time.Now())
+}
+
+// printListed writes a page as a table, and how to go on when there is more.
+func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTARGET\tDUE (UTC)\tIN\tATTEMPTS\tSIZE")
+	for _, m := range page.Messages {
+		in := time.UnixMilli(m.Due).Sub(now).Round(time.Second)
+		attempts := strconv.Itoa(m.Attempts)
+		if m.Scheduled != m.Due {
+			attempts += fmt.Sprintf(" (next %s)", time.UnixMilli(m.Scheduled).UTC().Format("15:04:05.000"))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, time.UnixMilli(m.Due).UTC().Format("2006-01-02 15:04:05.000"),
+			in, attempts, m.Size)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(page.Messages) == 0 {
+		fmt.Fprintln(w, "(no parked message matches)")
+	}
+	if page.NextCursor != nil {
+		fmt.Fprintf(w, "more: --cursor %s (or --all)\n", *page.NextCursor)
+	}
+	return nil
+}

@@ -1,0 +1,266 @@
+package delaystore
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// listChunk is how many members of one shard List reads per round trip.
+const listChunk = 500
+
+// ListQuery picks parked messages for List: those whose scheduled time (the z score, unix
+// ms, inclusive range; To 0: no upper bound) lies in [From, To] and whose target Match
+// accepts (nil: any), at most Limit (>= 1), after the cursor After (nil: from the start).
+type ListQuery struct {
+	Match    func(target string) bool
+	From, To int64
+	Limit    int
+	After    *ListCursor
+}
+
+// Listed is one parked message as List shows it.
+type Listed struct {
+	ID, Target, Source string
+	// Due is the message's due time; Scheduled when it is next taken for delivery (equal
+	// to Due but for a message whose publish failed: its next attempt, or one being
+	// published: the end of its lease). Unix ms.
+	Due, Scheduled int64
+	Attempts       int
+	// Size is the payload's length in bytes (for a message whose headers take more than
+	// 1 KiB: of payload and headers).
+	Size int
+}
+
+// ListCursor is a position in scheduled order (score, then id), the same for all shards.
+type ListCursor struct {
+	Score string
+	ID    string
+}
+
+// String encodes c for a client to pass back (ParseListCursor).
+func (c ListCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte("l1\n" + c.Score + "\n" + c.ID))
+}
+
+// ParseListCursor decodes a cursor that ListCursor.String made; any other string is an
+// error wrapping ErrBadCursor.
+func ParseListCursor(v string) (ListCursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(v)
+	parts := strings.SplitN(string(raw), "\n", 3)
+	if err != nil || len(parts) != 3 || parts[0] != "l1" {
+		return ListCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+	}
+	if _, err := strconv.ParseInt(parts[1], 10, 64); err != nil {
+		return ListCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+	}
+	return ListCursor{Score: parts[1], ID: parts[2]}, nil
+}
+
+// before reports whether position a comes before b in scheduled order.
+func (a ListCursor) before(b ListCursor) bool {
+	sa, _ := strconv.ParseInt(a.Score, 10, 64)
+	sb, _ := strconv.ParseInt(b.Score, 10, 64)
+	return sa < sb || (sa == sb && a.ID < b.ID)
+}
+
+// listShard is one shard's part of a List: where it has read up to, the matches read and
+// not handed out yet, whether it is through.
+type listShard struct {
+	shard int
+	pos   ListCursor
+	found []Listed
+	done  bool
+}
+
+// List returns parked messages in scheduled order (then id), at most q.Limit, and the
+// cursor to go on from (nil: nothing more). It reads all shards together in chunks
+// (docs/design.md, "Listing") until the page is full, all shards are through, or budget
+// has passed: then the page may hold fewer than q.Limit messages and still have a cursor.
+// It changes nothing and blocks until done, ctx is done, or a Redis call fails.
+func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]Listed, *ListCursor, error) {
+	if q.Limit < 1 {
+		return nil, nil, fmt.Errorf("list: limit %d < 1", q.Limit)
+	}
+	if q.To == 0 {
+		q.To = math.MaxInt64
+	}
+	start := ListCursor{Score: strconv.FormatInt(q.From, 10)}
+	if q.After != nil {
+		start = *q.After
+	}
+	shards := make([]*listShard, len(s.keys))
+	for i := range shards {
+		shards[i] = &listShard{shard: i, pos: start}
+	}
+	deadline := time.Now().Add(budget)
+	var page []Listed
+	for {
+		if err := s.listRound(ctx, q, shards, q.Limit-len(page)); err != nil {
+			return nil, nil, err
+		}
+		frontier, through := listFrontier(shards)
+		page = append(page, takeUpTo(shards, frontier, through, q.Limit-len(page))...)
+		switch {
+		case len(page) == q.Limit:
+			last := page[len(page)-1]
+			return page, &ListCursor{Score: strconv.FormatInt(last.Scheduled, 10), ID: last.ID}, nil
+		case through:
+			return page, nil, nil
+		case time.Now().After(deadline):
+			return page, &frontier, nil
+		}
+	}
+}
+
+// listRound reads one chunk of every shard that is not through and holds fewer than want
+// matches, all in one pipeline.
+func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard, want int) error {
+	var reading []*listShard
+	var calls []call
+	for _, sh := range shards {
+		if sh.done || len(sh.found) >= want {
+			continue
+		}
+		k := s.keys[sh.shard]
+		reading = append(reading, sh)
+		calls = append(calls, call{keys: []string{k.z, k.m, k.r},
+			args: []any{"z", q.From, q.To, sh.pos.Score, sh.pos.ID, listChunk, bulkHeadLen}})
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := s.evalPipelined(ctx, s.scan, calls)
+	for i, sh := range reading {
+		out, err := cmds[i].Slice()
+		if err == nil {
+			err = sh.read(out, q.Match)
+		}
+		if err != nil {
+			return fmt.Errorf("list: shard %d: %w", sh.shard, err)
+		}
+	}
+	return nil
+}
+
+// read takes one scan.lua answer: the matches, the position after it, whether through.
+func (sh *listShard) read(out []any, match func(string) bool) error {
+	if len(out) < 3 || (len(out)-3)%6 != 0 {
+		return fmt.Errorf("unexpected scan reply of %d values", len(out))
+	}
+	done, _ := out[0].(int64)
+	sh.done = done == 1
+	if id, _ := out[1].(string); id != "" {
+		sh.pos.ID = id
+		sh.pos.Score, _ = out[2].(string)
+	}
+	for i := 3; i < len(out); i += 6 {
+		l, ok := listed(out[i : i+6])
+		if ok && (match == nil || match(l.Target)) {
+			sh.found = append(sh.found, l)
+		}
+	}
+	return nil
+}
+
+// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, stored
+// length, in retry set. ok is false for an entry that does not decode (left out: Get
+// shows it, egress quarantines it).
+func listed(v []any) (Listed, bool) {
+	id, _ := v[0].(string)
+	score, _ := v[1].(string)
+	prefix, _ := v[2].(string)
+	head, _ := v[3].(string)
+	size, _ := v[4].(int64)
+	f := strings.Split(prefix, ",")
+	sched, err := strconv.ParseInt(score, 10, 64)
+	if len(f) != 3 || err != nil {
+		return Listed{}, false
+	}
+	attempts, err1 := strconv.Atoi(f[1])
+	due, err2 := strconv.ParseInt(f[2], 10, 64)
+	target, source, err3 := decodeHead([]byte(head), id)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Listed{}, false
+	}
+	return Listed{ID: id, Target: target, Source: source, Due: due, Scheduled: sched, Attempts: attempts,
+		Size: int(size) - len(prefix) - 1 - preambleLen([]byte(head))}, true
+}
+
+// listFrontier is the smallest position read up to by a shard that is not through (every
+// match at or before it is final), and whether all shards are through.
+func listFrontier(shards []*listShard) (ListCursor, bool) {
+	var min *ListCursor
+	for _, sh := range shards {
+		if !sh.done && (min == nil || sh.pos.before(*min)) {
+			p := sh.pos
+			min = &p
+		}
+	}
+	if min == nil {
+		return ListCursor{}, true
+	}
+	return *min, false
+}
+
+// takeUpTo removes from the shards' matches those at or before frontier (all of them when
+// through) and returns the first n of them in scheduled order; the others are dropped
+// (the next page reads them again from its cursor).
+func takeUpTo(shards []*listShard, frontier ListCursor, through bool, n int) []Listed {
+	var ready []Listed
+	for _, sh := range shards {
+		k := 0
+		for k < len(sh.found) && (through || !frontier.before(posOf(sh.found[k]))) {
+			k++
+		}
+		ready = append(ready, sh.found[:k]...)
+		sh.found = sh.found[k:]
+	}
+	slices.SortFunc(ready, func(a, b Listed) int {
+		switch {
+		case posOf(a).before(posOf(b)):
+			return -1
+		case posOf(b).before(posOf(a)):
+			return 1
+		}
+		return 0
+	})
+	if len(ready) > n {
+		ready = ready[:n]
+	}
+	return ready
+}
+
+func posOf(l Listed) ListCursor {
+	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
+}
+
+// preambleLen is how many bytes of a body (encodeBody) come before its payload: format,
+// source id, target, source, key, headers; when they do not all lie in head, the bytes
+// before the headers.
+func preambleLen(head []byte) int {
+	d := decoder{b: head[1:]}
+	if head[0] == formatSource {
+		d.bytes("source id")
+	}
+	d.bytes("target")
+	d.bytes("source")
+	if d.byte("key flag") == keyPresent {
+		d.bytes("key")
+	}
+	beforeHeaders := len(head) - len(d.b)
+	count := d.uvarint("header count")
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		d.bytes("header key")
+		d.bytes("header value")
+	}
+	if d.err != nil {
+		return beforeHeaders
+	}
+	return len(head) - len(d.b)
+}

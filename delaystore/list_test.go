@@ -1,0 +1,186 @@
+package delaystore
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/glob"
+	"github.com/delaybridge/delaybridge/internal/testredis"
+)
+
+// listAll follows the cursors of List from q until the end; it fails on a message shown
+// twice and returns the pages' messages in order and the page count.
+func listAll(t *testing.T, f *fixture, q ListQuery, budget time.Duration) ([]Listed, int) {
+	t.Helper()
+	var all []Listed
+	seen := map[string]bool{}
+	pages := 0
+	for {
+		page, next, err := f.s.List(t.Context(), q, budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(page) > q.Limit {
+			t.Fatalf("page of %d, limit %d", len(page), q.Limit)
+		}
+		for _, l := range page {
+			if seen[l.ID] {
+				t.Fatalf("%s shown twice", l.ID)
+			}
+			seen[l.ID] = true
+		}
+		all = append(all, page...)
+		if next == nil {
+			return all, pages
+		}
+		c, err := ParseListCursor(next.String())
+		if err != nil || c != *next {
+			t.Fatalf("cursor round trip: %+v -> %+v, %v", next, c, err)
+		}
+		q.After = &c
+		if pages > 10_000 {
+			t.Fatal("no end")
+		}
+	}
+}
+
+func inOrder(t *testing.T, ls []Listed) {
+	t.Helper()
+	for i := 1; i < len(ls); i++ {
+		a, b := ls[i-1], ls[i]
+		if a.Scheduled > b.Scheduled || (a.Scheduled == b.Scheduled && a.ID >= b.ID) {
+			t.Fatalf("out of order at %d: %s@%d then %s@%d", i, a.ID, a.Scheduled, b.ID, b.Scheduled)
+		}
+	}
+}
+
+// The store's messages, listed in pages of any size and with or without a target or due
+// filter, come in scheduled order (then id), each once, with their fields.
+func TestListOrderFiltersAndFields(t *testing.T) {
+	f := setup(t)
+	base := f.now(t) + 3_600_000
+	var reqs []ParkRequest
+	for i := range 300 {
+		env := sampleEnvelope(i)
+		env.Target = []string{"nats:orders.timeout", "nats:billing.retry", "kafka:audit"}[i%3]
+		env.Payload = make([]byte, i)
+		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("id-%03d", i), Absolute: true, At: base + int64(i/4)*10, Envelope: env})
+	}
+	f.park(t, reqs...)
+	for _, limit := range []int{1, 7, 50, 1000} {
+		all, _ := listAll(t, f, ListQuery{Limit: limit}, time.Second)
+		if len(all) != 300 {
+			t.Fatalf("limit %d: listed %d of 300", limit, len(all))
+		}
+		inOrder(t, all)
+	}
+	all, _ := listAll(t, f, ListQuery{Limit: 1000}, time.Second)
+	for _, l := range all {
+		i, _ := strconv.Atoi(l.ID[3:])
+		if l.Due != base+int64(i/4)*10 || l.Scheduled != l.Due || l.Size != i || l.Target != reqs[i].Envelope.Target ||
+			l.Source != "nats:delay.in" || l.Attempts != 0 {
+			t.Fatalf("%s listed as %+v", l.ID, l)
+		}
+	}
+	match := func(target string) bool { return glob.MatchTarget("billing.*", target) }
+	billing, _ := listAll(t, f, ListQuery{Limit: 13, Match: match}, time.Second)
+	if len(billing) != 100 {
+		t.Fatalf("billing.*: %d of 100", len(billing))
+	}
+	inOrder(t, billing)
+	for _, l := range billing {
+		if l.Target != "nats:billing.retry" {
+			t.Fatalf("billing.* listed %+v", l)
+		}
+	}
+	// Due base+40 .. base+80, both inclusive, 4 messages per 10 ms step: messages 16..35.
+	ranged, _ := listAll(t, f, ListQuery{Limit: 6, From: base + 40, To: base + 80}, time.Second)
+	if len(ranged) != 20 || ranged[0].ID != "id-016" || ranged[19].ID != "id-035" {
+		t.Fatalf("due range: %d messages, %v .. %v", len(ranged), ranged[0].ID, ranged[len(ranged)-1].ID)
+	}
+}
+
+// Paging stays exact while the store changes: messages parked behind the cursor are not
+// shown, those ahead are, delivered or cancelled ones are gone, none is shown twice.
+func TestListPagingWhileChanging(t *testing.T) {
+	f := setup(t)
+	base := f.now(t) + 3_600_000
+	var reqs []ParkRequest
+	for i := range 200 {
+		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("a-%03d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+	}
+	f.park(t, reqs...)
+	page, next, err := f.s.List(t.Context(), ListQuery{Limit: 50}, time.Second)
+	if err != nil || len(page) != 50 || next == nil {
+		t.Fatalf("first page: %d, %v, %v", len(page), next, err)
+	}
+	f.park(t, ParkRequest{ID: "behind", Absolute: true, At: base + 10, Envelope: sampleEnvelope(1)},
+		ParkRequest{ID: "ahead", Absolute: true, At: base + 150, Envelope: sampleEnvelope(2)})
+	for _, id := range []string{"a-100", "a-199"} {
+		if ok, err := f.s.Cancel(t.Context(), id); err != nil || !ok {
+			t.Fatal(id, ok, err)
+		}
+	}
+	rest, _ := listAll(t, f, ListQuery{Limit: 30, After: next}, time.Second)
+	got := map[string]bool{}
+	for _, l := range rest {
+		got[l.ID] = true
+	}
+	inOrder(t, append(page, rest...))
+	if got["behind"] || !got["ahead"] || got["a-100"] || got["a-199"] || len(rest) != 150-2+1 {
+		t.Fatalf("after the first page: %d listed; behind %v ahead %v a-100 %v a-199 %v", len(rest),
+			got["behind"], got["ahead"], got["a-100"], got["a-199"])
+	}
+}
+
+// A rare target on a larger store: with no time to read, each page is one round of
+// chunks and may come back short, but following the cursors finds the message, once.
+func TestListBudgetEndsShortPages(t *testing.T) {
+	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 4 })
+	base := f.now(t) + 3_600_000
+	var reqs []ParkRequest
+	for i := range 5000 {
+		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("c-%04d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+	}
+	rare := sampleEnvelope(0)
+	rare.Target = "nats:rare"
+	reqs = append(reqs, ParkRequest{ID: "rare", Absolute: true, At: base + 4500, Envelope: rare})
+	f.park(t, reqs...)
+	match := func(target string) bool { return glob.MatchTarget("rare", target) }
+	found, pages := listAll(t, f, ListQuery{Limit: 10, Match: match}, 0)
+	if len(found) != 1 || found[0].ID != "rare" || pages < 2 {
+		t.Fatalf("found %v in %d pages; want rare alone, in more than one page", found, pages)
+	}
+	// Shards are read in several rounds here (1,250 members each, 500 a round): the pages
+	// still come in order.
+	all, _ := listAll(t, f, ListQuery{Limit: 700}, time.Second)
+	if len(all) != len(reqs) || !slices.ContainsFunc(all, func(l Listed) bool { return l.ID == "rare" }) {
+		t.Fatalf("listed %d of %d", len(all), len(reqs))
+	}
+	inOrder(t, all)
+}
+
+// Shards read in several rounds and unevenly spread in time: one holds 1,000 messages
+// 1 ms apart, the other 500 a second apart. The pages are still in order: a shard's match
+// is handed out only once every shard has been read past it.
+func TestListMergesUnevenShards(t *testing.T) {
+	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 2 })
+	base := f.now(t) + 3_600_000
+	var reqs []ParkRequest
+	for i, id := range idsOnShard(f.s, 0, 1000, "dense") {
+		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+	}
+	for i, id := range idsOnShard(f.s, 1, 500, "sparse") {
+		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: base + int64(i)*1000, Envelope: sampleEnvelope(i)})
+	}
+	f.park(t, reqs...)
+	all, pages := listAll(t, f, ListQuery{Limit: 700}, time.Second)
+	if len(all) != len(reqs) || pages != 3 {
+		t.Fatalf("listed %d of %d in %d pages", len(all), len(reqs), pages)
+	}
+	inOrder(t, all)
+}

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/glob"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// List paging (docs/contract.md section 8): limit's default and most, and how long one
+// page reads before it answers with what it found and a cursor.
+const (
+	listDefault = 100
+	listMax     = 1000
+	listBudget  = 150 * time.Millisecond
+)
+
+// Lister is what GET /v1/messages needs of the delay store (delaystore.Store).
+type Lister interface {
+	List(ctx context.Context, q delaystore.ListQuery, budget time.Duration) ([]delaystore.Listed, *delaystore.ListCursor, error)
+}
+
+// list serves GET /v1/messages: parked messages in scheduled order, filtered by target
+// glob and due range, a page of at most limit with next_cursor. 400 for a bad parameter
+// (an unknown one included), 503 when Redis failed.
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	l, ok := a.store.(Lister)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store cannot list messages")
+		return
+	}
+	q, err := listQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+		return
+	}
+	page, next, err := l.List(r.Context(), q, listBudget)
+	if err != nil {
+		a.log.Warn("list messages", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	out := httpapi.ListResponse{Messages: make([]httpapi.ListedMessage, len(page))}
+	for i, m := range page {
+		out.Messages[i] = httpapi.ListedMessage{ID: m.ID, Target: m.Target, Due: m.Due, Scheduled: m.Scheduled,
+			Attempts: m.Attempts, Size: m.Size, Source: m.Source}
+	}
+	if next != nil {
+		c := next.String()
+		out.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listParams are GET /v1/messages' query parameters.
+var listParams = map[string]bool{"target": true, "due_from": true, "due_to": true, "limit": true, "cursor": true}
+
+// listQuery checks GET /v1/messages' parameters and turns them into the store's terms.
+func listQuery(v url.Values) (delaystore.ListQuery, error) {
+	q := delaystore.ListQuery{Limit: listDefault}
+	for name, vals := range v {
+		switch {
+		case !listParams[name]:
+			return q, fmt.Errorf("unknown parameter %q (target, due_from, due_to, limit, cursor)", name)
+		case len(vals) != 1:
+			return q, fmt.Errorf("parameter %q given %d times", name, len(vals))
+		}
+	}
+	if pattern := v.Get("target"); pattern != "" {
+		if !glob.Valid(pattern) {
+			return q, fmt.Errorf("target %q is not a valid glob", pattern)
+		}
+		q.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
+	}
+	var err error
+	if q.From, err = queryTime(v, "due_from"); err != nil {
+		return q, err
+	}
+	if q.To, err = queryTime(v, "due_to"); err != nil {
+		return q, err
+	}
+	switch {
+	case v.Has("due_to") && q.To == 0:
+		q.To = -1 // 1970: nothing is due before it (0 means no bound to the store)
+	case v.Has("due_to") && q.To < q.From:
+		return q, errors.New("due_to is before due_from")
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > listMax {
+			return q, fmt.Errorf("limit %q: want 1 to %d", s, listMax)
+		}
+		q.Limit = n
+	}
+	if s := v.Get("cursor"); s != "" {
+		c, err := delaystore.ParseListCursor(s)
+		if err != nil {
+			return q, errors.New("cursor: not one this API handed out")
+		}
+		q.After = &c
+	}
+	return q, nil
+}
+
+// queryTime reads an optional time parameter: unix ms or RFC 3339; 0 when absent.
+func queryTime(v url.Values, name string) (int64, error) {
+	s := strings.TrimSpace(v.Get(name))
+	if !v.Has(name) {
+		return 0, nil
+	}
+	ms, err := ingress.ParseDeliverAt(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want unix ms or RFC 3339", name, s)
+	}
+	return ms, nil
+}

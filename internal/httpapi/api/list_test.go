@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+)
+
+// TestListEndpoint: GET /v1/messages by target glob (name and broker:name), due range in
+// RFC 3339 and unix ms, pages followed through next_cursor, the fields of each message.
+func TestListEndpoint(t *testing.T) {
+	c, _ := newAPI(t, "")
+	ctx := context.Background()
+	dues := map[string]int64{}
+	for i, m := range []struct{ id, target string }{{"a1", "a.x"}, {"a2", "a.x"}, {"a3", "a.y"}, {"b1", "b.y"}, {"b2", "b.z"}} {
+		resp, err := c.Send(ctx, httpapi.PostRequest{Target: m.target, Delay: []byte(`"` + strconv.Itoa(i+1) + `h"`), ID: m.id, Payload: str("xyz")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dues[m.id] = resp.Due
+	}
+	list := func(q url.Values) []string {
+		t.Helper()
+		var ids []string
+		for {
+			res, err := c.List(ctx, q)
+			if err != nil {
+				t.Fatalf("%v: %v", q, err)
+			}
+			for _, m := range res.Messages {
+				ids = append(ids, m.ID)
+			}
+			if res.NextCursor == nil {
+				return ids
+			}
+			q.Set("cursor", *res.NextCursor)
+		}
+	}
+	if got := strings.Join(list(url.Values{}), ","); got != "a1,a2,a3,b1,b2" {
+		t.Fatalf("all: %s", got)
+	}
+	if got := strings.Join(list(url.Values{"limit": {"2"}}), ","); got != "a1,a2,a3,b1,b2" {
+		t.Fatalf("pages of 2: %s", got)
+	}
+	if got := strings.Join(list(url.Values{"target": {"a.*"}, "limit": {"1"}}), ","); got != "a1,a2,a3" {
+		t.Fatalf("a.*: %s", got)
+	}
+	if got := strings.Join(list(url.Values{"target": {"nats:b.z"}}), ","); got != "b2" {
+		t.Fatalf("nats:b.z: %s", got)
+	}
+	from := time.UnixMilli(dues["a2"]).UTC().Format(time.RFC3339Nano)
+	q := url.Values{"due_from": {from}, "due_to": {strconv.FormatInt(dues["b1"], 10)}}
+	if got := strings.Join(list(q), ","); got != "a2,a3,b1" {
+		t.Fatalf("due range: %s", got)
+	}
+	if got := list(url.Values{"due_to": {"0"}}); len(got) != 0 {
+		t.Fatalf("due_to 0 (1970): %v", got)
+	}
+	res, err := c.List(ctx, url.Values{"target": {"b.*"}})
+	if err != nil || len(res.Messages) != 2 {
+		t.Fatalf("b.y: %+v %v", res, err)
+	}
+	m := res.Messages[1]
+	if m.ID != "b2" || m.Target != "nats:b.z" || m.Due != dues["b2"] || m.Scheduled != m.Due || m.Attempts != 0 ||
+		m.Size != 3 || m.Source != "http" {
+		t.Fatalf("b2 listed as %+v", m)
+	}
+}
+
+func TestListRejects(t *testing.T) {
+	c, _ := newAPI(t, "")
+	for _, tc := range []struct {
+		q    url.Values
+		want string
+	}{
+		{url.Values{"target": {"["}}, "not a valid glob"},
+		{url.Values{"due_from": {"tomorrow"}}, "due_from"},
+		{url.Values{"due_to": {"2026-13-01"}}, "due_to"},
+		{url.Values{"due_from": {"2000"}, "due_to": {"1000"}}, "due_to is before due_from"},
+		{url.Values{"limit": {"0"}}, "limit"},
+		{url.Values{"limit": {"5000"}}, "limit"},
+		{url.Values{"limit": {"ten"}}, "limit"},
+		{url.Values{"cursor": {"nonsense"}}, "cursor"},
+		{url.Values{"tagret": {"a"}}, "unknown parameter"},
+		{url.Values{"limit": {"1", "2"}}, "given 2 times"},
+	} {
+		_, err := c.List(context.Background(), tc.q)
+		var apiErr *client.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, tc.want) ||
+			!strings.HasPrefix(apiErr.Message, "invalid_request: ") {
+			t.Errorf("%v: %v, want 400 invalid_request containing %q", tc.q, err, tc.want)
+		}
+	}
+}
+
+func TestListNeedsTheToken(t *testing.T) {
+	c, _ := newAPI(t, "s3cret")
+	if _, err := c.List(context.Background(), nil); err != nil {
+		t.Fatalf("with token: %v", err)
+	}
+	c.Token = ""
+	var apiErr *client.APIError
+	if _, err := c.List(context.Background(), nil); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+		t.Fatalf("without token: %v", err)
+	}
+}
