@@ -220,7 +220,7 @@ func TestJSONErrorsForOtherMethodsAndPaths(t *testing.T) {
 		status       int
 		allow        string
 	}{
-		{http.MethodGet, "/v1/messages", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/v1/messages", http.StatusMethodNotAllowed, "GET, HEAD, POST"},
 		{http.MethodPut, "/v1/messages/x", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
 		{http.MethodPost, "/v1/stats", http.StatusMethodNotAllowed, "GET, HEAD"},
 		{http.MethodGet, "/v2/nothing", http.StatusNotFound, ""},
