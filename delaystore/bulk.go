@@ -164,7 +164,7 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 		return next, done, nil
 	}
 	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
-	cmds := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTR, args: args, fence: k.seq}})
+	cmds := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: change shard %d: %w", cur.Shard, err)

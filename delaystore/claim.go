@@ -119,7 +119,7 @@ func (s *Store) ackGroups(rs []Receipt, claimed map[int]bool) ([]group, error) {
 		}
 		return []any{strconv.FormatInt(s.tombMS, 10), head}
 	}
-	return s.fencedGroups("ack", func(k shardKeys) []string { return k.zmtR }, lead, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fencedGroups("ack", func(k shardKeys) []string { return k.zmtRN }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})

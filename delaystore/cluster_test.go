@@ -38,9 +38,9 @@ func TestCluster(t *testing.T) {
 	for i := range shards {
 		k := s.keys[i]
 		slot := testredis.KeySlot(k.z)
-		for _, key := range k.zmSeqTR {
+		for _, key := range k.zmSeqTRN {
 			if testredis.KeySlot(key) != slot {
-				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeqTR)
+				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeqTRN)
 			}
 		}
 		o, err := c.Owner(ctx, slot)

@@ -33,7 +33,7 @@ func TestCheckDataset(t *testing.T) {
 	// Shards 1 and 3 come back empty, as after FLUSHALL on the node holding them.
 	for _, sh := range []int{1, 3} {
 		k := f.s.keys[sh]
-		if err := f.rdb.Del(t.Context(), k.z, k.m, k.zmSeqTR[2], k.zmSeqTR[3], k.r, k.epoch, f.s.shardsKey).Err(); err != nil {
+		if err := f.rdb.Del(t.Context(), k.z, k.m, k.zmSeqTRN[2], k.zmSeqTRN[3], k.r, k.epoch, f.s.shardsKey).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

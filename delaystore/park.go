@@ -56,7 +56,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
 		}
-		groups[ci] = group{shard: sh, keys: s.keys[sh].zmSeqTR, args: args}
+		groups[ci] = group{shard: sh, keys: s.keys[sh].zmSeqTRN, args: args}
 	}
 	calls, at := s.packGroups(groups)
 	replies := groupReplies(s.evalConfirmed(ctx, s.park, calls), at)
@@ -112,7 +112,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].zmtR, args: []any{id, s.tombMS}, fence: s.keys[sh].seq}})
+	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].zmtRN, args: []any{id, s.tombMS}, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)

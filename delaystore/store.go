@@ -65,38 +65,40 @@ type Store struct {
 
 	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
 	// Load) and which form the server takes (scripts.go), so sharing them is safe.
-	park, claim, ack, retry, cancel, member, rate, scan, bulk *script
-	mem                                                       memoryState // what parks learned about Redis memory
+	park, claim, ack, retry, cancel, member, rate, scan, bulk, counts *script
+	mem                                                               memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
 // them.
 type shardKeys struct {
-	z, m    string
-	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
-	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
-	zm      []string // z, m
-	zmRSeq  []string // z, m, r, seq: retry
-	zmtR    []string // z, m, t, r: ack, cancel
-	zmSeqTR []string // z, m, seq, t, r: park
-	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
-	shardID string   // the shard number as a decimal string
-	wake    string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
+	z, m     string
+	r        string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
+	epoch    string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
+	zm       []string // z, m
+	zmRSeq   []string // z, m, r, seq: retry
+	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
+	zmtRN    []string // z, m, t, r, n: ack, cancel
+	zmSeqTRN []string // z, m, seq, t, r, n: park, bulk
+	seq      string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
+	shardID  string   // the shard number as a decimal string
+	wake     string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
 }
 
 // newShardKeys are the keys of shard i under prefix p, all with the hash tag {p:i}.
 func newShardKeys(p string, i int) shardKeys {
 	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-	z, m, seq, t, r := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r"
+	z, m, seq, t, r, n := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r", tag+":n"
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
-		zm:      []string{z, m},
-		zmRSeq:  []string{z, m, r, seq},
-		zmtR:    []string{z, m, t, r},
-		zmSeqTR: []string{z, m, seq, t, r},
-		seq:     seq,
-		shardID: strconv.Itoa(i),
-		wake:    p + ":wake:" + strconv.Itoa(i),
+		zm:       []string{z, m},
+		zmRSeq:   []string{z, m, r, seq},
+		n:        n,
+		zmtRN:    []string{z, m, t, r, n},
+		zmSeqTRN: []string{z, m, seq, t, r, n},
+		seq:      seq,
+		shardID:  strconv.Itoa(i),
+		wake:     p + ":wake:" + strconv.Itoa(i),
 	}
 }
 
@@ -140,6 +142,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		rate:         newScript(redis.NewScript(rateSrc), redis.NewScript(unflagged(rateSrc))),
 		scan:         newScript(redis.NewScript(scanSrc), redis.NewScript(unflagged(scanSrc))),
 		bulk:         newScript(redis.NewScript(withLibs(bulkSrc)), redis.NewScript(unflagged(withLibs(bulkSrc)))),
+		counts:       newScript(redis.NewScript(withLibs(countsSrc)), nil), // no flags: refused when Redis is full
 		rateKey:      "{" + p + ":rate}:tat",
 		minReplicas:  cfg.MinReplicas,
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
@@ -254,6 +257,6 @@ func (s *Store) checkShard(sh int) error {
 func (s *Store) scripts() map[string]*script {
 	return map[string]*script{
 		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
-		"member": s.member, "rate": s.rate, "scan": s.scan, "bulk": s.bulk,
+		"member": s.member, "rate": s.rate, "scan": s.scan, "bulk": s.bulk, "counts": s.counts,
 	}
 }

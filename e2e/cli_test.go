@@ -29,7 +29,7 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--help: %v\n%s", err, out)
 	}
-	for _, want := range []string{"run", "dev", "send", "stats", "cancel", "ls", "version",
+	for _, want := range []string{"run", "dev", "send", "stats", "cancel", "ls", "targets", "version",
 		"BRIDGE_REDIS_URL", "BRIDGE_REDIS_CLUSTER_ADDRS", "BRIDGE_KEY_PREFIX", "BRIDGE_SHARDS", "BRIDGE_NATS_URL",
 		"BRIDGE_NATS_SUBJECT", "BRIDGE_NATS_QUEUE", "BRIDGE_NATS_STREAM", "BRIDGE_NATS_CONSUMER",
 		"BRIDGE_KAFKA_BROKERS", "BRIDGE_KAFKA_TOPIC", "BRIDGE_KAFKA_GROUP", "BRIDGE_CANCEL_SUBJECT",
@@ -96,6 +96,10 @@ func TestDevQuickStart(t *testing.T) {
 	out, err = runCLI(t, "ls", "--api", api, "--target", "demo.l*")
 	if err != nil || !regexp.MustCompile(`(?m)^later2\s+nats:demo\.later\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)\s+0\s+1$`).MatchString(out) {
 		t.Fatalf("ls: %v %s", err, out)
+	}
+	out, err = runCLI(t, "targets", "--api", api)
+	if err != nil || !regexp.MustCompile(`(?m)^nats:demo\.later\s+1\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)$`).MatchString(out) {
+		t.Fatalf("targets: %v %s", err, out)
 	}
 	out, err = runCLI(t, "ls", "--api", api, "--limit", "0")
 	if err == nil || !strings.Contains(out, "limit") {

@@ -87,3 +87,50 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 	}
 	return nil
 }
+
+// runTargets is `bridge targets`: parked count and next due per target through the
+// message API (GET /v1/targets).
+func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bridge targets", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	api, token := apiFlags(fs, environ)
+	recount := fs.Bool("recount", false, "count every shard from its entries first (after replicas of an older version ran)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge targets [--recount] [--json]")
+		fs.PrintDefaults()
+	}
+	if pos, err := parseInterleaved(fs, args); err != nil || len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	c, err := newClient(*api, *token, environ)
+	if err != nil {
+		return err
+	}
+	res, err := c.Targets(ctx, *recount)
+	if err != nil {
+		return fmt.Errorf("targets: %w", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tPARKED\tNEXT DUE (UTC)\tIN")
+	for _, t := range res.Targets {
+		due, in := "-", "-"
+		if t.NextDue != nil {
+			due = time.UnixMilli(*t.NextDue).UTC().Format("2006-01-02 15:04:05.000")
+			in = time.UnixMilli(*t.NextDue).Sub(now).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", t.Target, t.Parked, due, in)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(res.Targets) == 0 {
+		fmt.Fprintln(stdout, "(nothing parked)")
+	}
+	return nil
+}

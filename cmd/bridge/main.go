@@ -53,6 +53,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runBulk(ctx, args, environ, stdout, stderr)
 	case "ls":
 		err = runLs(ctx, args, environ, stdout, stderr)
+	case "targets":
+		err = runTargets(ctx, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "redrive":

@@ -259,6 +259,8 @@ Usage:
   bridge cancel ID             cancel a pending message (through the message API)
   bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]
                                list parked messages in due order (through the message API)
+  bridge targets [--recount] [--json]
+                               parked count and next due per target (through the message API)
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)

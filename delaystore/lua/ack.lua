@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 -- ack: delete delivered messages, leaving tombstones of their source messages; one group
 -- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
---       4 = {P:s}:r (retry set; a deleted id leaves it)
+--       4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n (parked count per
+--       target: -1 per deleted entry)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
 --       of the shard follows in the same round trip and reads it), then per message 3
 --       values: id, version, token
@@ -33,6 +34,7 @@ local function shard(KEYS, ARGV)
 
   local n = 0
   local tombs = {} -- source ids of the deleted entries
+  local deltas = {} -- target -> minus the deleted entries
   local ids = {}
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   for c = 1, #ids, CHUNK do
@@ -54,6 +56,8 @@ local function shard(KEYS, ARGV)
           local p = string.match(envs[j], '^%d+,%d+,%d+,()')
           local src = p and sourceOf(envs[j], p, id) or ''
           if src ~= '' then tombs[#tombs + 1] = src end
+          local tgt = p and targetOf(envs[j], p) or ''
+          deltas[tgt] = (deltas[tgt] or 0) - 1
         end
       end
     end
@@ -66,6 +70,7 @@ local function shard(KEYS, ARGV)
   end
 
   if n > 0 then
+    count(KEYS[5], deltas)
     if ttl > 0 and #tombs > 0 then
       local exp = string.format('%d', now + ttl)
       local zadd = {}

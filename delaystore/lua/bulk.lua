@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- bulk: change picked messages of one shard that are not in delivery (a bulk change).
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r,
+--       6 = {P:s}:n (parked count per target: -1 per cancelled message)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = tombstone TTL ms (<= 0: none), 4 = the shard's wake channel (P:wake:<s>),
 --       5 = shard number, then per message 2 values: id, version read by scan
@@ -39,6 +40,7 @@ for i = 6, #ARGV, 2 do
         redis.call('ZREM', z, id)
         redis.call('HDEL', m, id)
         redis.call('ZREM', r, id)
+        count(KEYS[6], {[targetOf(env, p)] = -1})
         local src = sourceOf(env, p, id)
         if ttl > 0 and src ~= '' then
           redis.call('ZADD', tz, string.format('%d', now + ttl), src)

@@ -1,7 +1,23 @@
 -- envelope: functions on a stored envelope "<version>,<attempts>,<due>,<body>" (the body as
--- delaystore/envelope.go writes it), shared by park, ack and cancel. delaystore/scripts.go
--- puts this file in place of the line "--!include envelope.lua" of a script; it is not a
--- script of its own.
+-- delaystore/envelope.go writes it), shared by park, ack, cancel and bulk.
+-- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
+-- script; it is not a script of its own.
+
+-- field returns the uvarint-length-prefixed field of s at index i and the index after it;
+-- nil when malformed.
+local function field(s, i)
+  local n, mul = 0, 1
+  while true do
+    local b = string.byte(s, i)
+    if b == nil or mul > 268435456 then return nil, i end
+    n = n + (b % 128) * mul
+    i = i + 1
+    if b < 128 then break end
+    mul = mul * 128
+  end
+  if i + n - 1 > #s then return nil, i end
+  return string.sub(s, i, i + n - 1), i + n
+end
 
 -- sourceOf returns the source id of the body of message id starting at index p of s: by
 -- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3); ''
@@ -10,14 +26,28 @@ local function sourceOf(s, p, id)
   local f = string.byte(s, p)
   if f == 2 then return id end
   if f ~= 3 then return '' end
-  local n, mul, i = 0, 1, p + 1
-  while true do
-    local b = string.byte(s, i)
-    if b == nil or mul > 268435456 then return '' end
-    n = n + (b % 128) * mul
-    i = i + 1
-    if b < 128 then break end
-    mul = mul * 128
+  return (field(s, p + 1)) or ''
+end
+
+-- targetOf returns the target ("broker:name") of the body starting at index p of s: the
+-- field after the format byte and, with format 3, the source id; '' when malformed.
+local function targetOf(s, p)
+  local i = p + 1
+  if string.byte(s, p) == 3 then
+    local _
+    _, i = field(s, i)
+    if _ == nil then return '' end
   end
-  return string.sub(s, i, i + n - 1)
+  return (field(s, i)) or ''
+end
+
+-- count adds deltas (target -> signed count) to the shard's parked counts per target
+-- (hash key n; the field '' is its "complete" mark, never a target): a target whose count
+-- reaches 0 or less loses its field, so the hash holds the targets that have messages.
+local function count(n, deltas)
+  for target, d in pairs(deltas) do
+    if d ~= 0 and target ~= '' then
+      if redis.call('HINCRBY', n, target, d) <= 0 then redis.call('HDEL', n, target) end
+    end
+  end
 end

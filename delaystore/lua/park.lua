@@ -1,7 +1,8 @@
 -- park: hold messages until they are due; one group per shard (groups.lua).
 -- Per group: KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
 --       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
---       5 = {P:s}:r (retry set; a replaced id leaves it)
+--       5 = {P:s}:r (retry set; a replaced id leaves it), 6 = {P:s}:n (parked count per
+--       target: +1 per message written, -1 for the target of an entry it replaces)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
 -- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2)}
@@ -41,8 +42,9 @@ local function shard(KEYS, ARGV)
   end
 
   -- cur[id] = due of the entry as it stands while the batch is applied (nil: absent), and
-  -- curSrc[id] its source id.
-  local cur, curSrc = {}, {}
+  -- curSrc[id] its source id, curTgt[id] its target; deltas[target] what the batch adds
+  -- to the target's parked count.
+  local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
   local dues = {}
@@ -71,6 +73,7 @@ local function shard(KEYS, ARGV)
       local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
       existing = tonumber(due) or 0
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
+      curTgt[id] = p and targetOf(olds[k], p) or ''
     end
     if tomb then
       out[k] = {0, 2}
@@ -84,8 +87,12 @@ local function shard(KEYS, ARGV)
       else
         due = now + tonumber(ARGV[a + 3])
       end
+      if existing ~= nil then deltas[curTgt[id]] = (deltas[curTgt[id]] or 0) - 1 end
+      local tgt = targetOf(ARGV[a + 4], 1)
+      deltas[tgt] = (deltas[tgt] or 0) + 1
       cur[id] = due
       curSrc[id] = src
+      curTgt[id] = tgt
       writes[#writes + 1] = k
       dues[k] = due
       if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
@@ -111,6 +118,7 @@ local function shard(KEYS, ARGV)
     chunked('HSET', m, hset)
     chunked('ZADD', z, zadd)
     chunked('ZREM', KEYS[5], replaced)
+    count(KEYS[6], deltas)
     if head[2] == nil or earliest < tonumber(head[2]) then
       redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
     end

@@ -53,9 +53,9 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // must be added here and to the README's ACL line (TestRedisACLUser fails until both
 // agree).
 var bridgeRedisCommands = []string{
-	"eval", "evalsha", "get", "hdel", "hget", "hmget", "hset", "incrby", "info", "ping",
-	"publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard", "zcount", "zrange",
-	"zrangebyscore", "zremrangebyscore", "zrem", "zscore", "wait",
+	"eval", "evalsha", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
+	"incrby", "info", "ping", "publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard",
+	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zscore", "wait",
 }
 
 // secACLCommands returns the +commands of an ACL line, sorted.
@@ -71,12 +71,13 @@ func secACLCommands(line string) []string {
 }
 
 // secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
-// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:r (retry set), p:shards, and the fleet's
+// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:r (retry set), {p:i}:n (parked count
+// per target), p:shards, and the fleet's
 // {p:fleet}:members, :version, :pending and :tokens. Nothing a user sends may add to them.
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n)$`),
 		regexp.MustCompile(`^` + q + `:shards$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
 	}

@@ -90,3 +90,16 @@ type ListResponse struct {
 	Messages   []ListedMessage `json:"messages"`
 	NextCursor *string         `json:"next_cursor"`
 }
+
+// TargetResponse is one target of GET /v1/targets: NextDue (unix ms) is null when the
+// request's time ran out before the target's first message was found.
+type TargetResponse struct {
+	Target  string `json:"target"`
+	Parked  int64  `json:"parked"`
+	NextDue *int64 `json:"next_due"`
+}
+
+// TargetsResponse is the 200 body of GET /v1/targets, most parked first.
+type TargetsResponse struct {
+	Targets []TargetResponse `json:"targets"`
+}

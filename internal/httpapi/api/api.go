@@ -93,11 +93,13 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
 	mux.HandleFunc("GET /v1/stats", a.stats)
+	mux.HandleFunc("GET /v1/targets", a.targets)
 	mux.HandleFunc("POST /v1/bulk/{op}", a.bulk)
 	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
 	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/v1/targets", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/bulk/{op}", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)

@@ -112,3 +112,49 @@ func TestListNeedsTheToken(t *testing.T) {
 		t.Fatalf("without token: %v", err)
 	}
 }
+
+// TestTargetsEndpoint: GET /v1/targets counts per target, most parked first, with the
+// next due; recount=1 is taken, anything else is a 400; the token is needed.
+func TestTargetsEndpoint(t *testing.T) {
+	c, _ := newAPI(t, "s3cret")
+	ctx := context.Background()
+	dues := map[string]int64{}
+	for i, target := range []string{"a.x", "a.x", "b.y", "a.x", "b.y", "c"} {
+		resp, err := c.Send(ctx, httpapi.PostRequest{Target: target, Delay: []byte(`"` + strconv.Itoa(60-i) + `m"`), Payload: str("p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dues[target] = resp.Due // the last one sent is the earliest
+	}
+	for _, recount := range []bool{false, true} {
+		res, err := c.Targets(ctx, recount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			target string
+			n      int64
+		}{{"nats:a.x", 3}, {"nats:b.y", 2}, {"nats:c", 1}}
+		if len(res.Targets) != len(want) {
+			t.Fatalf("recount %v: %+v", recount, res)
+		}
+		for i, w := range want {
+			got := res.Targets[i]
+			if got.Target != w.target || got.Parked != w.n || got.NextDue == nil || *got.NextDue != dues[strings.TrimPrefix(w.target, "nats:")] {
+				t.Fatalf("recount %v: target %d = %+v, want %s %d due %d", recount, i, got, w.target, w.n, dues[strings.TrimPrefix(w.target, "nats:")])
+			}
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, c.Base+"/v1/targets?limit=3", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("an unknown parameter: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	c.Token = ""
+	var apiErr *client.APIError
+	if _, err := c.Targets(ctx, false); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+		t.Fatalf("without token: %v", err)
+	}
+}

@@ -75,6 +75,18 @@ func (c *Client) List(ctx context.Context, query url.Values) (httpapi.ListRespon
 	return out, err
 }
 
+// Targets returns the parked count and next due per target (GET /v1/targets); recount
+// first counts every shard from its entries.
+func (c *Client) Targets(ctx context.Context, recount bool) (httpapi.TargetsResponse, error) {
+	var out httpapi.TargetsResponse
+	path := "/v1/targets"
+	if recount {
+		path += "?recount=1"
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, http.StatusOK, &out)
+	return out, err
+}
+
 // APIError is a non-success answer of the API.
 type APIError struct {
 	Status  int

@@ -1,0 +1,100 @@
+package delaystore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// targetsOf returns Targets as target -> count and target -> next due.
+func targetsOf(t *testing.T, f *fixture, recount bool) ([]TargetCount, map[string]int64, map[string]int64) {
+	t.Helper()
+	ts, err := f.s.Targets(t.Context(), recount, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, dues := map[string]int64{}, map[string]int64{}
+	for _, tc := range ts {
+		counts[tc.Target], dues[tc.Target] = tc.Parked, tc.NextDue
+	}
+	return ts, counts, dues
+}
+
+// The counts follow every change: park, replace by another target, claim and ack,
+// cancel, bulk cancel; a target whose last message went is not listed.
+func TestTargetsFollowChanges(t *testing.T) {
+	f := setup(t)
+	now := f.now(t)
+	park := func(id, target string, at int64, replace bool) {
+		env := sampleEnvelope(1)
+		env.Target = target
+		f.park(t, ParkRequest{ID: id, Absolute: true, At: at, Replace: replace, Envelope: env})
+	}
+	for i := range 30 {
+		park(fmt.Sprintf("o%d", i), "nats:orders", now+3_600_000+int64(i), false)
+	}
+	for i := range 10 {
+		park(fmt.Sprintf("b%d", i), "kafka:billing", now+7_200_000+int64(i), false)
+	}
+	park("due", "nats:due", now-1000, false)
+	ts, counts, dues := targetsOf(t, f, false)
+	if len(ts) != 3 || ts[0].Target != "nats:orders" || ts[1].Target != "kafka:billing" || counts["nats:orders"] != 30 ||
+		counts["kafka:billing"] != 10 || counts["nats:due"] != 1 {
+		t.Fatalf("after park: %+v", ts)
+	}
+	if dues["nats:orders"] != now+3_600_000 || dues["kafka:billing"] != now+7_200_000 || dues["nats:due"] != now-1000 {
+		t.Fatalf("next dues: %v", dues)
+	}
+	park("o0", "kafka:billing", now+60_000, true) // replaced by another target
+	park("o1", "nats:orders", now+60_000, false)  // kept: no replace
+	if _, err := f.s.Cancel(t.Context(), "o2"); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _ := f.claimID(t, "due", time.Second)
+	if a, err := f.s.Ack(t.Context(), []Receipt{claimed.Receipt}); err != nil || a.N != 1 {
+		t.Fatalf("ack: %+v %v", a, err)
+	}
+	res, err := f.s.Bulk(t.Context(), Selector{Match: func(t string) bool { return t == "kafka:billing" }, DueFrom: now + 7_200_000},
+		BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
+	if err != nil || res.Changed != 10 {
+		t.Fatalf("bulk cancel: %+v %v", res, err)
+	}
+	ts, counts, dues = targetsOf(t, f, false)
+	if len(ts) != 2 || counts["nats:orders"] != 28 || counts["kafka:billing"] != 1 || dues["kafka:billing"] != now+60_000 {
+		t.Fatalf("after the changes: %+v", ts)
+	}
+	for sh := range f.s.Shards() {
+		if f.rdb.HExists(t.Context(), f.s.keys[sh].n, "nats:due").Val() {
+			t.Fatalf("shard %d still has a field for nats:due", sh)
+		}
+	}
+}
+
+// A store whose counts are missing (written before they were kept) or wrong is counted
+// from its entries: missing at the first Targets, wrong with recount.
+func TestTargetsCountsAnOldStore(t *testing.T) {
+	f := setup(t)
+	now := f.now(t)
+	for i := range 50 {
+		env := sampleEnvelope(i)
+		env.Target = []string{"nats:a", "nats:b"}[i%2]
+		f.park(t, ParkRequest{ID: fmt.Sprintf("m%d", i), Absolute: true, At: now + 60_000, Envelope: env})
+	}
+	for sh := range f.s.Shards() {
+		if err := f.rdb.Del(t.Context(), f.s.keys[sh].n).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, counts, _ := targetsOf(t, f, false); counts["nats:a"] != 25 || counts["nats:b"] != 25 || len(counts) != 2 {
+		t.Fatalf("an old store: %v", counts)
+	}
+	if err := f.rdb.HIncrBy(t.Context(), f.s.keys[0].n, "nats:a", 7).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, counts, _ := targetsOf(t, f, false); counts["nats:a"] != 32 {
+		t.Fatalf("the drift is read as it is: %v", counts)
+	}
+	if _, counts, _ := targetsOf(t, f, true); counts["nats:a"] != 25 || counts["nats:b"] != 25 {
+		t.Fatalf("after a recount: %v", counts)
+	}
+}

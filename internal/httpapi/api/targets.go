@@ -1,0 +1,57 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// targetsBudget is how long GET /v1/targets looks for the targets' next due times.
+const targetsBudget = 100 * time.Millisecond
+
+// Targeter is what GET /v1/targets needs of the delay store (delaystore.Store).
+type Targeter interface {
+	Targets(ctx context.Context, recount bool, budget time.Duration) ([]delaystore.TargetCount, error)
+}
+
+// targets serves GET /v1/targets: parked count and next due per target, most parked
+// first; ?recount=1 counts every shard from its entries first. 400 for another
+// parameter, 503 when Redis failed.
+func (a *api) targets(w http.ResponseWriter, r *http.Request) {
+	tg, ok := a.store.(Targeter)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store cannot count targets")
+		return
+	}
+	recount := false
+	for name, vals := range r.URL.Query() {
+		if name != "recount" || len(vals) != 1 || (vals[0] != "1" && vals[0] != "0") {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: parameter %q: only recount=1 (or 0) is taken", contract.ReasonInvalidRequest, name))
+			return
+		}
+		recount = vals[0] == "1"
+	}
+	ts, err := tg.Targets(r.Context(), recount, targetsBudget)
+	if err != nil {
+		a.log.Warn("targets", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	out := httpapi.TargetsResponse{Targets: make([]httpapi.TargetResponse, len(ts))}
+	for i, t := range ts {
+		out.Targets[i] = httpapi.TargetResponse{Target: t.Target, Parked: t.Parked}
+		if t.NextDue != 0 {
+			due := t.NextDue
+			out.Targets[i].NextDue = &due
+		}
+	}
+	if recount {
+		a.log.Info("targets recounted", "targets", len(ts))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
