@@ -163,7 +163,9 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
 // it: a different recorded count is an error wrapping ErrShardMismatch. It creates or reads
 // every shard's dataset epoch, which CheckDataset compares against. It also loads the
-// scripts (SCRIPT LOAD) so the first calls run by SHA. Call it once at start; it blocks
+// scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
+// target complete (Targets; a store of an older version is counted once, a full Redis
+// leaves that to Targets). Call it once at start; it blocks
 // until Redis answered, and is safe to call concurrently and repeatedly.
 //
 // It also reads INFO replication of every master (Cluster: each; otherwise the one the
@@ -199,6 +201,11 @@ func (s *Store) Init(ctx context.Context) error {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("init: load script %s: %w", name, err)
 		}
+	}
+	// Parked counts per target (Targets): a new store is marked complete at once; one
+	// written by a version that kept none is counted now, once (~3 us per entry).
+	if err := s.completeCounts(ctx, false); err != nil && !IsOOM(err) {
+		return fmt.Errorf("init: parked counts per target: %w", err)
 	}
 	return nil
 }

@@ -55,14 +55,8 @@ func (s *Store) Targets(ctx context.Context, recount bool, budget time.Duration)
 // targetCounts sums the shards' counts per target, counting first the shards whose
 // counts are not complete (or all, with recount).
 func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int64, error) {
-	calls := make([]call, len(s.keys))
-	for i, k := range s.keys {
-		calls[i] = call{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}
-	}
-	for i, c := range s.evalPipelined(ctx, s.counts, calls) {
-		if err := c.Err(); err != nil {
-			return nil, fmt.Errorf("targets: count shard %d: %w", i, err)
-		}
+	if err := s.completeCounts(ctx, recount); err != nil {
+		return nil, fmt.Errorf("targets: %w", err)
 	}
 	read := s.rdb.Pipeline()
 	alls := make([]*redis.MapStringStringCmd, len(s.keys))
@@ -85,6 +79,22 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 		}
 	}
 	return sum, nil
+}
+
+// completeCounts runs counts.lua on every shard (one pipeline): a shard whose counts are
+// marked complete costs one HEXISTS, another (or every one, with recount) is counted
+// from its entries and marked.
+func (s *Store) completeCounts(ctx context.Context, recount bool) error {
+	calls := make([]call, len(s.keys))
+	for i, k := range s.keys {
+		calls[i] = call{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}
+	}
+	for i, c := range s.evalPipelined(ctx, s.counts, calls) {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("count shard %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // nextDues fills in the NextDue of targets: the first message of each in scheduled order
