@@ -318,7 +318,8 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	}
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
-			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now}, store, logger)
+			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
+			Gatherer: b.reg, RedisErr: b.redisUp.Err}, store, logger)
 	}
 	return nil
 }

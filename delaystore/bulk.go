@@ -48,6 +48,8 @@ type BulkOp struct {
 type Selector struct {
 	Match          func(target string) bool
 	DueFrom, DueTo int64
+	// ID, when set, picks that one message (if the rest of the selector matches it too).
+	ID string
 }
 
 // BulkCursor is where a bulk change stopped; its String form is what the API hands out.
@@ -106,6 +108,9 @@ func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, 
 	if sel.DueTo == 0 {
 		sel.DueTo = math.MaxInt64
 	}
+	if sel.ID != "" {
+		return s.bulkOne(ctx, sel, op, dryRun)
+	}
 	cur := BulkCursor{Pass: "z"}
 	if from != nil {
 		cur = *from
@@ -140,6 +145,30 @@ func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, 
 		}
 	}
 	return res, nil
+}
+
+// bulkOne applies op to the one message sel.ID, when it exists and the selector's target
+// and due range match it; as for any bulk change, a message in delivery is matched but not
+// changed.
+func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun bool) (BulkResult, error) {
+	m, err := s.Get(ctx, sel.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return BulkResult{}, nil
+	case err != nil:
+		return BulkResult{}, fmt.Errorf("bulk: %w", err)
+	case m.Due < sel.DueFrom || m.Due > sel.DueTo || (sel.Match != nil && !sel.Match(m.Envelope.Target)):
+		return BulkResult{}, nil
+	case dryRun:
+		return BulkResult{Matched: 1}, nil
+	}
+	k := s.keys[m.Shard]
+	args := []any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID, sel.ID, strconv.FormatInt(m.Version, 10)}
+	n, err := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64()
+	if err != nil {
+		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
+	}
+	return BulkResult{Matched: 1, Changed: int(n)}, nil
 }
 
 // bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into

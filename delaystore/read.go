@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -103,4 +104,39 @@ func headOf(c *redis.ZSliceCmd) (int64, error) {
 		return -1, nil
 	}
 	return int64(zs[0].Score), nil
+}
+
+// Forecast counts the parked messages by scheduled time (the z score, unix ms): overdue
+// (at or before from) and then n buckets of step ms each after from, in one pipeline of
+// ZCOUNTs (n + 1 per shard). The counts are not one atomic snapshot across shards. It
+// blocks until Redis answered or ctx is done.
+func (s *Store) Forecast(ctx context.Context, from, step int64, n int) (overdue int64, counts []int64, err error) {
+	if step < 1 || n < 1 {
+		return 0, nil, fmt.Errorf("forecast: step %d and buckets %d must be positive", step, n)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([][]*redis.IntCmd, len(s.keys))
+	for sh, k := range s.keys {
+		cmds[sh] = append(cmds[sh], pipe.ZCount(ctx, k.z, "-inf", strconv.FormatInt(from, 10)))
+		for i := range n {
+			lo, hi := from+int64(i)*step, from+int64(i+1)*step
+			cmds[sh] = append(cmds[sh], pipe.ZCount(ctx, k.z, "("+strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10)))
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	counts = make([]int64, n)
+	for sh := range cmds {
+		for i, c := range cmds[sh] {
+			v, err := c.Result()
+			if err != nil {
+				return 0, nil, fmt.Errorf("forecast: shard %d: %w", sh, err)
+			}
+			if i == 0 {
+				overdue += v
+			} else {
+				counts[i-1] += v
+			}
+		}
+	}
+	return overdue, counts, nil
 }

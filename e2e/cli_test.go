@@ -114,7 +114,7 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("bulk cancel: %v %s", err, out)
 	}
 	out, err = runCLI(t, "bulk", "cancel", "--api", api)
-	if err == nil || !strings.Contains(out, "at least one of target, due_from, due_to") {
+	if err == nil || !strings.Contains(out, "at least one of id, target, due_from, due_to") {
 		t.Fatalf("bulk without a selector: %v %s", err, out)
 	}
 	out, err = runCLI(t, "send", "--api", api, "--delay", "abc", "--target", "demo.hello", "x")

@@ -53,6 +53,8 @@ type StatsResponse struct {
 // BulkRequest is the body of POST /v1/bulk/cancel, /v1/bulk/reschedule and
 // /v1/bulk/deliver-now (docs/contract.md section 8). Times are unix ms or RFC 3339.
 type BulkRequest struct {
+	// ID (an extension) picks one message; the other selector fields still apply.
+	ID        string          `json:"id,omitempty"`
 	Target    string          `json:"target,omitempty"`
 	DueFrom   json.RawMessage `json:"due_from,omitempty"`
 	DueTo     json.RawMessage `json:"due_to,omitempty"`
@@ -102,4 +104,25 @@ type TargetResponse struct {
 // TargetsResponse is the 200 body of GET /v1/targets, most parked first.
 type TargetsResponse struct {
 	Targets []TargetResponse `json:"targets"`
+}
+
+// ForecastResponse is the 200 body of GET /v1/forecast: Overdue messages are scheduled
+// at or before From; Counts[i] in (From + i*Step, From + (i+1)*Step]. Unix ms.
+type ForecastResponse struct {
+	From    int64   `json:"from"`
+	Step    int64   `json:"step"`
+	Overdue int64   `json:"overdue"`
+	Counts  []int64 `json:"counts"`
+}
+
+// OverviewResponse is the 200 body of GET /v1/overview: this replica's message counters
+// by result since it started (In: parked, invalid, ...; Out: published, retried, ...),
+// the lateness of its deliveries (p50 and p99 in ms, null before the first), and Redis.
+type OverviewResponse struct {
+	In          map[string]float64 `json:"in"`
+	Out         map[string]float64 `json:"out"`
+	Delivered   uint64             `json:"delivered"`
+	LatenessP50 *float64           `json:"lateness_p50_ms"`
+	LatenessP99 *float64           `json:"lateness_p99_ms"`
+	Redis       string             `json:"redis"`
 }

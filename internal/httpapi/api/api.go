@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -27,6 +28,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/ui"
 )
 
 // Store is what the message API needs of the delay store. Safe for concurrent use.
@@ -55,6 +57,11 @@ type Config struct {
 	// Now is the local clock a message's receipt time is read from (a relative delay
 	// counts from receipt, as in ingress); default time.Now.
 	Now func() time.Time
+	// Gatherer, when set, is the bridge's metrics registry: GET /v1/overview reads its
+	// counters and lateness histogram.
+	Gatherer prometheus.Gatherer
+	// RedisErr, when set, is the Redis monitor's state for GET /v1/overview (nil: up).
+	RedisErr func() error
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
@@ -94,17 +101,27 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
 	mux.HandleFunc("GET /v1/stats", a.stats)
 	mux.HandleFunc("GET /v1/targets", a.targets)
+	mux.HandleFunc("GET /v1/forecast", a.forecast)
+	mux.HandleFunc("GET /v1/overview", a.overview)
 	mux.HandleFunc("POST /v1/bulk/{op}", a.bulk)
 	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
 	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/targets", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/v1/forecast", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/v1/overview", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/bulk/{op}", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	return a.auth(a.limitBody(mux))
+	// The console's files hold no data: served without the token, which the page then
+	// sends with every API call (docs/design.md, "Web console").
+	top := http.NewServeMux()
+	top.Handle("GET /ui/", ui.Handler())
+	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	top.Handle("/", a.auth(a.limitBody(mux)))
+	return top
 }
 
 type api struct {

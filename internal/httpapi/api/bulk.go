@@ -79,8 +79,10 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 		return sel, delaystore.BulkOp{}, nil, err
 	}
 	switch {
-	case req.Target == "" && isAbsent(req.DueFrom) && isAbsent(req.DueTo):
-		return sel, delaystore.BulkOp{}, nil, errors.New("give at least one of target, due_from, due_to")
+	case req.ID == "" && req.Target == "" && isAbsent(req.DueFrom) && isAbsent(req.DueTo):
+		return sel, delaystore.BulkOp{}, nil, errors.New("give at least one of id, target, due_from, due_to")
+	case req.ID != "" && req.Cursor != "":
+		return sel, delaystore.BulkOp{}, nil, errors.New("a request for one id takes no cursor")
 	case req.Target != "" && !glob.Valid(req.Target):
 		return sel, delaystore.BulkOp{}, nil, fmt.Errorf("target %q is not a valid glob", req.Target)
 	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
@@ -92,6 +94,7 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	case sel.DueTo == 0:
 		sel.DueTo = -1 // an explicit 0 (1970): nothing is due that early
 	}
+	sel.ID = req.ID
 	if req.Target != "" {
 		pattern := req.Target
 		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }

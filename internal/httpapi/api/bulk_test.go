@@ -51,6 +51,21 @@ func TestBulkEndpoints(t *testing.T) {
 	if m, err := c.Get(ctx, "a2"); err != nil || m.Due > time.Now().UnixMilli()+1000 {
 		t.Fatalf("a2 after deliver-now: %+v %v", m, err)
 	}
+	if res := bulk("reschedule", httpapi.BulkRequest{ID: "b1", Shift: "+2h", DryRun: true}); res.Matched != 1 || res.Changed != 0 {
+		t.Fatalf("one id, dry run: %+v", res)
+	}
+	if res := bulk("reschedule", httpapi.BulkRequest{ID: "b1", Target: "a.*", Shift: "+2h"}); res.Matched != 0 {
+		t.Fatalf("one id of another target: %+v", res)
+	}
+	if res := bulk("reschedule", httpapi.BulkRequest{ID: "b1", Shift: "+2h"}); res.Matched != 1 || res.Changed != 1 {
+		t.Fatalf("one id: %+v", res)
+	}
+	if m, err := c.Get(ctx, "b1"); err != nil || m.Due != dues["b1"]+7_200_000 {
+		t.Fatalf("b1 after +2h: %+v %v", m, err)
+	}
+	if res := bulk("cancel", httpapi.BulkRequest{ID: "nobody"}); res.Matched != 0 {
+		t.Fatalf("an unknown id: %+v", res)
+	}
 	if res := bulk("cancel", httpapi.BulkRequest{Target: "nats:b.*", DueTo: []byte(`0`)}); res.Matched != 0 {
 		t.Fatalf("due_to 0 (1970) matched %+v", res)
 	}
@@ -70,7 +85,8 @@ func TestBulkRejects(t *testing.T) {
 		req  httpapi.BulkRequest
 		want string
 	}{
-		{"cancel", httpapi.BulkRequest{}, "at least one of target, due_from, due_to"},
+		{"cancel", httpapi.BulkRequest{}, "at least one of id, target, due_from, due_to"},
+		{"cancel", httpapi.BulkRequest{ID: "a", Cursor: "x"}, "takes no cursor"},
 		{"cancel", httpapi.BulkRequest{Target: "["}, "not a valid glob"},
 		{"cancel", httpapi.BulkRequest{DueFrom: []byte(`"tomorrow"`)}, "due_from"},
 		{"cancel", httpapi.BulkRequest{DueFrom: []byte(`2000`), DueTo: []byte(`1000`)}, "due_to is before due_from"},

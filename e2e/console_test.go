@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+)
+
+// chromium returns a headless browser context (Debian's chromium through chromedp); the
+// test fails when the browser is not installed (make test and .ci/run install it).
+func chromium(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		t.Fatal("chromium not found on PATH: install Debian's chromium package (make test and .ci/run do)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1280, 900))
+	actx, cancelA := chromedp.NewExecAllocator(t.Context(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelC(); cancelA() })
+	return ctx
+}
+
+// TestConsoleInABrowser clicks through the web console (GET /ui/) of the built bridge in
+// a real browser: the token, the overview's targets, the list filtered by target, a
+// message's detail (a hostile header and payload shown as text), its cancel, and a bulk
+// reschedule with its dry run and confirmation; every change is checked through the API.
+// UI_SCREENSHOTS=<dir> saves the README's screenshots there.
+func TestConsoleInABrowser(t *testing.T) {
+	s := newStack(t)
+	const token = "console-token"
+	env := maps.Clone(s.env)
+	env["BRIDGE_API_TOKEN"] = token
+	b := startBridge(t, env)
+	c := &client.Client{Base: "http://" + b.APIAddr, Token: token}
+	dues := map[string]int64{}
+	send := func(id, target, delay, payload string, hdr map[string]string) {
+		res, err := c.Send(t.Context(), httpapi.PostRequest{ID: id, Target: target, Delay: []byte(`"` + delay + `"`), Payload: &payload, Headers: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dues[id] = res.Due
+	}
+	for i := 1; i <= 5; i++ {
+		send(fmt.Sprintf("inv-%d", i), "billing.invoice", fmt.Sprintf("%dm", 10*i), fmt.Sprintf(`{"invoice":%d,"total":"%d.00"}`, 1040+i, 100*i), map[string]string{"tenant": "acme"})
+	}
+	for i := 1; i <= 3; i++ {
+		send(fmt.Sprintf("ord-%d", i), "orders.timeout", fmt.Sprintf("%dh", i), fmt.Sprintf(`{"order":%d}`, i), nil)
+	}
+	const hostile = `<img src=x onerror="document.title='owned'">`
+	send("xss-1", "billing.invoice", "2h", hostile, map[string]string{"note": hostile})
+
+	ctx := chromium(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil { // starts the browser: no timeout here
+		t.Fatalf("start chromium: %v", err)
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := chromedp.Do(tctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(sel))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+	count := func(expr string) int {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			dir := os.Getenv("UI_SCREENSHOTS")
+			if dir == "" {
+				return chromedp.Void{}, nil
+			}
+			png, err := chromedp.FullScreenshot(90)(ctx, tg)
+			if err != nil {
+				return chromedp.Void{}, err
+			}
+			return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+		}
+	}
+	ui := "http://" + b.APIAddr + "/ui/"
+	do("the token and the overview",
+		chromedp.Navigate(ui),
+		chromedp.WaitVisible("#error"),
+		chromedp.SendKeys("#token", token),
+		chromedp.Click("#token-save"),
+		chromedp.WaitVisible(`//table[@id="targets"]//a[text()="nats:billing.invoice"]`))
+	if got := text("#parked-total .big"); got != "9" {
+		t.Fatalf("overview parked total %q, want 9", got)
+	}
+	do("the overview's charts", chromedp.WaitVisible("#forecast-hour rect"), chromedp.Sleep(300*time.Millisecond), shot("console-overview"))
+	if rows := text("#targets tbody"); !strings.Contains(rows, "nats:billing.invoice\t6") || !strings.Contains(rows, "nats:orders.timeout\t3") {
+		t.Fatalf("targets table:\n%s", rows)
+	}
+	do("the list of one target",
+		chromedp.Click(`//a[text()="nats:billing.invoice"]`),
+		chromedp.WaitVisible(`//table[@id="messages"]//a[text()="inv-1"]`), shot("console-messages"))
+	if n := count(`document.querySelectorAll('#messages tbody tr').length`); n != 6 {
+		t.Fatalf("list filtered by billing.invoice: %d rows, want 6", n)
+	}
+	do("a hostile message's detail", chromedp.Navigate(ui+"#/message/xss-1"), chromedp.WaitVisible("#payload"))
+	if imgs, title, payload := count(`document.querySelectorAll('img').length`), text("title"), text("#payload"); imgs != 0 || title == "owned" || payload != hostile {
+		t.Fatalf("hostile payload: %d img elements, title %q, payload shown %q", imgs, title, payload)
+	}
+	do("inv-1's detail",
+		chromedp.Navigate(ui+"#/messages?target=billing.*"),
+		chromedp.WaitVisible(`//a[text()="inv-1"]`),
+		chromedp.Click(`//a[text()="inv-1"]`),
+		chromedp.WaitVisible(`//code[@id="msg-id"][text()="inv-1"]`), shot("console-message"))
+	if payload := text("#payload"); payload != `{"invoice":1041,"total":"100.00"}` {
+		t.Fatalf("inv-1 payload shown as %q", payload)
+	}
+	do("inv-1's cancel",
+		chromedp.Click("#cancel"),
+		chromedp.WaitVisible("#cancel-yes"),
+		chromedp.Click("#cancel-yes"),
+		chromedp.WaitVisible(`//p[@id="action-result"][text()="cancelled"]`))
+	var apiErr *client.APIError
+	if _, err := c.Get(t.Context(), "inv-1"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
+		t.Fatalf("inv-1 after the console's cancel: %v", err)
+	}
+	do("a bulk reschedule's dry run",
+		chromedp.Navigate(ui+"#/bulk"),
+		chromedp.WaitVisible("#bulk-form"),
+		chromedp.SendKeys("#b-target", "orders.*"),
+		chromedp.SendKeys("#b-shift", "+1h"),
+		chromedp.Click("#bulk-dry"),
+		chromedp.WaitVisible("#bulk-confirm"), shot("console-bulk"))
+	dry := text("#bulk-result")
+	do("its confirmation", chromedp.Click("#bulk-confirm"), chromedp.WaitVisible(`//p[@id="bulk-result"][starts-with(text(), "done")]`))
+	if result := text("#bulk-result"); dry != "dry run: 3 messages match" || result != "done: matched 3, changed 3" {
+		t.Fatalf("bulk: %q then %q", dry, result)
+	}
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("ord-%d", i)
+		m, err := c.Get(t.Context(), id)
+		if err != nil || m.Due != dues[id]+3_600_000 {
+			t.Fatalf("%s after the console's +1h: %+v %v (was due %d)", id, m, err, dues[id])
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+)
+
+// Forecaster is what GET /v1/forecast needs of the delay store (delaystore.Store).
+type Forecaster interface {
+	Forecast(ctx context.Context, from, step int64, n int) (overdue int64, counts []int64, err error)
+}
+
+// forecastMax bounds the buckets of one forecast (16 shards x 401 ZCOUNTs a request).
+const forecastMax = 400
+
+// forecast serves GET /v1/forecast?step=<ms>&buckets=<n>: parked messages by scheduled
+// time, overdue and then n buckets from now (the console's due chart).
+func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
+	f, ok := a.store.(Forecaster)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this store cannot forecast")
+		return
+	}
+	q := r.URL.Query()
+	step, err1 := strconv.ParseInt(q.Get("step"), 10, 64)
+	n, err2 := strconv.Atoi(q.Get("buckets"))
+	if len(q) != 2 || err1 != nil || err2 != nil || step < 1000 || n < 1 || n > forecastMax {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want step=<ms, at least 1000>&buckets=<1 to %d>, nothing else",
+			contract.ReasonInvalidRequest, forecastMax))
+		return
+	}
+	from := a.cfg.Now().UnixMilli()
+	overdue, counts, err := f.Forecast(r.Context(), from, step, n)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, httpapi.ForecastResponse{From: from, Step: step, Overdue: overdue, Counts: counts})
+}
+
+// overview serves GET /v1/overview: this replica's own counters and lateness from its
+// metrics registry, and the Redis monitor's state. It makes no Redis call.
+func (a *api) overview(w http.ResponseWriter, _ *http.Request) {
+	out := httpapi.OverviewResponse{In: map[string]float64{}, Out: map[string]float64{}, Redis: "ok"}
+	if a.cfg.RedisErr != nil {
+		if err := a.cfg.RedisErr(); err != nil {
+			out.Redis = "unreachable: " + err.Error()
+		}
+	}
+	if a.cfg.Gatherer == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	mfs, err := a.cfg.Gatherer.Gather()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "metrics: "+err.Error())
+		return
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "delaybridge_messages_in_total":
+			sumBy(mf, "result", out.In)
+		case "delaybridge_messages_out_total":
+			sumBy(mf, "result", out.Out)
+		case "delaybridge_delivery_lateness_seconds":
+			out.LatenessP50, out.LatenessP99, out.Delivered = quantiles(mf)
+		case "delaybridge_redis_oom":
+			if len(mf.GetMetric()) > 0 && mf.GetMetric()[0].GetGauge().GetValue() == 1 && out.Redis == "ok" {
+				out.Redis = "full (maxmemory reached): new messages wait in their sources; delivery goes on"
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sumBy adds each counter of mf into into[its label name's value].
+func sumBy(mf *dto.MetricFamily, name string, into map[string]float64) {
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name {
+				into[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+}
+
+// quantiles reads p50 and p99 (ms) and the count from a histogram, summed over its
+// series, interpolating within a bucket as Prometheus' histogram_quantile does.
+func quantiles(mf *dto.MetricFamily) (p50, p99 *float64, count uint64) {
+	bounds := map[float64]uint64{}
+	for _, m := range mf.GetMetric() {
+		h := m.GetHistogram()
+		count += h.GetSampleCount()
+		for _, b := range h.GetBucket() {
+			bounds[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	if count == 0 {
+		return nil, nil, 0
+	}
+	les := make([]float64, 0, len(bounds))
+	for le := range bounds {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	at := func(q float64) *float64 {
+		rank := q * float64(count)
+		lo, below := 0.0, uint64(0)
+		for _, le := range les {
+			if float64(bounds[le]) >= rank {
+				v := le
+				if n := bounds[le] - below; n > 0 && !math.IsInf(le, 1) {
+					v = lo + (le-lo)*(rank-float64(below))/float64(n)
+				} else if math.IsInf(le, 1) {
+					v = lo
+				}
+				v *= 1000
+				return &v
+			}
+			lo, below = le, bounds[le]
+		}
+		return nil
+	}
+	return at(0.5), at(0.99), count
+}

@@ -1,0 +1,319 @@
+// delaybridge console: plain DOM code over the message API. Every value from the API is
+// inserted as text (never as HTML). The token is kept in this tab's sessionStorage.
+'use strict';
+
+const view = document.getElementById('view');
+const errBox = document.getElementById('error');
+let refresh = null; // the overview's timer
+let lastOverview = null; // {t, in, out} of the previous overview poll, for rates
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) {
+    if (k === null || k === undefined) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+
+function showError(msg) {
+  errBox.textContent = msg;
+  errBox.hidden = !msg;
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  const token = sessionStorage.getItem('dbToken');
+  if (token) headers.Authorization = 'Bearer ' + token;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const resp = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = {error: text}; }
+  if (resp.status === 401) {
+    showError('The API wants a token: enter it above.');
+    throw new Error('unauthorized');
+  }
+  if (!resp.ok) throw new Error((data && data.error) || resp.status + ' ' + resp.statusText);
+  return data;
+}
+
+const fmtTime = ms => ms === null || ms === undefined ? '-' : new Date(ms).toISOString().replace('T', ' ').replace('Z', '');
+function fmtIn(ms) {
+  if (ms === null || ms === undefined) return '-';
+  let s = Math.round((ms - Date.now()) / 1000);
+  const sign = s < 0 ? '-' : '';
+  s = Math.abs(s);
+  const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+  return sign + (h ? h + 'h' : '') + (h || m ? m + 'm' : '') + (s % 60) + 's';
+}
+const num = n => n === null || n === undefined ? '-' : Number(n).toLocaleString('en-US', {maximumFractionDigits: 1});
+
+function params() {
+  const i = location.hash.indexOf('?');
+  return new URLSearchParams(i < 0 ? '' : location.hash.slice(i + 1));
+}
+
+function go(path, p) {
+  const q = p && p.toString();
+  location.hash = path + (q ? '?' + q : '');
+}
+
+// --- overview -------------------------------------------------------------------------
+
+function chart(id, title, fc, label) {
+  const w = 720, h = 140, max = Math.max(1, ...fc.counts);
+  const bw = w / fc.counts.length;
+  const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  svg.setAttribute('viewBox', `0 0 ${w} ${h + 18}`);
+  svg.setAttribute('id', id);
+  svg.setAttribute('class', 'chart');
+  fc.counts.forEach((c, i) => {
+    const r = document.createElementNS(svg.namespaceURI, 'rect');
+    const bh = Math.round(c / max * h);
+    r.setAttribute('x', (i * bw + 1).toFixed(1));
+    r.setAttribute('y', h - bh);
+    r.setAttribute('width', Math.max(bw - 2, 1).toFixed(1));
+    r.setAttribute('height', bh);
+    const t = document.createElementNS(svg.namespaceURI, 'title');
+    t.textContent = `${label(i)}: ${c}`;
+    r.append(t);
+    svg.append(r);
+  });
+  [0, Math.floor(fc.counts.length / 2), fc.counts.length - 1].forEach(i => {
+    const t = document.createElementNS(svg.namespaceURI, 'text');
+    t.setAttribute('x', Math.min(i * bw, w - 60));
+    t.setAttribute('y', h + 14);
+    t.textContent = label(i);
+    svg.append(t);
+  });
+  return el('section', {class: 'card wide'}, el('h3', {}, title, ` (peak ${num(max)}, overdue ${num(fc.overdue)})`), svg);
+}
+
+async function overview() {
+  const [stats, targets, ov, hour, day] = await Promise.all([
+    api('GET', '/v1/stats'), api('GET', '/v1/targets'), api('GET', '/v1/overview'),
+    api('GET', '/v1/forecast?step=60000&buckets=60'), api('GET', '/v1/forecast?step=3600000&buckets=24'),
+  ]);
+  const now = Date.now();
+  let inRate = '-', outRate = '-';
+  const sum = o => Object.values(o || {}).reduce((a, b) => a + b, 0);
+  if (lastOverview) {
+    const dt = (now - lastOverview.t) / 1000;
+    inRate = num(((ov.in.parked || 0) - lastOverview.in) / dt) + '/s';
+    outRate = num(((ov.out.published || 0) - lastOverview.out) / dt) + '/s';
+  }
+  lastOverview = {t: now, in: ov.in.parked || 0, out: ov.out.published || 0};
+  const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
+  const rows = targets.targets.map(t => el('tr', {},
+    el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
+    el('td', {class: 'n'}, num(t.parked)), el('td', {}, fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
+  view.replaceChildren(
+    el('div', {class: 'cards'},
+      card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
+      card('rate-in', 'In (parked)', inRate, num(ov.in.parked || 0) + ' since start; ' + num(sum(ov.in) - (ov.in.parked || 0)) + ' not parked'),
+      card('rate-out', 'Out (published)', outRate, num(ov.out.published || 0) + ' since start; ' + num(ov.out.dead_lettered || 0) + ' dead-lettered'),
+      card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms', num(ov.delivered) + ' deliveries by this replica'),
+      card('redis', 'Redis', ov.redis === 'ok' ? 'ok' : 'attention', ov.redis)),
+    chart('forecast-hour', 'Due in the next hour, by minute', hour, i => '+' + i + 'm'),
+    chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
+    el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
+      el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))));
+}
+
+// --- messages -------------------------------------------------------------------------
+
+function toMs(v) {
+  if (!v) return '';
+  if (/^\d+$/.test(v)) return v;
+  const t = Date.parse(v.endsWith('Z') || /[+-]\d\d:\d\d$/.test(v) ? v : v + 'Z');
+  return isNaN(t) ? v : String(t);
+}
+
+async function messages() {
+  const p = params();
+  const q = new URLSearchParams();
+  for (const k of ['target', 'due_from', 'due_to', 'cursor']) if (p.get(k)) q.set(k, k.startsWith('due') ? toMs(p.get(k)) : p.get(k));
+  q.set('limit', p.get('limit') || '50');
+  const res = await api('GET', '/v1/messages?' + q.toString());
+  const input = (name, ph) => el('input', {name, id: 'f-' + name, placeholder: ph, value: p.get(name) || ''});
+  const form = el('form', {id: 'filter', onsubmit: e => {
+    e.preventDefault();
+    const n = new URLSearchParams();
+    for (const k of ['target', 'due_from', 'due_to']) { const v = form.elements[k].value.trim(); if (v) n.set(k, v); }
+    go('/messages', n);
+  }}, input('target', 'target glob: orders.* or kafka:billing.*'), input('due_from', 'due from (UTC, 2026-11-25T18:00 or ms)'),
+  input('due_to', 'due to'), el('button', {type: 'submit', id: 'f-apply'}, 'Filter'));
+  const rows = res.messages.map(m => el('tr', {},
+    el('td', {}, el('a', {href: '#/message/' + encodeURIComponent(m.id), class: 'msg-link'}, m.id)), el('td', {}, m.target),
+    el('td', {}, fmtTime(m.due)), el('td', {}, fmtIn(m.due)),
+    el('td', {class: 'n'}, m.attempts + (m.scheduled !== m.due ? ' (next ' + fmtTime(m.scheduled) + ')' : '')), el('td', {class: 'n'}, num(m.size))));
+  let more = null;
+  if (res.next_cursor) {
+    const n = new URLSearchParams(p);
+    n.set('cursor', res.next_cursor);
+    more = el('button', {id: 'next-page', onclick: () => go('/messages', n)}, 'Next page');
+  }
+  view.replaceChildren(form,
+    el('table', {id: 'messages'}, el('thead', {}, el('tr', {}, ['id', 'target', 'due (UTC)', 'in', 'attempts', 'size'].map(h => el('th', {}, h)))),
+      el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 6}, res.next_cursor ? 'none on this page yet: go on' : 'no parked message matches')))),
+    el('p', {}, p.get('cursor') ? el('a', {href: '#/messages', id: 'first-page'}, 'First page') : null, ' ', more));
+}
+
+// --- one message ----------------------------------------------------------------------
+
+const PREVIEW = 4096;
+
+function preview(b64) {
+  let bytes;
+  try { bytes = Uint8Array.from(atob(b64 || ''), c => c.charCodeAt(0)); } catch (_) { return '(not base64)'; }
+  const shown = bytes.slice(0, PREVIEW);
+  let text;
+  try { text = new TextDecoder('utf-8', {fatal: true}).decode(shown); } catch (_) {
+    text = Array.from(shown, b => b.toString(16).padStart(2, '0')).join(' ');
+  }
+  return text + (bytes.length > PREVIEW ? `\n… (${bytes.length} bytes, first ${PREVIEW} shown)` : '');
+}
+
+async function message(id) {
+  let m;
+  try {
+    m = await api('GET', '/v1/messages/' + encodeURIComponent(id));
+  } catch (e) {
+    view.replaceChildren(el('p', {id: 'gone'}, 'No parked message ', el('code', {}, id), ': ' + e.message), el('a', {href: '#/messages'}, 'Back to the list'));
+    return;
+  }
+  const out = el('p', {id: 'action-result', class: 'result'});
+  const act = async (what, op, body) => {
+    try {
+      const r = await api('POST', '/v1/bulk/' + op, Object.assign({id}, body));
+      out.textContent = `${what}: matched ${r.matched}, changed ${r.changed}` + (r.matched && !r.changed ? ' (it is being delivered: left alone)' : '');
+      if (r.changed) setTimeout(() => route(), 600);
+    } catch (e) { out.textContent = what + ' failed: ' + e.message; }
+  };
+  const confirmBox = el('span', {id: 'cancel-confirm', hidden: ''}, 'Cancel this message for good? ',
+    el('button', {id: 'cancel-yes', class: 'danger', onclick: async () => {
+      try {
+        await api('DELETE', '/v1/messages/' + encodeURIComponent(id));
+        out.textContent = 'cancelled';
+        setTimeout(() => go('/messages'), 600);
+      } catch (e) { out.textContent = 'cancel failed: ' + e.message; }
+    }}, 'Yes, cancel'));
+  const shift = el('input', {id: 'shift', placeholder: '+1h or -30m', size: 10});
+  const at = el('input', {id: 'deliver-at', placeholder: 'UTC 2026-11-25T18:00 or ms', size: 26});
+  const hdrs = Object.entries(m.headers || {}).sort().map(([k, v]) => el('tr', {}, el('td', {}, k), el('td', {}, v)));
+  view.replaceChildren(
+    el('h2', {}, 'Message ', el('code', {id: 'msg-id'}, m.id)),
+    el('table', {id: 'detail'}, el('tbody', {},
+      [['target', m.target], ['due (UTC)', fmtTime(m.due) + ' (in ' + fmtIn(m.due) + ')'], ['source', m.source], ['attempts', m.attempts],
+        ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
+    el('h3', {}, 'Headers'), el('table', {id: 'headers'}, el('tbody', {}, hdrs.length ? hdrs : el('tr', {}, el('td', {}, 'none')))),
+    el('h3', {}, 'Payload'), el('pre', {id: 'payload'}, preview(m.payload_base64)),
+    el('h3', {}, 'Actions'),
+    el('p', {class: 'actions'},
+      el('button', {id: 'deliver-now', onclick: () => act('deliver now', 'deliver-now', {})}, 'Deliver now'), ' ',
+      shift, el('button', {id: 'shift-go', onclick: () => act('reschedule', 'reschedule', {shift: shift.value.trim()})}, 'Shift'), ' ',
+      at, el('button', {id: 'at-go', onclick: () => act('reschedule', 'reschedule', {deliver_at: toMs(at.value.trim())})}, 'Deliver at'), ' ',
+      el('button', {id: 'cancel', class: 'danger', onclick: () => { confirmBox.hidden = false; }}, 'Cancel…'), ' ', confirmBox),
+    out);
+}
+
+// --- bulk changes ---------------------------------------------------------------------
+
+function bulk() {
+  const f = el('form', {id: 'bulk-form', onsubmit: e => e.preventDefault()},
+    el('label', {}, 'target glob ', el('input', {name: 'target', id: 'b-target', placeholder: 'billing.*'})),
+    el('label', {}, 'due from ', el('input', {name: 'due_from', id: 'b-from', placeholder: 'UTC or ms'})),
+    el('label', {}, 'due to ', el('input', {name: 'due_to', id: 'b-to', placeholder: 'UTC or ms'})),
+    el('label', {}, 'operation ', el('select', {name: 'op', id: 'b-op'},
+      el('option', {value: 'reschedule'}, 'reschedule'), el('option', {value: 'deliver-now'}, 'deliver now'), el('option', {value: 'cancel'}, 'cancel'))),
+    el('label', {}, 'shift ', el('input', {name: 'shift', id: 'b-shift', placeholder: '+1h'})),
+    el('label', {}, 'or deliver at ', el('input', {name: 'deliver_at', id: 'b-at', placeholder: 'UTC or ms'})));
+  const out = el('p', {id: 'bulk-result', class: 'result'});
+  const confirmBtn = el('button', {id: 'bulk-confirm', class: 'danger', hidden: ''});
+  const request = () => {
+    const r = {};
+    const v = k => f.elements[k].value.trim();
+    if (v('target')) r.target = v('target');
+    if (v('due_from')) r.due_from = toMs(v('due_from'));
+    if (v('due_to')) r.due_to = toMs(v('due_to'));
+    if (f.elements.op.value === 'reschedule') {
+      if (v('shift')) r.shift = v('shift');
+      if (v('deliver_at')) r.deliver_at = toMs(v('deliver_at'));
+    }
+    return r;
+  };
+  const run = async (dry) => {
+    const op = f.elements.op.value;
+    const total = {matched: 0, changed: 0};
+    let req = Object.assign(request(), {dry_run: dry});
+    for (;;) {
+      const r = await api('POST', '/v1/bulk/' + op, req);
+      total.matched += r.matched;
+      total.changed += r.changed;
+      if (!r.next_cursor) return total;
+      req = Object.assign({}, req, {cursor: r.next_cursor});
+    }
+  };
+  const dryBtn = el('button', {id: 'bulk-dry', onclick: async () => {
+    confirmBtn.hidden = true;
+    try {
+      const t = await run(true);
+      out.textContent = `dry run: ${t.matched} messages match`;
+      if (t.matched > 0) {
+        confirmBtn.textContent = `Confirm: ${f.elements.op.value} ${t.matched} messages`;
+        confirmBtn.hidden = false;
+      }
+    } catch (e) { out.textContent = 'dry run failed: ' + e.message; }
+  }}, 'Dry run');
+  confirmBtn.addEventListener('click', async () => {
+    confirmBtn.hidden = true;
+    try {
+      const t = await run(false);
+      out.textContent = `done: matched ${t.matched}, changed ${t.changed}` + (t.matched > t.changed ? ' (those in delivery are left alone)' : '');
+    } catch (e) { out.textContent = 'failed: ' + e.message; }
+  });
+  f.addEventListener('input', () => { confirmBtn.hidden = true; out.textContent = ''; });
+  view.replaceChildren(el('h2', {}, 'Bulk change'), f, el('p', {}, dryBtn, ' ', confirmBtn), out,
+    el('p', {class: 'sub'}, 'A dry run counts what the selector matches; nothing changes until you confirm. Messages being delivered are never changed.'));
+}
+
+// --- routing --------------------------------------------------------------------------
+
+async function route() {
+  clearInterval(refresh);
+  showError('');
+  const h = location.hash.replace(/^#/, '') || '/';
+  const path = h.split('?')[0];
+  try {
+    if (path === '/') {
+      await overview();
+      refresh = setInterval(() => overview().catch(e => showError(e.message)), 5000);
+    } else if (path === '/messages') {
+      await messages();
+    } else if (path.startsWith('/message/')) {
+      await message(decodeURIComponent(path.slice('/message/'.length)));
+    } else if (path === '/bulk') {
+      bulk();
+    } else {
+      view.replaceChildren(el('p', {}, 'No such page.'));
+    }
+  } catch (e) {
+    if (e.message !== 'unauthorized') showError(e.message);
+  }
+}
+
+document.getElementById('token-form').addEventListener('submit', e => {
+  e.preventDefault();
+  const t = document.getElementById('token').value;
+  if (t) sessionStorage.setItem('dbToken', t); else sessionStorage.removeItem('dbToken');
+  document.getElementById('token').value = '';
+  route();
+});
+window.addEventListener('hashchange', route);
+route();
