@@ -17,8 +17,9 @@ test: tools
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Tools the tests run besides Go and redis-server: promtool (deploy/'s alert rules and
-# dashboard queries), from Debian's prometheus package, installed when missing and apt-get
-# can (as root); otherwise the deploy tests say what is missing and fail.
+# dashboard queries), from Debian's prometheus package, and chromium (the web console's
+# browser test), installed when missing and apt-get can (as root); otherwise the tests say
+# what is missing and fail.
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  echo "promtool not found: installing Debian's prometheus package (only its promtool is used)"; \
@@ -26,6 +27,12 @@ tools:
 	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
 	  echo "could not install prometheus (promtool); the deploy tests will fail until it is on PATH"; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing Debian's chromium package (the web console's browser test)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "could not install chromium; the console's browser test will fail until it is on PATH"; }
 
 # Fault suite (e2e/fault, docs/faults.md rows): the bridge built with test-only
 # failpoints, killed, stopped and restarted under load; about 9 minutes. FAULT_SEED=N replays

@@ -26,8 +26,8 @@ type groupReply struct {
 }
 
 // packGroups turns groups into script calls of the groups.lua convention. On one Redis
-// node (standalone, Sentinel) every group goes in one call: one script run for a whole
-// batch, whatever the number of shards it touches. On Redis Cluster each group is a call
+// node (standalone, Sentinel) the groups go in as few calls as packBytes allows: one
+// script run for a batch of small messages, whatever the number of shards it touches. On Redis Cluster each group is a call
 // of its own, since a call's keys must share a hash slot (a shard's keys do, two shards'
 // do not); the client sends each to its master, one pipeline per node. A call's WAIT
 // fence (wait.go) is the seq key of its first group's shard.
@@ -45,12 +45,49 @@ func (s *Store) packGroups(groups []group) ([]call, []groupAt) {
 		}
 		return calls, at
 	}
-	c := packedCall(groups)
-	c.fence = s.keys[groups[0].shard].seq
-	for i := range groups {
-		at[i] = groupAt{index: i}
+	var calls []call
+	start, size := 0, 0
+	flush := func(end int) {
+		c := packedCall(groups[start:end])
+		c.fence = s.keys[groups[start].shard].seq
+		for i := start; i < end; i++ {
+			at[i] = groupAt{call: len(calls), index: i - start}
+		}
+		calls = append(calls, c)
+		start, size = end, 0
 	}
-	return []call{c}, at
+	for i, g := range groups {
+		n := argBytes(g.args)
+		if i > start && size+n > packBytes {
+			flush(i)
+		}
+		size += n
+	}
+	flush(len(groups))
+	return calls, at
+}
+
+// packBytes bounds the argument bytes of one packed call (a group is never split, so one
+// large group makes a call of its own). A call's arguments sit in Redis' query buffer,
+// which counts against maxmemory when the call starts: a full Redis with less room than
+// one call refuses it however often it is sent (fault row B9 stalled at a park of a
+// whole batch in one call), so a call stays as small as a shard's part of a batch was.
+const packBytes = 32 << 10
+
+// argBytes estimates the bytes a script's arguments take on the wire.
+func argBytes(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			n += len(v) + 16
+		case []byte:
+			n += len(v) + 16
+		default:
+			n += 24
+		}
+	}
+	return n
 }
 
 // packedCall is the call of groups: their keys in order; ARGV = the group count, each

@@ -149,3 +149,30 @@ func TestRefusedRunAnswersOnce(t *testing.T) {
 		}
 	}
 }
+
+// A batch larger than packBytes goes in several calls (each group whole), so that a full
+// Redis with a little room takes it call by call; the answers still line up.
+func TestPackSplitsLargeBatches(t *testing.T) {
+	f := newFixture(t, testredis.Start(t).URL(), func(c *Config) { c.Shards = 16 })
+	var reqs []ParkRequest
+	for i := range 160 {
+		env := sampleEnvelope(i)
+		env.Payload = make([]byte, 1024)
+		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("big-%d", i), Envelope: env})
+	}
+	if err := f.rdb.ConfigResetStat(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	parked := f.park(t, reqs...)
+	for i, p := range parked {
+		if p.ID != reqs[i].ID || p.Existed {
+			t.Fatalf("park %d: %+v", i, p)
+		}
+	}
+	if n := cmdCalls(t, f.rdb, "evalsha"); n < 4 || n > 16 {
+		t.Fatalf("a park of 160 KiB over 16 shards ran %d scripts, want 4 to 16 (calls of at most %d bytes)", n, packBytes)
+	}
+	if z, m := f.counts(t); z != 160 || m != 160 {
+		t.Fatalf("parked %d/%d of 160", z, m)
+	}
+}
