@@ -105,7 +105,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			if dir == "" {
 				return chromedp.Void{}, nil
 			}
-			png, err := chromedp.FullScreenshot(90)(ctx, tg)
+			png, err := chromedp.FullScreenshot(100)(ctx, tg)
 			if err != nil {
 				return chromedp.Void{}, err
 			}

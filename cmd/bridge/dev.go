@@ -149,9 +149,10 @@ func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) er
 }
 
 func printDevBanner(w io.Writer, cfg config.Config, opsLn, apiLn net.Listener) {
-	api := "(off)"
+	api, console := "(off)", "(off)"
 	if apiLn != nil {
 		api = "http://" + reachable(apiLn.Addr()) + "/v1/messages"
+		console = "http://" + reachable(apiLn.Addr()) + "/ui/"
 	}
 	self := os.Args[0] // as the user started it: bin/bridge after make run
 	fmt.Fprintf(w, `
@@ -160,6 +161,7 @@ delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetSt
   NATS      %s   ingress %s, cancel %s (core NATS); stream %s keeps dead letters (%s)
   metrics   http://%s/metrics
   API       %s
+  console   %s
 
 Try it from another terminal:
   %s send --delay 5s --target demo.hello hi
@@ -169,7 +171,7 @@ Try it from another terminal:
 Messages arriving on demo.> are printed here. Ctrl-C stops.
 
 `, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
-		reachable(opsLn.Addr()), api, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
+		reachable(opsLn.Addr()), api, console, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
 }
 
 // reachable is a listener's address as a client on this machine dials it: an

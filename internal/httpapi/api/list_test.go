@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -156,5 +158,75 @@ func TestTargetsEndpoint(t *testing.T) {
 	var apiErr *client.APIError
 	if _, err := c.Targets(ctx, false); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 		t.Fatalf("without token: %v", err)
+	}
+}
+
+// The console's files are served without the token (they hold no data) with a
+// Content-Security-Policy that allows no other origin and no inline script; /ui redirects
+// to /ui/; the data behind them still needs the token.
+func TestConsoleFilesNeedNoToken(t *testing.T) {
+	c, _ := newAPI(t, "s3cret")
+	for path, want := range map[string]string{"/ui/": "<title>delaybridge console</title>", "/ui/app.js": "sessionStorage", "/ui/app.css": ".chart"} {
+		resp, err := http.Get(c.Base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) || !strings.HasPrefix(csp, "default-src 'self'") ||
+			strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: %d, CSP %q, body has %q: %v", path, resp.StatusCode, csp, want, strings.Contains(string(body), want))
+		}
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, err := noRedirect.Get(c.Base + "/ui"); err != nil || resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("GET /ui: %v %v", resp, err)
+	}
+	for _, path := range []string{"/v1/overview", "/v1/forecast?step=60000&buckets=60", "/v1/targets", "/v1/messages"} {
+		resp, err := http.Get(c.Base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestForecastAndOverview: the forecast counts by scheduled time in buckets from now, with
+// the overdue ones apart; bad parameters are a 400; the overview answers without metrics.
+func TestForecastAndOverview(t *testing.T) {
+	c, _ := newAPI(t, "")
+	for i, d := range []string{"90s", "150s", "170s", "10m"} {
+		if _, err := c.Send(context.Background(), httpapi.PostRequest{Target: "a", Delay: []byte(`"` + d + `"`), Payload: str(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(path string, out any) int {
+		resp, err := http.Get(c.Base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			_ = json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	var fc httpapi.ForecastResponse
+	if code := get("/v1/forecast?step=60000&buckets=5", &fc); code != 200 || fc.Overdue != 0 || len(fc.Counts) != 5 ||
+		fc.Counts[1] != 1 || fc.Counts[2] != 2 || fc.Counts[0]+fc.Counts[3]+fc.Counts[4] != 0 {
+		t.Fatalf("forecast: %d %+v", code, fc)
+	}
+	for _, q := range []string{"step=60000", "step=10&buckets=5", "step=60000&buckets=0", "step=60000&buckets=401", "step=60000&buckets=5&x=1"} {
+		if code := get("/v1/forecast?"+q, nil); code != http.StatusBadRequest {
+			t.Errorf("forecast?%s: %d, want 400", q, code)
+		}
+	}
+	var ov httpapi.OverviewResponse
+	if code := get("/v1/overview", &ov); code != 200 || ov.Redis != "ok" || ov.LatenessP50 != nil {
+		t.Fatalf("overview: %d %+v", code, ov)
 	}
 }
