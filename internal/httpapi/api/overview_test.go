@@ -16,7 +16,7 @@ func TestQuantiles(t *testing.T) {
 		Buckets: []float64{0.01, 0.1, 1}}, []string{"broker"})
 	reg.MustRegister(h)
 	for i := 1; i <= 100; i++ {
-		h.WithLabelValues("nats").Observe(float64(i) / 10_000)       // (0, 10 ms]
+		h.WithLabelValues("nats").Observe(float64(i) / 10_000)        // (0, 10 ms]
 		h.WithLabelValues("kafka").Observe(0.01 + float64(i)/1_111.2) // (10, 100 ms]
 	}
 	mfs, err := reg.Gather()
