@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // headNotRead is ack.lua's head when it was not read (a claim of the shard followed).
@@ -33,7 +31,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 		return Claim{}, err
 	}
 	c := packedCall([]group{g})
-	reply := groupReplies([]*redis.Cmd{s.claim.Run(ctx, s.rdb, c.keys, c.args...)}, []groupAt{{}})[0]
+	reply := splitReply(s.claim.Run(ctx, s.rdb, c.keys, c.args...), 1)[0]
 	res, err := reply.slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
@@ -105,8 +103,9 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 // runFenced runs the groups of ack or retry (sc) in one round trip and reads their
 // answers.
 func (s *Store) runFenced(ctx context.Context, op string, sc *script, groups []group) (Applied, error) {
-	calls, at := s.packGroups(groups)
-	return readApplied(op, groupReplies(s.evalPipelined(ctx, sc, calls), at), groups)
+	var list callList
+	at := list.add(s, sc, groups)
+	return readApplied(op, s.runList(ctx, &list, false).pick(at), groups)
 }
 
 // ackGroups builds Ack's script groups, one per shard; the shards in claimed are claimed

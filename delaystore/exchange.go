@@ -63,14 +63,14 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 	if len(list.calls) == 0 {
 		return out
 	}
-	cmds := s.evalOn(ctx, s.rdb, "", nil, list.calls, false) // NOSCRIPT answers resent with EVAL
+	res := s.runList(ctx, &list, false)
 	if len(ackGroups) > 0 {
-		out.Acked, out.AckErr = readApplied("ack", groupReplies(cmds, ackAt), ackGroups)
+		out.Acked, out.AckErr = readApplied("ack", res.pick(ackAt), ackGroups)
 	}
 	if len(retryGroups) > 0 {
-		out.Retried, out.RetryErr = readApplied("retry", groupReplies(cmds, retryAt), retryGroups)
+		out.Retried, out.RetryErr = readApplied("retry", res.pick(retryAt), retryGroups)
 	}
-	for k, reply := range groupReplies(cmds, claimAt) {
+	for k, reply := range res.pick(claimAt) {
 		i := claimReq[k]
 		res, err := reply.slice()
 		if err != nil {
@@ -85,21 +85,4 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 // Err joins every error of x.
 func (x Exchanged) Err() error {
 	return errors.Join(append([]error{x.AckErr, x.RetryErr}, x.ClaimErrs...)...)
-}
-
-// callList collects the packed calls of several scripts for one pipeline.
-type callList struct{ calls []call }
-
-// add packs groups for sc (packGroups), appends their calls and returns where each
-// group's answer will be among all the list's calls.
-func (l *callList) add(s *Store, sc *script, groups []group) []groupAt {
-	calls, at := s.packGroups(groups)
-	for i := range at {
-		at[i].call += len(l.calls)
-	}
-	for _, c := range calls {
-		c.sc = sc
-		l.calls = append(l.calls, c)
-	}
-	return at
 }

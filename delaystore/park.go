@@ -58,8 +58,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 		groups[ci] = group{shard: sh, keys: s.keys[sh].zmSeqTRN, args: args}
 	}
-	calls, at := s.packGroups(groups)
-	replies := groupReplies(s.evalConfirmed(ctx, s.park, calls), at)
+	var list callList
+	at := list.add(s, s.park, groups)
+	replies := s.runList(ctx, &list, true).pick(at)
 	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
 	var errs []error

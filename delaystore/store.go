@@ -36,6 +36,9 @@ var (
 type Store struct {
 	rdb       redis.UniversalClient
 	shards    int
+	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
+	// Cluster (groups.go: set when a packed call failed on one group's error).
+	unpackUntil atomic.Int64
 	leaseMS   int64
 	tombMS    int64 // tombstone TTL in ms; 0: none
 	shardsKey string

@@ -68,6 +68,9 @@ type pipeliner interface {
 // master). A call that is not confirmed carries an error wrapping ErrNotReplicated. Every
 // call must have its fence set.
 func (s *Store) evalConfirmed(ctx context.Context, sc *script, calls []call) []*redis.Cmd {
+	if sc == nil && len(calls) > 0 {
+		sc = calls[0].sc // the calls' own script (callList), for the timing metric's name
+	}
 	if s.minReplicas == 0 {
 		return s.evalPipelined(ctx, sc, calls)
 	}

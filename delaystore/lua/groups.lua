@@ -12,7 +12,7 @@
 -- stays (as in any script), and every operation is safe to repeat: the caller retries
 -- (park, ack, retry) or the lease brings the messages back (claim). Not under pcall: Redis
 -- 7.0 answers a write refused for memory inside pcall twice, which shifts every later
--- reply on the connection (TestRefusedRunAnswersOnce).
+-- reply on the connection (TestRefusedRunAnswersOnce). delaystore runList sends the groups of a call that failed that way again, one call each.
 local function groups(fn)
   local g = tonumber(ARGV[1])
   local nk = #KEYS / g
