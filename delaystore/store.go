@@ -34,15 +34,15 @@ var (
 // All methods are safe for concurrent use; every method that talks to Redis blocks until
 // Redis answered or ctx is done. The caller owns the Redis client and closes it.
 type Store struct {
-	rdb       redis.UniversalClient
-	shards    int
+	rdb    redis.UniversalClient
+	shards int
 	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
 	// Cluster (groups.go: set when a packed call failed on one group's error).
 	unpackUntil atomic.Int64
-	leaseMS   int64
-	tombMS    int64 // tombstone TTL in ms; 0: none
-	shardsKey string
-	keys      []shardKeys
+	leaseMS     int64
+	tombMS      int64 // tombstone TTL in ms; 0: none
+	shardsKey   string
+	keys        []shardKeys
 	// The fleet (fleet.go): {P:fleet}:members, :version, :pending, :tokens, and channel
 	// P:wake:fleet.
 	fleetKeys    []string

@@ -7,12 +7,12 @@
 -- keys of a call must share a hash slot).
 
 -- groups runs fn(keys, args) once per group, in order, and returns their results in one
--- array. An error in a group (a write refused for memory, a key of the wrong type) ends
+-- array. An error in a group (a key of the wrong type, a write refused for memory) ends
 -- the run and is the answer for every group of the call; what the groups before it wrote
--- stays (as in any script), and every operation is safe to repeat: the caller retries
--- (park, ack, retry) or the lease brings the messages back (claim). Not under pcall: Redis
--- 7.0 answers a write refused for memory inside pcall twice, which shifts every later
--- reply on the connection (TestRefusedRunAnswersOnce). delaystore runList sends the groups of a call that failed that way again, one call each.
+-- stays (as in any script). Go sends the groups of a call that failed on a script error
+-- again, one call each (delaystore/groups.go, runList), which every script allows. Not
+-- under pcall: Redis 7.0 answers a write refused for memory inside pcall twice, which
+-- shifts every later reply on the connection (TestRefusedRunAnswersOnce).
 local function groups(fn)
   local g = tonumber(ARGV[1])
   local nk = #KEYS / g
