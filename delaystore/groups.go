@@ -21,8 +21,7 @@ type group struct {
 // reply.
 type groupAt struct{ call, index int }
 
-// groupReply is one group's answer: the script's value for it, or an error (its call's,
-// or its own: a group that raised one in the script).
+// groupReply is one group's answer: the script's value for it, or its call's error.
 type groupReply struct {
 	val any
 	err error
@@ -30,11 +29,11 @@ type groupReply struct {
 
 // packGroups turns groups into script calls of the groups.lua convention. On one Redis
 // node (standalone, Sentinel), unless a packed call failed in the last unpackFor, the
-// groups go in as few calls as packBytes allows: one
-// script run for a batch of small messages, whatever the number of shards it touches. On Redis Cluster each group is a call
-// of its own, since a call's keys must share a hash slot (a shard's keys do, two shards'
-// do not); the client sends each to its master, one pipeline per node. A call's WAIT
-// fence (wait.go) is the seq key of its first group's shard.
+// groups go in as few calls as packBytes allows: one script run for a batch of small
+// messages, whatever the number of shards it touches. On Redis Cluster each group is a
+// call of its own, since a call's keys must share a hash slot (a shard's keys do, two
+// shards' do not); the client sends each to its master, one pipeline per node. A call's
+// WAIT fence (wait.go) is the seq key of its first group's shard.
 func (s *Store) packGroups(groups []group) ([]call, []groupAt) {
 	at := make([]groupAt, len(groups))
 	if len(groups) == 0 {
@@ -136,7 +135,7 @@ func (l *callList) add(s *Store, sc *script, groups []group) []groupAt {
 	}
 	for k := range at {
 		at[k].call += base
-		l.groups[at[k].call] = append(l.groups[at[k].call], groups[k]) // in place order
+		l.groups[at[k].call] = append(l.groups[at[k].call], groups[k]) // in their places' order
 	}
 	return at
 }
