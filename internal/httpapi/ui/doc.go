@@ -1,0 +1,4 @@
+// Package ui is the web console (GET /ui/ on the message API's listener): a page, a script
+// and a style sheet embedded in the binary. They hold no data; the page reads everything
+// from the message API with the API's bearer token (docs/design.md, "Web console").
+package ui
