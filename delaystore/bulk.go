@@ -162,13 +162,19 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 	case dryRun:
 		return BulkResult{Matched: 1}, nil
 	}
-	k := s.keys[m.Shard]
-	args := []any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID, sel.ID, strconv.FormatInt(m.Version, 10)}
-	n, err := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64()
+	n, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10)})
 	if err != nil {
 		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
 	}
 	return BulkResult{Matched: 1, Changed: int(n)}, nil
+}
+
+// bulkChange runs bulk.lua on shard for the picked (id, version) pairs, confirmed by WAIT
+// with MinReplicas, and returns how many it changed.
+func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (int64, error) {
+	k := s.keys[shard]
+	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
+	return s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64()
 }
 
 // bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into
@@ -192,9 +198,7 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if dryRun || len(picked) == 0 {
 		return next, done, nil
 	}
-	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
-	cmds := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})
-	n, err := cmds[0].Int64()
+	n, err := s.bulkChange(ctx, cur.Shard, op, picked)
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: change shard %d: %w", cur.Shard, err)
 	}

@@ -215,10 +215,6 @@ func splitReply(c *redis.Cmd, n int) []groupReply {
 	for i := range out {
 		if err != nil {
 			out[i].err = err
-			continue
-		}
-		if e, ok := res[i].(error); ok {
-			out[i].err = e
 		} else {
 			out[i].val = res[i]
 		}

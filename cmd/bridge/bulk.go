@@ -16,9 +16,7 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	fs := flag.NewFlagSet("bridge bulk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
-	target := fs.String("target", "", "target glob: orders.* (the name) or kafka:billing.* (broker:name)")
-	from := fs.String("due-from", "", "messages due at or after: RFC 3339 or unix ms")
-	to := fs.String("due-to", "", "messages due at or before: RFC 3339 or unix ms")
+	target, from, to := selectorFlags(fs)
 	shift := fs.String("shift", "", "reschedule: move the due time by a signed duration (+1h, -30m)")
 	at := fs.String("deliver-at", "", "reschedule: the new due time, RFC 3339 or unix ms")
 	dryRun := fs.Bool("dry-run", false, "count what matches; change nothing")
@@ -63,4 +61,13 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "%s: matched %d, %s %d\n", pos[0], total.Matched, verb, total.Changed)
 	return nil
+}
+
+// selectorFlags declares the message selector of `bridge bulk` and `bridge ls`: target
+// glob and due range.
+func selectorFlags(fs *flag.FlagSet) (target, from, to *string) {
+	target = fs.String("target", "", "target glob: orders.* (the name) or kafka:billing.* (broker:name)")
+	from = fs.String("due-from", "", "messages due at or after: RFC 3339 or unix ms")
+	to = fs.String("due-to", "", "messages due at or before: RFC 3339 or unix ms")
+	return target, from, to
 }

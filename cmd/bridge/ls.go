@@ -14,15 +14,16 @@ import (
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
+// tableTime is how the CLI's tables show a time (UTC).
+const tableTime = "2006-01-02 15:04:05.000"
+
 // runLs is `bridge ls`: parked messages through the message API (GET /v1/messages), one
 // page, or every page with --all.
 func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge ls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
-	target := fs.String("target", "", "target glob: orders.* (the name) or kafka:billing.* (broker:name)")
-	from := fs.String("due-from", "", "messages due at or after: RFC 3339 or unix ms")
-	to := fs.String("due-to", "", "messages due at or before: RFC 3339 or unix ms")
+	target, from, to := selectorFlags(fs)
 	limit := fs.Int("limit", 100, "messages per page, 1-1000")
 	cursor := fs.String("cursor", "", "go on from a page's next cursor")
 	all := fs.Bool("all", false, "follow the pages to the end")
@@ -73,7 +74,7 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		if m.Scheduled != m.Due {
 			attempts += fmt.Sprintf(" (next %s)", time.UnixMilli(m.Scheduled).UTC().Format("15:04:05.000"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, time.UnixMilli(m.Due).UTC().Format("2006-01-02 15:04:05.000"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, time.UnixMilli(m.Due).UTC().Format(tableTime),
 			in, attempts, m.Size)
 	}
 	if err := tw.Flush(); err != nil {
@@ -121,7 +122,7 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	for _, t := range res.Targets {
 		due, in := "-", "-"
 		if t.NextDue != nil {
-			due = time.UnixMilli(*t.NextDue).UTC().Format("2006-01-02 15:04:05.000")
+			due = time.UnixMilli(*t.NextDue).UTC().Format(tableTime)
 			in = time.UnixMilli(*t.NextDue).Sub(now).Round(time.Second).String()
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", t.Target, t.Parked, due, in)
