@@ -110,9 +110,10 @@ func TestC5NATSServerRestart(t *testing.T) {
 	b := e2etest.StartReady(t, bridgeBin, s.envWith())
 	seqs := c.send("c5-0", 2000, uniform(2*time.Second))
 	time.Sleep(500 * time.Millisecond) // releasing has begun
+	before, beforeJS := s.nc.Stats().Reconnects, c.js.Conn().Stats().Reconnects
 	s.nats.Restart(t)
-	waitConnected(t, s.nc)
-	waitConnected(t, c.js.Conn())
+	waitConnected(t, s.nc, before)
+	waitConnected(t, c.js.Conn(), beforeJS)
 	seqs = append(seqs, c.send("c5-1", 1000, uniform(time.Second))...)
 	r := c.await(seqs, 60*time.Second)
 	t.Logf("C5: NATS server restarted while releasing: %s", r)

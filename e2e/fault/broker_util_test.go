@@ -153,11 +153,14 @@ func createStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConf
 	}
 }
 
-// waitConnected waits until nc is connected again.
-func waitConnected(t *testing.T, nc *nats.Conn) {
+// waitConnected waits until nc has reconnected (more reconnects than reconnectsBefore)
+// and is connected.
+func waitConnected(t *testing.T, nc *nats.Conn, reconnectsBefore uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for nc.Status() != nats.CONNECTED {
+	// Right after the server went away the client may not have noticed yet and still say
+	// CONNECTED: a publish then hits the dead socket. Wait for the reconnect itself.
+	for nc.Status() != nats.CONNECTED || nc.Stats().Reconnects <= reconnectsBefore {
 		if time.Now().After(deadline) {
 			t.Fatalf("connection not back: %s", nc.Status())
 		}
