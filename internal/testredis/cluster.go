@@ -373,17 +373,21 @@ func (c *Cluster) byAddr(addr string) (*Server, error) {
 	return nil, fmt.Errorf("unknown node %s", addr)
 }
 
-// poll calls f every 50 ms until it returns nil or ctx ends (then it returns f's last
-// error).
+// poll calls f every 50 ms until it returns nil or ctx ends. Its error then names f's
+// last failure that was not the deadline itself.
 func poll(ctx context.Context, f func(context.Context) error) error {
+	var last error
 	for {
 		err := f(ctx)
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -2,7 +2,6 @@ package testredis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -134,23 +133,37 @@ func (d *Sentinel) Switchover(ctx context.Context) error {
 	return nil
 }
 
-// WaitFailover blocks until every sentinel names a primary other than old, that node
-// reports role master, and a replica follows it in sync (an old primary that still runs,
-// after a switchover, is turned into a replica by the sentinels up to ~10 s later: not
-// waited for). It returns the new primary.
+// WaitFailover blocks until the sentinels agree on a new primary (WaitPromoted) and a
+// replica follows it in sync (an old primary that still runs, after a switchover, is
+// turned into a replica by the sentinels up to ~10 s later: not waited for). It returns
+// the new primary.
 func (d *Sentinel) WaitFailover(ctx context.Context, old *Server) (*Server, error) {
+	p, err := d.WaitPromoted(ctx, old)
+	if err != nil {
+		return nil, err
+	}
+	return p, poll(ctx, func(ctx context.Context) error { return d.dataSettled(ctx, p, 1) })
+}
+
+// WaitPromoted blocks until every sentinel names the same primary other than old and
+// returns it. Restart a killed primary only after this: a sentinel that has not yet
+// learnt of the promotion sees the old node come back as a sane master and turns the
+// promoted replica back into its replica (sentinel's +convert-to-slave), undoing the
+// failover.
+func (d *Sentinel) WaitPromoted(ctx context.Context, old *Server) (*Server, error) {
 	var primary string
 	err := poll(ctx, func(ctx context.Context) error {
+		primary = ""
 		for _, s := range d.Sentinels {
 			addr, err := d.sentinelPrimary(ctx, s)
 			if err != nil {
 				return err
 			}
 			if addr == old.Addr() {
-				return errors.New("a sentinel still names the old primary")
+				return fmt.Errorf("sentinel %s still names the old primary", s.Addr())
 			}
 			if primary != "" && addr != primary {
-				return errors.New("sentinels disagree")
+				return fmt.Errorf("sentinels disagree: %s and %s", primary, addr)
 			}
 			primary = addr
 		}
@@ -159,11 +172,7 @@ func (d *Sentinel) WaitFailover(ctx context.Context, old *Server) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
-	p, err := d.byAddr(primary)
-	if err != nil {
-		return nil, err
-	}
-	return p, poll(ctx, func(ctx context.Context) error { return d.dataSettled(ctx, p, 1) })
+	return d.byAddr(primary)
 }
 
 // waitSettled waits until the sentinels see the primary, every replica and each other.
