@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
-	"github.com/delaybridge/delaybridge/internal/testnats"
 )
 
 // W3C trace context and baggage, as an instrumented producer sets them.
@@ -46,7 +45,7 @@ func TestCompatHeaders(t *testing.T) {
 	}
 	// A JetStream stream on the dead-letter subject: it refuses Nats-Schedule, so a
 	// rejected message carrying it must be dead-lettered with that header renamed.
-	testnats.CreateStream(t, s.nc, "COMPATDLQ", "delay.dlq")
+	s.createStream(t, "COMPATDLQ", s.name("delay.dlq"))
 	startBridge(t, s.env)
 
 	// checkNATS checks a NATS arrival: not before due, at the due time asked for, trace
@@ -125,7 +124,7 @@ func TestCompatHeaders(t *testing.T) {
 	t.Run("Nats-Schedule on NATS", func(t *testing.T) {
 		out := subscribe(t, s.nc, "orders.expire")
 		at := time.Now().Add(800 * time.Millisecond).Truncate(time.Millisecond)
-		reply := request(t, s.nc, "delay.in",
+		reply := request(t, s.nc, s.name("delay.in"),
 			natsHeader("Nats-Schedule", natsAt(at), "Nats-Schedule-Target", "orders.expire"), "order 1")
 		if due, _ := reply["due"].(float64); int64(due) != at.UnixMilli() {
 			t.Fatalf("reply %v, want due %d", reply, at.UnixMilli())
@@ -136,7 +135,7 @@ func TestCompatHeaders(t *testing.T) {
 	t.Run("Nats-Schedule on Kafka", func(t *testing.T) {
 		out := subscribe(t, s.nc, "orders.from-kafka")
 		at := time.Now().Add(800 * time.Millisecond).Truncate(time.Millisecond)
-		produce(t, cl, "delay.in", []byte("rk"), "order 2",
+		produce(t, cl, s.name("delay.in"), []byte("rk"), "order 2",
 			withTrace("Nats-Schedule", natsAt(at), "Nats-Schedule-Target", "nats:orders.from-kafka")...)
 		a := receive(t, out, 15*time.Second)
 		checkNATS(t, a, at.UnixMilli(), "order 2")
@@ -150,13 +149,13 @@ func TestCompatHeaders(t *testing.T) {
 		// The schedule's record key is its identity: the second record with the same key
 		// replaces the first, as in kafka-message-scheduler.
 		oldEpoch, oldDue := epochAfter(3 * time.Second)
-		produce(t, cl, "delay.in", []byte("vid1-online"), "old",
+		produce(t, cl, s.name("delay.in"), []byte("vid1-online"), "old",
 			withTrace("scheduler-epoch", oldEpoch, "scheduler-target-topic", "videos.online", "scheduler-target-key", "vid1")...)
 		epoch, due := epochAfter(time.Second)
 		if due >= oldDue {
 			t.Fatalf("epoch %s not before %s", epoch, oldEpoch)
 		}
-		produce(t, cl, "delay.in", []byte("vid1-online"), "video 1",
+		produce(t, cl, s.name("delay.in"), []byte("vid1-online"), "video 1",
 			withTrace("scheduler-epoch", epoch, "scheduler-target-topic", "videos.online", "scheduler-target-key", "vid1", "customer-header", "dummy")...)
 		r := receiveRecord(t, out, 15*time.Second)
 		checkKafka(t, r, due, "video 1", "vid1")
@@ -177,7 +176,7 @@ func TestCompatHeaders(t *testing.T) {
 	t.Run("kafka-message-scheduler on NATS", func(t *testing.T) {
 		out := consume(t, brokers, "videos.from-nats")
 		epoch, due := epochAfter(time.Second)
-		reply := request(t, s.nc, "delay.in", natsHeader("scheduler-epoch", epoch,
+		reply := request(t, s.nc, s.name("delay.in"), natsHeader("scheduler-epoch", epoch,
 			"scheduler-target-topic", "kafka:videos.from-nats", "scheduler-target-key", "vid2"), "video 2")
 		if got, _ := reply["due"].(float64); int64(got) != due {
 			t.Fatalf("reply %v, want due %d", reply, due)
@@ -189,12 +188,12 @@ func TestCompatHeaders(t *testing.T) {
 	// Nats-Schedule itself, so the compatibility headers belong on the core subscription.
 	// This pins the embedded nats-server's behaviour the caveat describes.
 	t.Run("a JetStream ingress stream refuses Nats-Schedule", func(t *testing.T) {
-		testnats.CreateStream(t, s.nc, "COMPATIN", "compat.js.in")
+		s.createStream(t, "COMPATIN", s.name("compat.js.in"))
 		js, err := jetstream.New(s.nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := nats.NewMsg("compat.js.in")
+		m := nats.NewMsg(s.name("compat.js.in"))
 		m.Header.Set("Nats-Schedule", natsAt(time.Now().Add(time.Minute)))
 		m.Header.Set("Nats-Schedule-Target", "orders.expire")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -207,8 +206,8 @@ func TestCompatHeaders(t *testing.T) {
 	})
 
 	t.Run("mixed with native headers goes to the dead-letter subject", func(t *testing.T) {
-		dlq := subscribe(t, s.nc, "delay.dlq")
-		reply := request(t, s.nc, "delay.in", natsHeader("x-delay", "1s", "Nats-Schedule", natsAt(time.Now()),
+		dlq := subscribe(t, s.nc, s.name("delay.dlq"))
+		reply := request(t, s.nc, s.name("delay.in"), natsHeader("x-delay", "1s", "Nats-Schedule", natsAt(time.Now()),
 			"Nats-Schedule-Target", "orders.expire"), "mixed")
 		if e, _ := reply["error"].(string); !strings.HasPrefix(e, "conflicting_schedule") {
 			t.Fatalf("reply %v, want a conflicting_schedule error", reply)

@@ -79,7 +79,7 @@ func TestTraceSpans(t *testing.T) {
 	h.Set("traceparent", traceparent)
 	h.Set("x-delay", "300ms")
 	h.Set("x-target", "orders.traced")
-	if reply := request(t, s.nc, "delay.in", h, "traced"); reply["id"] == nil {
+	if reply := request(t, s.nc, s.name("delay.in"), h, "traced"); reply["id"] == nil {
 		t.Fatalf("reply %v", reply)
 	}
 	a := receive(t, out, 10*time.Second)
