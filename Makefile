@@ -64,6 +64,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags fault,failpoints ./e2e/fault/ ./internal/failpoint/ ./internal/clock/
+	$(GO) vet -tags compose ./deploy/compose/...
 
 # End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
 # bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline, then the
