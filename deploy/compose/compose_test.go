@@ -52,6 +52,7 @@ func TestComposeStack(t *testing.T) {
 			t.Fatalf("down -v: %v\n%s", err, out)
 		}
 		s.checkNothingLeft(ctx, t)
+		t.Logf("down -v: no container, volume or network labelled com.docker.compose.project=%s left", s.project)
 	})
 }
 
@@ -129,9 +130,12 @@ func checkStopAndRestart(ctx context.Context, t *testing.T, s *stack) {
 	if s.container(ctx, t, "redis") == redis {
 		t.Fatalf("redis container was not recreated")
 	}
+	if v := inspect(ctx, t, s.container(ctx, t, "redis"), `{{range .Mounts}}{{.Name}} {{.Destination}}{{end}}`); v != s.project+"_redis-data /data" {
+		t.Fatalf("redis mounts %q, want the volume %s_redis-data on /data", v, s.project)
+	}
 	got := getMessage(ctx, t, s, id)
 	t.Logf("after stop, a new Redis container on the same volume and start: GET /v1/messages/%s -> %s", id, got)
-	if !strings.Contains(got, `"compose.parked"`) {
+	if !strings.Contains(got, `"target":"nats:compose.parked"`) {
 		t.Fatalf("parked message lost or changed: %s", got)
 	}
 }
@@ -149,7 +153,7 @@ func park(ctx context.Context, t *testing.T, s *stack, id string) {
 	if code != http.StatusCreated {
 		t.Fatalf("POST /v1/messages: %d %s", code, answer)
 	}
-	if got := getMessage(ctx, t, s, id); !strings.Contains(got, `"compose.parked"`) {
+	if got := getMessage(ctx, t, s, id); !strings.Contains(got, `"target":"nats:compose.parked"`) {
 		t.Fatalf("GET after park: %s", got)
 	}
 }
