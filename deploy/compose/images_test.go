@@ -19,6 +19,9 @@ var imageDirs = map[string]string{
 	"redis": "redis", "nats": "nats", "nats-init": "nats-init", "kafka": "kafka-standin", "bridge": "bridge",
 }
 
+// imageLabel marks the local images, so that superseded ones can be pruned.
+const imageLabel = "org.delaybridge.e2e=compose"
+
 // buildImages builds every local image (compose.Images) from images/<dir>/Dockerfile plus
 // the binaries and files put into a copy of that folder. The legacy builder: no buildx here.
 func buildImages(ctx context.Context, t *testing.T, root string) {
@@ -44,9 +47,13 @@ func buildImages(ctx context.Context, t *testing.T, root string) {
 			mustRun(ctx, t, "", "mkdir", "-p", filepath.Join(dir, "tmp"))
 			mustRun(ctx, t, "", "chmod", "1777", filepath.Join(dir, "tmp"))
 		}
-		if _, err := run(ctx, dir, []string{"DOCKER_BUILDKIT=0"}, "docker", "build", "-q", "-t", image, "."); err != nil {
+		if _, err := run(ctx, dir, []string{"DOCKER_BUILDKIT=0"}, "docker", "build", "-q", "--label", imageLabel, "-t", image, "."); err != nil {
 			t.Fatalf("build image %s: %v", image, err)
 		}
+	}
+	// A new bridge binary leaves the previous image untagged: drop those of ours only.
+	if _, err := run(ctx, "", nil, "docker", "image", "prune", "-f", "--filter", "label="+imageLabel); err != nil {
+		t.Logf("prune untagged local images: %v", err)
 	}
 	t.Logf("built the local images in %s", time.Since(start).Round(time.Second))
 }
