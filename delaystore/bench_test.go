@@ -131,3 +131,82 @@ func BenchmarkParkedMemory(b *testing.B) {
 		b.ReportMetric(per-float64(len(payload)), "bytes/msg-beyond-payload")
 	}
 }
+
+// BenchmarkBatchShape measures Redis CPU per message of park + claim + ack by the shape of
+// the calls, the way egress makes them: each round parks a batch, then one Exchange acks
+// the previous round's claims and claims the shards the batch went to. A steady load
+// parks and claims a few messages at a time (at 5k msgs/s and a round trip every ms or
+// two, 5-10), a burst a thousand; they spread over the shards; and messages with source
+// ids (every JetStream or Kafka message) leave a tombstone that park checks and ack
+// expires (TTL 90 s as by default, so the set grows over the run as in production).
+//
+//	go test -run '^$' -bench BenchmarkBatchShape -benchtime 40000x ./delaystore/
+func BenchmarkBatchShape(b *testing.B) {
+	for _, shards := range []int{16, 1} {
+		for _, batch := range []int{1000, 40, 8} {
+			for _, src := range []bool{false, true} {
+				name := fmt.Sprintf("shards=%d/batch=%d/sourceids=%v", shards, batch, src)
+				b.Run(name, func(b *testing.B) { benchBatchShape(b, shards, batch, src) })
+			}
+		}
+	}
+}
+
+func benchBatchShape(b *testing.B, shards, batch int, sourceIDs bool) {
+	f := newFixture(b, testredis.Start(b, "--appendfsync", "everysec").URL(), func(c *Config) {
+		c.Shards = shards
+		c.TombstoneTTL = 90 * time.Second
+	})
+	payload := make([]byte, 100)
+	reqs := make([]ParkRequest, batch)
+	var acks []Receipt
+	cpu0 := redisCPU(b, f)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		in := map[int]bool{}
+		for i := range reqs {
+			reqs[i] = ParkRequest{
+				ID:       fmt.Sprintf("01J%023d", done+i),
+				Envelope: Envelope{Target: "nats:orders.timeout", Source: "nats:delay.in", Payload: payload},
+			}
+			if sourceIDs {
+				reqs[i].Envelope.SourceID = fmt.Sprintf("js:IN:%d", done+i)
+			}
+			in[f.s.ShardOf(reqs[i].ID)] = true
+		}
+		if _, err := f.s.Park(b.Context(), reqs); err != nil {
+			b.Fatal(err)
+		}
+		var claims []ClaimRequest
+		for sh := range in {
+			claims = append(claims, ClaimRequest{Shard: sh, Max: batch})
+		}
+		acks = exchangeRound(b, f.s, acks, claims, batch)
+	}
+	if a, err := f.s.Ack(b.Context(), acks); err != nil || a.N != len(acks) {
+		b.Fatalf("ack %+v, %v", a, err)
+	}
+	b.ReportMetric((redisCPU(b, f)-cpu0)*1e6/float64(b.N), "redis-cpu-us/msg")
+}
+
+// exchangeRound acks acks and claims claims in one Exchange and returns the receipts of
+// what it claimed, which must be n messages.
+func exchangeRound(b *testing.B, s *Store, acks []Receipt, claims []ClaimRequest, n int) []Receipt {
+	x := s.Exchange(b.Context(), acks, nil, claims)
+	if x.AckErr != nil || x.Acked.N != len(acks) {
+		b.Fatalf("ack %+v, %v", x.Acked, x.AckErr)
+	}
+	var rs []Receipt
+	for i, c := range x.Claims {
+		if x.ClaimErrs[i] != nil {
+			b.Fatal(x.ClaimErrs[i])
+		}
+		for _, m := range c.Messages {
+			rs = append(rs, m.Receipt)
+		}
+	}
+	if len(rs) != n {
+		b.Fatalf("claimed %d of %d", len(rs), n)
+	}
+	return rs
+}
