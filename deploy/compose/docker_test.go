@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,13 +54,20 @@ func cacheDir(t *testing.T) string {
 	return dir
 }
 
+func onPath(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
 // requireDocker makes sure the docker CLI exists (apt-get install docker.io when it can)
 // and a daemon answers (it starts dockerd in the background when none does). It fails the
 // test, saying why, when either cannot be had: the compose run never skips.
 func requireDocker(ctx context.Context, t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Log("docker not found: installing Debian's docker.io")
+	if !onPath("docker") || !onPath("dockerd") {
+		// A machine may have the docker client alone (/usr/local/bin/docker): the engine
+		// comes with docker.io.
+		t.Log("docker or dockerd not found: installing Debian's docker.io")
 		env := []string{"DEBIAN_FRONTEND=noninteractive"}
 		if _, err := run(ctx, "", env, "apt-get", "install", "-y", "-qq", "docker.io"); err != nil {
 			if _, err := run(ctx, "", env, "sh", "-c", "apt-get update -qq && apt-get install -y -qq docker.io"); err != nil {
