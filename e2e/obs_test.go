@@ -176,13 +176,15 @@ func TestMetricsMove(t *testing.T) {
 	}
 	// The claim takes the stuck message out of the overdue count before its publish, and
 	// the subscriber may see it before the bridge counts the confirmation: wait (bounded)
-	// for the gauges and the counter.
+	// for the gauges, the counter and the histogram (a scrape may fall between the
+	// counter's increment and the histogram's observation: seen in CI).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		mfs = scrape(t, b)
 		over, n1 := metric(mfs, "delaybridge_overdue_messages")
 		old, n2 := metric(mfs, "delaybridge_oldest_overdue_seconds")
 		published, _ := metric(mfs, "delaybridge_messages_out_total", "broker", "nats", "result", "published")
-		if n1 > 0 && n2 > 0 && over == 0 && old == 0 && published == 4 || time.Now().After(deadline) {
+		observed, _ := metric(mfs, "delaybridge_delivery_lateness_seconds")
+		if n1 > 0 && n2 > 0 && over == 0 && old == 0 && published == 4 && observed == 4 || time.Now().After(deadline) {
 			break
 		}
 	}
