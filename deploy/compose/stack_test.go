@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
 // stack is one compose project: deploy/docker-compose.yml with local.override.yml, its
@@ -54,15 +56,18 @@ func newStack(t *testing.T, cli []string, root string) *stack {
 	return s
 }
 
-// freePort is a port of 127.0.0.1 that nothing listens on now.
+// freePort is a port of 127.0.0.1 that was free a moment ago (e2etest.FreeAddr's).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, p, err := net.SplitHostPort(e2etest.FreeAddr(t))
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // env is the environment of a compose call: the ports, and nothing else of the caller's
