@@ -115,10 +115,10 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	// The console's files hold no data: served without the token, which the page then
-	// sends with every API call (docs/design.md, "Web console").
+	// The console's page answers 401 without the token (its body still the page, which
+	// asks for it); its script and style hold no data (docs/design.md, "Web console").
 	top := http.NewServeMux()
-	top.Handle("GET /ui/", ui.Handler())
+	top.Handle("GET /ui/", ui.Handler(a.authorized))
 	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	top.Handle("/", a.auth(a.limitBody(mux)))
 	return top
@@ -159,15 +159,22 @@ func (a *api) limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// authorized reports whether r carries the API token (always, when none is set).
+func (a *api) authorized(r *http.Request) bool {
+	if a.cfg.Token == "" {
+		return true
+	}
+	// RFC 9110: the auth scheme is case-insensitive ("bearer" works too).
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(token), []byte(a.cfg.Token)) == 1
+}
+
 func (a *api) auth(next http.Handler) http.Handler {
 	if a.cfg.Token == "" {
 		return next
 	}
-	want := []byte(a.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// RFC 9110: the auth scheme is case-insensitive ("bearer" works too).
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
 			refuse(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

@@ -161,22 +161,40 @@ func TestTargetsEndpoint(t *testing.T) {
 	}
 }
 
-// The console's files are served without the token (they hold no data) with a
+// The console's page answers 401 without the token (its body still the page, which asks
+// for it) and 200 with it; its script and style sheet (no data) need no token. All with a
 // Content-Security-Policy that allows no other origin and no inline script; /ui redirects
-// to /ui/; the data behind them still needs the token.
+// to /ui/; the data behind them needs the token.
 func TestConsoleFilesNeedNoToken(t *testing.T) {
 	c, _ := newAPI(t, "s3cret")
-	for path, want := range map[string]string{"/ui/": "<title>delaybridge console</title>", "/ui/app.js": "sessionStorage", "/ui/app.css": ".chart"} {
-		resp, err := http.Get(c.Base + path)
+	for _, f := range []struct {
+		path, token, want string
+		status            int
+	}{
+		{"/ui/", "", "<title>delaybridge console</title>", http.StatusUnauthorized},
+		{"/ui/", "wrong", "<title>delaybridge console</title>", http.StatusUnauthorized},
+		{"/ui/", "s3cret", "<title>delaybridge console</title>", http.StatusOK},
+		{"/ui/index.html", "", "<title>delaybridge console</title>", http.StatusUnauthorized},
+		{"/ui/app.js", "", "sessionStorage", http.StatusOK},
+		{"/ui/app.css", "", ".chart", http.StatusOK},
+	} {
+		req, _ := http.NewRequest("GET", c.Base+f.path, nil)
+		if f.token != "" {
+			req.Header.Set("Authorization", "Bearer "+f.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		csp := resp.Header.Get("Content-Security-Policy")
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) || !strings.HasPrefix(csp, "default-src 'self'") ||
+		if resp.StatusCode != f.status || !strings.Contains(string(body), f.want) || !strings.HasPrefix(csp, "default-src 'self'") ||
 			strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
-			t.Errorf("GET %s: %d, CSP %q, body has %q: %v", path, resp.StatusCode, csp, want, strings.Contains(string(body), want))
+			t.Errorf("GET %s (token %q): %d, want %d; CSP %q, body has %q: %v", f.path, f.token, resp.StatusCode, f.status, csp, f.want, strings.Contains(string(body), f.want))
+		}
+		if f.status == http.StatusUnauthorized && (resp.Header.Get("WWW-Authenticate") == "" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html")) {
+			t.Errorf("GET %s without the token: WWW-Authenticate %q, Content-Type %q", f.path, resp.Header.Get("WWW-Authenticate"), resp.Header.Get("Content-Type"))
 		}
 	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
