@@ -461,7 +461,9 @@ func TestOperatorUnderDelivery(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var walk []listedMsg
-	wg.Go(func() { walk = o.listAll(url.Values{"target": {s.name("live.*")}, "limit": {"15"}}, 50*time.Millisecond) })
+	wg.Go(func() {
+		walk = o.listAll(url.Values{"target": {s.name("live.*")}, "limit": {"15"}}, 50*time.Millisecond)
+	})
 	wg.Go(func() {
 		for i := range 50 {
 			o.park(fmt.Sprintf("new%03d", i), stay, 2*time.Hour)
