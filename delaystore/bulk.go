@@ -46,7 +46,10 @@ type BulkOp struct {
 // (unix ms, inclusive; DueTo 0: no upper bound, negative: nothing) and whose target
 // ("broker:name") Match accepts (nil: any).
 type Selector struct {
-	Match          func(target string) bool
+	Match func(target string) bool
+	// Literals, when given, are substrings every target Match accepts holds in order
+	// (glob.Literals of its pattern): Redis skips the entries whose target lacks them.
+	Literals       []string
 	DueFrom, DueTo int64
 	// ID, when set, picks that one message (if the rest of the selector matches it too).
 	ID string
@@ -185,8 +188,8 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if score == "" {
 		score = "0"
 	}
-	out, err := s.scan.Run(ctx, s.rdb, []string{k.z, k.m, k.r}, cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID,
-		bulkChunk, bulkHeadLen).Slice()
+	args := appendStrings([]any{cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
+	out, err := s.scan.Run(ctx, s.rdb, []string{k.z, k.m, k.r}, args...).Slice()
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}

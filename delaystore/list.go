@@ -11,14 +11,25 @@ import (
 	"time"
 )
 
-// listChunk is how many members of one shard List reads per round trip.
-const listChunk = 500
+// listChunk is the most members of one shard List reads per round trip; listFirstChunk
+// the fewest it starts with. A shard's first chunk is about twice its share of the page
+// (a page of 100 over 16 shards reads 16 a shard, not 500: a due range's or a common
+// target's first page reads a few hundred entries); each further chunk of that shard is
+// four times the one before, up to listChunk (a rare target's page reads on in large
+// chunks).
+const (
+	listChunk      = 500
+	listFirstChunk = 16
+)
 
 // ListQuery picks parked messages for List: those whose scheduled time (the z score, unix
 // ms, inclusive range; To 0: no upper bound) lies in [From, To] and whose target Match
 // accepts (nil: any), at most Limit (>= 1), after the cursor After (nil: from the start).
+// Literals, when given, are substrings every target Match accepts holds in order
+// (glob.Literals of its pattern): Redis skips the entries whose target lacks them.
 type ListQuery struct {
 	Match    func(target string) bool
+	Literals []string
 	From, To int64
 	Limit    int
 	After    *ListCursor
@@ -76,6 +87,7 @@ type listShard struct {
 	pos   ListCursor
 	found []Listed
 	done  bool
+	chunk int // members to read in the next round
 }
 
 // List returns parked messages in scheduled order (then id), at most q.Limit, and the
@@ -95,8 +107,9 @@ func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]
 		start = *q.After
 	}
 	shards := make([]*listShard, len(s.keys))
+	first := min(max(2*q.Limit/len(shards)+1, listFirstChunk), listChunk)
 	for i := range shards {
-		shards[i] = &listShard{shard: i, pos: start}
+		shards[i] = &listShard{shard: i, pos: start, chunk: first}
 	}
 	deadline := time.Now().Add(budget)
 	var page []Listed
@@ -129,8 +142,9 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 		}
 		k := s.keys[sh.shard]
 		reading = append(reading, sh)
-		calls = append(calls, call{keys: []string{k.z, k.m, k.r},
-			args: []any{"z", q.From, q.To, sh.pos.Score, sh.pos.ID, listChunk, bulkHeadLen}})
+		args := []any{"z", q.From, q.To, sh.pos.Score, sh.pos.ID, sh.chunk, bulkHeadLen}
+		calls = append(calls, call{keys: []string{k.z, k.m, k.r}, args: appendStrings(args, q.Literals)})
+		sh.chunk = min(4*sh.chunk, listChunk)
 	}
 	if len(calls) == 0 {
 		return nil
@@ -234,6 +248,14 @@ func takeUpTo(shards []*listShard, frontier ListCursor, through bool, n int) []L
 		ready = ready[:n]
 	}
 	return ready
+}
+
+// appendStrings appends ss to args (a script's arguments).
+func appendStrings(args []any, ss []string) []any {
+	for _, v := range ss {
+		args = append(args, v)
+	}
+	return args
 }
 
 func posOf(l Listed) ListCursor {

@@ -97,6 +97,18 @@ func TestListOrderFiltersAndFields(t *testing.T) {
 			t.Fatalf("billing.* listed %+v", l)
 		}
 	}
+	// The literals prefilter in Redis: the same list with them; and Redis does skip: with
+	// a literal no target holds (and a Match that takes all) nothing comes back.
+	prefiltered, _ := listAll(t, f, ListQuery{Limit: 13, Match: match, Literals: glob.Literals("billing.*")}, time.Second)
+	if !slices.Equal(prefiltered, billing) {
+		t.Fatalf("billing.* with its literals: %d messages, without: %d", len(prefiltered), len(billing))
+	}
+	if none, _ := listAll(t, f, ListQuery{Limit: 13, Literals: []string{"billing", "timeout"}}, time.Second); len(none) != 0 {
+		t.Fatalf("literals billing then timeout: %d listed, want 0 (skipped in Redis)", len(none))
+	}
+	if some, _ := listAll(t, f, ListQuery{Limit: 13, Literals: []string{"kafka:", "dit"}}, time.Second); len(some) != 100 {
+		t.Fatalf("literals kafka: then dit: %d listed, want the 100 of kafka:audit", len(some))
+	}
 	// Due base+40 .. base+80, both inclusive, 4 messages per 10 ms step: messages 16..35.
 	ranged, _ := listAll(t, f, ListQuery{Limit: 6, From: base + 40, To: base + 80}, time.Second)
 	if len(ranged) != 20 || ranged[0].ID != "id-016" || ranged[19].ID != "id-035" {

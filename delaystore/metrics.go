@@ -148,7 +148,7 @@ func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.
 		withLibs(parkSrc): "park", withLibs(claimSrc): "claim", withLibs(ackSrc): "ack", withLibs(retrySrc): "retry", withLibs(cancelSrc): "cancel",
 		unflagged(withLibs(claimSrc)): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(withLibs(retrySrc)): "retry", unflagged(withLibs(cancelSrc)): "cancel",
 		memberSrc: "member", unflagged(memberSrc): "member", rateSrc: "rate", unflagged(rateSrc): "rate",
-		scanSrc: "scan", unflagged(scanSrc): "scan", withLibs(bulkSrc): "bulk", unflagged(withLibs(bulkSrc)): "bulk",
+		withLibs(scanSrc): "scan", unflagged(withLibs(scanSrc)): "scan", withLibs(bulkSrc): "bulk", unflagged(withLibs(bulkSrc)): "bulk",
 		withLibs(countsSrc): "counts",
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {

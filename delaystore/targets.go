@@ -81,15 +81,13 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 	return sum, nil
 }
 
-// completeCounts runs counts.lua on every shard (one pipeline): a shard whose counts are
-// marked complete costs one HEXISTS, another (or every one, with recount) is counted
-// from its entries and marked.
+// completeCounts runs counts.lua on every shard, one call at a time: a shard whose counts
+// are marked complete costs one HEXISTS, another (or every one, with recount) is counted
+// from its entries (~3 us each) and marked. One call per shard, so the client's read
+// timeout bounds one shard's script, not the sum of all.
 func (s *Store) completeCounts(ctx context.Context, recount bool) error {
-	calls := make([]call, len(s.keys))
 	for i, k := range s.keys {
-		calls[i] = call{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}
-	}
-	for i, c := range s.evalPipelined(ctx, s.counts, calls) {
+		c := s.evalPipelined(ctx, s.counts, []call{{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}})[0]
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("count shard %d: %w", i, err)
 		}
@@ -106,8 +104,9 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, budget time
 		missing[t.Target] = i
 	}
 	deadline := time.Now().Add(budget)
-	q := ListQuery{Limit: 1000, Match: func(target string) bool { _, ok := missing[target]; return ok }}
+	q := ListQuery{Match: func(target string) bool { _, ok := missing[target]; return ok }}
 	for len(missing) > 0 {
+		q.Limit = min(len(missing), 1000) // pages grow with what is still missing
 		page, next, err := s.List(ctx, q, time.Until(deadline))
 		if err != nil {
 			return fmt.Errorf("targets: %w", err)

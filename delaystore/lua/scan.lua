@@ -3,7 +3,9 @@
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled)
 -- ARGV: 1 = 'z' (members of z by score) or 'r' (members of the retry set by due),
 --       2 = min score, 3 = max score (both inclusive), 4 = cursor score, 5 = cursor id
---       ('' at the start), 6 = max members read, 7 = bytes of the body to return
+--       ('' at the start), 6 = max members read, 7 = bytes of the body to return,
+--       8... = literals a target must hold, in order (glob.Literals of the selector's
+--       pattern; none: every target)
 -- returns: {done (0|1), cursor id, cursor score,
 --           id1, z score1, prefix1, head1, stored length1, in retry set (0|1), id2, ...}
 -- Members are read in score order (then id) after the cursor: by rank after the cursor
@@ -12,8 +14,22 @@
 -- more in [min, max]. The cursor to pass next is the last member read. With 'r', a member
 -- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
 -- "<version>,<attempts>,<due>", head the first bytes of the body (the Go decoder reads
--- target and source from it). A member without an entry is skipped.
+-- target and source from it). A member without an entry is skipped, and so is one whose
+-- target lacks a literal (a prefilter: the caller still matches the pattern).
 -- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
+--!include envelope.lua
+
+-- holds reports whether target holds the literals ARGV[8...] in order, without overlap.
+local function holds(target)
+  local at = 1
+  for i = 8, #ARGV do
+    local _, e = string.find(target, ARGV[i], at, true)
+    if not e then return false end
+    at = e + 1
+  end
+  return true
+end
+
 local z, m, r = KEYS[1], KEYS[2], KEYS[3]
 local key = z
 if ARGV[1] == 'r' then key = r end
@@ -55,7 +71,13 @@ local envs = redis.call('HMGET', m, unpack(ids))
 for i = 1, #ids do
   local env = envs[i]
   local zscore, inRetry = scores[i], 0
-  if key == r then
+  if env and #ARGV >= 8 then
+    local p = string.match(env, '^%d+,%d+,%d+,()')
+    if not p or not holds(targetOf(env, p)) then env = nil end
+  end
+  if not env then
+    -- skipped: no entry, or its target lacks a literal
+  elseif key == r then
     inRetry = 1
     zscore = redis.call('ZSCORE', z, ids[i])
     if zscore and tonumber(zscore) >= min and tonumber(zscore) <= max then env = nil end

@@ -159,3 +159,32 @@ func MatchTarget(pattern, target string) bool {
 	_, name, _ := strings.Cut(target, ":")
 	return Match(pattern, name)
 }
+
+// Literals returns the runs of literal characters of pattern, in order: every target that
+// MatchTarget(pattern, target) accepts holds each of them, in that order and without
+// overlap, so a store can skip, where the data lives, a target that lacks one (a
+// prefilter: MatchTarget still decides). Nil for a malformed pattern or one without
+// literals.
+func Literals(pattern string) []string {
+	if !Valid(pattern) {
+		return nil
+	}
+	toks, _ := compileGlob(pattern)
+	var out []string
+	var run []rune
+	flush := func() {
+		if len(run) > 0 {
+			out = append(out, string(run))
+			run = run[:0]
+		}
+	}
+	for _, t := range toks {
+		if t.star || t.any || t.ranges != nil {
+			flush()
+			continue
+		}
+		run = append(run, t.lit)
+	}
+	flush()
+	return out
+}

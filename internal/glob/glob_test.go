@@ -2,6 +2,7 @@ package glob
 
 import (
 	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,40 @@ func TestGlobMatchHostilePatternIsFast(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("took %v", d)
+	}
+}
+
+// Literals: the literal runs of a pattern, escapes resolved; every target the pattern
+// matches holds them in order (checked on the cases of TestGlobMatch's kind).
+func TestLiterals(t *testing.T) {
+	for pattern, want := range map[string][]string{
+		"orders.t42":          {"orders.t42"},
+		"nats:orders.*":       {"nats:orders."},
+		"*.timeout":           {".timeout"},
+		"a*b?c[xy]d":          {"a", "b", "c", "d"},
+		`a\*b`:                {"a*b"},
+		"*":                   nil,
+		"[":                   nil,
+		"kafka:billing.*.eu*": {"kafka:billing.", ".eu"},
+	} {
+		if got := Literals(pattern); !slices.Equal(got, want) {
+			t.Errorf("Literals(%q) = %q, want %q", pattern, got, want)
+		}
+	}
+	targets := []string{"nats:orders.t42", "kafka:billing.x.eu-1", "nats:a*b", "nats:aXbYcxd", "kafka:orders.timeout"}
+	for _, pattern := range []string{"orders.t42", "nats:orders.*", "*.timeout", "a*b?c[xy]d", `a\*b`, "kafka:billing.*.eu*", "*t4*"} {
+		for _, target := range targets {
+			if !MatchTarget(pattern, target) {
+				continue
+			}
+			rest := target
+			for _, l := range Literals(pattern) {
+				i := strings.Index(rest, l)
+				if i < 0 {
+					t.Fatalf("%q matches %q but lacks literal %q in order", pattern, target, l)
+				}
+				rest = rest[i+len(l):]
+			}
+		}
 	}
 }

@@ -98,6 +98,7 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	if req.Target != "" {
 		pattern := req.Target
 		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
+		sel.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
 	}
 	op, err := bulkOp(opName, req)
 	if err != nil {

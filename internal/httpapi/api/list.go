@@ -81,6 +81,7 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 			return q, fmt.Errorf("target %q is not a valid glob", pattern)
 		}
 		q.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
+		q.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
 	}
 	var err error
 	if q.From, err = queryTime(v, "due_from"); err != nil {
