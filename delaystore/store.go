@@ -210,6 +210,9 @@ func (s *Store) Init(ctx context.Context) error {
 	// does not need them: a count that failed (a full Redis, a shard too large for the
 	// read timeout) is left to the first Targets, which runs the same check.
 	if err := s.completeCounts(ctx, false); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("init: parked counts per target: %w", err)
+		}
 		s.log.Warn("parked counts per target not complete yet: GET /v1/targets completes them", "err", err)
 	}
 	return nil
