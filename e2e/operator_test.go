@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -25,9 +26,27 @@ const opsToken = "ops-token"
 
 // opsAPI is a raw HTTP client of the message API.
 type opsAPI struct {
-	t     *testing.T
-	base  string
-	token string
+	t       *testing.T
+	base    string
+	token   string
+	offTest bool // used off the test's goroutine (offTestGoroutine)
+}
+
+// offTestGoroutine returns a copy of o for a goroutine the test started: a failure there is
+// reported with Errorf and ends that goroutine only (FailNow belongs to the test's own).
+func (o *opsAPI) offTestGoroutine() *opsAPI {
+	c := *o
+	c.offTest = true
+	return &c
+}
+
+func (o *opsAPI) fail(format string, args ...any) {
+	o.t.Helper()
+	if o.offTest {
+		o.t.Errorf(format, args...)
+		runtime.Goexit()
+	}
+	o.t.Fatalf(format, args...)
 }
 
 // listedMsg and listPage are GET /v1/messages' answer in the contract's names.
@@ -79,25 +98,25 @@ func (o *opsAPI) call(method, path string, body any) (int, []byte) {
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
-			o.t.Fatal(err)
+			o.fail("%v", err)
 		}
 		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(o.t.Context(), method, o.base+path, rd)
 	if err != nil {
-		o.t.Fatal(err)
+		o.fail("%v", err)
 	}
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		o.t.Fatalf("%s %s: %v", method, path, err)
+		o.fail("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		o.t.Fatalf("%s %s: read body: %v", method, path, err)
+		o.fail("%s %s: read body: %v", method, path, err)
 	}
 	return resp.StatusCode, raw
 }
@@ -107,11 +126,11 @@ func (o *opsAPI) ok(method, path string, body any, want int, out any) {
 	o.t.Helper()
 	code, raw := o.call(method, path, body)
 	if code != want {
-		o.t.Fatalf("%s %s: %d %s, want %d", method, path, code, raw, want)
+		o.fail("%s %s: %d %s, want %d", method, path, code, raw, want)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			o.t.Fatalf("%s %s: answer %s: %v", method, path, raw, err)
+			o.fail("%s %s: answer %s: %v", method, path, raw, err)
 		}
 	}
 }
@@ -132,7 +151,7 @@ func (o *opsAPI) post(id, target, field string, value any) int64 {
 	}
 	o.ok("POST", "/v1/messages", map[string]any{"id": id, "target": target, field: value, "payload": "body of " + id}, http.StatusCreated, &res)
 	if res.ID != id || res.Due == 0 {
-		o.t.Fatalf("park %s: answer %+v", id, res)
+		o.fail("park %s: answer %+v", id, res)
 	}
 	return res.Due
 }
@@ -461,12 +480,13 @@ func TestOperatorUnderDelivery(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var walk []listedMsg
+	walker, parker := o.offTestGoroutine(), o.offTestGoroutine()
 	wg.Go(func() {
-		walk = o.listAll(url.Values{"target": {s.name("live.*")}, "limit": {"15"}}, 50*time.Millisecond)
+		walk = walker.listAll(url.Values{"target": {s.name("live.*")}, "limit": {"15"}}, 50*time.Millisecond)
 	})
 	wg.Go(func() {
 		for i := range 50 {
-			o.park(fmt.Sprintf("new%03d", i), stay, 2*time.Hour)
+			parker.park(fmt.Sprintf("new%03d", i), stay, 2*time.Hour)
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
@@ -479,6 +499,9 @@ func TestOperatorUnderDelivery(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 
 	seen := map[string]bool{}
 	for _, m := range walk {
