@@ -81,12 +81,29 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 	return sum, nil
 }
 
-// completeCounts runs counts.lua on every shard, one call at a time: a shard whose counts
-// are marked complete costs one HEXISTS, another (or every one, with recount) is counted
-// from its entries (~3 us each) and marked. One call per shard, so the client's read
-// timeout bounds one shard's script, not the sum of all.
+// completeCounts makes every shard's counts complete: one pipeline of HEXISTS finds the
+// shards whose complete mark is missing (all of them, with recount), and counts.lua runs
+// on those one call at a time, so the client's read timeout bounds one shard's script
+// (~3 us per entry), not the sum of all. The script checks the mark again itself.
 func (s *Store) completeCounts(ctx context.Context, recount bool) error {
+	marked := make([]*redis.BoolCmd, len(s.keys))
+	if !recount {
+		read := s.rdb.Pipeline()
+		for i, k := range s.keys {
+			marked[i] = read.HExists(ctx, k.n, "")
+		}
+		_, _ = read.Exec(ctx)
+	}
 	for i, k := range s.keys {
+		if marked[i] != nil {
+			done, err := marked[i].Result()
+			if err != nil {
+				return fmt.Errorf("count shard %d: %w", i, err)
+			}
+			if done {
+				continue
+			}
+		}
 		c := s.evalPipelined(ctx, s.counts, []call{{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}})[0]
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("count shard %d: %w", i, err)
