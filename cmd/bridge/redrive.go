@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/delaybridge/delaybridge/config"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
@@ -29,14 +30,15 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 	maxN := fs.Int("max", 0, "look at no more than this many dead letters (0: all present at the start)")
 	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
+	wait := fs.Duration("wait", 5*time.Second, "after the last letter, watch the dead letters this long (renewed by each one seen) for letters refused again (0: no watch)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--from-start] [--json]")
+		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--wait D] [--from-start] [--json]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage // flag printed the problem and the usage
 	}
-	if fs.NArg() != 0 || *maxN < 0 {
+	if fs.NArg() != 0 || *maxN < 0 || *wait < 0 {
 		fs.Usage()
 		return errUsage
 	}
@@ -48,7 +50,7 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	opts := redrive.Options{DryRun: *dryRun, Max: *maxN}
+	opts := redrive.Options{DryRun: *dryRun, Max: *maxN, Wait: *wait}
 	for _, r := range strings.Split(*reasons, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			opts.Reasons = append(opts.Reasons, r)
@@ -65,6 +67,9 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 			_ = json.NewEncoder(stdout).Encode(counts)
 		} else {
 			_ = counts.Print(stdout, *dryRun)
+			if !*dryRun {
+				fmt.Fprintf(stdout, "REFUSED AGAIN: seen dead-lettered anew (core NATS: the bridge's reply; else within --wait %s). A later refusal (a target's, after the delay) counts as REDRIVEN and comes back as a new dead letter.\n", *wait)
+			}
 		}
 	}
 	return err

@@ -53,6 +53,12 @@ const (
 	// JetStream stream capturing the dead-letter subject would act on: Nats-Schedule
 	// arrives in the dead letter as x-delay-original-Nats-Schedule.
 	HeaderOriginalPrefix = "x-delay-original-"
+	// HeaderRedrive is set by `bridge redrive` on each letter it sends back to the ingress:
+	// the dead letter it came from ("<stream>:<sequence>" on NATS,
+	// "<topic>:<partition>:<offset>" on Kafka). The bridge carries it like any header, so a
+	// letter refused again comes back to the dead-letter store with it (how redrive counts
+	// "refused again"), and a delivered one shows that it was redriven.
+	HeaderRedrive = "x-delay-redrive"
 )
 
 // Reason codes: the prefix of x-delay-error on a dead letter, the "error" of a refused

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -33,16 +36,20 @@ type KafkaConfig struct {
 // Kafka redrives the dead letters of cfg.DLQTopic from the group's committed offsets (or
 // the first ones) up to the end offsets at its start. A selected letter is produced to
 // cfg.Ingress (acks from all in-sync replicas); a partition's offset is committed past the
-// letters that were confirmed or not selected, never past a failed one. It blocks until
-// every partition was read to its end offset (or opts.Max letters), a publish failed (the
-// error says which letter), or ctx ends. The counts are valid with an error too.
+// letters that were confirmed or not selected, never past a failed one. A letter the
+// bridge refuses again is appended to the topic anew (a topic keeps every record: nothing
+// is dropped as a duplicate); the run watches the topic past its end offsets for them
+// (opts.Wait). It blocks until every partition was read to its end offset (or opts.Max
+// letters), a publish failed (the error says which letter), a partition could not be
+// read to its end offset within cfg.Timeout (an error: the letters after stay), or ctx
+// ends. The counts are valid with an error too.
 func Kafka(ctx context.Context, cfg KafkaConfig, opts Options) (Counts, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
 	tr := kafkabroker.NewTransport(kafkabroker.DefaultClientID+"-redrive", cfg.Security)
 	defer tr.CloseIdleConnections()
-	r := &kafkaRun{cfg: cfg, opts: opts, counts: Counts{},
+	r := &kafkaRun{cfg: cfg, opts: opts, counts: Counts{}, sent: map[string]string{},
 		cl: &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.Timeout},
 		w: &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr, Topic: cfg.Ingress,
 			RequiredAcks: kafkago.RequireAll, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond}}
@@ -64,7 +71,7 @@ func Kafka(ctx context.Context, cfg KafkaConfig, opts Options) (Counts, error) {
 			break
 		}
 	}
-	return r.counts, nil
+	return r.counts, r.watchRefused(ctx, ranges)
 }
 
 // kafkaRun is one Kafka redrive.
@@ -75,6 +82,9 @@ type kafkaRun struct {
 	cl     *kafkago.Client
 	w      *kafkago.Writer
 	seen   int
+	// sent maps the place (contract.HeaderRedrive) of each letter produced to the ingress,
+	// not yet seen refused again, to its reason.
+	sent map[string]string
 }
 
 // span is the part of a partition to read: [from, to).
@@ -148,10 +158,10 @@ func (r *kafkaRun) partition(ctx context.Context, p int, sp span) error {
 		m, err := rd.ReadMessage(rctx)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				return nil // nothing more below the end offset (control records, deleted)
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && rd.Offset() >= sp.to {
+				return nil // nothing more below the end offset (control records)
 			}
-			return fmt.Errorf("dead letters, partition %d: %w", p, err)
+			return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: %w", p, rd.Offset(), sp.to, err)
 		}
 		r.seen++
 		if err := r.one(ctx, m); err != nil {
@@ -179,8 +189,9 @@ func (r *kafkaRun) one(ctx context.Context, m kafkago.Message) error {
 		t.Selected++
 		return nil
 	default:
+		ref := fmt.Sprintf("%s:%d:%d", m.Topic, m.Partition, m.Offset)
 		out := kafkago.Message{Key: m.Key, Value: m.Value}
-		for _, f := range republished(h) {
+		for _, f := range republished(h, ref) {
 			out.Headers = append(out.Headers, kafkago.Header{Key: f.Key, Value: []byte(f.Value)})
 		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
@@ -191,6 +202,7 @@ func (r *kafkaRun) one(ctx context.Context, m kafkago.Message) error {
 		}
 		t.Selected++
 		t.Redriven++
+		r.sent[ref] = reason
 	}
 	if r.opts.DryRun {
 		return nil
@@ -214,4 +226,76 @@ func (r *kafkaRun) commit(ctx context.Context, p int, offset int64) error {
 			r.cfg.Group, p, offset, err)
 	}
 	return nil
+}
+
+// watchRefused moves to Refused the letters produced to the ingress that the bridge
+// dead-lettered anew: it reads every partition past its end offset at the start until
+// each was seen or no such letter came for opts.Wait.
+func (r *kafkaRun) watchRefused(ctx context.Context, ranges map[int]span) error {
+	if len(r.sent) == 0 || r.opts.Wait <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	refs := make(chan string)
+	errs := make(chan error, len(ranges))
+	for p, sp := range ranges {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- r.follow(wctx, p, sp.to, refs)
+		}()
+	}
+	quiet := time.NewTimer(r.opts.Wait)
+	defer quiet.Stop()
+	for len(r.sent) > 0 {
+		select {
+		case ref := <-refs:
+			if reason, ok := r.sent[ref]; ok {
+				delete(r.sent, ref)
+				t := r.counts.of(reason)
+				t.Redriven--
+				t.Refused++
+				quiet.Reset(r.opts.Wait)
+			}
+		case err := <-errs:
+			return err
+		case <-quiet.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// follow sends the contract.HeaderRedrive value of each record of partition p from
+// offset on to refs, until ctx ends (nil then).
+func (r *kafkaRun) follow(ctx context.Context, p int, offset int64, refs chan<- string) error {
+	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: r.cfg.Brokers, Topic: r.cfg.DLQTopic, Partition: p,
+		Dialer: kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-redrive", r.cfg.Security), MaxWait: 200 * time.Millisecond})
+	defer rd.Close()
+	if err := rd.SetOffset(offset); err != nil {
+		return fmt.Errorf("watch dead letters, partition %d: %w", p, err)
+	}
+	for {
+		m, err := rd.ReadMessage(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("watch dead letters, partition %d: %w", p, err)
+		}
+		for _, h := range m.Headers {
+			if strings.EqualFold(h.Key, contract.HeaderRedrive) {
+				select {
+				case refs <- string(h.Value):
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		}
+	}
 }

@@ -33,13 +33,24 @@ type NATSConfig struct {
 	Timeout time.Duration
 }
 
-// fetchWait is how long one fetch waits for the next letters.
-const fetchWait = 2 * time.Second
+// claimBucket is the JetStream key-value bucket in which runs claim letters, so that two
+// runs at once never send the same letter; a claim expires after claimTTL (a run that
+// died holding it only delays the letter).
+const (
+	claimBucket = "delaybridge_redrive"
+	claimTTL    = time.Minute
+)
 
 // NATS redrives the dead letters that the stream capturing cfg.DLQSubject holds when it
-// starts. It blocks until every one of them was looked at (or opts.Max), a publish was not
-// confirmed (the error says which letter; it stays), or ctx ends. The counts are valid
-// with an error too.
+// starts: those up to the stream's last sequence at the start, read one by one by
+// sequence (no consumer: letters left hold nothing, and the end is that sequence, never
+// an empty read). Each selected letter is claimed (bucket claimBucket), sent to the
+// ingress, and deleted only after the ingress confirmed it: a JetStream PubAck that is
+// not a duplicate, or the bridge's reply (parked; or refused, once its new dead letter is
+// seen in the stream). It then watches the stream for letters refused again
+// (opts.Wait). It blocks until every letter was looked at (or opts.Max), a publish was
+// not confirmed (the error says which letter; it stays), or ctx ends. The counts are
+// valid with an error too.
 func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (Counts, error) {
 	counts := Counts{}
 	if cfg.Timeout <= 0 {
@@ -53,27 +64,23 @@ func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (C
 	if err != nil {
 		return counts, err
 	}
-	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		FilterSubject:     cfg.DLQSubject,
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           time.Hour, // nothing comes again during the run
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: 5 * time.Minute,
-	})
+	info, err := stream.Info(ctx)
 	if err != nil {
-		return counts, fmt.Errorf("read the dead letters of stream %s: %w", stream.CachedInfo().Config.Name, err)
+		return counts, fmt.Errorf("dead-letter stream: %w", err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return counts, fmt.Errorf("dead-letter consumer: %w", err)
+	r := &natsRun{js: js, nc: nc, stream: stream, name: info.Config.Name, cfg: cfg, opts: opts, counts: counts,
+		last: info.State.LastSeq, sent: map[string]string{}}
+	r.seen = newLetterWatch(r, info.State.LastSeq+1)
+	if info.State.Msgs == 0 {
+		return counts, nil
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = stream.DeleteConsumer(dctx, info.Name)
-	}()
-	r := natsRun{js: js, nc: nc, stream: stream, cfg: cfg, opts: opts, counts: counts}
-	return counts, r.all(ctx, cons, int(info.NumPending))
+	if !opts.DryRun {
+		if r.claims, err = claims(ctx, js); err != nil {
+			return counts, err
+		}
+	}
+	err = r.all(ctx, max(info.State.FirstSeq, 1))
+	return counts, errors.Join(err, r.watchRefused(ctx))
 }
 
 // dlqStream is the stream that captures subject.
@@ -92,47 +99,84 @@ func dlqStream(ctx context.Context, js jetstream.JetStream, subject string) (jet
 	return s, nil
 }
 
+// claims is the bucket in which runs claim letters (created on first use).
+func claims(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: claimBucket, TTL: claimTTL,
+		Description: "bridge redrive: letters being sent back (a claim expires after a minute)"})
+	if err != nil {
+		kv, err = js.KeyValue(ctx, claimBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redrive claims its letters in the JetStream key-value bucket %s (so that two runs never send one letter twice); it could not be opened: %w", claimBucket, err)
+	}
+	return kv, nil
+}
+
 // natsRun is one NATS redrive.
 type natsRun struct {
 	js     jetstream.JetStream
 	nc     *natsgo.Conn
 	stream jetstream.Stream
+	name   string // of the stream
 	cfg    NATSConfig
 	opts   Options
 	counts Counts
+	claims jetstream.KeyValue
+	// last is the stream's last sequence at the start: the letters after it are new.
+	last uint64
+	// sent maps the place (letterRef) of each letter sent and stored by the ingress, not
+	// yet known to be refused again, to its reason.
+	sent map[string]string
+	seen *letterWatch
 }
 
-// all looks at the pending letters, batch by batch.
-func (r *natsRun) all(ctx context.Context, cons jetstream.Consumer, pending int) error {
-	if r.opts.Max > 0 {
-		pending = min(pending, r.opts.Max)
-	}
-	for seen := 0; seen < pending; {
-		batch, err := cons.Fetch(min(pending-seen, 100), jetstream.FetchMaxWait(fetchWait))
-		if err != nil {
-			return fmt.Errorf("fetch dead letters: %w", err)
+// letterRef is the place of the letter at seq: the value of contract.HeaderRedrive on
+// what is sent back, and (prefixed "redrive:") its Nats-Msg-Id.
+func (r *natsRun) letterRef(seq uint64) string {
+	return r.name + ":" + strconv.FormatUint(seq, 10)
+}
+
+// all looks at the letters from sequence from up to r.last, one by one.
+func (r *natsRun) all(ctx context.Context, from uint64) error {
+	for seq, n := from, 0; seq <= r.last && (r.opts.Max == 0 || n < r.opts.Max); n++ {
+		m, err := r.next(ctx, seq)
+		if err != nil || m == nil || m.Sequence > r.last {
+			return err
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			if err := r.one(ctx, msg); err != nil {
-				return err
-			}
+		if err := r.one(ctx, m); err != nil {
+			return err
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, natsgo.ErrTimeout) {
-			return fmt.Errorf("fetch dead letters: %w", err)
-		}
-		if n == 0 {
-			return nil // fewer than announced: deleted or expired meanwhile
-		}
-		seen += n
+		seq = m.Sequence + 1
 	}
 	return nil
 }
 
+// next is the first letter at or after seq, nil when there is none.
+func (r *natsRun) next(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	m, err := r.stream.GetMsg(gctx, seq, jetstream.WithGetMsgSubject(r.cfg.DLQSubject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the dead letter at or after %d: %w", seq, err)
+	}
+	return m, nil
+}
+
+// sendResult is what the ingress made of a letter sent back.
+type sendResult int
+
+const (
+	stored    sendResult = iota // parked, or stored by the ingress stream
+	refused                     // the bridge dead-lettered it anew and said so
+	duplicate                   // the ingress stream already had it: not stored by this run
+)
+
 // one redrives or leaves one letter.
-func (r *natsRun) one(ctx context.Context, msg jetstream.Msg) error {
-	h := fromNATS(msg.Headers())
+func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	h := fromNATS(m.Header)
 	reason, redrive := judge(h, r.opts, r.cfg.IngressStream == "")
 	t := r.counts.of(reason)
 	switch {
@@ -143,69 +187,137 @@ func (r *natsRun) one(ctx context.Context, msg jetstream.Msg) error {
 		t.Selected++
 		return nil
 	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		return fmt.Errorf("dead letter metadata: %w", err)
+	mine, err := r.claim(ctx, m.Sequence)
+	if err != nil || !mine {
+		t.Other += b2i(err == nil)
+		return err
 	}
-	seq := meta.Sequence.Stream
-	out := &natsgo.Msg{Subject: r.cfg.Ingress, Header: toNATS(republished(h)), Data: msg.Data()}
-	refused, err := r.publish(ctx, out, seq)
+	ref := r.letterRef(m.Sequence)
+	out := &natsgo.Msg{Subject: r.cfg.Ingress, Header: toNATS(republished(h, ref)), Data: m.Data}
+	out.Header.Del(jetstream.MsgIDHeader) // the dead-letter publish's id, not the message's
+	res, err := r.publish(ctx, out, "redrive:"+ref)
 	if err != nil {
-		return fmt.Errorf("dead letter %d (%s) not redriven, it stays: %w", seq, reason, err)
+		return fmt.Errorf("dead letter %d (%s) not redriven, it stays: %w", m.Sequence, reason, err)
+	}
+	if res == duplicate {
+		t.Other++
+		return nil
 	}
 	t.Selected++
-	if refused {
+	switch res {
+	case refused:
+		again, err := r.seen.find(ctx, ref, r.cfg.Timeout)
+		if err != nil || !again {
+			t.Left++ // refused, but its new letter was not seen: the old one stays
+			return err
+		}
 		t.Refused++
-	} else {
+	default:
 		t.Redriven++
+		r.sent[ref] = reason
 	}
-	return r.letGo(ctx, msg, seq)
+	return r.letGo(ctx, m.Sequence)
 }
 
-// publish sends out to the ingress and waits for its confirmation. Through core NATS the
-// bridge's reply decides: {"id","due"} is parked; an error reply was sent only after the
-// bridge had dead-lettered the message anew (refused: the old letter may go), except a
-// not_replicated one, which kept nothing (an error: the letter stays).
-func (r *natsRun) publish(ctx context.Context, out *natsgo.Msg, seq uint64) (refused bool, err error) {
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// claim reports whether this run may send the letter at seq: it created the letter's
+// claim, and the letter is still there (another run may have sent and deleted it after
+// this one read it, its claim expired since).
+func (r *natsRun) claim(ctx context.Context, seq uint64) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	_, err := r.claims.Create(cctx, fmt.Sprintf("%x.%d", r.name, seq), nil)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim dead letter %d: %w", seq, err)
+	}
+	_, err = r.stream.GetMsg(cctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dead letter %d: %w", seq, err)
+	}
+	return true, nil
+}
+
+// publish sends out to the ingress with Nats-Msg-Id id and waits for its confirmation.
+// Through JetStream the PubAck decides: stored, or a duplicate within the stream's window
+// (another run stored it: not this one). Through core NATS the bridge's reply decides:
+// {"id","due"} is parked; an error reply was sent only after the bridge had dead-lettered
+// the message anew (refused), except a not_replicated one, which kept nothing (an error:
+// the letter stays). The bridge takes id as the message's, so its new dead letter carries
+// it too: never the old letter's id, which the dead-letter stream would drop as a
+// duplicate.
+func (r *natsRun) publish(ctx context.Context, out *natsgo.Msg, id string) (sendResult, error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	if r.cfg.IngressStream != "" {
-		id := "redrive:" + r.stream.CachedInfo().Config.Name + ":" + strconv.FormatUint(seq, 10)
-		_, err := r.js.PublishMsg(pctx, out, jetstream.WithMsgID(id), jetstream.WithExpectStream(r.cfg.IngressStream))
-		return false, err
+		ack, err := r.js.PublishMsg(pctx, out, jetstream.WithMsgID(id), jetstream.WithExpectStream(r.cfg.IngressStream))
+		switch {
+		case err != nil:
+			return 0, err
+		case ack.Duplicate:
+			return duplicate, nil
+		}
+		return stored, nil
 	}
+	out.Header.Set(jetstream.MsgIDHeader, id)
 	reply, err := r.nc.RequestMsgWithContext(pctx, out)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	var answer struct {
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(reply.Data, &answer); err != nil {
-		return false, fmt.Errorf("unexpected reply %q: %w", reply.Data, err)
+		return 0, fmt.Errorf("unexpected reply %q: %w", reply.Data, err)
 	}
 	switch {
 	case answer.Error == "":
-		return false, nil
+		return stored, nil
 	case strings.HasPrefix(answer.Error, contract.ReasonNotReplicated):
-		return false, fmt.Errorf("the bridge could not store it durably: %s", answer.Error)
+		return 0, fmt.Errorf("the bridge could not store it durably: %s", answer.Error)
 	}
-	return true, nil
+	return refused, nil
 }
 
-// letGo acks a redriven letter and deletes it from its stream (a work-queue stream has
-// dropped it on the ack already).
-func (r *natsRun) letGo(ctx context.Context, msg jetstream.Msg, seq uint64) error {
-	actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+// letGo deletes a redriven letter from its stream (already gone: another run did).
+func (r *natsRun) letGo(ctx context.Context, seq uint64) error {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	if err := msg.DoubleAck(actx); err != nil {
-		return fmt.Errorf("dead letter %d was redriven, but its ack failed (it stays: a next run sends it again): %w", seq, err)
-	}
-	err := r.stream.DeleteMsg(actx, seq)
+	err := r.stream.DeleteMsg(dctx, seq)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("dead letter %d was redriven, but could not be deleted from its stream (it stays: a next run sends it again; the stream must allow deletes): %w", seq, err)
 	}
 	return nil
+}
+
+// watchRefused moves to Refused the letters sent through a JetStream ingress that the
+// bridge dead-lettered anew, watching the stream until each was seen or none came for
+// opts.Wait.
+func (r *natsRun) watchRefused(ctx context.Context) error {
+	if len(r.sent) == 0 || r.opts.Wait <= 0 {
+		return nil
+	}
+	return r.seen.until(ctx, r.opts.Wait, func(ref string) bool {
+		reason, ok := r.sent[ref]
+		if ok {
+			delete(r.sent, ref)
+			t := r.counts.of(reason)
+			t.Redriven--
+			t.Refused++
+		}
+		return len(r.sent) == 0
+	})
 }
 
 // fromNATS turns NATS headers into a header list (keys sorted: a NATS header map has no

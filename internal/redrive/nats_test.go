@@ -143,23 +143,7 @@ func TestNATSJetStream(t *testing.T) {
 func TestNATSCoreRequest(t *testing.T) {
 	nc, js := natsSetup(t)
 	got := make(chan natsgo.Header, 10)
-	sub, err := nc.QueueSubscribe("delay.in", "delaybridge", func(m *natsgo.Msg) {
-		if m.Header.Get("x-target") == "ok" {
-			got <- m.Header
-			_ = m.Respond([]byte(`{"id":"` + m.Header.Get("x-delay-id") + `","due":1}`))
-			return
-		}
-		text := "target_not_allowed: " + m.Header.Get("x-target")
-		if m.Header.Get("x-target") == "flaky" {
-			text = "not_replicated: WAIT confirmed 0 of 1 replicas; retry the request"
-		}
-		b, _ := json.Marshal(map[string]string{"error": text})
-		_ = m.Respond(b)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	fakeBridge(t, nc, js, got)
 	letter(t, js, "d", "x-target", "ok", "x-delay-id", "d1", "x-delay-original-Nats-Schedule", "@at 2030-01-01T00:00:00Z",
 		"x-delay-error", "publish_failed: x")
 	letter(t, js, "e", "x-target", "still.bad", "x-delay-error", "target_not_allowed: still.bad")
@@ -171,14 +155,88 @@ func TestNATSCoreRequest(t *testing.T) {
 		t.Fatalf("err = %v, want the durability refusal", err)
 	}
 	// e: refused again (the bridge dead-letters it anew before answering): the old letter
-	// goes. g: not stored at all: the run stops, g and the letters after it stay.
+	// goes, its new letter is at the end. g: not stored at all: the run stops, g and the
+	// letters after it stay.
 	checkCounts(t, "core", counts, map[string]Tally{"publish_failed": {Redriven: 2, Selected: 2},
 		"target_not_allowed": {Refused: 1, Selected: 1}})
-	if dlq, _ := streamMsgs(t, js, "DLQ"); strings.Join(dlq, ",") != "g,h" {
-		t.Fatalf("DLQ stream: %q, want g and h left", dlq)
+	if dlq, _ := streamMsgs(t, js, "DLQ"); strings.Join(dlq, ",") != "g,h,e" {
+		t.Fatalf("DLQ stream: %q, want g and h left, and e's new letter", dlq)
 	}
 	if h := <-got; h.Get("Nats-Schedule") != "@at 2030-01-01T00:00:00Z" || h.Get("x-delay-original-Nats-Schedule") != "" {
 		t.Errorf("through a core ingress the schedule header goes under its own name: %v", h)
+	}
+}
+
+// fakeBridge answers requests on delay.in as the bridge does: x-target "ok" is parked (its
+// headers go to got), "flaky" is refused for durability (nothing kept), any other target is
+// dead-lettered anew (stored with the request's Nats-Msg-Id, as the bridge's dead letters
+// are, so the DLQ stream drops a repeat within its window) before the error reply.
+func fakeBridge(t *testing.T, nc *natsgo.Conn, js jetstream.JetStream, got chan<- natsgo.Header) {
+	t.Helper()
+	sub, err := nc.QueueSubscribe("delay.in", "delaybridge", func(m *natsgo.Msg) {
+		if m.Header.Get("x-target") == "ok" {
+			got <- m.Header
+			_ = m.Respond([]byte(`{"id":"` + m.Header.Get("x-delay-id") + `","due":1}`))
+			return
+		}
+		text := "target_not_allowed: " + m.Header.Get("x-target")
+		if m.Header.Get("x-target") == "flaky" {
+			text = "not_replicated: WAIT confirmed 0 of 1 replicas; retry the request"
+		} else {
+			dead := natsgo.NewMsg("delay.dlq")
+			for k, v := range m.Header {
+				dead.Header[k] = v
+			}
+			dead.Header.Set("x-delay-error", text)
+			dead.Data = m.Data
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := js.PublishMsg(ctx, dead); err != nil {
+				return // no reply: the request fails
+			}
+		}
+		b, _ := json.Marshal(map[string]string{"error": text})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// Issue 23 item 4: letters refused again within the dead-letter stream's duplicate window
+// (2 minutes). The stored letters carry the Nats-Msg-Id of their dead-letter publish; sent
+// back with it, the bridge's new dead letter would carry it too and the stream would drop
+// it as a duplicate, while the old letter is deleted: lost. Each refused letter must end up
+// in the stream as a new letter, and the count of letters never drops.
+func TestNATSRefusedInsideDuplicateWindow(t *testing.T) {
+	nc, js := natsSetup(t)
+	fakeBridge(t, nc, js, make(chan natsgo.Header, 10))
+	for _, p := range []string{"a", "b", "c"} {
+		letter(t, js, p, "Nats-Msg-Id", "dead-"+p, "x-delay", "30s", "x-delay-error", "missing_target: no x-target header")
+	}
+	counts, err := NATS(t.Context(), nc, NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, "refused again", counts, map[string]Tally{"missing_target": {Refused: 3, Selected: 3}})
+	dlq, hs := streamMsgs(t, js, "DLQ")
+	if strings.Join(dlq, ",") != "a,b,c" {
+		t.Fatalf("DLQ stream: %q, want a, b, c (the new letters)", dlq)
+	}
+	for i, h := range hs {
+		if want := "DLQ:" + string(rune('1'+i)); h.Get("x-delay-redrive") != want {
+			t.Errorf("new letter %d: x-delay-redrive %q, want %q (%v)", i, h.Get("x-delay-redrive"), want, h)
+		}
+	}
+	// Once more, at once: the new letters are refused again too, and stay.
+	counts, err = NATS(t.Context(), nc, NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, "refused again, twice", counts, map[string]Tally{"target_not_allowed": {Refused: 3, Selected: 3}})
+	if dlq, _ := streamMsgs(t, js, "DLQ"); len(dlq) != 3 {
+		t.Fatalf("DLQ stream after the second run: %q, want 3 letters", dlq)
 	}
 }
 

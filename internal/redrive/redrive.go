@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -24,6 +25,11 @@ type Options struct {
 	DryRun bool
 	// Max stops after this many letters were looked at; 0: all present at the start.
 	Max int
+	// Wait bounds how long a run watches the dead-letter store, after its last letter,
+	// for letters it sent back that the bridge dead-letters anew ("refused again"): the
+	// watch ends when every one was seen, or when none came for Wait. 0: no watch (the
+	// refused ones are then counted as redriven, except those a core NATS reply names).
+	Wait time.Duration
 }
 
 // selects reports whether a letter of reason is to be redriven.
@@ -33,11 +39,18 @@ func (o Options) selects(reason string) bool {
 
 // Tally counts the letters of one reason.
 type Tally struct {
-	// Redriven were published to the ingress and confirmed, then let go.
+	// Redriven were published to the ingress and confirmed, then let go, and were not
+	// seen dead-lettered anew (see Refused).
 	Redriven int `json:"redriven"`
-	// Refused were sent back and refused again by the bridge (core NATS replies): the
-	// bridge dead-lettered them anew before it answered, so the old letters were let go.
+	// Refused were sent back and dead-lettered anew by the bridge: a new letter carrying
+	// contract.HeaderRedrive with the old letter's place was seen in the dead-letter store
+	// (at once through a core NATS ingress, whose reply says so; else within Options.Wait).
+	// A refusal that comes later (a target's, after the delay) is counted as redriven.
 	Refused int `json:"refused"`
+	// Other were taken by another run (claimed by it, or already gone from the store, or
+	// a duplicate within the ingress stream's window): not sent by this run; they stay
+	// unless the other run lets them go.
+	Other int `json:"other_run"`
 	// Selected would have been redriven (dry run).
 	Selected int `json:"selected"`
 	// Left were not selected (another reason) or cannot be redriven; they stay.
@@ -68,14 +81,14 @@ func (c Counts) Print(w io.Writer, dryRun bool) error {
 	if dryRun {
 		fmt.Fprintln(tw, "REASON\tWOULD REDRIVE\tLEFT")
 	} else {
-		fmt.Fprintln(tw, "REASON\tREDRIVEN\tREFUSED AGAIN\tLEFT")
+		fmt.Fprintln(tw, "REASON\tREDRIVEN\tREFUSED AGAIN\tLEFT\tOTHER RUN")
 	}
 	for _, r := range reasons {
 		t := c[r]
 		if dryRun {
 			fmt.Fprintf(tw, "%s\t%d\t%d\n", r, t.Selected, t.Left)
 		} else {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", r, t.Redriven, t.Refused, t.Left)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", r, t.Redriven, t.Refused, t.Left, t.Other)
 		}
 	}
 	return tw.Flush()
@@ -138,16 +151,17 @@ func scheduleName(key string) (string, bool) {
 }
 
 // republished is the header list a letter is sent back with: without x-delay-error and
-// the delivery headers the bridge sets itself, and with the NATS schedule headers the
+// the delivery headers the bridge sets itself, with contract.HeaderRedrive = ref (the
+// letter's place, replacing an earlier redrive's), and with the NATS schedule headers the
 // bridge reads (Nats-Schedule, Nats-Schedule-Target, ...; a NATS dead letter carries them
 // renamed x-delay-original-Nats-Schedule...) under their own names again. Other renamed
 // NATS headers (Nats-Expected-*, Nats-Msg-Id, Nats-Rollup, Nats-TTL) stay renamed: they
 // were about the original publish, and a stream would act on them.
-func republished(h headers.List) headers.List {
-	out := make(headers.List, 0, len(h))
+func republished(h headers.List, ref string) headers.List {
+	out := make(headers.List, 0, len(h)+1)
 	for _, f := range h {
 		switch strings.ToLower(f.Key) {
-		case contract.HeaderError, contract.HeaderDue, contract.HeaderSource:
+		case contract.HeaderError, contract.HeaderDue, contract.HeaderSource, contract.HeaderRedrive:
 			continue
 		}
 		key := f.Key
@@ -156,5 +170,5 @@ func republished(h headers.List) headers.List {
 		}
 		out = append(out, headers.Header{Key: key, Value: f.Value})
 	}
-	return out
+	return append(out, headers.Header{Key: contract.HeaderRedrive, Value: ref})
 }

@@ -41,14 +41,15 @@ func TestJudge(t *testing.T) {
 func TestRepublished(t *testing.T) {
 	var h headers.List
 	for _, kv := range [][2]string{{"x-target", "a"}, {"X-Delay-Error", "e: f"}, {"x-delay-due", "1"}, {"x-delay-source", "nats:x"},
-		{"x-delay-original-Nats-Schedule", "@at 2030-01-01T00:00:00Z"}, {"x-delay-original-Nats-Msg-Id", "m"}, {"keep", "1"}, {"keep", "2"}} {
+		{"x-delay-original-Nats-Schedule", "@at 2030-01-01T00:00:00Z"}, {"x-delay-original-Nats-Msg-Id", "m"}, {"keep", "1"}, {"keep", "2"},
+		{"X-Delay-Redrive", "DLQ:3"}} {
 		h.Add(kv[0], kv[1])
 	}
 	var got []string
-	for _, f := range republished(h) {
+	for _, f := range republished(h, "DLQ:7") {
 		got = append(got, f.Key+"="+f.Value)
 	}
-	want := "x-target=a,Nats-Schedule=@at 2030-01-01T00:00:00Z,x-delay-original-Nats-Msg-Id=m,keep=1,keep=2"
+	want := "x-target=a,Nats-Schedule=@at 2030-01-01T00:00:00Z,x-delay-original-Nats-Msg-Id=m,keep=1,keep=2,x-delay-redrive=DLQ:7"
 	if strings.Join(got, ",") != want {
 		t.Fatalf("republished = %s\nwant          %s", strings.Join(got, ","), want)
 	}
@@ -62,7 +63,7 @@ func TestCountsPrint(t *testing.T) {
 	if err := c.Print(&sb, false); err != nil {
 		t.Fatal(err)
 	}
-	if want := "REASON  REDRIVEN  REFUSED AGAIN  LEFT\na       0         0              1\nb       2         0              0\n"; sb.String() != want {
+	if want := "REASON  REDRIVEN  REFUSED AGAIN  LEFT  OTHER RUN\na       0         0              1     0\nb       2         0              0     0\n"; sb.String() != want {
 		t.Fatalf("Print =\n%s\nwant\n%s", sb.String(), want)
 	}
 }
