@@ -74,7 +74,7 @@ func TestRedriveAfterFix(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	out, err = runCLIEnv(t, s.env, "redrive", "--reason", "target_not_allowed")
-	if err != nil || !regexpLine(out, `target_not_allowed\s+3\s+0\s+0`) || !regexpLine(out, `invalid_delay\s+0\s+0\s+1`) {
+	if err != nil || !regexpLine(out, `target_not_allowed\s+3\s+0\s+0\s+0`) || !regexpLine(out, `invalid_delay\s+0\s+0\s+1\s+0`) {
 		t.Fatalf("redrive: %v\n%s", err, out)
 	}
 	got := map[string]int{}
