@@ -151,3 +151,55 @@ func groupOffsets(t *testing.T, brokers []string) int64 {
 	}
 	return sum
 }
+
+// Issue 23, items 4 and 5, on Kafka: letters the bridge refuses again come back to the
+// dead-letter topic as new records (a topic drops nothing as a duplicate, so none is
+// lost), carrying x-delay-redrive with their old place; the run watches the topic past
+// its end offsets and counts them as refused again, not as redriven.
+func TestKafkaRefusedAgain(t *testing.T) {
+	k := testkafka.Start(t)
+	brokers := k.Brokers()
+	testkafka.CreateTopic(t, brokers, "delay.dlq", 2)
+	testkafka.CreateTopic(t, brokers, "delay.in", 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 6 {
+		kletter(t, cl, int32(i%2), "", "bad", "x-target", "still.bad", "x-delay-error", "target_not_allowed: still.bad")
+	}
+	kletter(t, cl, 0, "", "good", "x-target", "out.ok", "x-delay-error", "target_not_allowed: out.ok")
+	// The bridge: every record on delay.in for still.bad is dead-lettered anew.
+	bridge, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("delay.in"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bridge.Close()
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() {
+		for ctx.Err() == nil {
+			bridge.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				if v, _ := recordHeader(r, "x-target"); v == "still.bad" {
+					dead := &kgo.Record{Topic: "delay.dlq", Value: r.Value, Headers: append(r.Headers,
+						kgo.RecordHeader{Key: "x-delay-error", Value: []byte("target_not_allowed: still.bad")})}
+					_ = bridge.ProduceSync(ctx, dead).FirstErr()
+				}
+			})
+		}
+	}()
+	counts, err := Kafka(t.Context(), KafkaConfig{Brokers: brokers, DLQTopic: "delay.dlq", Ingress: "delay.in", Group: "bridge-redrive"},
+		Options{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, "refused again", counts, map[string]Tally{"target_not_allowed": {Redriven: 1, Refused: 6, Selected: 7}})
+	counts, err = Kafka(t.Context(), KafkaConfig{Brokers: brokers, DLQTopic: "delay.dlq", Ingress: "delay.in", Group: "bridge-redrive"},
+		Options{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, "the new letters", counts, map[string]Tally{"target_not_allowed": {Selected: 6}})
+}
