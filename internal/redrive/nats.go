@@ -74,11 +74,6 @@ func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (C
 	if info.State.Msgs == 0 {
 		return counts, nil
 	}
-	if !opts.DryRun {
-		if r.claims, err = claims(ctx, js); err != nil {
-			return counts, err
-		}
-	}
 	err = r.all(ctx, max(info.State.FirstSeq, 1))
 	return counts, errors.Join(err, r.watchRefused(ctx))
 }
@@ -232,6 +227,13 @@ func b2i(b bool) int {
 func (r *natsRun) claim(ctx context.Context, seq uint64) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	if r.claims == nil { // opened at the first selected letter
+		kv, err := claims(cctx, r.js)
+		if err != nil {
+			return false, err
+		}
+		r.claims = kv
+	}
 	_, err := r.claims.Create(cctx, fmt.Sprintf("%x.%d", r.name, seq), nil)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil
