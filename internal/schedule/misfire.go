@@ -45,7 +45,7 @@ func ParseMisfire(s string) (Misfire, error) {
 	case "all":
 		return MisfireAll, nil
 	}
-	return MisfireOnce, fmt.Errorf("%w misfire %q: want once (the default), skip or all", ErrInvalid, s)
+	return MisfireOnce, fmt.Errorf("%w %q: a misfire policy is once (the default), skip or all", ErrInvalid, s)
 }
 
 // String is "once", "skip" or "all"; ParseMisfire(m.String()) is m.
