@@ -165,15 +165,15 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 	case dryRun:
 		return BulkResult{Matched: 1}, nil
 	}
-	n, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10)})
+	n, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target})
 	if err != nil {
 		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
 	}
 	return BulkResult{Matched: 1, Changed: int(n)}, nil
 }
 
-// bulkChange runs bulk.lua on shard for the picked (id, version) pairs, confirmed by WAIT
-// with MinReplicas, and returns how many it changed.
+// bulkChange runs bulk.lua on shard for the picked (id, version, target) triples,
+// confirmed by WAIT with MinReplicas, and returns how many it changed.
 func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (int64, error) {
 	k := s.keys[shard]
 	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
@@ -193,11 +193,11 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}
-	picked, next, done, err := s.pick(out, sel, cur)
+	picked, next, done, err := s.pick(out, sel, cur, op.Kind == BulkCancel && !dryRun)
 	if err != nil {
 		return cur, false, err
 	}
-	res.Matched += len(picked) / 2
+	res.Matched += len(picked) / 3
 	if dryRun || len(picked) == 0 {
 		return next, done, nil
 	}
@@ -209,9 +209,11 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	return next, done, nil
 }
 
-// pick reads scan.lua's answer: the (id, version) pairs that sel matches, the cursor
-// after the chunk and whether the pass is through.
-func (s *Store) pick(out []any, sel Selector, cur BulkCursor) ([]any, BulkCursor, bool, error) {
+// pick reads scan.lua's answer: the (id, version, target) triples that sel matches, the
+// cursor after the chunk and whether the pass is through. Entries newer than the pass
+// (cur.MaxVersion) are left out, unless anyNew (a cancel: it changes nothing twice, and
+// a recurring message that fired since the pass began has a newer version).
+func (s *Store) pick(out []any, sel Selector, cur BulkCursor, anyNew bool) ([]any, BulkCursor, bool, error) {
 	if len(out) < 3 || (len(out)-3)%6 != 0 {
 		return nil, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
 	}
@@ -225,16 +227,14 @@ func (s *Store) pick(out []any, sel Selector, cur BulkCursor) ([]any, BulkCursor
 		prefix, _ := out[i+2].(string)
 		head, _ := out[i+3].(string)
 		version, due, ok := parsePrefix(prefix)
-		if !ok || version > cur.MaxVersion || due < sel.DueFrom || due > sel.DueTo {
+		if !ok || (version > cur.MaxVersion && !anyNew) || due < sel.DueFrom || due > sel.DueTo {
 			continue
 		}
-		if sel.Match != nil {
-			target, _, err := decodeHead([]byte(head), id)
-			if err != nil || !sel.Match(target) {
-				continue
-			}
+		target, _, err := decodeHead([]byte(head), id)
+		if sel.Match != nil && (err != nil || !sel.Match(target)) {
+			continue
 		}
-		picked = append(picked, id, strconv.FormatInt(version, 10))
+		picked = append(picked, id, strconv.FormatInt(version, 10), target)
 	}
 	return picked, next, done == 1, nil
 }

@@ -31,9 +31,12 @@ const (
 
 // Envelope fields stored as the last headers of the body, in this order, each only when
 // set, so the body formats stay as they were: a bridge that predates them reads the
-// entries as reserved headers, which it never sends to a broker. metaExpires holds
-// Envelope.Expires (decimal milliseconds, > 0), metaEvery Envelope.Every.
+// entries as reserved headers, which it never sends to a broker. metaMisfire holds
+// Envelope.Misfire (written first, so that a bridge that predates it still finds the two
+// after it), metaExpires Envelope.Expires (decimal milliseconds, > 0), metaEvery
+// Envelope.Every.
 const (
+	metaMisfire = headers.ReservedPrefix + "misfire"
 	metaExpires = headers.ReservedPrefix + "expires"
 	metaEvery   = headers.ReservedPrefix + "every"
 )
@@ -42,6 +45,9 @@ const (
 // canonical order.
 func (e Envelope) metaHeaders() headers.List {
 	var l headers.List
+	if e.Misfire != "" {
+		l = append(l, headers.Header{Key: metaMisfire, Value: e.Misfire})
+	}
 	if e.Expires > 0 {
 		l = append(l, headers.Header{Key: metaExpires, Value: strconv.FormatInt(e.Expires.Milliseconds(), 10)})
 	}
@@ -52,8 +58,8 @@ func (e Envelope) metaHeaders() headers.List {
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields (metaEvery last, then metaExpires). A value that encodeBody would not have
-// written is ErrCorrupt.
+// fields (metaEvery last, then metaExpires, then metaMisfire). A value that encodeBody
+// would not have written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
 		if e.Every = e.Headers[n-1].Value; e.Every == "" {
@@ -68,6 +74,12 @@ func (e *Envelope) takeMeta() error {
 			return fmt.Errorf("%w: expires %q", ErrCorrupt, v)
 		}
 		e.Expires = time.Duration(ms) * time.Millisecond
+		e.Headers = e.Headers[:n-1]
+	}
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaMisfire {
+		if e.Misfire = e.Headers[n-1].Value; e.Misfire == "" {
+			return fmt.Errorf("%w: empty misfire policy", ErrCorrupt)
+		}
 		e.Headers = e.Headers[:n-1]
 	}
 	if len(e.Headers) == 0 {

@@ -42,6 +42,9 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"expires without headers", Envelope{Target: "nats:a", Source: "http", Expires: time.Millisecond}},
 		{"every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}}, Every: "CRON_TZ=Europe/Berlin 0 9 * * 1-5"}},
 		{"every and expires", Envelope{Target: "nats:a", Source: "http", Expires: time.Minute, Every: "30s", Payload: []byte("x")}},
+		{"misfire", Envelope{Target: "nats:a", Source: "http", Every: "1s", Misfire: "skip"}},
+		{"misfire, expires and every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}},
+			Expires: time.Minute, Every: "0 9 * * *", Misfire: "all", Payload: []byte("x")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +85,20 @@ func TestBodyRoundTrip(t *testing.T) {
 	}
 }
 
+// TestMetaOrder: the misfire policy is stored before expires and every, so a bridge that
+// predates it (reading every, then expires, from the end) still finds both, and sees
+// the policy as a reserved header, which it never delivers (it fires as once).
+func TestMetaOrder(t *testing.T) {
+	got := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip"}.metaHeaders()
+	want := headers.List{{Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("meta headers %v, want %v", got, want)
+	}
+	if !headers.IsReserved(metaMisfire) {
+		t.Fatal("the misfire field is not a reserved header")
+	}
+}
+
 func TestDecodeBodyCorrupt(t *testing.T) {
 	good := encodeBody(Envelope{SourceID: "js:IN:1", Target: "nats:a", Source: "http", Key: []byte("k"),
 		Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte("p")}, testID)
@@ -108,6 +125,7 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"expires not a number", withHeader(metaExpires, "5m")},
 		{"expires overflows", withHeader(metaExpires, "9223372036854776")},
 		{"empty schedule", withHeader(metaEvery, "")},
+		{"empty misfire policy", withHeader(metaMisfire, "")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -69,5 +70,63 @@ func TestNextFiringAfterCancel(t *testing.T) {
 	}
 	if _, err := f.s.Get(t.Context(), "stop"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get after cancel and firing: %v", err)
+	}
+}
+
+// TestBulkCancelStopsFiringRecurring (issue 23 item 3): a bulk cancel stops recurring
+// messages whose firing is in delivery, and counts them as changed: the entry is gone,
+// so the firing's end parks nothing (retry.lua mode n is fenced out). The same holds for
+// the next occurrence that a firing parked between the scan and the change (a newer
+// version, same target). A one-shot message in delivery is still left alone (section 8),
+// and so is a recurring one replaced by a message for another target.
+func TestBulkCancelStopsFiringRecurring(t *testing.T) {
+	f := setup(t)
+	park := func(id, target, every string) {
+		env := sampleEnvelope(2)
+		env.Target, env.Every, env.Headers = target, every, nil
+		if every != "" {
+			env.Misfire = "skip" // the schedule is the last meta header, whatever comes before it
+		}
+		f.park(t, ParkRequest{ID: id, Replace: true, Envelope: env})
+	}
+	park("rec", "nats:tick", "1s")
+	park("once", "nats:tick", "")
+	rec, c := f.claimID(t, "rec", time.Second)
+	once, _ := f.claimID(t, "once", time.Second)
+	res, err := f.s.Bulk(t.Context(), Selector{Match: func(string) bool { return true }}, BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
+	if err != nil || res.Matched != 2 || res.Changed != 1 {
+		t.Fatalf("bulk cancel = %+v, %v; want 2 matched, 1 changed (the recurring one)", res, err)
+	}
+	if r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: rec.Receipt, Next: c.Now + 1000}}); err != nil || r.N != 0 {
+		t.Fatalf("the firing's end after the cancel = %+v, %v; want fenced", r, err)
+	}
+	if _, err := f.s.Get(t.Context(), "rec"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("recurring message after bulk cancel and firing: %v", err)
+	}
+	if m, err := f.s.Get(t.Context(), "once"); err != nil || m.Version != once.Version {
+		t.Fatalf("one-shot message in delivery: %+v, %v; want left alone", m, err)
+	}
+
+	// The firing ends between the scan (which read version v) and the change.
+	park("raced", "nats:tick", "1s")
+	raced, c := f.claimID(t, "raced", time.Second)
+	if r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: raced.Receipt, Next: c.Now + 60_000}}); err != nil || r.N != 1 {
+		t.Fatalf("set-up: %+v, %v", r, err)
+	}
+	v := strconv.FormatInt(raced.Version, 10)
+	if n, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:other"}); err != nil || n != 0 {
+		t.Fatalf("cancel read for another target = %d, %v; want left alone", n, err)
+	}
+	if n, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour}, []any{"raced", v, "nats:tick"}); err != nil || n != 0 {
+		t.Fatalf("shift of an older version = %d, %v; want fenced", n, err)
+	}
+	if n, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:tick"}); err != nil || n != 1 {
+		t.Fatalf("cancel of the occurrence parked since the scan = %d, %v; want 1", n, err)
+	}
+	if _, err := f.s.Get(t.Context(), "raced"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("next occurrence after the cancel: %v", err)
+	}
+	if z, m := f.counts(t); z != 1 || m != 1 {
+		t.Fatalf("store holds z %d, m %d; want only the one-shot message", z, m)
 	}
 }

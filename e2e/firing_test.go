@@ -82,10 +82,12 @@ func expectSoon(t *testing.T, b *bridge, name string, want float64, labels ...st
 	}
 }
 
-// TestRecurringAcrossAKill (issue 16): a message with x-delay-every: 1s, three replicas,
-// the one that fires it killed with SIGKILL in the middle, cancelled after 30 s: 30
-// firings (+-1), one per occurrence (x-delay-due = the first + k s, none missing), none
-// early, and the target stream (duplicate window 2 min) holds each once.
+// TestRecurringAcrossAKill (issue 16): a message with x-delay-every: 1s and
+// x-delay-misfire: all (the takeover outlasts an interval: with the default, once, the
+// occurrences it misses fire as one), three replicas, the one that fires it killed with
+// SIGKILL in the middle, cancelled after 30 s: 30 firings (+-1), one per occurrence
+// (x-delay-due = the first + k s, none missing), none early, and the target stream
+// (duplicate window 2 min) holds each once.
 func TestRecurringAcrossAKill(t *testing.T) {
 	s := newStack(t)
 	target := s.name("tick.e2e")
@@ -103,6 +105,7 @@ func TestRecurringAcrossAKill(t *testing.T) {
 	arrivals := subscribe(t, s.nc, target)
 	hdr := nats.Header{}
 	hdr.Set("x-delay-every", "1s")
+	hdr.Set("x-delay-misfire", "all")
 	hdr.Set("x-target", target)
 	hdr.Set("x-delay-id", "tick-e2e")
 	sent := time.Now()

@@ -79,3 +79,66 @@ func TestBulkUnderDelivery(t *testing.T) {
 	}
 	waitEmpty(t, st)
 }
+
+// TestBulkCancelStopsRecurring (issue 23 item 3): a bulk cancel on the target of 1,000
+// recurring messages firing every second changes every one of them, the ones whose
+// firing is in delivery too, and after it answers no occurrence fires that was not
+// already claimed: each message fires at most once more (a firing in flight at the
+// cancel, due before the answer), and the store is empty. Before, those in delivery were
+// matched but not changed, and fired on.
+func TestBulkCancelStopsRecurring(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	out := collect(t, gc, "tick.bulk")
+	runEgress(t, Config{}, st, map[string]message.Publisher{"nats": gc})
+	const n = 1000
+	start := time.Now().UnixMilli() + 200
+	var reqs []delaystore.ParkRequest
+	for i := range n {
+		reqs = append(reqs, delaystore.ParkRequest{ID: "r" + strconv.Itoa(i), Replace: true, Absolute: true,
+			At: start + int64(i%1000), Envelope: delaystore.Envelope{Target: "nats:tick.bulk", Source: "http", Payload: []byte("x"), Every: "1s"}})
+	}
+	if _, err := st.Park(context.Background(), reqs); err != nil {
+		t.Fatal(err)
+	}
+	for fired := 0; fired < 2*n; fired++ { // two rounds: firings go on all the time
+		waitFor(t, out, 5*time.Second)
+	}
+	var res delaystore.BulkResult
+	var from *delaystore.BulkCursor
+	for {
+		r, err := st.Bulk(context.Background(), delaystore.Selector{Match: func(string) bool { return true }},
+			delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, from, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Matched, res.Changed = res.Matched+r.Matched, res.Changed+r.Changed
+		if from = r.Next; from == nil {
+			break
+		}
+	}
+	answered := time.Now().UnixMilli()
+	if res.Matched != n || res.Changed != n {
+		t.Errorf("bulk cancel = matched %d, changed %d; want %d, %d", res.Matched, res.Changed, n, n)
+	}
+	after := map[string]int{}
+	quiet := time.After(2500 * time.Millisecond) // two and a half intervals
+	for {
+		select {
+		case g := <-out:
+			hs := headers.FromMetadata(g.msg.Metadata)
+			id, _ := hs.Get(contract.HeaderID)
+			due, _ := hs.Get(contract.HeaderDue)
+			if after[id]++; after[id] > 1 {
+				t.Fatalf("%s fired again after the bulk cancel answered (due %s, answered %d)", id, due, answered)
+			}
+			if ms, _ := strconv.ParseInt(due, 10, 64); ms > answered {
+				t.Fatalf("%s fired for an occurrence after the bulk cancel answered: due %s, answered %d", id, due, answered)
+			}
+		case <-quiet:
+			t.Logf("matched %d, changed %d; %d firings in flight at the cancel published after it", res.Matched, res.Changed, len(after))
+			waitEmpty(t, st)
+			return
+		}
+	}
+}

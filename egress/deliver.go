@@ -82,7 +82,8 @@ func (e *Egress) dispatch(ctx context.Context, s *scheduler, shard int, claimed 
 
 // runGroup publishes the messages of one target (one Publish call) and returns their
 // settlement: acks for the confirmed ones and the dead-lettered ones, retries for the
-// rest, put-backs for those over the target's BRIDGE_TARGET_RATE (admit). It uses a
+// rest, put-backs for those over the target's BRIDGE_TARGET_RATE (admit), next
+// occurrences for recurring firings that x-delay-misfire skips (misfires). It uses a
 // context detached from ctx, bounded by DrainTimeout, so a group claimed before shutdown
 // is finished; the messages' own context ends 4/5 of the lease after fence. The target's
 // limiter slots are released as soon as Publish returns.
@@ -97,6 +98,7 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 	}
 	claimedAt := e.clock.redisNow(e.now())
 	n := len(claimed)
+	claimed, skipped := e.misfires(claimed, claimedAt)
 	claimed, wait := e.admit(dctx, target, claimed, claimedAt)
 	group := make([]*outgoing, len(claimed))
 	live := make([]*outgoing, 0, len(claimed))
@@ -125,7 +127,8 @@ func (e *Egress) runGroup(ctx context.Context, target string, claimed []delaysto
 	e.limits.release(target, n, published > 0)
 	failpoint.Inject(failpoint.AfterPublish)
 	st := e.outcomes(dctx, group, confirmedAt)
-	st.retries, st.n = append(st.retries, wait...), st.n+len(wait)
+	st.retries = append(append(st.retries, wait...), skipped...)
+	st.n += len(wait) + len(skipped)
 	return st
 }
 

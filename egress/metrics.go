@@ -19,7 +19,9 @@ type Metrics struct {
 // expired: dead-lettered because it could not be published before due + x-delay-expires;
 // dead_letter_failed: a dead letter that could not be published, the message is retried;
 // put_back: claimed while its target was at its in-flight limit, put back unpublished;
-// rate_limited: claimed before its BRIDGE_TARGET_RATE slot, put back to it) and
+// rate_limited: claimed before its BRIDGE_TARGET_RATE slot, put back to it;
+// misfire_skipped: a recurring message's firing that missed its time, not published
+// under x-delay-misfire: skip) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
 // the Redis clock), delaybridge_inflight_messages (claimed, not yet settled) and
 // delaybridge_owned_shards (the shards this replica claims).
@@ -27,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited, misfire_skipped).",
 		}, []string{"broker", "result"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",

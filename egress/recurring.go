@@ -2,6 +2,7 @@ package egress
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -11,13 +12,17 @@ import (
 // fired adds the end of o's firing (published, or dead-lettered) to st: an ack, or for a
 // recurring message (x-delay-every) its next occurrence, which the store parks in the
 // script that fences the firing (delaystore.RetryRequest.Next): the message is never
-// gone nor twice there. The next occurrence comes from the schedule, not from the late
-// firing (internal/schedule: an interval counts from the firing's due time), so no
-// occurrence is lost: those missed while nothing could fire (an outage, a takeover) fire
-// late, one after the other, in order. Only a firing that expired (x-delay-expires) skips
-// the occurrences that have expired too: the next one is the first still within its
-// expiry at the time of this firing. A schedule that no longer parses or has no next
-// occurrence ends the message with this firing (logged at Error).
+// gone nor twice there. The next occurrence is the schedule's first after the firing's
+// due time (internal/schedule: an interval counts from it, so a late firing does not
+// shift the ones after it). Occurrences missed while nothing could fire (an outage, a
+// failing target, a takeover, a first occurrence in the past) were dealt with when the
+// firing was taken (misfires, by x-delay-misfire): with once the firing's due time is
+// the latest missed occurrence, so the next one lies after the claim; with all it is the
+// oldest of at most schedule.MaxCatchUp, and the ones after it follow at once, in order.
+// Only a firing that expired (x-delay-expires) skips the occurrences that have expired
+// too: the next one is the first still within its expiry at the time of this firing. A
+// schedule that no longer parses or has no next occurrence ends the message with this
+// firing (logged at Error).
 func (e *Egress) fired(st *settlement, o *outgoing) {
 	c := o.claimed
 	if c.Envelope.Every == "" {
@@ -50,4 +55,50 @@ func nextFiring(c delaystore.Claimed, after int64) (int64, error) {
 		return 0, nil
 	}
 	return next.UnixMilli(), nil
+}
+
+// misfires applies x-delay-misfire to the recurring messages of a claimed group taken
+// for delivery at now (Redis clock, unix ms), before anything else looks at them. A
+// firing whose occurrence was missed (schedule.Every.Missed: taken at or after the next
+// occurrence, or a minute late) fires as the occurrence its policy names
+// (schedule.Every.CatchUp: its Due, so its x-delay-due and its expiry, become that one)
+// or, under skip, not at all: it is returned in skipped, parked for the schedule's first
+// occurrence after now in the same fenced script as any next firing. The others are
+// returned in fire unchanged; a schedule that no longer parses is left to fired.
+func (e *Egress) misfires(claimed []delaystore.Claimed, now int64) (fire []delaystore.Claimed, skipped []delaystore.RetryRequest) {
+	fire = claimed[:0:0]
+	for _, c := range claimed {
+		if c.Envelope.Every == "" {
+			fire = append(fire, c)
+			continue
+		}
+		every, err := schedule.Parse(c.Envelope.Every, time.UnixMilli(now))
+		if err != nil {
+			fire = append(fire, c)
+			continue
+		}
+		policy, err := schedule.ParseMisfire(c.Envelope.Misfire)
+		if err != nil {
+			e.log.Warn("recurring message with an unknown misfire policy: fired as once", "id", c.ID, "err", err)
+		}
+		due := time.UnixMilli(c.Due)
+		at, ok := every.CatchUp(due, time.UnixMilli(now), policy)
+		if !ok {
+			if next := every.Next(due, time.UnixMilli(now)); !next.IsZero() {
+				skipped = append(skipped, delaystore.RetryRequest{Receipt: c.Receipt, Next: next.UnixMilli()})
+				e.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next.UnixMilli())
+				continue
+			}
+		}
+		if ok && !at.Equal(due) {
+			e.log.Debug("missed occurrences fire as one", "id", c.ID, "misfire", policy.String(), "due", c.Due, "as", at.UnixMilli())
+			c.Due = at.UnixMilli()
+		}
+		fire = append(fire, c)
+	}
+	if len(skipped) > 0 {
+		broker, _, _ := strings.Cut(claimed[0].Envelope.Target, ":")
+		e.metrics.count(broker, "misfire_skipped", len(skipped))
+	}
+	return fire, skipped
 }

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"log/slog"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -82,10 +84,11 @@ func TestNextFiringFromSchedule(t *testing.T) {
 	}
 }
 
-// TestRecurringCatchesUp: occurrences missed while nothing fired (here: the first due
-// time lies 3.5 s back) fire late, each once and in order; with x-delay-expires, one
-// expired firing is dead-lettered and the occurrences that expired with it are skipped.
-func TestRecurringCatchesUp(t *testing.T) {
+// TestRecurringCatchesUpAll: with x-delay-misfire all, occurrences missed while nothing
+// fired (here: the first due time lies 3.5 s back) fire late, each once and in order;
+// with x-delay-expires, one expired firing is dead-lettered and the occurrences that
+// expired with it are skipped.
+func TestRecurringCatchesUpAll(t *testing.T) {
 	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	out := collect(t, gc, "tick")
@@ -94,7 +97,7 @@ func TestRecurringCatchesUp(t *testing.T) {
 	park := func(id string, first int64, expires time.Duration) {
 		if _, err := st.Park(context.Background(), []delaystore.ParkRequest{{
 			ID: id, Replace: true, Absolute: true, At: first,
-			Envelope: delaystore.Envelope{Target: "nats:tick", Source: "http", Payload: []byte(id), Every: "1s", Expires: expires},
+			Envelope: delaystore.Envelope{Target: "nats:tick", Source: "http", Payload: []byte(id), Every: "1s", Expires: expires, Misfire: "all"},
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -131,5 +134,109 @@ func TestRecurringCatchesUp(t *testing.T) {
 	case g := <-dlq:
 		t.Fatalf("a second dead letter: %v", g.msg.Metadata)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// firingDue is the x-delay-due of a published firing, and its arrival, in unix ms.
+func firingDue(t *testing.T, g got) (due, at int64) {
+	t.Helper()
+	v, _ := headers.FromMetadata(g.msg.Metadata).Get(contract.HeaderDue)
+	due, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("x-delay-due %q: %v", v, err)
+	}
+	if at = g.at.UnixMilli(); at < due {
+		t.Fatalf("firing early: arrived %d, due %d", at, due)
+	}
+	return due, at
+}
+
+// TestRecurringMisfire (issue 23 item 2): x-deliver-at 0 with every 1s, through a real
+// Redis. once: exactly one firing at once, as the latest occurrence, then one per
+// second; skip: nothing at once, the first firing at the next occurrence after the park;
+// all: exactly the latest 100 occurrences at once, in order, then one per second. Before
+// x-delay-misfire each fired every second since 1970 (hundreds a second).
+func TestRecurringMisfire(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	outs := map[string]chan got{}
+	for _, m := range []string{"once", "skip", "all"} {
+		outs[m] = collect(t, gc, "tick."+m)
+	}
+	runEgress(t, Config{}, st, map[string]message.Publisher{"nats": gc})
+	parked := time.Now().UnixMilli()
+	for m, stored := range map[string]string{"once": "", "skip": "skip", "all": "all"} {
+		if _, err := st.Park(context.Background(), []delaystore.ParkRequest{{
+			ID: m, Replace: true, Absolute: true, At: 0,
+			Envelope: delaystore.Envelope{Target: "nats:tick." + m, Source: "http", Payload: []byte(m), Every: "1s", Misfire: stored},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// once: the latest occurrence (a whole second, at most a second before the park)...
+	first, _ := firingDue(t, waitFor(t, outs["once"], 5*time.Second))
+	if first%1000 != 0 || first <= parked-1000 || first > parked+1000 {
+		t.Fatalf("once: first firing due %d, want the latest whole second at the park (%d)", first, parked)
+	}
+	// ... then one per second.
+	for k := int64(1); k <= 2; k++ {
+		if due, _ := firingDue(t, waitFor(t, outs["once"], 3*time.Second)); due != first+k*1000 {
+			t.Fatalf("once: firing %d due %d, want %d", k, due, first+k*1000)
+		}
+	}
+	// skip: nothing at or before the park; the first firing is the next occurrence.
+	if due, _ := firingDue(t, waitFor(t, outs["skip"], 3*time.Second)); due <= parked || due > parked+2000 {
+		t.Fatalf("skip: first firing due %d, want the first whole second after the park (%d)", due, parked)
+	}
+	// all: 100 in a row, the last of them the latest occurrence at the first claim, and
+	// nothing older.
+	var dues []int64
+	for range 101 {
+		due, _ := firingDue(t, waitFor(t, outs["all"], 3*time.Second))
+		dues = append(dues, due)
+	}
+	oldest, latest := dues[0], dues[99]
+	for k, due := range dues {
+		if due != oldest+int64(k)*1000 {
+			t.Fatalf("all: firing %d due %d, want %d (in order, none twice, none left out)", k, due, oldest+int64(k)*1000)
+		}
+	}
+	if latest <= parked-1000 || latest > parked+1000 {
+		t.Fatalf("all: 100th firing due %d, want the latest occurrence at the park (%d)", latest, parked)
+	}
+	t.Logf("once from %d, all from %d to %d (%d at once), parked at %d", first, oldest, latest, len(dues)-1, parked)
+}
+
+// TestMisfires: at the claim, a missed firing of a recurring message fires as its
+// policy says (once: as the latest occurrence; all: from the oldest of the latest 100)
+// or is parked for the next occurrence after the claim unpublished (skip); a late firing
+// that was not missed, a one-shot message, and a schedule that does not parse pass
+// unchanged.
+func TestMisfires(t *testing.T) {
+	e := &Egress{log: slog.New(slog.DiscardHandler)}
+	const now = 1_700_000_000_400 // ms; every 1s from 0 (whole seconds): latest 1_700_000_000_000
+	claim := func(id string, due int64, every, misfire string) delaystore.Claimed {
+		return delaystore.Claimed{Receipt: delaystore.Receipt{ID: id}, Due: due,
+			Envelope: delaystore.Envelope{Target: "nats:t", Every: every, Misfire: misfire}}
+	}
+	fire, skipped := e.misfires([]delaystore.Claimed{
+		claim("once", 0, "1s", ""), claim("skip", 0, "1s", "skip"), claim("all", 0, "1s", "all"),
+		claim("late", now-900, "1s", "skip"), claim("one-shot", 0, "", ""), claim("bad", 0, "never", ""),
+		claim("hourly", now-30_000, "1h", "skip"), claim("hourly-missed", now-61_000, "1h", "skip"),
+	}, now)
+	got := map[string]int64{}
+	for _, c := range fire {
+		got[c.ID] = c.Due
+	}
+	want := map[string]int64{"once": now - 400, "all": now - 400 - 99_000, "late": now - 900, "one-shot": 0, "bad": 0, "hourly": now - 30_000}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("fired as %v, want %v", got, want)
+	}
+	next := map[string]int64{}
+	for _, r := range skipped {
+		next[r.ID] = r.Next
+	}
+	if want := map[string]int64{"skip": now + 600, "hourly-missed": now - 61_000 + 3_600_000}; !reflect.DeepEqual(next, want) {
+		t.Errorf("skipped to %v, want %v", next, want)
 	}
 }

@@ -64,12 +64,55 @@ func firstFiring(req *delaystore.ParkRequest, h headers.List, every schedule.Eve
 	req.Absolute, req.At, req.Delay = true, every.First(now).UnixMilli(), 0
 }
 
-// parseFiring reads the firing-control headers: x-delay-expires and x-delay-every.
-func parseFiring(h headers.List, now time.Time) (time.Duration, schedule.Every, error) {
-	expires, err := ParseExpires(h)
-	if err != nil {
-		return 0, schedule.Every{}, err
+// ParseMisfire reads x-delay-misfire (name matched case-insensitively) from h: what the
+// recurring message does with occurrences it missed ([schedule.ParseMisfire]: once,
+// skip or all). Absent: [schedule.MisfireOnce]. Repeated, invalid, or given for a
+// message that is not recurring (every is zero: x-delay-expires is what drops a late
+// one-shot message): an error wrapping [ErrInvalidEvery].
+func ParseMisfire(h headers.List, every schedule.Every) (schedule.Misfire, error) {
+	vs := h.Values(contract.HeaderMisfire)
+	switch {
+	case len(vs) == 0:
+		return schedule.MisfireOnce, nil
+	case len(vs) > 1:
+		return schedule.MisfireOnce, fmt.Errorf("%w: %s given %d times", ErrInvalidEvery, contract.HeaderMisfire, len(vs))
+	case every.IsZero():
+		return schedule.MisfireOnce, fmt.Errorf("%w: %s applies to recurring messages only (give %s; %s drops a late one-shot message)",
+			ErrInvalidEvery, contract.HeaderMisfire, contract.HeaderEvery, contract.HeaderExpires)
 	}
-	every, err := ParseEvery(h, now)
-	return expires, every, err
+	m, err := schedule.ParseMisfire(vs[0])
+	if err != nil {
+		return schedule.MisfireOnce, fmt.Errorf("%w: %s: %w", ErrInvalidEvery, contract.HeaderMisfire, err)
+	}
+	return m, nil
+}
+
+// firing is what the firing-control headers say.
+type firing struct {
+	expires time.Duration
+	every   schedule.Every
+	misfire schedule.Misfire
+}
+
+// storedMisfire is the Envelope.Misfire of f: "" for the default (not stored).
+func (f firing) storedMisfire() string {
+	if f.misfire == schedule.MisfireOnce {
+		return ""
+	}
+	return f.misfire.String()
+}
+
+// parseFiring reads the firing-control headers: x-delay-expires, x-delay-every and
+// x-delay-misfire.
+func parseFiring(h headers.List, now time.Time) (firing, error) {
+	var f firing
+	var err error
+	if f.expires, err = ParseExpires(h); err != nil {
+		return f, err
+	}
+	if f.every, err = ParseEvery(h, now); err != nil {
+		return f, err
+	}
+	f.misfire, err = ParseMisfire(h, f.every)
+	return f, err
 }

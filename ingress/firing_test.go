@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,48 @@ func TestPrepareEvery(t *testing.T) {
 		}
 		if tt.due.IsZero() && (req.Absolute || req.Delay != tt.delay) {
 			t.Errorf("%s: due absolute=%v delay=%s, want delay %s", tt.name, req.Absolute, req.Delay, tt.delay)
+		}
+		if want := hl("keep", "me", contract.HeaderHops, "1"); !equalList(req.Envelope.Headers, want) {
+			t.Errorf("%s: forwarded %q, want %q", tt.name, req.Envelope.Headers, want)
+		}
+	}
+}
+
+// TestPrepareMisfire: x-delay-misfire is kept with the message only when it is not the
+// default (Envelope.Misfire "" is once) and not forwarded; a Nats-Schedule repeating form
+// gets the default, once, which is what NATS does with missed schedules; a bad value, a
+// repeated one, or one on a message that is not recurring is refused as invalid_every.
+func TestPrepareMisfire(t *testing.T) {
+	r := prepareRules()
+	now := time.Date(2026, 11, 25, 8, 30, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name    string
+		hs      []string
+		misfire string
+		reason  string
+	}{
+		{name: "absent: once", hs: []string{"x-delay-every", "1s"}},
+		{name: "once: the default, not stored", hs: []string{"x-delay-every", "1s", "x-delay-misfire", "once"}},
+		{name: "skip", hs: []string{"x-delay-every", "1s", "X-Delay-Misfire", "skip"}, misfire: "skip"},
+		{name: "all, any case", hs: []string{"x-delay-every", "0 9 * * *", "x-delay-misfire", "ALL"}, misfire: "all"},
+		{name: "NATS @every: once", hs: []string{"Nats-Schedule", "@every 1s"}},
+		{name: "NATS cron with a policy", hs: []string{"Nats-Schedule", "0 0 9 * * *", "x-delay-misfire", "skip"}, misfire: "skip"},
+		{name: "unknown", hs: []string{"x-delay-every", "1s", "x-delay-misfire", "latest"}, reason: contract.ReasonInvalidEvery},
+		{name: "repeated", hs: []string{"x-delay-every", "1s", "x-delay-misfire", "skip", "x-delay-misfire", "skip"}, reason: contract.ReasonInvalidEvery},
+		{name: "not recurring", hs: []string{"x-delay", "5s", "x-delay-misfire", "skip"}, reason: contract.ReasonInvalidEvery},
+	} {
+		req, err := r.Prepare(prepareIn("nats", append([]string{"x-target", "a.b", "keep", "me"}, tt.hs...)...), now)
+		if got := Reason(err); got != tt.reason {
+			t.Fatalf("%s: reason %q (%v), want %q", tt.name, got, err, tt.reason)
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), contract.HeaderMisfire) {
+				t.Errorf("%s: %v does not name %s", tt.name, err, contract.HeaderMisfire)
+			}
+			continue
+		}
+		if req.Envelope.Misfire != tt.misfire {
+			t.Errorf("%s: misfire %q, want %q", tt.name, req.Envelope.Misfire, tt.misfire)
 		}
 		if want := hl("keep", "me", contract.HeaderHops, "1"); !equalList(req.Envelope.Headers, want) {
 			t.Errorf("%s: forwarded %q, want %q", tt.name, req.Envelope.Headers, want)

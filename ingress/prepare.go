@@ -72,7 +72,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	expires, every, err := parseFiring(h, now)
+	fire, err := parseFiring(h, now)
 	if err != nil {
 		return req, err
 	}
@@ -97,7 +97,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	} else {
 		req.Delay = contract.Remaining(sched.Delay, in.Received, now)
 	}
-	firstFiring(&req, h, every, now)
+	firstFiring(&req, h, fire.every, now)
 	req.Envelope = delaystore.Envelope{
 		Target:   target.String(),
 		Source:   in.Source,
@@ -105,8 +105,9 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Headers:  forward,
 		Key:      key,
 		Payload:  in.Payload,
-		Expires:  expires,
-		Every:    every.String(),
+		Expires:  fire.expires,
+		Every:    fire.every.String(),
+		Misfire:  fire.storedMisfire(),
 	}
 	return req, nil
 }

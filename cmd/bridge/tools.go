@@ -96,12 +96,13 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	delay := fs.String("delay", "", "delay: 1500 (ms), 30s, 1h30m or PT30S")
 	at := fs.String("deliver-at", "", "absolute due time: RFC 3339 or unix ms")
 	every := fs.String("every", "", "x-delay-every: recurring, a Go duration >= 1s (30s) or cron (\"0 9 * * 1-5\", CRON_TZ=Europe/Berlin first)")
+	misfire := fs.String("misfire", "", "x-delay-misfire, with --every: missed occurrences fire once (the default), skip or all (at most 100)")
 	expires := fs.String("expires", "", "x-delay-expires: dead-letter it as expired when not published this long after its due time (as --delay)")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -122,7 +123,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	if err != nil {
 		return err
 	}
-	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Payload: &payload}
+	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Misfire: *misfire, Payload: &payload}
 	req.Delay, req.DeliverAt, req.Expires = jsonString(*delay), jsonString(*at), jsonString(*expires)
 	if req.Headers, err = headerMap(hdrs); err != nil {
 		return err
@@ -253,7 +254,7 @@ Usage:
   bridge [run]                 run from the environment (variables below)
   bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
                                in-memory Redis; NOT durable; prints how to try it
-  bridge send --target T [--delay D | --deliver-at T] [--every S] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
+  bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)

@@ -4,12 +4,17 @@
 --       6 = {P:s}:n (parked count per target: -1 per cancelled message)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = tombstone TTL ms (<= 0: none), 4 = the shard's wake channel (P:wake:<s>),
---       5 = shard number, then per message 2 values: id, version read by scan
+--       5 = shard number, then per message 3 values: id, version and target read by scan
 -- returns: changed count
 -- A message is changed only when its stored version is the one read (fence: replaced,
 -- cancelled or fired meanwhile: left alone) and it is not in delivery: its score equals
 -- its due time, or it is in the retry set (waiting for its backoff). A claimed message
--- (scored at its lease) and one put back by egress are in delivery: left alone. cancel
+-- (scored at its lease) and one put back by egress are in delivery: left alone. Except
+-- a recurring message (recurring: its body ends with the schedule) under cancel: it is
+-- cancelled in delivery too, and so is the next occurrence its firing parked since the
+-- scan (a newer version, same target): the entry is gone, so the firing's re-park
+-- (retry.lua mode n) is fenced out and the schedule stops (the firing in flight may
+-- still be published). cancel
 -- deletes it as cancel.lua does (tombstone of its source id); shift, at and now give it
 -- a new version (INCR seq), the due time due + shift, the given one, or the Redis time,
 -- scored there, out of the retry set; attempts are kept. A wake "<shard>:<due>" is
@@ -28,14 +33,18 @@ local headScore = nil
 if head[2] then headScore = tonumber(head[2]) end
 local earliest = nil
 local n = 0
-for i = 6, #ARGV, 2 do
+for i = 6, #ARGV, 3 do
   local id, want = ARGV[i], ARGV[i + 1]
   local env = redis.call('HGET', m, id)
   local score = redis.call('ZSCORE', z, id)
   if env and score then
     local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
     local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
-    if version == want and waiting then
+    local pick = version == want and waiting
+    if not pick and op == 'cancel' and version and recurring(env, p) then
+      pick = version == want or (tonumber(version) > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
+    end
+    if pick then
       if op == 'cancel' then
         redis.call('ZREM', z, id)
         redis.call('HDEL', m, id)

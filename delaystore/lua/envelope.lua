@@ -3,20 +3,35 @@
 -- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
 -- script; it is not a script of its own.
 
--- field returns the uvarint-length-prefixed field of s at index i and the index after it;
--- nil when malformed.
-local function field(s, i)
+-- uvarint returns the uvarint of s at index i and the index after it; nil when malformed.
+local function uvarint(s, i)
   local n, mul = 0, 1
   while true do
     local b = string.byte(s, i)
     if b == nil or mul > 268435456 then return nil, i end
     n = n + (b % 128) * mul
     i = i + 1
-    if b < 128 then break end
+    if b < 128 then return n, i end
     mul = mul * 128
   end
-  if i + n - 1 > #s then return nil, i end
+end
+
+-- field returns the uvarint-length-prefixed field of s at index i and the index after it;
+-- nil when malformed.
+local function field(s, i)
+  local n
+  n, i = uvarint(s, i)
+  if n == nil or i + n - 1 > #s then return nil, i end
   return string.sub(s, i, i + n - 1), i + n
+end
+
+-- skip returns the index after the uvarint-length-prefixed field of s at index i; nil
+-- when malformed.
+local function skip(s, i)
+  local n
+  n, i = uvarint(s, i)
+  if n == nil or i + n - 1 > #s then return nil end
+  return i + n
 end
 
 -- sourceOf returns the source id of the body of message id starting at index p of s: by
@@ -39,6 +54,34 @@ local function targetOf(s, p)
     if _ == nil then return '' end
   end
   return (field(s, i)) or ''
+end
+
+-- recurring reports whether the body starting at index p of s is a recurring message's:
+-- its last header is the schedule (delaystore/envelope.go: metaEvery, the last meta
+-- header). It steps over source id, target, source, key and the header pairs (a few
+-- bytes read per field, nothing copied but the last key); false when malformed.
+local function recurring(s, p)
+  local i = p + 1
+  if string.byte(s, p) == 3 then i = skip(s, i) end
+  if i then i = skip(s, i) end -- target
+  if i then i = skip(s, i) end -- source
+  if not i then return false end
+  local flag = string.byte(s, i)
+  i = i + 1
+  if flag == 1 then i = skip(s, i) elseif flag ~= 0 then return false end
+  if not i then return false end
+  local n
+  n, i = uvarint(s, i)
+  if not n or n == 0 then return false end
+  local last
+  for _ = 1, n do
+    last = i
+    i = skip(s, i) -- key
+    if i then i = skip(s, i) end -- value
+    if not i then return false end
+  end
+  local key = field(s, last)
+  return key == '_delaybridge_every'
 end
 
 -- count adds deltas (target -> signed count) to the shard's parked counts per target

@@ -34,6 +34,11 @@ const (
 	// expression (optionally CRON_TZ=<zone> first). After each firing the message is parked
 	// again for its next occurrence, with the same x-delay-id (section 9).
 	HeaderEvery = "x-delay-every"
+	// HeaderMisfire is what a recurring message does with occurrences it missed (the
+	// bridge was down, the target failed, the first occurrence lies in the past): "once"
+	// (the default: one firing as the latest of them), "skip" or "all" (at most 100). A
+	// bad value, or one without HeaderEvery, is refused as [ReasonInvalidEvery] (section 9).
+	HeaderMisfire = "x-delay-misfire"
 )
 
 // Headers the bridge sets on what it delivers (section 2).

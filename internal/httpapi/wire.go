@@ -13,7 +13,9 @@ type PostRequest struct {
 	// Expires is x-delay-expires: a string in the x-delay grammar or integer ms.
 	Expires json.RawMessage `json:"expires,omitempty"`
 	// Every is x-delay-every: "30s", "0 9 * * 1-5", "CRON_TZ=Europe/Berlin 0 9 * * *".
-	Every         string            `json:"every,omitempty"`
+	Every string `json:"every,omitempty"`
+	// Misfire is x-delay-misfire: "once" (the default), "skip" or "all".
+	Misfire       string            `json:"misfire,omitempty"`
 	ID            string            `json:"id,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
@@ -39,6 +41,9 @@ type MessageResponse struct {
 	Expires *int64 `json:"expires,omitempty"`
 	// Every is the message's recurring schedule, absent when it fires once.
 	Every string `json:"every,omitempty"`
+	// Misfire is a recurring message's x-delay-misfire ("once", "skip", "all"), absent
+	// when it fires once.
+	Misfire string `json:"misfire,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.

@@ -29,6 +29,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ui"
+	"github.com/delaybridge/delaybridge/internal/schedule"
 )
 
 // Store is what the message API needs of the delay store. Safe for concurrent use.
@@ -241,6 +242,9 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 	if req.Every != "" {
 		hs.Add(contract.HeaderEvery, req.Every)
 	}
+	if req.Misfire != "" {
+		hs.Add(contract.HeaderMisfire, req.Misfire)
+	}
 	for _, f := range []struct {
 		name, header string
 		raw          json.RawMessage
@@ -283,7 +287,7 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 var fieldNames = strings.NewReplacer(
 	contract.HeaderHops, contract.HeaderHops, contract.HeaderDue, contract.HeaderDue,
 	contract.HeaderSource, contract.HeaderSource, contract.HeaderError, contract.HeaderError,
-	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderID, "id",
+	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderID, "id",
 	contract.HeaderDeliverAt, "deliver_at", contract.HeaderTarget, "target", contract.HeaderDelay, "delay")
 
 // methodNotAllowed answers 405 in JSON, with the methods a path takes in Allow.
@@ -338,11 +342,23 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
 		Attempts: m.Attempts, Every: m.Envelope.Every,
 	}
+	if m.Envelope.Every != "" {
+		resp.Misfire = misfireOf(m.Envelope)
+	}
 	if m.Envelope.Expires > 0 {
 		ms := m.Envelope.Expires.Milliseconds()
 		resp.Expires = &ms
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// misfireOf is the x-delay-misfire policy of a recurring message as the API shows it:
+// "once" when none is stored (the default), else the stored one.
+func misfireOf(env delaystore.Envelope) string {
+	if env.Misfire == "" {
+		return schedule.MisfireOnce.String()
+	}
+	return env.Misfire
 }
 
 func (a *api) delete(w http.ResponseWriter, r *http.Request) {

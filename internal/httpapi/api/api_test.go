@@ -1,8 +1,10 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -129,6 +131,35 @@ func TestPostEvery(t *testing.T) {
 	}
 	if _, ok := m.Headers["x-delay-every"]; ok {
 		t.Fatalf("every shown as a header too: %v", m.Headers)
+	}
+}
+
+// TestPostMisfire: misfire is x-delay-misfire; GET shows a recurring message's policy,
+// once when none was given; a bad one is a 400 that names the field.
+func TestPostMisfire(t *testing.T) {
+	c, _ := newAPI(t, "")
+	ctx := context.Background()
+	for id, give := range map[string]string{"m-skip": "skip", "m-all": "all", "m-default": ""} {
+		if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Every: "1s", Misfire: give, ID: id, DeliverAt: json.RawMessage("0"), Payload: str("x")}); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		m, err := c.Get(ctx, id)
+		if want := cmp.Or(give, "once"); err != nil || m.Misfire != want {
+			t.Fatalf("get %s = %+v, %v; want misfire %q", id, m, err, want)
+		}
+	}
+	if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Every: "1s", Misfire: "never", Payload: str("x")}); err == nil ||
+		!strings.Contains(err.Error(), "invalid_every") || !strings.Contains(err.Error(), "misfire") {
+		t.Fatalf("bad misfire: %v", err)
+	}
+	if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", Misfire: "skip", Payload: str("x")}); err == nil {
+		t.Fatal("misfire without every accepted")
+	}
+	if _, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", ID: "once-only", Payload: str("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Get(ctx, "once-only"); err != nil || m.Misfire != "" {
+		t.Fatalf("a one-shot message shows misfire %q, %v", m.Misfire, err)
 	}
 }
 

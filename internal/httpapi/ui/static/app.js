@@ -211,7 +211,7 @@ async function message(id) {
     el('h2', {}, 'Message ', el('code', {id: 'msg-id'}, m.id)),
     el('table', {id: 'detail'}, el('tbody', {},
       [['target', m.target], ['due (UTC)', fmtTime(m.due) + ' (in ' + fmtIn(m.due) + ')'], ['source', m.source], ['attempts', m.attempts],
-        ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
+        ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-'], ['misfire', m.misfire || '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
     el('h3', {}, 'Headers'), el('table', {id: 'headers'}, el('tbody', {}, hdrs.length ? hdrs : el('tr', {}, el('td', {}, 'none')))),
     el('h3', {}, 'Payload'), el('pre', {id: 'payload'}, preview(m.payload_base64)),
     el('h3', {}, 'Actions'),
