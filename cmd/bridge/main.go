@@ -64,8 +64,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 	case "help", "--help", "-h", "-help":
 		printHelp(stdout)
 	default:
-		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n", cmd)
-		printHelp(stderr)
+		fmt.Fprintf(stderr, "bridge: unknown command %s\n\n", cmd)
+		printCommands(stderr)
 		return 2
 	}
 	if err != nil {

@@ -66,3 +66,17 @@ func TestReachable(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownCommand: a misspelt command names itself and lists the commands, not every
+// variable (that is --help's), and exits 2.
+func TestUnknownCommand(t *testing.T) {
+	var out, errOut strings.Builder
+	code := run(t.Context(), []string{"sned"}, nil, strings.NewReader(""), &out, &errOut)
+	got := errOut.String()
+	if code != 2 || out.Len() != 0 || !strings.HasPrefix(got, "bridge: unknown command sned\n") {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, out.String(), got)
+	}
+	if !strings.Contains(got, "bridge send ") || !strings.Contains(got, "bridge targets") || strings.Contains(got, "BRIDGE_REDIS_URL") {
+		t.Fatalf("stderr lists no commands, or variables too:\n%s", got)
+	}
+}
