@@ -62,6 +62,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// RedisErr, when set, is the Redis monitor's state for GET /v1/overview (nil: up).
 	RedisErr func() error
+	// Lookalikes, when set, warns about and counts the names in a POST's headers object
+	// that look like a contract header's (x-dealy), as ingress does for brokers.
+	Lookalikes *ingress.Lookalikes
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
@@ -203,6 +206,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
 		return
 	}
+	a.cfg.Lookalikes.Check(in.Headers, in.Source)
 	park, err := a.cfg.Rules.Prepare(in, a.cfg.Now())
 	if err != nil {
 		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
