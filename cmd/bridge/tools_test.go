@@ -4,6 +4,8 @@ import (
 	"flag"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,5 +80,20 @@ func TestUnknownCommand(t *testing.T) {
 	}
 	if !strings.Contains(got, "bridge send ") || !strings.Contains(got, "bridge targets") || strings.Contains(got, "BRIDGE_REDIS_URL") {
 		t.Fatalf("stderr lists no commands, or variables too:\n%s", got)
+	}
+}
+
+// TestUnauthorizedNamesToken: a 401 from the message API tells how to give the token.
+func TestUnauthorizedNamesToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"missing or wrong bearer token"}`))
+	}))
+	t.Cleanup(srv.Close)
+	var out, errOut strings.Builder
+	code := run(t.Context(), []string{"stats", "--api", srv.URL}, nil, strings.NewReader(""), &out, &errOut)
+	if got := errOut.String(); code != 1 || !strings.Contains(got, "--token") || !strings.Contains(got, "BRIDGE_API_TOKEN") {
+		t.Fatalf("exit %d, stderr %q", code, got)
 	}
 }

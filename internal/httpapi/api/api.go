@@ -60,6 +60,9 @@ type Config struct {
 	// Gatherer, when set, is the bridge's metrics registry: GET /v1/overview reads its
 	// counters and lateness histogram.
 	Gatherer prometheus.Gatherer
+	// Started is when Gatherer's counters began (GET /v1/overview's since); default: when
+	// New is called.
+	Started time.Time
 	// RedisErr, when set, is the Redis monitor's state for GET /v1/overview (nil: up).
 	RedisErr func() error
 	// Lookalikes, when set, warns about and counts the names in a POST's headers object
@@ -90,6 +93,9 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Started.IsZero() {
+		cfg.Started = cfg.Now()
 	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
