@@ -174,6 +174,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 	if err != nil {
 		return err
 	}
+	defer routeRedisLog(logger, rdb)() // after shutdown (deferred next) closed rdb
 	var sides []*brokerSide
 	defer func() { shutdown(sides, rdb) }()
 	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
