@@ -113,7 +113,7 @@ async function overview() {
   const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
   const rows = targets.targets.map(t => el('tr', {},
     el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
-    el('td', {class: 'n'}, num(t.parked)), el('td', {}, fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
+    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
   view.replaceChildren(
     el('div', {class: 'cards'},
       card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
