@@ -174,6 +174,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 	if err != nil {
 		return err
 	}
+	defer routeRedisLog(logger, rdb)() // after shutdown (deferred next) closed rdb
 	var sides []*brokerSide
 	defer func() { shutdown(sides, rdb) }()
 	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
@@ -295,8 +296,9 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	rules := cfg.Ingress // the BRIDGE_* limits ingress owns; then what the assembly knows
 	rules.Targets = targetPolicy(cfg)
 	rules.Limits = brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes))
+	lookalikes := ingress.NewLookalikes(logger, b.inMetrics, ls.now) // brokers' and API's
 	var err error
-	b.in, err = ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer, Now: ls.now},
+	b.in, err = ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer, Now: ls.now, Lookalikes: lookalikes},
 		store, sources, publishers, logger, b.inMetrics)
 	if err != nil {
 		return err
@@ -319,7 +321,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
-			Gatherer: b.reg, RedisErr: b.redisUp.Err}, store, logger)
+			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes}, store, logger)
 	}
 	return nil
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,21 +18,25 @@ var countsSrc string
 type TargetCount struct {
 	Target string // "broker:name"
 	Parked int64
-	// NextDue is the earliest scheduled time of the target's messages (unix ms), 0 when
-	// Targets' time ran out before it was found.
+	// NextDue is the earliest scheduled time of the target's messages (unix ms); 0 when
+	// it is unknown: Targets read maxRead entries before it could be sure of it.
 	NextDue int64
 }
 
 // Targets returns every target with parked messages, most parked first (then by name):
 // the counts that park, ack, cancel and bulk keep per shard, summed, and each target's
-// next due time, found by reading the shards together in scheduled order (as List) until
-// every target was seen, all shards are through, or budget has passed. A shard whose
-// counts are not marked complete (written by a version that kept none), or every shard
-// with recount, is counted from its entries first (counts.lua: one script run per shard,
-// ~3 us per entry). It changes nothing else and blocks until done, ctx is done, or a
-// Redis call fails.
-func (s *Store) Targets(ctx context.Context, recount bool, budget time.Duration) ([]TargetCount, error) {
-	counts, err := s.targetCounts(ctx, recount)
+// next due time. A shard whose counts are not marked complete (written by a version that
+// kept none), or every shard with recount, is counted from its entries first (counts.lua:
+// one script run per shard, ~3 us per entry). Next dues are found by reading each shard
+// in scheduled order, all shards' chunks in one pipeline a round, until the shard showed
+// the first message of every target its counts hold, or is through: the first seen in a
+// shard is that shard's earliest, and a target's next due is the earliest over the shards
+// that hold it. The reading is bounded by work, not time: after maxRead entries (at least
+// one round) it stops, and a target that a shard still holding it had not shown yet keeps
+// NextDue 0 (unknown), never a later one. It changes nothing else and blocks until done,
+// ctx is done, or a Redis call fails.
+func (s *Store) Targets(ctx context.Context, recount bool, maxRead int) ([]TargetCount, error) {
+	counts, held, err := s.targetCounts(ctx, recount)
 	if err != nil {
 		return nil, err
 	}
@@ -46,17 +50,17 @@ func (s *Store) Targets(ctx context.Context, recount bool, budget time.Duration)
 		}
 		return out[i].Target < out[j].Target
 	})
-	if err := s.nextDues(ctx, out, budget); err != nil {
+	if err := s.nextDues(ctx, out, held, maxRead); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 // targetCounts sums the shards' counts per target, counting first the shards whose
-// counts are not complete (or all, with recount).
-func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int64, error) {
+// counts are not complete (or all, with recount); held[i] is the targets shard i holds.
+func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int64, []map[string]bool, error) {
 	if err := s.completeCounts(ctx, recount); err != nil {
-		return nil, fmt.Errorf("targets: %w", err)
+		return nil, nil, fmt.Errorf("targets: %w", err)
 	}
 	read := s.rdb.Pipeline()
 	alls := make([]*redis.MapStringStringCmd, len(s.keys))
@@ -65,20 +69,23 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 	}
 	_, _ = read.Exec(ctx)
 	sum := map[string]int64{}
+	held := make([]map[string]bool, len(s.keys))
 	for i, c := range alls {
 		fields, err := c.Result()
 		if err != nil {
-			return nil, fmt.Errorf("targets: read shard %d: %w", i, err)
+			return nil, nil, fmt.Errorf("targets: read shard %d: %w", i, err)
 		}
+		held[i] = map[string]bool{}
 		for t, v := range fields {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if t == "" || err != nil || n <= 0 {
 				continue
 			}
 			sum[t] += n
+			held[i][t] = true
 		}
 	}
-	return sum, nil
+	return sum, held, nil
 }
 
 // completeCounts makes every shard's counts complete: one pipeline of HEXISTS finds the
@@ -112,32 +119,60 @@ func (s *Store) completeCounts(ctx context.Context, recount bool) error {
 	return nil
 }
 
-// nextDues fills in the NextDue of targets: the first message of each in scheduled order
-// (List over all shards, only the targets not seen yet matching), until all were seen,
-// the shards are through, or budget has passed.
-func (s *Store) nextDues(ctx context.Context, targets []TargetCount, budget time.Duration) error {
-	missing := make(map[string]int, len(targets))
+// nextDues fills in the NextDue of targets from held (the targets each shard's counts
+// hold): each shard is read in scheduled order, listChunk entries a round, all shards of a
+// round in one pipeline, until it showed every target it holds or is through, or maxRead
+// entries were read (Targets).
+func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[string]bool, maxRead int) error {
+	index := make(map[string]int, len(targets))
 	for i, t := range targets {
-		missing[t.Target] = i
+		index[t.Target] = i
 	}
-	deadline := time.Now().Add(budget)
-	q := ListQuery{Match: func(target string) bool { _, ok := missing[target]; return ok }}
-	for len(missing) > 0 {
-		q.Limit = min(len(missing), 1000) // pages grow with what is still missing
-		page, next, err := s.List(ctx, q, time.Until(deadline))
-		if err != nil {
-			return fmt.Errorf("targets: %w", err)
-		}
-		for _, l := range page {
-			if i, ok := missing[l.Target]; ok {
-				targets[i].NextDue = l.Scheduled
-				delete(missing, l.Target)
+	shards := make([]*listShard, len(held))
+	for i := range held {
+		shards[i] = &listShard{shard: i, pos: ListCursor{Score: "0"}, done: len(held[i]) == 0}
+	}
+	for read := 0; ; {
+		var reading []*listShard
+		var calls []call
+		for _, sh := range shards {
+			if !sh.done && len(held[sh.shard]) > 0 {
+				k := s.keys[sh.shard]
+				reading = append(reading, sh)
+				calls = append(calls, call{keys: []string{k.z, k.m, k.r},
+					args: []any{"z", 0, int64(math.MaxInt64), sh.pos.Score, sh.pos.ID, listChunk, bulkHeadLen}})
 			}
 		}
-		if next == nil || !time.Now().Before(deadline) {
-			return nil
+		if len(calls) == 0 || (read > 0 && read >= maxRead) {
+			break // unknown: what a shard still holds unseen
 		}
-		q.After = next
+		read += len(calls) * listChunk
+		cmds := s.evalPipelined(ctx, s.scan, calls)
+		for i, sh := range reading {
+			out, err := cmds[i].Slice()
+			if err == nil {
+				err = sh.read(out, nil)
+			}
+			if err != nil {
+				return fmt.Errorf("targets: next due: shard %d: %w", sh.shard, err)
+			}
+			for _, l := range sh.found {
+				if t, ok := index[l.Target]; ok && held[sh.shard][l.Target] {
+					delete(held[sh.shard], l.Target)
+					if targets[t].NextDue == 0 || l.Scheduled < targets[t].NextDue {
+						targets[t].NextDue = l.Scheduled
+					}
+				}
+			}
+			sh.found = sh.found[:0]
+		}
+	}
+	for _, h := range held {
+		for t := range h { // counted here, not seen: this shard may hold an earlier one
+			if i, ok := index[t]; ok {
+				targets[i].NextDue = 0
+			}
+		}
 	}
 	return nil
 }

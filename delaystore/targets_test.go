@@ -9,7 +9,7 @@ import (
 // targetsOf returns Targets as target -> count and target -> next due.
 func targetsOf(t *testing.T, f *fixture, recount bool) ([]TargetCount, map[string]int64, map[string]int64) {
 	t.Helper()
-	ts, err := f.s.Targets(t.Context(), recount, time.Second)
+	ts, err := f.s.Targets(t.Context(), recount, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
@@ -171,5 +172,59 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err != nil || m.Due != dues[id]+3_600_000 {
 			t.Fatalf("%s after the console's +1h: %+v %v (was due %d)", id, m, err, dues[id])
 		}
+	}
+}
+
+// TestConsoleOverviewHonest: the overview's first load counts a dead letter from ingress
+// (a message without x-target sent over NATS) under dead-lettered, shows rates rather than
+// "-" for In and Out, and a page opened without the token names BRIDGE_API_TOKEN.
+func TestConsoleOverviewHonest(t *testing.T) {
+	s := newStack(t)
+	const token = "overview-token"
+	env := maps.Clone(s.env)
+	env["BRIDGE_API_TOKEN"] = token
+	b := startBridge(t, env)
+	c := &client.Client{Base: "http://" + b.APIAddr, Token: token}
+	payload := "x"
+	if _, err := c.Send(t.Context(), httpapi.PostRequest{Target: "honest.out", Delay: []byte(`"1h"`), Payload: &payload}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := nats.Header{}
+	hdr.Set("x-delay", "30s") // no x-target: dead-lettered as missing_target
+	if reply := request(t, s.nc, s.name("delay.in"), hdr, "lost"); reply["error"] == nil {
+		t.Fatalf("reply %v, want an error", reply)
+	}
+	ctx := chromium(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil { // starts the browser: no timeout here
+		t.Fatalf("start chromium: %v", err)
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := chromedp.Do(tctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(sel))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+	run("the page without the token", chromedp.Navigate("http://"+b.APIAddr+"/ui/"), chromedp.WaitVisible("#error"))
+	if e := text("#error"); !strings.Contains(e, "BRIDGE_API_TOKEN") {
+		t.Fatalf("the 401 message %q does not name BRIDGE_API_TOKEN", e)
+	}
+	run("the overview's first load",
+		chromedp.SendKeys("#token", token), chromedp.Click("#token-save"), chromedp.WaitVisible("#rate-out .sub"))
+	in, out := text("#rate-in"), text("#rate-out")
+	if strings.Contains(in, "\n-\n") || strings.HasPrefix(text("#rate-in .big"), "-") || text("#rate-out .big") == "-" {
+		t.Fatalf("first load shows no rate:\n%s\n%s", in, out)
+	}
+	if !strings.Contains(out, "1 dead-lettered") {
+		t.Fatalf("the ingress dead letter is not counted:\n%s", out)
 	}
 }

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,6 +11,9 @@ import (
 type Metrics struct {
 	messages *prometheus.CounterVec
 	lateness prometheus.Histogram
+	// latest is the largest lateness observed since start, in ms (a histogram's bucket
+	// bound is not it): delaybridge_delivery_lateness_max_seconds.
+	latest   atomic.Int64
 	inflight prometheus.Gauge
 	owns     prometheus.Gauge
 }
@@ -23,7 +27,8 @@ type Metrics struct {
 // misfire_skipped: a recurring message's firing that missed its time, not published
 // under x-delay-misfire: skip) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
-// the Redis clock), delaybridge_inflight_messages (claimed, not yet settled) and
+// the Redis clock), delaybridge_delivery_lateness_max_seconds (the largest of them since
+// start: a quantile read from the histogram never exceeds it), delaybridge_inflight_messages (claimed, not yet settled) and
 // delaybridge_owned_shards (the shards this replica claims).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -45,7 +50,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Shards this replica claims (shard ownership over the fleet's live members; 0: ingress only).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.lateness, m.inflight, m.owns} {
+	maxLate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "delaybridge_delivery_lateness_max_seconds",
+		Help: "The largest delivery lateness observed since this replica started.",
+	}, func() float64 { return float64(m.latest.Load()) / 1000 })
+	for _, c := range []prometheus.Collector{m.messages, m.lateness, maxLate, m.inflight, m.owns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -67,7 +76,18 @@ func (m *Metrics) count(broker, result string, n int) {
 func (m *Metrics) published(broker string, latenessMs int64) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, "published").Inc()
-		m.lateness.Observe(float64(max(latenessMs, 0)) / 1000)
+		latenessMs = max(latenessMs, 0)
+		m.lateness.Observe(float64(latenessMs) / 1000)
+		m.raise(latenessMs)
+	}
+}
+
+// raise makes ms the largest lateness observed when it is larger.
+func (m *Metrics) raise(ms int64) {
+	for old := m.latest.Load(); ms > old; old = m.latest.Load() {
+		if m.latest.CompareAndSwap(old, ms) {
+			return
+		}
 	}
 }
 

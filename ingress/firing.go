@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,7 +51,7 @@ func ParseEvery(h headers.List, now time.Time) (schedule.Every, error) {
 	}
 	e, err := schedule.Parse(vs[0], now)
 	if err != nil {
-		return schedule.Every{}, fmt.Errorf("%w: %s: %w", ErrInvalidEvery, contract.HeaderEvery, err)
+		return schedule.Every{}, everyError{err}
 	}
 	return e, nil
 }
@@ -116,3 +117,18 @@ func parseFiring(h headers.List, now time.Time) (firing, error) {
 	f.misfire, err = ParseMisfire(h, f.every)
 	return f, err
 }
+
+// everyError is an x-delay-every that internal/schedule refused: "invalid every <value>:
+// <detail>", once (not "invalid every: x-delay-every: invalid schedule ..."). It wraps
+// [ErrInvalidEvery] and the schedule's error.
+type everyError struct{ err error }
+
+func (e everyError) Error() string {
+	var se *schedule.Error
+	if !errors.As(e.err, &se) {
+		return ErrInvalidEvery.Error() + ": " + e.err.Error()
+	}
+	return fmt.Sprintf("%s %s: %s", ErrInvalidEvery, quote(se.Text), se.Detail)
+}
+
+func (e everyError) Unwrap() []error { return []error{ErrInvalidEvery, e.err} }

@@ -80,6 +80,10 @@ type Config struct {
 	// producer's traceparent; its span context is stored with the message so that the
 	// egress publish links to it. nil: no spans.
 	Tracer trace.Tracer
+	// Lookalikes warns about and counts incoming headers named like a contract header
+	// (x-dealy). nil: New makes one over its logger, metrics and Now; the bridge passes
+	// the one it shares with the message API.
+	Lookalikes *Lookalikes
 }
 
 // Ingress consumes sources and parks their messages. Create with New, then Run once.
@@ -149,6 +153,9 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Lookalikes == nil {
+		cfg.Lookalikes = NewLookalikes(logger, metrics, cfg.Now)
 	}
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
@@ -231,7 +238,9 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 	wg.Go(func() { in.group(ctx, src, input) })
 	for msg := range ch {
 		r := received{msg: msg, at: in.now()}
-		req, err := in.cfg.Prepare(in.incoming(src, r), r.at)
+		inc := in.incoming(src, r)
+		in.cfg.Lookalikes.Check(inc.Headers, inc.Source)
+		req, err := in.cfg.Prepare(inc, r.at)
 		if err != nil {
 			in.reject(ctx, src, msg, err)
 			continue

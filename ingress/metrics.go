@@ -4,11 +4,14 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // Metrics are the ingress counters. A nil *Metrics records nothing.
 type Metrics struct {
-	messages *prometheus.CounterVec
+	messages   *prometheus.CounterVec
+	lookalikes *prometheus.CounterVec
 }
 
 // NewMetrics registers the ingress metrics with reg:
@@ -22,8 +25,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Messages taken from a source, by broker and result (parked, cancelled, invalid, nacked, already_delivered); reason is set for invalid.",
 		}, []string{"broker", "result", "reason"}),
 	}
-	if err := reg.Register(m.messages); err != nil {
-		return nil, fmt.Errorf("register ingress metrics: %w", err)
+	m.lookalikes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "delaybridge_lookalike_headers_total",
+		Help: "Incoming headers (brokers and the message API) whose name looks like a contract header's without being one (x-dealy), by the contract header it resembles; the message was handled without it.",
+	}, []string{"header"})
+	for _, name := range contract.Read {
+		m.lookalikes.WithLabelValues(name) // every series exists from the start, at 0
+	}
+	for _, c := range []prometheus.Collector{m.messages, m.lookalikes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register ingress metrics: %w", err)
+		}
 	}
 	return m, nil
 }
@@ -47,3 +59,9 @@ func (m *Metrics) Count(broker, result string, n int) { m.in(broker, result, n) 
 // Invalid records a message of another source refused for reason (an x-delay-error code,
 // see Reason).
 func (m *Metrics) Invalid(broker, reason string) { m.rejected(broker, reason) }
+
+func (m *Metrics) lookalike(header string) {
+	if m != nil {
+		m.lookalikes.WithLabelValues(header).Inc()
+	}
+}

@@ -14,11 +14,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -64,16 +68,25 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 	case "help", "--help", "-h", "-help":
 		printHelp(stdout)
 	default:
-		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n", cmd)
-		printHelp(stderr)
+		fmt.Fprintf(stderr, "bridge: unknown command %s\n\n", cmd)
+		printCommands(stderr)
 		return 2
 	}
 	if err != nil {
 		if err == errUsage {
 			return 2
 		}
-		fmt.Fprintln(stderr, "bridge:", err)
+		fmt.Fprintln(stderr, "bridge:", explain(err))
 		return 1
 	}
 	return 0
+}
+
+// explain adds what to do to an error that does not say it: a 401 of the message API
+// names the token's flag and variables.
+func explain(err error) error {
+	if apiErr := (*client.APIError)(nil); errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
+		return fmt.Errorf("%w (give the bridge's BRIDGE_API_TOKEN: --token, or BRIDGE_API_TOKEN or BRIDGE_API_TOKEN_FILE in the environment)", err)
+	}
+	return err
 }

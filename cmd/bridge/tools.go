@@ -247,6 +247,16 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// printCommands writes the usage part of the help, the command list, without the headers
+// and variables: the answer to an unknown command (a typo should not scroll the screen).
+func printCommands(w io.Writer) {
+	var b strings.Builder
+	printHelp(&b)
+	usage, _, _ := strings.Cut(b.String(), "\nMessages in")
+	_, usage, _ = strings.Cut(usage, "Usage:\n")
+	fmt.Fprint(w, "Commands:\n", usage, "\n`bridge --help` also lists the message headers and every BRIDGE_* variable.\n")
+}
+
 func printHelp(w io.Writer) {
 	fmt.Fprint(w, `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
 

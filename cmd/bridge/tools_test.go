@@ -4,6 +4,8 @@ import (
 	"flag"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,5 +66,34 @@ func TestReachable(t *testing.T) {
 		if got := reachable(a); got != want {
 			t.Errorf("reachable(%s) = %s, want %s", addr, got, want)
 		}
+	}
+}
+
+// TestUnknownCommand: a misspelt command names itself and lists the commands, not every
+// variable (that is --help's), and exits 2.
+func TestUnknownCommand(t *testing.T) {
+	var out, errOut strings.Builder
+	code := run(t.Context(), []string{"sned"}, nil, strings.NewReader(""), &out, &errOut)
+	got := errOut.String()
+	if code != 2 || out.Len() != 0 || !strings.HasPrefix(got, "bridge: unknown command sned\n") {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, out.String(), got)
+	}
+	if !strings.Contains(got, "bridge send ") || !strings.Contains(got, "bridge targets") || strings.Contains(got, "BRIDGE_REDIS_URL") {
+		t.Fatalf("stderr lists no commands, or variables too:\n%s", got)
+	}
+}
+
+// TestUnauthorizedNamesToken: a 401 from the message API tells how to give the token.
+func TestUnauthorizedNamesToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delaybridge"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"missing or wrong bearer token"}`))
+	}))
+	t.Cleanup(srv.Close)
+	var out, errOut strings.Builder
+	code := run(t.Context(), []string{"stats", "--api", srv.URL}, nil, strings.NewReader(""), &out, &errOut)
+	if got := errOut.String(); code != 1 || !strings.Contains(got, "--token") || !strings.Contains(got, "BRIDGE_API_TOKEN") {
+		t.Fatalf("exit %d, stderr %q", code, got)
 	}
 }

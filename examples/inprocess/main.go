@@ -5,8 +5,9 @@
 //	BRIDGE_REDIS_URL=redis://127.0.0.1:6379/0 BRIDGE_NATS_URL=nats://127.0.0.1:4222 \
 //	  BRIDGE_HTTP_ADDR=127.0.0.1:0 BRIDGE_API_ADDR= go run ./examples/inprocess
 //
-// The configuration is the sidecar's (config.Config, every BRIDGE_* variable); a program
-// may also set its fields in code after config.Load.
+// Redis and NATS must be running at those URLs: the package embeds neither (`bridge dev`
+// does). The configuration is the sidecar's (config.Config, every BRIDGE_* variable); a
+// program may also set its fields in code after config.Load.
 package main
 
 import (

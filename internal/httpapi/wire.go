@@ -122,12 +122,19 @@ type ForecastResponse struct {
 
 // OverviewResponse is the 200 body of GET /v1/overview: this replica's message counters
 // by result since it started (In: parked, invalid, ...; Out: published, retried, ...),
-// the lateness of its deliveries (p50 and p99 in ms, null before the first), and Redis.
+// when it started counting (Since, unix ms: In and Out over the time since are its
+// average rates), the dead letters it sent for every reason (DeadLettered: invalid input
+// from the brokers, undeliverable and expired messages), the lateness of its deliveries
+// (p50 and p99 in ms, never above the largest observed, LatenessMax; null before the
+// first), and Redis.
 type OverviewResponse struct {
-	In          map[string]float64 `json:"in"`
-	Out         map[string]float64 `json:"out"`
-	Delivered   uint64             `json:"delivered"`
-	LatenessP50 *float64           `json:"lateness_p50_ms"`
-	LatenessP99 *float64           `json:"lateness_p99_ms"`
-	Redis       string             `json:"redis"`
+	In           map[string]float64 `json:"in"`
+	Out          map[string]float64 `json:"out"`
+	Since        int64              `json:"since"`
+	DeadLettered float64            `json:"dead_lettered"`
+	Delivered    uint64             `json:"delivered"`
+	LatenessP50  *float64           `json:"lateness_p50_ms"`
+	LatenessP99  *float64           `json:"lateness_p99_ms"`
+	LatenessMax  *float64           `json:"lateness_max_ms"`
+	Redis        string             `json:"redis"`
 }

@@ -31,6 +31,28 @@ const maxRepeats = 3600
 // ErrInvalid is wrapped by every error of [Parse].
 var ErrInvalid = errors.New("invalid schedule")
 
+// Error is why [Parse] refused a schedule: "invalid schedule <text>: <detail>". It wraps
+// [ErrInvalid]; a caller that names the schedule its own way (ingress: "invalid every")
+// words it from Text and Detail, so that the message says "invalid" once.
+type Error struct {
+	// Text is the schedule as given.
+	Text string
+	// Detail says why it was refused.
+	Detail string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s %q: %s", ErrInvalid, e.Text, e.Detail) }
+
+// Unwrap returns [ErrInvalid].
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// want is what Parse takes, for its errors.
+const want = "want a Go duration (30s, 1h) or a cron expression (0 9 * * 1-5, optionally CRON_TZ=Europe/Berlin first)"
+
+func invalid(s, format string, args ...any) error {
+	return &Error{Text: s, Detail: fmt.Sprintf(format, args...)}
+}
+
 // parser reads cron expressions of 5 fields (minute hour day-of-month month
 // day-of-week), or 6 with seconds first (as NATS writes them), the descriptors @hourly,
 // @daily, @midnight, @weekly, @monthly, @yearly and @annually, each optionally prefixed
@@ -55,7 +77,7 @@ type Every struct {
 func Parse(s string, now time.Time) (Every, error) {
 	text := strings.TrimSpace(s)
 	if text == "" {
-		return Every{}, fmt.Errorf("%w: empty", ErrInvalid)
+		return Every{}, invalid(s, "empty")
 	}
 	if d, ok := strings.CutPrefix(text, "@every "); ok {
 		return parseInterval(strings.TrimSpace(d), s)
@@ -65,13 +87,13 @@ func Parse(s string, now time.Time) (Every, error) {
 	}
 	sched, err := parser.Parse(text)
 	if err != nil {
-		return Every{}, fmt.Errorf("%w %q: want a Go duration (30s, 1h) or a cron expression (0 9 * * 1-5, optionally CRON_TZ=Europe/Berlin first): %v", ErrInvalid, s, err)
+		return Every{}, invalid(s, "%s: %v", want, err)
 	}
 	if _, ok := sched.(cron.ConstantDelaySchedule); ok {
-		return Every{}, fmt.Errorf("%w %q: @every takes a duration", ErrInvalid, s)
+		return Every{}, invalid(s, "@every takes a duration")
 	}
 	if next := sched.Next(now); next.IsZero() || next.Sub(now) > horizon {
-		return Every{}, fmt.Errorf("%w %q: never fires", ErrInvalid, s)
+		return Every{}, invalid(s, "never fires")
 	}
 	e := Every{text: text, cron: sched, loc: time.UTC, fixed: fixedTime(text)}
 	if spec, ok := sched.(*cron.SpecSchedule); ok && spec.Location != nil {
@@ -107,10 +129,10 @@ func fixedTime(text string) bool {
 func parseInterval(d, s string) (Every, error) {
 	iv, err := time.ParseDuration(d)
 	if err != nil {
-		return Every{}, fmt.Errorf("%w %q: %v", ErrInvalid, s, err)
+		return Every{}, invalid(s, "%s", want) // time's error would quote s again
 	}
 	if iv < MinInterval {
-		return Every{}, fmt.Errorf("%w %q: the interval must be at least %s", ErrInvalid, s, MinInterval)
+		return Every{}, invalid(s, "the interval must be at least %s", MinInterval)
 	}
 	return Every{text: iv.String(), interval: iv}, nil
 }

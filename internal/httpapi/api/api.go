@@ -61,8 +61,14 @@ type Config struct {
 	// Gatherer, when set, is the bridge's metrics registry: GET /v1/overview reads its
 	// counters and lateness histogram.
 	Gatherer prometheus.Gatherer
+	// Started is when Gatherer's counters began (GET /v1/overview's since); default: when
+	// New is called.
+	Started time.Time
 	// RedisErr, when set, is the Redis monitor's state for GET /v1/overview (nil: up).
 	RedisErr func() error
+	// Lookalikes, when set, warns about and counts the names in a POST's headers object
+	// that look like a contract header's (x-dealy), as ingress does for brokers.
+	Lookalikes *ingress.Lookalikes
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
@@ -88,6 +94,9 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Started.IsZero() {
+		cfg.Started = cfg.Now()
 	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
@@ -204,6 +213,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
 		return
 	}
+	a.cfg.Lookalikes.Check(in.Headers, in.Source)
 	park, err := a.cfg.Rules.Prepare(in, a.cfg.Now())
 	if err != nil {
 		a.cfg.Metrics.Invalid("http", ingress.Reason(err))

@@ -194,7 +194,7 @@ func TestPostRejects(t *testing.T) {
 		{"too large", httpapi.PostRequest{Target: "a.b", Payload: str(strings.Repeat("x", 65))}, "payload_too_large"},
 		{"both payloads", httpapi.PostRequest{Target: "a.b", Payload: str("x"), PayloadBase64: str("eA==")}, "invalid_request: give payload or payload_base64, not both"},
 		{"bad base64", httpapi.PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
-		{"bad every", httpapi.PostRequest{Target: "a.b", Every: "sometimes"}, "invalid_every"},
+		{"bad every", httpapi.PostRequest{Target: "a.b", Every: "sometimes"}, `invalid_every: invalid every "sometimes": want a Go duration`},
 		{"bad expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`"0s"`)}, "invalid_expires"},
 		{"header smuggles a second expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`1000`), Headers: map[string]string{"X-Delay-Expires": "2s"}}, "invalid_expires"},
 		{"header smuggles a second delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "invalid_delay"},

@@ -50,7 +50,8 @@ func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
 // overview serves GET /v1/overview: this replica's own counters and lateness from its
 // metrics registry, and the Redis monitor's state. It makes no Redis call.
 func (a *api) overview(w http.ResponseWriter, _ *http.Request) {
-	out := httpapi.OverviewResponse{In: map[string]float64{}, Out: map[string]float64{}, Redis: "ok"}
+	out := httpapi.OverviewResponse{In: map[string]float64{}, Out: map[string]float64{}, Redis: "ok",
+		Since: a.cfg.Started.UnixMilli()}
 	if a.cfg.RedisErr != nil {
 		if err := a.cfg.RedisErr(); err != nil {
 			out.Redis = "unreachable: " + err.Error()
@@ -65,21 +66,63 @@ func (a *api) overview(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusInternalServerError, "metrics: "+err.Error())
 		return
 	}
+	var lateness *dto.MetricFamily
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case "delaybridge_messages_in_total":
 			sumBy(mf, "result", out.In)
+			out.DeadLettered += deadLetteredIn(mf)
 		case "delaybridge_messages_out_total":
 			sumBy(mf, "result", out.Out)
 		case "delaybridge_delivery_lateness_seconds":
-			out.LatenessP50, out.LatenessP99, out.Delivered = quantiles(mf)
+			lateness = mf
+		case "delaybridge_delivery_lateness_max_seconds":
+			ms := gauge(mf) * 1000
+			out.LatenessMax = &ms
 		case "delaybridge_redis_oom":
 			if len(mf.GetMetric()) > 0 && mf.GetMetric()[0].GetGauge().GetValue() == 1 && out.Redis == "ok" {
 				out.Redis = "full (maxmemory reached): new messages wait in their sources; delivery goes on"
 			}
 		}
 	}
+	out.DeadLettered += out.Out["dead_lettered"] + out.Out["expired"]
+	if lateness != nil {
+		out.LatenessP50, out.LatenessP99, out.Delivered = quantiles(lateness, out.LatenessMax)
+	}
+	if out.Delivered == 0 {
+		out.LatenessMax = nil
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// deadLetteredIn is what ingress dead-lettered, of delaybridge_messages_in_total: the
+// invalid messages from the brokers (the message API's invalid requests were answered
+// with a 400, not dead-lettered).
+func deadLetteredIn(mf *dto.MetricFamily) float64 {
+	n := 0.0
+	for _, m := range mf.GetMetric() {
+		var broker, result string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "broker":
+				broker = l.GetValue()
+			case "result":
+				result = l.GetValue()
+			}
+		}
+		if result == "invalid" && broker != "http" {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}
+
+// gauge is the value of mf's first series (0 without one).
+func gauge(mf *dto.MetricFamily) float64 {
+	if ms := mf.GetMetric(); len(ms) > 0 {
+		return ms[0].GetGauge().GetValue()
+	}
+	return 0
 }
 
 // sumBy adds each counter of mf into into[its label name's value].
@@ -94,8 +137,11 @@ func sumBy(mf *dto.MetricFamily, name string, into map[string]float64) {
 }
 
 // quantiles reads p50 and p99 (ms) and the count from a histogram, summed over its
-// series, interpolating within a bucket as Prometheus' histogram_quantile does.
-func quantiles(mf *dto.MetricFamily) (p50, p99 *float64, count uint64) {
+// series, interpolating within a bucket as Prometheus' histogram_quantile does, but never
+// above maxMs, the largest observation (when known): interpolation assumes observations
+// spread up to the bucket's bound, and 5.8 s in the (5 s, 10 s] bucket would read as 9.2 s.
+// The +Inf bucket reads as maxMs too (else as its lower bound).
+func quantiles(mf *dto.MetricFamily, maxMs *float64) (p50, p99 *float64, count uint64) {
 	bounds := map[float64]uint64{}
 	for _, m := range mf.GetMetric() {
 		h := m.GetHistogram()
@@ -124,6 +170,9 @@ func quantiles(mf *dto.MetricFamily) (p50, p99 *float64, count uint64) {
 					v = lo
 				}
 				v *= 1000
+				if maxMs != nil && (v > *maxMs || math.IsInf(le, 1)) {
+					v = *maxMs
+				}
 				return &v
 			}
 			lo, below = le, bounds[le]

@@ -4,19 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
-// targetsBudget is how long GET /v1/targets looks for the targets' next due times.
-const targetsBudget = 100 * time.Millisecond
+// targetsMaxRead bounds the entries GET /v1/targets reads for the targets' next due times
+// (delaystore.Store.Targets): a bound on work (about 0.3 s of Redis at most), not on
+// time, so a small store always gets every answer; beyond it a next due is null, unknown.
+const targetsMaxRead = 100_000
 
 // Targeter is what GET /v1/targets needs of the delay store (delaystore.Store).
 type Targeter interface {
-	Targets(ctx context.Context, recount bool, budget time.Duration) ([]delaystore.TargetCount, error)
+	Targets(ctx context.Context, recount bool, maxRead int) ([]delaystore.TargetCount, error)
 }
 
 // targets serves GET /v1/targets: parked count and next due per target, most parked
@@ -36,7 +37,7 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 		}
 		recount = vals[0] == "1"
 	}
-	ts, err := tg.Targets(r.Context(), recount, targetsBudget)
+	ts, err := tg.Targets(r.Context(), recount, targetsMaxRead)
 	if err != nil {
 		a.log.Warn("targets", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())

@@ -35,7 +35,7 @@ async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (_) { data = {error: text}; }
   if (resp.status === 401) {
-    showError('The API wants a token: enter it above.');
+    showError('The API wants a token: enter the bridge\'s BRIDGE_API_TOKEN above (the CLI takes it as --token).');
     throw new Error('unauthorized');
   }
   if (!resp.ok) throw new Error((data && data.error) || resp.status + ' ' + resp.statusText);
@@ -100,24 +100,27 @@ async function overview() {
     api('GET', '/v1/forecast?step=60000&buckets=60'), api('GET', '/v1/forecast?step=3600000&buckets=24'),
   ]);
   const now = Date.now();
-  let inRate = '-', outRate = '-';
   const sum = o => Object.values(o || {}).reduce((a, b) => a + b, 0);
-  if (lastOverview) {
-    const dt = (now - lastOverview.t) / 1000;
-    inRate = num(((ov.in.parked || 0) - lastOverview.in) / dt) + '/s';
-    outRate = num(((ov.out.published || 0) - lastOverview.out) / dt) + '/s';
-  }
+  // The first load has only the counts since the replica started: their average rate;
+  // later polls show the rate since the previous one.
+  let last = lastOverview, over = 'since start (average)';
+  if (!last) last = {t: Math.min(ov.since || now, now - 1000), in: 0, out: 0};
+  else over = 'over the last ' + Math.round((now - last.t) / 1000) + ' s';
+  const dt = Math.max((now - last.t) / 1000, 1);
+  const inRate = num(((ov.in.parked || 0) - last.in) / dt) + '/s';
+  const outRate = num(((ov.out.published || 0) - last.out) / dt) + '/s';
   lastOverview = {t: now, in: ov.in.parked || 0, out: ov.out.published || 0};
   const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
   const rows = targets.targets.map(t => el('tr', {},
     el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
-    el('td', {class: 'n'}, num(t.parked)), el('td', {}, fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
+    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
   view.replaceChildren(
     el('div', {class: 'cards'},
       card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
-      card('rate-in', 'In (parked)', inRate, num(ov.in.parked || 0) + ' since start; ' + num(sum(ov.in) - (ov.in.parked || 0)) + ' not parked'),
-      card('rate-out', 'Out (published)', outRate, num(ov.out.published || 0) + ' since start; ' + num(ov.out.dead_lettered || 0) + ' dead-lettered'),
-      card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms', num(ov.delivered) + ' deliveries by this replica'),
+      card('rate-in', 'In (parked)', inRate, over + '; ' + num(ov.in.parked || 0) + ' since start; ' + num(sum(ov.in) - (ov.in.parked || 0)) + ' not parked'),
+      card('rate-out', 'Out (published)', outRate, over + '; ' + num(ov.out.published || 0) + ' since start; ' + num(ov.dead_lettered || 0) + ' dead-lettered (every reason, in and out)'),
+      card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms',
+        num(ov.delivered) + ' deliveries by this replica' + (ov.lateness_max_ms === null ? '' : '; slowest ' + num(ov.lateness_max_ms) + ' ms')),
       card('redis', 'Redis', ov.redis === 'ok' ? 'ok' : 'attention', ov.redis)),
     chart('forecast-hour', 'Due in the next hour, by minute', hour, i => '+' + i + 'm'),
     chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
