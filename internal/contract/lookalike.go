@@ -10,11 +10,11 @@ import (
 // delaybridge_lookalike_headers_total. A header the contract adds to section 1 or 9
 // belongs here (TestReadListsEveryIncomingHeader checks the const block above).
 var Read = []string{HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderExpires, HeaderEvery,
-	HeaderKafkaKey, HeaderHops}
+	HeaderMisfire, HeaderKafkaKey, HeaderHops}
 
 // written are the contract's other header names (set by the bridge): an incoming header
 // with exactly one of these names is not a look-alike either.
-var written = []string{HeaderDue, HeaderSource, HeaderError, HeaderOriginalSize}
+var written = []string{HeaderDue, HeaderSource, HeaderError, HeaderOriginalSize, HeaderRedrive}
 
 // LookalikeDistance is the largest edit distance (insertions, deletions, substitutions)
 // at which an incoming header name is taken for a misspelt contract header.
