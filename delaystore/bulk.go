@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 //go:embed lua/scan.lua
@@ -38,8 +40,31 @@ const (
 // BulkOp is a bulk change: Kind is one of the Bulk* constants.
 type BulkOp struct {
 	Kind  string
-	Shift time.Duration // BulkShift, signed
+	Shift time.Duration // BulkShift, signed; counted in whole ms, a positive one rounded up
 	At    int64         // BulkDeliverAt, unix ms
+	// MaxDelay bounds the new due time of BulkShift and BulkDeliverAt (BRIDGE_MAX_DELAY,
+	// contract.Horizon): a message whose new due would lie more than MaxDelay after the
+	// Redis time is matched but not changed; one whose new due lies in the past is due at
+	// once (before 1970: 1970). Required (> 0) for those two kinds.
+	MaxDelay time.Duration
+}
+
+// ErrBadOp: a BulkOp that Bulk cannot apply (an unknown kind, or no MaxDelay where it
+// bounds the new due time).
+var ErrBadOp = errors.New("bad bulk operation")
+
+// check reports why op cannot be applied, nil when it can.
+func (op BulkOp) check() error {
+	switch op.Kind {
+	case BulkCancel, BulkDeliverNow:
+		return nil
+	case BulkShift, BulkDeliverAt:
+		if op.MaxDelay <= 0 {
+			return fmt.Errorf("%w: %s without a maximum delay", ErrBadOp, op.Kind)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: kind %q", ErrBadOp, op.Kind)
 }
 
 // Selector picks parked messages: those whose stored due time lies in [DueFrom, DueTo]
@@ -103,11 +128,16 @@ type BulkResult struct {
 // Bulk applies op to the parked messages sel picks, shard by shard, at most bulkChunk
 // per Redis call, from the cursor from (nil: the start) until all were seen or budget
 // has passed (then Next says where to go on). With dryRun nothing changes. A message in
-// delivery (claimed, or put back by egress) is matched but not changed. With
+// delivery (claimed, or put back by egress), or whose new due would lie beyond
+// op.MaxDelay, is matched but not changed. An op that check refuses fails at once
+// (ErrBadOp). With
 // BRIDGE_REDIS_MIN_REPLICAS every change call is confirmed by WAIT; an unconfirmed one
 // fails Bulk (ErrNotReplicated) with the result so far, whose Next is that chunk. It
 // blocks until done, ctx is done, or a Redis call fails.
 func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, from *BulkCursor, budget time.Duration) (BulkResult, error) {
+	if err := op.check(); err != nil {
+		return BulkResult{}, err
+	}
 	if sel.DueTo == 0 {
 		sel.DueTo = math.MaxInt64
 	}
@@ -176,7 +206,11 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 // confirmed by WAIT with MinReplicas, and returns how many it changed.
 func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (int64, error) {
 	k := s.keys[shard]
-	args := append([]any{op.Kind, opValue(op), s.tombMS, k.wake, k.shardID}, picked...)
+	bound := s.tombMS // cancel: the tombstone TTL; shift and at: the maximum delay
+	if op.Kind == BulkShift || op.Kind == BulkDeliverAt {
+		bound = op.MaxDelay.Milliseconds()
+	}
+	args := append([]any{op.Kind, opValue(op), bound, k.wake, k.shardID}, picked...)
 	return s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64()
 }
 
@@ -268,7 +302,8 @@ func decodeHead(b []byte, id string) (target, source string, err error) {
 func opValue(op BulkOp) int64 {
 	switch op.Kind {
 	case BulkShift:
-		return op.Shift.Milliseconds()
+		ms, _ := contract.AddMillis(0, op.Shift) // never early: a positive sub-ms part rounds up
+		return ms
 	case BulkDeliverAt:
 		return op.At
 	}

@@ -43,12 +43,12 @@ func TestBulkSelectAndChange(t *testing.T) {
 	f.parkFor(t, "nats:a.y", now+2*hour, names("a2", 10)...)
 	sel := Selector{Match: targetIs("nats:a"), DueFrom: now + hour/2, DueTo: now + 3*hour/2}
 
-	res, err := f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour}, true, nil, time.Minute)
+	res, err := f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, true, nil, time.Minute)
 	if err != nil || res.Matched != 10 || res.Changed != 0 || res.Next != nil {
 		t.Fatalf("dry run = %+v, %v", res, err)
 	}
 	before, _ := f.s.Get(t.Context(), "a1-0")
-	res, err = f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour}, false, nil, time.Minute)
+	res, err = f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 10 || res.Changed != 10 {
 		t.Fatalf("shift = %+v, %v", res, err)
 	}
@@ -108,14 +108,14 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 		t.Fatalf("set-up: %d claimed, %v", len(got), err)
 	}
 	at := now + int64(2*time.Hour/time.Millisecond)
-	res, err := f.s.Bulk(t.Context(), Selector{DueFrom: now - 1000, DueTo: now}, BulkOp{Kind: BulkDeliverAt, At: at}, false, nil, time.Minute)
+	res, err := f.s.Bulk(t.Context(), Selector{DueFrom: now - 1000, DueTo: now}, BulkOp{Kind: BulkDeliverAt, At: at, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 1 || res.Changed != 1 {
 		t.Fatalf("by due range = %+v, %v; want the retried one (through the retry set)", res, err)
 	}
 	if m, _ := f.s.Get(t.Context(), "retried"); m.Due != at || m.Attempts != 1 {
 		t.Fatalf("retried: due %d attempts %d, want %d, 1", m.Due, m.Attempts, at)
 	}
-	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, BulkOp{Kind: BulkShift, Shift: time.Minute}, false, nil, time.Minute)
+	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, BulkOp{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 3 || res.Changed != 1 {
 		t.Fatalf("by target = %+v, %v; want 3 matched, 1 changed (the two in delivery left alone)", res, err)
 	}
@@ -137,7 +137,7 @@ func TestBulkResumes(t *testing.T) {
 	var total BulkResult
 	var cur *BulkCursor
 	for calls := 0; ; calls++ {
-		res, err := f.s.Bulk(t.Context(), Selector{}, BulkOp{Kind: BulkShift, Shift: time.Minute}, false, cur, 0)
+		res, err := f.s.Bulk(t.Context(), Selector{}, BulkOp{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, cur, 0)
 		if err != nil || calls > 100 {
 			t.Fatalf("call %d: %+v %v", calls, res, err)
 		}

@@ -40,7 +40,7 @@ func TestBulkUnderDelivery(t *testing.T) {
 		if _, err := st.Bulk(context.Background(), delaystore.Selector{Match: match("nats:bulk.a")}, delaystore.BulkOp{Kind: delaystore.BulkDeliverNow}, false, nil, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Bulk(context.Background(), delaystore.Selector{Match: match("nats:bulk.b")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: 100 * time.Millisecond}, false, nil, time.Minute); err != nil {
+		if _, err := st.Bulk(context.Background(), delaystore.Selector{Match: match("nats:bulk.b")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: 100 * time.Millisecond, MaxDelay: time.Hour}, false, nil, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)

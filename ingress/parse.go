@@ -3,7 +3,6 @@ package ingress
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 	"unicode"
@@ -129,18 +128,20 @@ type Schedule struct {
 	Absolute bool
 	// Delay is the relative delay, >= 0, when !Absolute.
 	Delay time.Duration
-	// At is the due time in unix milliseconds when Absolute. It may lie in the past
-	// (delivered at once).
+	// At is the due time in unix milliseconds when Absolute, >= 0. It may lie in the
+	// past (delivered at once).
 	At int64
 }
 
 // ParseSchedule reads x-delay and x-deliver-at (names matched case-insensitively) from h.
 // Neither header: due now (the zero Schedule). Both: error wrapping [ErrConflictingSchedule].
 // Either one repeated (ambiguous): error wrapping [ErrInvalidDelay] or [ErrInvalidDeliverAt].
-// A delay longer than maxDelay, or an x-deliver-at more than
-// maxDelay after now, wraps [ErrDelayTooLong]; exactly maxDelay is accepted. An
-// x-deliver-at in the past is accepted. now is only used for that bound. maxDelay should
-// be > 0 (package config guarantees it); with maxDelay <= 0 only "due now" passes.
+// Both are bounded by [contract.Horizon] (the one rule of every due time computed from
+// input): a delay longer than maxDelay, or an x-deliver-at more than maxDelay after now,
+// wraps [ErrDelayTooLong] (and contract.ErrBeyondMaxDelay); exactly maxDelay is accepted.
+// An x-deliver-at in the past is accepted (due at once); one before 1970 is 1970 (At 0).
+// now is only used for that bound. maxDelay should be > 0 (package config guarantees it);
+// with maxDelay <= 0 only "due now" passes.
 func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Schedule, error) {
 	delays := h.Values(contract.HeaderDelay)
 	ats := h.Values(contract.HeaderDeliverAt)
@@ -156,8 +157,9 @@ func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Sched
 		if err != nil {
 			return Schedule{}, err
 		}
-		if d > maxDelay {
-			return Schedule{}, fmt.Errorf("%w: %s %s exceeds the maximum %s (%w)", ErrDelayTooLong, contract.HeaderDelay, quote(delays[0]), maxDelay, ErrInvalidDelay)
+		bound := contract.Horizon{Now: now.UnixMilli(), MaxDelay: maxDelay}
+		if _, err := bound.Delay(d); err != nil {
+			return Schedule{}, fmt.Errorf("%w: %s %s: %w (%w)", ErrDelayTooLong, contract.HeaderDelay, quote(delays[0]), err, ErrInvalidDelay)
 		}
 		return Schedule{Delay: d}, nil
 	case len(ats) == 1:
@@ -165,14 +167,9 @@ func ParseSchedule(h headers.List, maxDelay time.Duration, now time.Time) (Sched
 		if err != nil {
 			return Schedule{}, err
 		}
-		nowMs := now.UnixMilli()
-		maxMs := maxDelay.Milliseconds()
-		limit := int64(math.MaxInt64)
-		if maxMs < 0 || nowMs <= math.MaxInt64-maxMs {
-			limit = nowMs + maxMs
-		}
-		if at > limit {
-			return Schedule{}, fmt.Errorf("%w: %s %s is more than %s ahead (%w)", ErrDelayTooLong, contract.HeaderDeliverAt, quote(ats[0]), maxDelay, ErrInvalidDeliverAt)
+		bound := contract.Horizon{Now: now.UnixMilli(), MaxDelay: maxDelay}
+		if at, err = bound.At(at); err != nil {
+			return Schedule{}, fmt.Errorf("%w: %s %s: %w (%w)", ErrDelayTooLong, contract.HeaderDeliverAt, quote(ats[0]), err, ErrInvalidDeliverAt)
 		}
 		return Schedule{Absolute: true, At: at}, nil
 	}

@@ -387,7 +387,10 @@ func TestParseSchedule(t *testing.T) {
 		{name: "deliver-at max rfc3339", h: h("x-deliver-at", "2026-11-28T15:04:05Z"), want: Schedule{Absolute: true, At: now.UnixMilli() + maxMs}},
 		{name: "deliver-at past", h: h("x-deliver-at", "2020-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: 1577836800000}},
 		{name: "deliver-at epoch", h: h("x-deliver-at", "0"), want: Schedule{Absolute: true, At: 0}},
-		{name: "deliver-at before epoch", h: h("x-deliver-at", "1900-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: -2208988800000}},
+		// Before 1970: due at once, as 1970 (the store keeps unsigned unix ms; a negative due
+		// was parked but then invisible to listing and bulk changes).
+		{name: "deliver-at before epoch", h: h("x-deliver-at", "1900-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: 0}},
+		{name: "deliver-at year 0001", h: h("x-deliver-at", "0001-01-01T00:00:00Z"), want: Schedule{Absolute: true, At: 0}},
 		{name: "deliver-at max int64", h: h("x-deliver-at", "9223372036854775807"), reason: contract.ReasonDelayTooLong},
 		{name: "deliver-at max int64, largest max", h: h("x-deliver-at", "9223372036854775807"), max: time.Duration(math.MaxInt64), reason: contract.ReasonDelayTooLong},
 		{name: "deliver-at = now + largest max", h: h("x-deliver-at", "11018645481854"), max: time.Duration(math.MaxInt64), want: Schedule{Absolute: true, At: 11018645481854}},

@@ -3,7 +3,8 @@
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r,
 --       6 = {P:s}:n (parked count per target: -1 per cancelled message)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
---       3 = tombstone TTL ms (<= 0: none), 4 = the shard's wake channel (P:wake:<s>),
+--       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
+--       (the bound), 4 = the shard's wake channel (P:wake:<s>),
 --       5 = shard number, then per message 3 values: id, version and target read by scan
 -- returns: changed count
 -- A message is changed only when its stored version is the one read (fence: replaced,
@@ -17,16 +18,31 @@
 -- still be published). cancel
 -- deletes it as cancel.lua does (tombstone of its source id); shift, at and now give it
 -- a new version (INCR seq), the due time due + shift, the given one, or the Redis time,
--- scored there, out of the retry set; attempts are kept. A wake "<shard>:<due>" is
--- published when the earliest new due is earlier than the shard's head before the call.
+-- scored there, out of the retry set; attempts are kept. The new due of shift and at is
+-- bounded as contract.Horizon bounds a due time computed from input, against the Redis
+-- time: below 0 (before 1970) it is 0 (due at once); beyond now + the bound (or not a
+-- finite number) the message is not changed and not counted: never wrapped (a formatted
+-- 2^63 is -2^63: due at once), never clamped. A wake "<shard>:<due>" is published when
+-- the earliest new due is earlier than the shard's head before the call.
 -- flags: allow-oom (first line, Redis >= 7): cancelling frees memory; a move rewrites an
 -- entry of the same size. Without script flags the first line is commented out.
 local z, m, seq, tz, r = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local op, val, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local op, val = ARGV[1], tonumber(ARGV[2])
+local ttl, bound = tonumber(ARGV[3]), tonumber(ARGV[3]) -- cancel: ttl; shift, at: bound
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
+
+-- bounded is the new due of a message stored with due under op 'shift', 'at' or 'now',
+-- or nil when it lies beyond now + ARGV[3] ms (shift, at) or is no finite number.
+local function bounded(op, due)
+  local newDue = now
+  if op == 'shift' then newDue = tonumber(due) + val end
+  if op == 'at' then newDue = val end
+  if op ~= 'now' and not (newDue <= now + bound) then return nil end -- beyond, or NaN
+  return math.max(newDue, 0)
+end
 
 local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
 local headScore = nil
@@ -40,7 +56,7 @@ for i = 6, #ARGV, 3 do
   if env and score then
     local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
     local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
-    local pick = version == want and waiting
+    local pick = version == want and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
       pick = version == want or (tonumber(version) > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
     end
@@ -55,9 +71,7 @@ for i = 6, #ARGV, 3 do
           redis.call('ZADD', tz, string.format('%d', now + ttl), src)
         end
       else
-        local newDue = now
-        if op == 'shift' then newDue = math.max(tonumber(due) + val, 0) end
-        if op == 'at' then newDue = val end
+        local newDue = bounded(op, due)
         local v = redis.call('INCR', seq)
         local d = string.format('%d', newDue)
         redis.call('HSET', m, id, string.format('%d', v) .. ',' .. attempts .. ',' .. d .. ',' .. string.sub(env, p))

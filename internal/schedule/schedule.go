@@ -11,6 +11,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -160,7 +161,8 @@ func (e Every) First(now time.Time) time.Time {
 // (fixedTime) an occurrence whose wall-clock time in the schedule's zone is not after
 // due's is skipped: the second pass of a repeated fall-back hour (ISC cron: "if the time
 // has moved backwards, jobs that fall into the repeated time will not be re-run"). The
-// zero time when none exists.
+// zero time when none exists (also when after lies more than a time.Duration beyond due:
+// the occurrence is never computed by a product that wraps).
 func (e Every) Next(due, after time.Time) time.Time {
 	if due.After(after) {
 		after = due
@@ -182,6 +184,9 @@ func (e Every) Next(due, after time.Time) time.Time {
 		return time.Time{}
 	}
 	k := after.Sub(due)/e.interval + 1
+	if k > math.MaxInt64/e.interval || after.Sub(due) == math.MaxInt64 {
+		return time.Time{} // beyond what a Duration holds: none, never a wrapped time
+	}
 	return due.Add(k * e.interval)
 }
 

@@ -45,7 +45,11 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	sel, op, from, err := a.bulkRequest(b, r.PathValue("op"), req)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+		reason := contract.ReasonInvalidRequest
+		if errors.Is(err, contract.ErrBeyondMaxDelay) || errors.Is(err, contract.ErrTimeOverflow) {
+			reason = contract.ReasonDelayTooLong
+		}
+		writeError(w, http.StatusBadRequest, reason+": "+err.Error())
 		return
 	}
 	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, bulkBudget)
@@ -100,7 +104,7 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
 		sel.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
 	}
-	op, err := bulkOp(opName, req)
+	op, err := bulkOp(opName, req, contract.Horizon{Now: a.cfg.Now().UnixMilli(), MaxDelay: a.cfg.Rules.MaxDelay})
 	if err != nil {
 		return sel, op, nil, err
 	}
@@ -114,8 +118,11 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	return sel, op, &c, nil
 }
 
-// bulkOp is the operation of POST /v1/bulk/<name>.
-func bulkOp(name string, req httpapi.BulkRequest) (delaystore.BulkOp, error) {
+// bulkOp is the operation of POST /v1/bulk/<name>. A reschedule is bounded by bound
+// (contract.Horizon, docs/contract.md section 8): a deliver_at beyond it, or a shift
+// longer than its maximum delay either way, is refused; the store bounds each message's
+// new due again against the Redis time (BulkOp.MaxDelay).
+func bulkOp(name string, req httpapi.BulkRequest, bound contract.Horizon) (delaystore.BulkOp, error) {
 	hasShift, hasAt := req.Shift != "", !isAbsent(req.DeliverAt)
 	if name != "reschedule" && (hasShift || hasAt) {
 		return delaystore.BulkOp{}, fmt.Errorf("%s takes neither shift nor deliver_at", name)
@@ -133,18 +140,38 @@ func bulkOp(name string, req httpapi.BulkRequest) (delaystore.BulkOp, error) {
 	case hasShift == hasAt:
 		return delaystore.BulkOp{}, errors.New("reschedule takes exactly one of shift and deliver_at")
 	case hasShift:
-		d, err := parseShift(req.Shift)
-		return delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: d}, err
+		d, err := parseShift(req.Shift, bound)
+		return delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: d, MaxDelay: bound.MaxDelay}, err
 	}
 	at, err := optionalTime("deliver_at", req.DeliverAt)
-	return delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: at}, err
+	if err != nil {
+		return delaystore.BulkOp{}, err
+	}
+	if at, err = bound.At(at); err != nil {
+		return delaystore.BulkOp{}, fmt.Errorf("deliver_at %s: %w", rawText(req.DeliverAt), err)
+	}
+	return delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: at, MaxDelay: bound.MaxDelay}, nil
 }
 
-// parseShift reads a signed Go duration ("+1h", "-30m", "90s"), at least a millisecond.
-func parseShift(s string) (time.Duration, error) {
+// rawText is a JSON value for an error text, shortened.
+func rawText(raw json.RawMessage) string {
+	const limit = 64
+	if len(raw) > limit {
+		return string(raw[:limit]) + "..."
+	}
+	return string(raw)
+}
+
+// parseShift reads a signed Go duration ("+1h", "-30m", "90s"), at least a millisecond and
+// at most bound's maximum delay either way (a longer one moves every message beyond the
+// bound, or into the past); one that overflows a Duration is no Go duration.
+func parseShift(s string, bound contract.Horizon) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil || d.Abs() < time.Millisecond {
 		return 0, fmt.Errorf("shift %q: want a signed Go duration of at least 1ms, such as +1h or -30m", s)
+	}
+	if d.Abs() > bound.MaxDelay {
+		return 0, fmt.Errorf("shift %q: %w: the maximum is %s either way", s, contract.ErrBeyondMaxDelay, bound.MaxDelay)
 	}
 	return d, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -22,8 +23,14 @@ type Forecaster interface {
 // forecastMax bounds the buckets of one forecast (16 shards x 401 ZCOUNTs a request).
 const forecastMax = 400
 
+// forecastReach is how far a forecast may always reach, whatever BRIDGE_MAX_DELAY: the
+// console's day chart (24 buckets of 1h).
+const forecastReach = 24 * time.Hour
+
 // forecast serves GET /v1/forecast?step=<ms>&buckets=<n>: parked messages by scheduled
-// time, overdue and then n buckets from now (the console's due chart).
+// time, overdue and then n buckets from now (the console's due chart). The end, now +
+// step x n, is bounded as every time the API computes (contract.Horizon): overflowing, or
+// beyond BRIDGE_MAX_DELAY (but at least forecastReach) from now, is a 400.
 func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
 	f, ok := a.store.(Forecaster)
 	if !ok {
@@ -39,6 +46,11 @@ func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := a.cfg.Now().UnixMilli()
+	bound := contract.Horizon{Now: from, MaxDelay: max(a.cfg.Rules.MaxDelay, forecastReach)}
+	if _, err := bound.Span(step, n); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: %d buckets of %d ms: %v", contract.ReasonInvalidRequest, n, step, err))
+		return
+	}
 	overdue, counts, err := f.Forecast(r.Context(), from, step, n)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
