@@ -37,10 +37,8 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req httpapi.BulkRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": invalid JSON body: "+err.Error())
+	if err := decodeBody(r.Body, &req); err != nil {
+		writeBodyError(w, err)
 		return
 	}
 	sel, op, from, err := a.bulkRequest(b, r.PathValue("op"), req)
