@@ -146,7 +146,7 @@ func TestAPIInflightBudget(t *testing.T) {
 	post := func(body string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer tok")
-	req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", "application/json")
 		r, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
