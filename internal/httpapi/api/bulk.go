@@ -13,7 +13,6 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
-	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
@@ -81,8 +80,6 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 		return sel, delaystore.BulkOp{}, nil, errors.New("give at least one of id, target, due_from, due_to")
 	case req.ID != "" && req.Cursor != "":
 		return sel, delaystore.BulkOp{}, nil, errors.New("a request for one id takes no cursor")
-	case req.Target != "" && !glob.Valid(req.Target):
-		return sel, delaystore.BulkOp{}, nil, fmt.Errorf("target %q is not a valid glob", req.Target)
 	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
 		return sel, delaystore.BulkOp{}, nil, errors.New("due_to is before due_from")
 	}
@@ -94,9 +91,12 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	}
 	sel.ID = req.ID
 	if req.Target != "" {
-		pattern := req.Target
-		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
-		sel.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
+		g, err := selector(req.Target)
+		if err != nil {
+			return sel, delaystore.BulkOp{}, nil, err
+		}
+		sel.Match = g.MatchTarget
+		sel.Literals = g.Literals() // lets Redis skip the other targets' entries
 	}
 	op, err := bulkOp(opName, req)
 	if err != nil {

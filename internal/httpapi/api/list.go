@@ -77,11 +77,12 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 		}
 	}
 	if pattern := v.Get("target"); pattern != "" {
-		if !glob.Valid(pattern) {
-			return q, fmt.Errorf("target %q is not a valid glob", pattern)
+		g, err := selector(pattern)
+		if err != nil {
+			return q, err
 		}
-		q.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
-		q.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
+		q.Match = g.MatchTarget
+		q.Literals = g.Literals() // lets Redis skip the other targets' entries
 	}
 	var err error
 	if q.From, err = queryTime(v, "due_from"); err != nil {
@@ -111,6 +112,19 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 		q.After = &c
 	}
 	return q, nil
+}
+
+// selector compiles a target selector once for the whole request (docs/contract.md
+// section 8: at most glob.MaxSelectorBytes bytes and glob.MaxSelectorStars "*").
+func selector(pattern string) (*glob.Pattern, error) {
+	g, err := glob.CompileSelector(pattern)
+	switch {
+	case errors.Is(err, glob.ErrTooLong):
+		return nil, fmt.Errorf("target: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("target %q is not a valid glob", pattern)
+	}
+	return g, nil
 }
 
 // queryTime reads an optional time parameter: unix ms or RFC 3339; 0 when absent.
