@@ -86,6 +86,10 @@ const (
 	// a cross-site request forgery, refused with or without the token. Not a dead-letter
 	// reason.
 	ReasonCrossOrigin = "cross_origin"
+	// ReasonInvalidCursor starts the 400 answer of the message API to a cursor that the
+	// bridge did not issue for that query (altered, made up, or another selector's).
+	// Not a dead-letter reason.
+	ReasonInvalidCursor = "invalid_cursor"
 	// ReasonNotJSON starts the 415 answer of the message API to a POST whose
 	// Content-Type is not application/json. Not a dead-letter reason.
 	ReasonNotJSON = "not_json"

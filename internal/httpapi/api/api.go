@@ -62,6 +62,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// RedisErr, when set, is the Redis monitor's state for GET /v1/overview (nil: up).
 	RedisErr func() error
+
+	// bulkBudget replaces the 10 s that a bulk request works (tests).
+	bulkBudget time.Duration
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).

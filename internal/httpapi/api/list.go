@@ -25,9 +25,12 @@ const (
 	listBudget  = 150 * time.Millisecond
 )
 
-// Lister is what GET /v1/messages needs of the delay store (delaystore.Store).
+// Lister is what GET /v1/messages needs of the delay store (delaystore.Store): the page,
+// and cursors sealed for the query that they continue.
 type Lister interface {
 	List(ctx context.Context, q delaystore.ListQuery, budget time.Duration) ([]delaystore.Listed, *delaystore.ListCursor, error)
+	SealListCursor(c delaystore.ListCursor, query string) string
+	ParseListCursor(ctx context.Context, v, query string) (delaystore.ListCursor, error)
 }
 
 // list serves GET /v1/messages: parked messages in scheduled order, filtered by target
@@ -39,10 +42,21 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "this store cannot list messages")
 		return
 	}
-	q, err := listQuery(r.URL.Query())
+	v := r.URL.Query()
+	q, err := listQuery(v)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
 		return
+	}
+	// The cursor is sealed for the filters as parsed (a time in ms or RFC 3339 is the same
+	// query); limit may change from page to page.
+	query := fmt.Sprintf("%q\n%d\n%d", v.Get("target"), q.From, q.To)
+	if s := v.Get("cursor"); s != "" {
+		c, err := l.ParseListCursor(r.Context(), s, query)
+		if !cursorOK(w, err) {
+			return
+		}
+		q.After = &c
 	}
 	page, next, err := l.List(r.Context(), q, listBudget)
 	if err != nil {
@@ -56,7 +70,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 			Attempts: m.Attempts, Size: m.Size, Source: m.Source}
 	}
 	if next != nil {
-		c := next.String()
+		c := l.SealListCursor(*next, query)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -65,7 +79,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 // listParams are GET /v1/messages' query parameters.
 var listParams = map[string]bool{"target": true, "due_from": true, "due_to": true, "limit": true, "cursor": true}
 
-// listQuery checks GET /v1/messages' parameters and turns them into the store's terms.
+// listQuery checks GET /v1/messages' parameters and turns them into the store's terms,
+// but for the cursor (opened by list, for the query).
 func listQuery(v url.Values) (delaystore.ListQuery, error) {
 	q := delaystore.ListQuery{Limit: listDefault}
 	for name, vals := range v {
@@ -103,13 +118,6 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 			return q, fmt.Errorf("limit %q: want 1 to %d", s, listMax)
 		}
 		q.Limit = n
-	}
-	if s := v.Get("cursor"); s != "" {
-		c, err := delaystore.ParseListCursor(s)
-		if err != nil {
-			return q, errors.New("cursor: not one this API handed out")
-		}
-		q.After = &c
 	}
 	return q, nil
 }

@@ -70,7 +70,7 @@ func TestSelectorCompiledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sel, _, _, err := (&api{}).bulkRequest(nil, "cancel", httpapi.BulkRequest{Target: pattern})
+	sel, _, err := (&api{}).bulkRequest("cancel", httpapi.BulkRequest{Target: pattern})
 	if err != nil {
 		t.Fatal(err)
 	}
