@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -177,5 +178,36 @@ func TestPostBodyMustBeJSON(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "keep"); err == nil {
 		t.Fatal("keep survived the bulk cancel")
+	}
+}
+
+// TestDotIDsRefused (issue 23 item 9): the ids "." and ".." cannot be addressed in a URL
+// path (/v1/messages/. is normalised away by browsers and URL libraries, %2E too), so
+// POST /v1/messages refuses them with 400 invalid_id, as ingress dead-letters them;
+// ids that merely hold dots are taken and addressable through the client.
+func TestDotIDsRefused(t *testing.T) {
+	c, st := newAPI(t, "")
+	ctx := context.Background()
+	for _, id := range []string{".", ".."} {
+		_, err := c.Send(ctx, httpapi.PostRequest{Target: "x.a", Delay: []byte(`"1h"`), ID: id, Payload: str("p")})
+		var apiErr *client.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.HasPrefix(apiErr.Message, "invalid_id") ||
+			!strings.Contains(apiErr.Message, "URL path") {
+			t.Errorf("id %q: %v, want 400 invalid_id naming the URL path", id, err)
+		}
+	}
+	if s, err := st.Stats(ctx); err != nil || s.Parked != 0 {
+		t.Fatalf("refused ids parked: %+v %v", s, err)
+	}
+	for _, id := range []string{"...", ".a", "a..", "a/..", "%2E"} {
+		if _, err := c.Send(ctx, httpapi.PostRequest{Target: "x.a", Delay: []byte(`"1h"`), ID: id, Payload: str("p")}); err != nil {
+			t.Fatalf("id %q: %v", id, err)
+		}
+		if m, err := c.Get(ctx, id); err != nil || m.ID != id {
+			t.Errorf("get %q: %+v %v", id, m, err)
+		}
+		if ok, err := c.Cancel(ctx, id); err != nil || !ok {
+			t.Errorf("cancel %q: %v %v", id, ok, err)
+		}
 	}
 }
