@@ -67,13 +67,13 @@ func cursorMAC(key []byte, kind, query, raw string) []byte {
 	return m.Sum(nil)
 }
 
-// seal returns the cursor a client gets for position raw of a query of kind.
+// seal returns the cursor a client gets for position raw of a query of kind. Without a
+// key (Init could not load it) the cursor is sealed with none: open never takes it.
 func (s *Store) seal(kind, query, raw string) string {
 	var key []byte
 	if k := s.cursorKey.Load(); k != nil {
 		key = *k
 	}
-	// Without Init there is no key: the cursor is sealed with none and opens nowhere.
 	mac := cursorMAC(key, kind, query, raw)
 	return base64.RawURLEncoding.EncodeToString([]byte(raw)) + "." + base64.RawURLEncoding.EncodeToString(mac)
 }

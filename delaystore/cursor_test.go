@@ -103,3 +103,23 @@ func TestCursorKeyAfterReset(t *testing.T) {
 		t.Fatal("no cursor key after the reset")
 	}
 }
+
+// TestCursorKeyCorrupt: a P:cursor that does not hold a key does not stop Init (delivery
+// does not need it), and every cursor is refused rather than sealed with a guessable key.
+func TestCursorKeyCorrupt(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	if err := f.rdb.Set(ctx, f.prefix+":cursor", "not hex", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(f.rdb, Config{KeyPrefix: f.prefix, Shards: 4, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatalf("Init with a corrupt cursor key: %v", err)
+	}
+	if _, err := s.ParseListCursor(ctx, s.SealListCursor(ListCursor{Score: "1", ID: "a"}, "q"), "q"); err == nil {
+		t.Fatal("a cursor opened without a cursor key")
+	}
+}

@@ -206,8 +206,14 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
+	// The cursor key only serves the message API's cursors: a key that cannot be created
+	// now (a full Redis) is created when the first cursor is opened; until then cursors
+	// are refused, delivery does not need it.
 	if err := s.loadCursorKey(ctx); err != nil {
-		return fmt.Errorf("init: %w", err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		s.log.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
 	}
 	for name, sc := range s.scripts() {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
