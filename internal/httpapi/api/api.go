@@ -94,6 +94,9 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.bulkBudget == 0 {
+		cfg.bulkBudget = bulkBudget
+	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
 		budget = DefaultMaxInflightBytes

@@ -56,11 +56,7 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 		from = &c
 	}
-	budget := a.cfg.bulkBudget
-	if budget == 0 {
-		budget = bulkBudget
-	}
-	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, budget)
+	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, a.cfg.bulkBudget)
 	out := httpapi.BulkResponse{Matched: res.Matched, Changed: res.Changed}
 	if res.Next != nil {
 		c := b.SealBulkCursor(*res.Next, query)
