@@ -3,7 +3,6 @@ package delaystore
 import (
 	"context"
 	_ "embed"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -92,27 +91,33 @@ type BulkCursor struct {
 	MaxVersion int64
 }
 
-// String encodes c for a client to pass back (ParseBulkCursor).
-func (c BulkCursor) String() string {
+// SealBulkCursor returns the cursor a client gets for position c of the bulk change
+// query (the caller's canonical form of the request: operation, its values, selector,
+// dry run), sealed (cursor.go) so that ParseBulkCursor takes it back for that request
+// only. It does not block.
+func (s *Store) SealBulkCursor(c BulkCursor, query string) string {
 	raw := strings.Join([]string{strconv.Itoa(c.Shard), c.Pass, c.Score, c.ID, strconv.FormatInt(c.MaxVersion, 10)}, "\n")
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+	return s.seal(cursorBulk, query, raw)
 }
 
-// ErrBadCursor: a cursor that this store did not hand out.
-var ErrBadCursor = errors.New("bad cursor")
-
-// ParseBulkCursor decodes a cursor that String made.
-func (s *Store) ParseBulkCursor(v string) (BulkCursor, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(v)
-	parts := strings.Split(string(raw), "\n")
-	if err != nil || len(parts) != 5 {
-		return BulkCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+// ParseBulkCursor opens a cursor that SealBulkCursor made for the same query; any other
+// string (altered, made up, a list cursor, another request's) is an error wrapping
+// ErrBadCursor. It may read the cursor key from Redis again (a Redis error is returned as
+// is).
+func (s *Store) ParseBulkCursor(ctx context.Context, v, query string) (BulkCursor, error) {
+	raw, err := s.open(ctx, cursorBulk, query, v)
+	if err != nil {
+		return BulkCursor{}, err
+	}
+	parts := strings.Split(raw, "\n")
+	if len(parts) != 5 {
+		return BulkCursor{}, fmt.Errorf("%w: malformed bulk position", ErrBadCursor)
 	}
 	sh, err := strconv.Atoi(parts[0])
 	maxV, verr := strconv.ParseInt(parts[4], 10, 64)
 	if _, ferr := strconv.ParseFloat(parts[2], 64); err != nil || verr != nil || sh < 0 || sh >= len(s.keys) ||
-		(parts[1] != "z" && parts[1] != "r") || (parts[3] != "" && ferr != nil) {
-		return BulkCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+		(parts[1] != "z" && parts[1] != "r") || (parts[3] != "" && ferr != nil) || maxV < 0 {
+		return BulkCursor{}, fmt.Errorf("%w: malformed bulk position", ErrBadCursor)
 	}
 	return BulkCursor{Shard: sh, Pass: parts[1], Score: parts[2], ID: parts[3], MaxVersion: maxV}, nil
 }
@@ -151,13 +156,9 @@ func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, 
 	var res BulkResult
 	deadline := time.Now().Add(budget)
 	for cur.Shard < len(s.keys) {
-		if cur.MaxVersion == 0 { // a shard's pass begins
-			v, err := s.rdb.Get(ctx, s.keys[cur.Shard].seq).Int64()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				res.Next = &cur
-				return res, fmt.Errorf("bulk: shard %d: %w", cur.Shard, err)
-			}
-			cur.MaxVersion = max(v, 1)
+		if err := s.bulkBegin(ctx, &cur); err != nil {
+			res.Next = &cur
+			return res, err
 		}
 		next, done, err := s.bulkChunk(ctx, sel, op, dryRun, cur, &res)
 		if err != nil {
@@ -173,11 +174,27 @@ func (s *Store) Bulk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, 
 			cur = BulkCursor{Shard: cur.Shard + 1, Pass: "z"}
 		}
 		if cur.Shard < len(s.keys) && time.Now().After(deadline) {
+			// The next shard's fence is fixed now: the cursor, even sent twice, never
+			// picks what this change moved there.
 			res.Next = &cur
-			return res, nil
+			return res, s.bulkBegin(ctx, &cur)
 		}
 	}
 	return res, nil
+}
+
+// bulkBegin fixes the fence of a shard's pass that begins at cur (MaxVersion 0): the
+// shard's version counter now. Entries written after it are not picked.
+func (s *Store) bulkBegin(ctx context.Context, cur *BulkCursor) error {
+	if cur.MaxVersion != 0 {
+		return nil
+	}
+	v, err := s.rdb.Get(ctx, s.keys[cur.Shard].seq).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("bulk: shard %d: %w", cur.Shard, err)
+	}
+	cur.MaxVersion = max(v, 1)
+	return nil
 }
 
 // bulkOne applies op to the one message sel.ID, when it exists and the selector's target

@@ -127,7 +127,7 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 }
 
 // TestBulkResumes: with no time budget every call does one chunk and hands out a cursor;
-// following it through String and ParseBulkCursor changes every message exactly once, 1,200
+// following it through SealBulkCursor and ParseBulkCursor changes every message exactly once, 1,200
 // of them at one due time on one shard (paging within a score).
 func TestBulkResumes(t *testing.T) {
 	f := setup(t)
@@ -146,7 +146,7 @@ func TestBulkResumes(t *testing.T) {
 		if res.Next == nil {
 			break
 		}
-		c, err := f.s.ParseBulkCursor(res.Next.String())
+		c, err := f.s.ParseBulkCursor(t.Context(), f.s.SealBulkCursor(*res.Next, "q"), "q")
 		if err != nil || c != *res.Next {
 			t.Fatalf("cursor round trip: %+v -> %+v, %v", *res.Next, c, err)
 		}
@@ -160,7 +160,7 @@ func TestBulkResumes(t *testing.T) {
 			t.Fatalf("%s: due +%d ms, want +120000 (shifted once) %v", id, m.Due-now, err)
 		}
 	}
-	if _, err := f.s.ParseBulkCursor("bm9wZQ"); err == nil {
+	if _, err := f.s.ParseBulkCursor(t.Context(), "bm9wZQ", "q"); err == nil {
 		t.Fatal("a made-up cursor was accepted")
 	}
 }

@@ -2,7 +2,6 @@ package delaystore
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"math"
 	"slices"
@@ -54,21 +53,29 @@ type ListCursor struct {
 	ID    string
 }
 
-// String encodes c for a client to pass back (ParseListCursor).
-func (c ListCursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte("l1\n" + c.Score + "\n" + c.ID))
+// SealListCursor returns the cursor a client gets for position c of the list query
+// query (the caller's canonical form of the query's filters: target, due range), sealed
+// (cursor.go) so that ParseListCursor takes it back for that query only. It does not
+// block.
+func (s *Store) SealListCursor(c ListCursor, query string) string {
+	return s.seal(cursorList, query, "l1\n"+c.Score+"\n"+c.ID)
 }
 
-// ParseListCursor decodes a cursor that ListCursor.String made; any other string is an
-// error wrapping ErrBadCursor.
-func ParseListCursor(v string) (ListCursor, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(v)
-	parts := strings.SplitN(string(raw), "\n", 3)
-	if err != nil || len(parts) != 3 || parts[0] != "l1" {
-		return ListCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+// ParseListCursor opens a cursor that SealListCursor made for the same query; any other
+// string (altered, made up, a bulk cursor, another query's) is an error wrapping
+// ErrBadCursor. It may read the cursor key from Redis again (a Redis error is returned as
+// is).
+func (s *Store) ParseListCursor(ctx context.Context, v, query string) (ListCursor, error) {
+	raw, err := s.open(ctx, cursorList, query, v)
+	if err != nil {
+		return ListCursor{}, err
+	}
+	parts := strings.SplitN(raw, "\n", 3)
+	if len(parts) != 3 || parts[0] != "l1" {
+		return ListCursor{}, fmt.Errorf("%w: malformed list position", ErrBadCursor)
 	}
 	if _, err := strconv.ParseInt(parts[1], 10, 64); err != nil {
-		return ListCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, v)
+		return ListCursor{}, fmt.Errorf("%w: malformed list position", ErrBadCursor)
 	}
 	return ListCursor{Score: parts[1], ID: parts[2]}, nil
 }

@@ -37,7 +37,7 @@ func listAll(t *testing.T, f *fixture, q ListQuery, budget time.Duration) ([]Lis
 		if next == nil {
 			return all, pages
 		}
-		c, err := ParseListCursor(next.String())
+		c, err := f.s.ParseListCursor(t.Context(), f.s.SealListCursor(*next, "q"), "q")
 		if err != nil || c != *next {
 			t.Fatalf("cursor round trip: %+v -> %+v, %v", next, c, err)
 		}

@@ -49,6 +49,10 @@ type Store struct {
 	fleetChannel string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
+	// cursorKeyName is P:cursor, the key that seals cursors; cursorKey its value, read by
+	// Init (cursor.go).
+	cursorKeyName string
+	cursorKey     atomic.Pointer[[]byte]
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
@@ -127,12 +131,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		tomb = 0
 	}
 	s := &Store{
-		rdb:       rdb,
-		shards:    cfg.Shards,
-		leaseMS:   ceilMS(cfg.Lease),
-		tombMS:    ceilMS(tomb),
-		shardsKey: p + ":shards",
-		keys:      make([]shardKeys, cfg.Shards),
+		rdb:           rdb,
+		shards:        cfg.Shards,
+		leaseMS:       ceilMS(cfg.Lease),
+		tombMS:        ceilMS(tomb),
+		shardsKey:     p + ":shards",
+		cursorKeyName: p + ":cursor",
+		keys:          make([]shardKeys, cfg.Shards),
 		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
@@ -165,7 +170,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
 // with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
 // it: a different recorded count is an error wrapping ErrShardMismatch. It creates or reads
-// every shard's dataset epoch, which CheckDataset compares against. It also loads the
+// every shard's dataset epoch, which CheckDataset compares against, and the key that seals
+// cursors (P:cursor, created once: cursor.go). It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
 // target complete (Targets; a store of an older version is counted once, a full Redis
 // leaves that to Targets). Call it once at start; it blocks
@@ -199,6 +205,15 @@ func (s *Store) Init(ctx context.Context) error {
 	}
 	if err := s.initEpochs(ctx); err != nil {
 		return err
+	}
+	// The cursor key only serves the message API's cursors: a key that cannot be created
+	// now (a full Redis) is created when the first cursor is opened; until then cursors
+	// are refused, delivery does not need it.
+	if err := s.loadCursorKey(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		s.log.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
 	}
 	for name, sc := range s.scripts() {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {

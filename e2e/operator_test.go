@@ -109,6 +109,9 @@ func (o *opsAPI) call(method, path string, body any) (int, []byte) {
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		o.fail("%s %s: %v", method, path, err)

@@ -98,10 +98,12 @@ func Reason(err error) string {
 }
 
 // ValidateID checks an x-delay-id: non-empty, at most [MaxIDLen] bytes, valid UTF-8, free
-// of control characters (C0, DEL, C1), and not beginning or ending with a space. The last
-// three rules go beyond the contract: the id is echoed in JSON replies and headers, where such
-// bytes would be altered (NATS trims blanks around header values), and the message could
-// then no longer be addressed by its id. The error wraps [ErrInvalidID].
+// of control characters (C0, DEL, C1), not beginning or ending with a space, and neither
+// "." nor "..". The last four rules go beyond the contract: the id is echoed in JSON replies
+// and headers, where such bytes would be altered (NATS trims blanks around header values),
+// and it is a segment of the API's URL paths (/v1/messages/{id}), where browsers and URL
+// libraries remove a "." or ".." segment, even percent-encoded (%2E): the message could then
+// no longer be addressed by its id. The error wraps [ErrInvalidID].
 func ValidateID(id string) error {
 	switch {
 	case id == "":
@@ -112,6 +114,8 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w %s: not valid UTF-8", ErrInvalidID, quote(id))
 	case id[0] == ' ' || id[len(id)-1] == ' ':
 		return fmt.Errorf("%w %s: begins or ends with a space", ErrInvalidID, quote(id))
+	case id == "." || id == "..":
+		return fmt.Errorf("%w %s: a URL path cannot address it (/v1/messages/%s is normalised away by browsers and URL libraries)", ErrInvalidID, quote(id), id)
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {

@@ -437,13 +437,13 @@ func TestParseScheduleNowNearOverflow(t *testing.T) {
 }
 
 func TestValidateID(t *testing.T) {
-	ok := []string{"a", "order-42", "ordér 42", "01J9ZQ5W8X7Y6Z", strings.Repeat("x", MaxIDLen), strings.Repeat("é", MaxIDLen/2), "js:ORDERS:42", "{a}"}
+	ok := []string{"a", "order-42", "ordér 42", "01J9ZQ5W8X7Y6Z", strings.Repeat("x", MaxIDLen), strings.Repeat("é", MaxIDLen/2), "js:ORDERS:42", "{a}", ".a", "a.", "...", "a..b", "./a", "%2E"}
 	for _, id := range ok {
 		if err := ValidateID(id); err != nil {
 			t.Errorf("ValidateID(%q): %v", id, err)
 		}
 	}
-	bad := []string{"", strings.Repeat("x", MaxIDLen+1), strings.Repeat("é", MaxIDLen/2) + "x", "a\nb", "a\rb", "\x00", "a\tb", "a\x7fb", "a\u0085b", "\xff", "a\xc3", " a", "a ", " "}
+	bad := []string{"", strings.Repeat("x", MaxIDLen+1), strings.Repeat("é", MaxIDLen/2) + "x", "a\nb", "a\rb", "\x00", "a\tb", "a\x7fb", "a\u0085b", "\xff", "a\xc3", " a", "a ", " ", ".", ".."}
 	for _, id := range bad {
 		err := ValidateID(id)
 		if err == nil {

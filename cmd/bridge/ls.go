@@ -84,7 +84,7 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		fmt.Fprintln(w, "(no parked message matches)")
 	}
 	if page.NextCursor != nil {
-		fmt.Fprintf(w, "more: --cursor %s (or --all)\n", *page.NextCursor)
+		fmt.Fprintf(w, "more: the same command with --cursor %s (or --all)\n", *page.NextCursor)
 	}
 	return nil
 }

@@ -140,6 +140,8 @@ func kafkaBad() []badCase {
 		{name: "g10-non-utf8", h: []kv{ok, {"x", "\xff\xfe"}}, reason: "invalid_headers"},
 		{name: "g10-id-control", h: []kv{ok, {"x-delay-id", "a\x01"}}, reason: "invalid_id"},
 		{name: "g10-id-trailing-space", h: []kv{ok, {"x-delay-id", "a "}}, reason: "invalid_id"},
+		{name: "g10-id-dot", h: []kv{ok, {"x-delay-id", "."}}, reason: "invalid_id"},
+		{name: "g10-id-dot-dot", h: []kv{ok, {"x-delay-id", ".."}}, reason: "invalid_id"},
 		{name: "g9-target-case", h: []kv{ok, {"X-TARGET", "nats:out.valid"}}, reason: "invalid_target"},
 	}
 }

@@ -31,7 +31,7 @@ var secHostile = []string{
 // TestRedisKeySetIndependentOfInput is row H1: secHostile target names and ids, plus 1000
 // distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
 // key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq, {P:i}:epoch, {P:i}:n (targets are its
-// fields) for each shard, P:shards, and
+// fields) for each shard, P:shards, P:cursor (the key that seals API cursors), and
 // {P:i}:t, the tombstones, in the shards where a message with a source id was cancelled),
 // whatever was parked, dead-lettered or cancelled; tombstone members are the adapter's
 // source ids (js:IN:<seq>), never input.
@@ -108,7 +108,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			want = append(want, fmt.Sprintf("{%s:%d}:%s", prefix, i, k))
 		}
 	}
-	want = append(want, prefix+":shards")
+	want = append(want, prefix+":shards", prefix+":cursor")
 	// The fleet membership of the one replica (pending entries only live between a first
 	// heartbeat and the next).
 	for _, k := range []string{"members", "tokens", "version"} {
@@ -141,7 +141,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 5 x %d shards + 1 + 3 fleet keys + %d tombstone sets, none from input",
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 5 x %d shards + 2 + 3 fleet keys + %d tombstone sets, none from input",
 		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards, len(tombs))
 }
 

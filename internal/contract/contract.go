@@ -92,6 +92,19 @@ const (
 	// reason: the API answers, nothing is dead-lettered.
 	ReasonInvalidRequest = "invalid_request"
 
+	// ReasonCrossOrigin starts the 403 answer of the message API to a change (POST,
+	// DELETE) that a browser sent from another site or origin (Sec-Fetch-Site, Origin):
+	// a cross-site request forgery, refused with or without the token. Not a dead-letter
+	// reason.
+	ReasonCrossOrigin = "cross_origin"
+	// ReasonInvalidCursor starts the 400 answer of the message API to a cursor that the
+	// bridge did not issue for that query (altered, made up, or another selector's).
+	// Not a dead-letter reason.
+	ReasonInvalidCursor = "invalid_cursor"
+	// ReasonNotJSON starts the 415 answer of the message API to a POST whose
+	// Content-Type is not application/json. Not a dead-letter reason.
+	ReasonNotJSON = "not_json"
+
 	// ReasonNotReplicated starts the error reply of a request refused for durability
 	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or
 	// dead-lettered; the sender retries. Not a dead-letter reason.

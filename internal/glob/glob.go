@@ -4,6 +4,8 @@
 package glob
 
 import (
+	"errors"
+	"fmt"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -37,37 +39,116 @@ func (t globTok) matches(r rune) bool {
 
 // Match reports whether name matches pattern, with path.Match syntax except that "*"
 // also matches "/". A malformed pattern matches nothing. It runs in O(len(pattern) *
-// len(name)) time: no exponential backtracking on hostile patterns.
+// len(name)) time: no exponential backtracking on hostile patterns. It compiles pattern
+// on every call: to match one pattern against many names, [Compile] it once.
 func Match(pattern, name string) bool {
+	p, err := Compile(pattern)
+	return err == nil && p.Match(name)
+}
+
+// ErrMalformed is wrapped by the errors of [Compile] and [CompileSelector] for a pattern
+// that is not well formed.
+var ErrMalformed = errors.New("malformed glob")
+
+// ErrTooLong is wrapped by the error of [CompileSelector] for a pattern over the bounds.
+var ErrTooLong = errors.New("selector too long")
+
+// Selector bounds (docs/contract.md section 8): a target selector of the message API is
+// at most MaxSelectorBytes bytes with at most MaxSelectorStars "*".
+const (
+	MaxSelectorBytes = 256
+	MaxSelectorStars = 16
+)
+
+// Pattern is a compiled glob. Its methods only read it: safe for concurrent use.
+type Pattern struct {
+	toks  []globTok
+	colon bool // the pattern holds ":": MatchTarget matches broker:name
+	stars int
+}
+
+// Compile checks pattern (path.Match syntax, "*" matching any run of characters) and
+// compiles it; a malformed pattern is an error wrapping ErrMalformed.
+func Compile(pattern string) (*Pattern, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
-		return false
+		return nil, fmt.Errorf("%w %q: %v", ErrMalformed, pattern, err)
 	}
 	toks, ok := compileGlob(pattern)
 	if !ok {
-		return false
+		return nil, fmt.Errorf("%w %q", ErrMalformed, pattern)
 	}
-	s := []rune(name)
+	p := &Pattern{toks: toks, colon: strings.IndexByte(pattern, ':') >= 0}
+	for _, t := range toks {
+		if t.star {
+			p.stars++
+		}
+	}
+	return p, nil
+}
+
+// CompileSelector is Compile for a target selector of the message API, bounded as
+// docs/contract.md section 8 says: more than MaxSelectorBytes bytes or MaxSelectorStars
+// "*" is an error wrapping ErrTooLong (the work of one match grows with the pattern).
+func CompileSelector(pattern string) (*Pattern, error) {
+	if len(pattern) > MaxSelectorBytes {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d are taken", ErrTooLong, len(pattern), MaxSelectorBytes)
+	}
+	p, err := Compile(pattern)
+	if err != nil {
+		return nil, err
+	}
+	if p.stars > MaxSelectorStars {
+		return nil, fmt.Errorf("%w: %d \"*\", at most %d are taken", ErrTooLong, p.stars, MaxSelectorStars)
+	}
+	return p, nil
+}
+
+// Match reports whether name matches p, in O(len(pattern) * len(name)) steps and without
+// allocating.
+func (p *Pattern) Match(name string) bool {
+	ok, _ := p.match(name)
+	return ok
+}
+
+// match is Match that also counts its steps (one per character compared or skipped), so
+// tests can check the work bound.
+func (p *Pattern) match(s string) (bool, int) {
+	toks := p.toks
+	steps := 0
 	ti, si := 0, 0
 	starTi, starSi := -1, 0
 	for si < len(s) {
+		steps++
+		r, n := utf8.DecodeRuneInString(s[si:])
 		switch {
 		case ti < len(toks) && toks[ti].star:
 			starTi, starSi = ti, si
 			ti++
-		case ti < len(toks) && toks[ti].matches(s[si]):
+		case ti < len(toks) && toks[ti].matches(r):
 			ti++
-			si++
+			si += n
 		case starTi >= 0:
-			starSi++
+			_, sn := utf8.DecodeRuneInString(s[starSi:])
+			starSi += sn
 			ti, si = starTi+1, starSi
 		default:
-			return false
+			return false, steps
 		}
 	}
 	for ti < len(toks) && toks[ti].star {
 		ti++
 	}
-	return ti == len(toks)
+	return ti == len(toks), steps
+}
+
+// MatchTarget matches a target ("broker:name") as BRIDGE_TARGET_ALLOW, BRIDGE_TARGET_RATE
+// and the message API's selectors do: a pattern with ":" against the whole target,
+// others against the name.
+func (p *Pattern) MatchTarget(target string) bool {
+	if !p.colon {
+		_, target, _ = strings.Cut(target, ":")
+	}
+	return p.Match(target)
 }
 
 // compileGlob turns a pattern (already accepted by path.Match) into tokens.
@@ -142,22 +223,16 @@ func globChar(p string) (rune, string, bool) {
 
 // Valid reports whether pattern is well formed (a malformed one matches nothing).
 func Valid(pattern string) bool {
-	if _, err := path.Match(pattern, ""); err != nil {
-		return false
-	}
-	_, ok := compileGlob(pattern)
-	return ok
+	_, err := Compile(pattern)
+	return err == nil
 }
 
 // MatchTarget matches a target ("broker:name") as BRIDGE_TARGET_ALLOW, BRIDGE_TARGET_RATE
 // and the message API's selectors do: a pattern with ":" against the whole target,
-// others against the name.
+// others against the name. It compiles pattern on every call (see [Pattern.MatchTarget]).
 func MatchTarget(pattern, target string) bool {
-	if strings.IndexByte(pattern, ':') >= 0 {
-		return Match(pattern, target)
-	}
-	_, name, _ := strings.Cut(target, ":")
-	return Match(pattern, name)
+	p, err := Compile(pattern)
+	return err == nil && p.MatchTarget(target)
 }
 
 // Literals returns the runs of literal characters of pattern, in order: every target that
@@ -166,10 +241,15 @@ func MatchTarget(pattern, target string) bool {
 // prefilter: MatchTarget still decides). Nil for a malformed pattern or one without
 // literals.
 func Literals(pattern string) []string {
-	if !Valid(pattern) {
+	p, err := Compile(pattern)
+	if err != nil {
 		return nil
 	}
-	toks, _ := compileGlob(pattern)
+	return p.Literals()
+}
+
+// Literals is [Literals] of the compiled pattern.
+func (p *Pattern) Literals() []string {
 	var out []string
 	var run []rune
 	flush := func() {
@@ -178,7 +258,7 @@ func Literals(pattern string) []string {
 			run = run[:0]
 		}
 	}
-	for _, t := range toks {
+	for _, t := range p.toks {
 		if t.star || t.any || t.ranges != nil {
 			flush()
 			continue

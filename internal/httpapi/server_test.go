@@ -125,6 +125,7 @@ func TestAPIBodyLimits(t *testing.T) {
 	body := `{"target":"a.b","payload":"` + strings.Repeat("x", 300<<10) + `"}`
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", io.MultiReader(strings.NewReader(body))) // no length: chunked
 	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
 	r, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +146,7 @@ func TestAPIInflightBudget(t *testing.T) {
 	post := func(body string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
 		r, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -57,7 +57,7 @@ func invalid(s, format string, args ...any) error {
 // parser reads cron expressions of 5 fields (minute hour day-of-month month
 // day-of-week), or 6 with seconds first (as NATS writes them), the descriptors @hourly,
 // @daily, @midnight, @weekly, @monthly, @yearly and @annually, each optionally prefixed
-// "CRON_TZ=<IANA zone> " (or "TZ=<zone> ").
+// "CRON_TZ=<IANA zone> " (or "TZ=<zone> "); Parse refuses the machine's zone (Local).
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Every is a parsed recurring schedule: a fixed interval, or a cron expression.
@@ -86,6 +86,10 @@ func Parse(s string, now time.Time) (Every, error) {
 	if !strings.ContainsAny(text, " \t") && !strings.HasPrefix(text, "@") {
 		return parseInterval(text, s) // one word: a duration, or nothing
 	}
+	if zone, ok := machineZone(text); ok {
+		return Every{}, fmt.Errorf("%w %q: %s is the zone of the machine that reads it, which may differ between replicas: "+
+			"name an IANA zone (CRON_TZ=Europe/Berlin), or leave it out for UTC", ErrInvalid, s, zone)
+	}
 	sched, err := parser.Parse(text)
 	if err != nil {
 		return Every{}, invalid(s, "%s: %v", want, err)
@@ -101,6 +105,22 @@ func Parse(s string, now time.Time) (Every, error) {
 		e.loc = spec.Location
 	}
 	return e, nil
+}
+
+// machineZone reports whether a cron expression's CRON_TZ= (or TZ=) names the zone of the
+// machine rather than an IANA zone: Local (Go's name for it) or localtime (a link to
+// /etc/localtime in Debian's zone files), in any case; it returns the prefix as given.
+func machineZone(text string) (string, bool) {
+	f := strings.Fields(text)
+	if len(f) == 0 {
+		return "", false
+	}
+	for _, prefix := range []string{"CRON_TZ=", "TZ="} {
+		if z, ok := strings.CutPrefix(f[0], prefix); ok && (strings.EqualFold(z, "Local") || strings.EqualFold(z, "localtime")) {
+			return f[0], true
+		}
+	}
+	return "", false
 }
 
 // fixedTime reports whether a cron expression names fixed times of day: its minute and

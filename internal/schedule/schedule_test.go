@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,6 +38,24 @@ func TestParse(t *testing.T) {
 		"0 9 * *", "61 * * * *", "0 9 * * * * *", "CRON_TZ=Mars/Olympus 0 9 * * *", "0 0 30 2 *"} {
 		if _, err := Parse(s, now); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) = %v, want ErrInvalid", s, err)
+		}
+	}
+}
+
+// TestMachineZoneRefused (issue 23 item 9, docs/contract.md section 9): CRON_TZ=Local
+// (and TZ=Local, and localtime, a link to /etc/localtime) is each replica's own zone, which
+// may differ: refused with a reason that says so; an IANA zone is taken.
+func TestMachineZoneRefused(t *testing.T) {
+	for _, s := range []string{"CRON_TZ=Local 0 9 * * *", "TZ=Local 0 9 * * *", "CRON_TZ=local @daily",
+		"  CRON_TZ=Local\t0 9 * * 1-5", "CRON_TZ=localtime 0 9 * * *", "TZ=LOCALTIME 30 2 * * *", "CRON_TZ=Local */5 * * * * *"} {
+		_, err := Parse(s, now)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "may differ between replicas") {
+			t.Errorf("Parse(%q) = %v, want ErrInvalid naming the replicas' zones", s, err)
+		}
+	}
+	for _, s := range []string{"CRON_TZ=UTC 0 9 * * *", "TZ=Europe/Berlin 0 9 * * *", "CRON_TZ=America/New_York @hourly"} {
+		if _, err := Parse(s, now); err != nil {
+			t.Errorf("Parse(%q) = %v", s, err)
 		}
 	}
 }

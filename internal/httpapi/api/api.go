@@ -69,6 +69,9 @@ type Config struct {
 	// Lookalikes, when set, warns about and counts the names in a POST's headers object
 	// that look like a contract header's (x-dealy), as ingress does for brokers.
 	Lookalikes *ingress.Lookalikes
+
+	// bulkBudget replaces the 10 s that a bulk request works (tests).
+	bulkBudget time.Duration
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
@@ -83,8 +86,11 @@ func (c Config) MaxBodyBytes() int64 {
 // NewAPI returns the message API handler (docs/contract.md section 6):
 // POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
 //
-// Every request is authenticated first (when a token is set): a 401 is answered with
-// Connection: close and the body is never read. A request body is then limited to
+// A change (POST, DELETE) that a browser sent from another origin is refused first, with
+// 403, token or not (crossOrigin). Every request is then authenticated (when a token is
+// set): a 401 is answered with Connection: close and the body is never read. A POST whose
+// Content-Type is not application/json gets 415 unread (requireJSON), and a body must hold
+// one JSON value, nothing after it (400). A request body is then limited to
 // cfg.MaxBodyBytes (a larger Content-Length gets 413 unread) and its bytes are reserved
 // from the MaxInflightBytes budget before it is read; when the budget is spent the answer
 // is 503 with Retry-After, at once and without reading the body.
@@ -98,6 +104,9 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	if cfg.Started.IsZero() {
 		cfg.Started = cfg.Now()
 	}
+	if cfg.bulkBudget == 0 {
+		cfg.bulkBudget = bulkBudget
+	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
 		budget = DefaultMaxInflightBytes
@@ -105,7 +114,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	budget = max(budget, cfg.MaxBodyBytes())
 	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget)}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", a.post)
+	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
 	mux.HandleFunc("GET /v1/messages", a.list)
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
 	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
@@ -113,7 +122,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/targets", a.targets)
 	mux.HandleFunc("GET /v1/forecast", a.forecast)
 	mux.HandleFunc("GET /v1/overview", a.overview)
-	mux.HandleFunc("POST /v1/bulk/{op}", a.bulk)
+	mux.Handle("POST /v1/bulk/{op}", requireJSON(http.HandlerFunc(a.bulk)))
 	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
@@ -131,7 +140,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	top.Handle("GET /ui/", ui.Handler(a.authorized))
 	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	top.Handle("/", a.auth(a.limitBody(mux)))
-	return top
+	return crossOrigin(top)
 }
 
 type api struct {
@@ -195,16 +204,11 @@ func (a *api) auth(next http.Handler) http.Handler {
 
 func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	received := a.cfg.Now()
-	dec := json.NewDecoder(r.Body) // limited by limitBody
-	dec.DisallowUnknownFields()
 	var req httpapi.PostRequest
-	if err := dec.Decode(&req); err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the limit of %d bytes", tooBig.Limit))
-			return
+	if err := decodeBody(r.Body, &req); err != nil { // limited by limitBody
+		if !writeBodyError(w, err) {
+			a.cfg.Metrics.Invalid("http", contract.ReasonInvalidRequest)
 		}
-		a.cfg.Metrics.Invalid("http", contract.ReasonInvalidRequest)
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": invalid JSON body: "+err.Error())
 		return
 	}
 	in, err := a.incoming(req, received)

@@ -13,18 +13,19 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
-	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
 // bulkBudget is how long one bulk request works before it answers with next_cursor.
 const bulkBudget = 10 * time.Second
 
-// Bulker is what the bulk endpoints need of the delay store (delaystore.Store).
+// Bulker is what the bulk endpoints need of the delay store (delaystore.Store): the
+// change, and cursors sealed for the request that they continue.
 type Bulker interface {
 	Bulk(ctx context.Context, sel delaystore.Selector, op delaystore.BulkOp, dryRun bool, from *delaystore.BulkCursor,
 		budget time.Duration) (delaystore.BulkResult, error)
-	ParseBulkCursor(v string) (delaystore.BulkCursor, error)
+	SealBulkCursor(c delaystore.BulkCursor, query string) string
+	ParseBulkCursor(ctx context.Context, v, query string) (delaystore.BulkCursor, error)
 }
 
 // bulk serves POST /v1/bulk/{op}: cancel, reschedule, deliver-now (docs/contract.md
@@ -37,13 +38,11 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req httpapi.BulkRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": invalid JSON body: "+err.Error())
+	if err := decodeBody(r.Body, &req); err != nil {
+		writeBodyError(w, err)
 		return
 	}
-	sel, op, from, err := a.bulkRequest(b, r.PathValue("op"), req)
+	sel, op, err := a.bulkRequest(r.PathValue("op"), req)
 	if err != nil {
 		reason := contract.ReasonInvalidRequest
 		if errors.Is(err, contract.ErrBeyondMaxDelay) || errors.Is(err, contract.ErrTimeOverflow) {
@@ -52,10 +51,19 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, reason+": "+err.Error())
 		return
 	}
-	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, bulkBudget)
+	query := bulkQuery(r.PathValue("op"), req, sel, op)
+	var from *delaystore.BulkCursor
+	if req.Cursor != "" {
+		c, err := b.ParseBulkCursor(r.Context(), req.Cursor, query)
+		if !cursorOK(w, err) {
+			return
+		}
+		from = &c
+	}
+	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, a.cfg.bulkBudget)
 	out := httpapi.BulkResponse{Matched: res.Matched, Changed: res.Changed}
 	if res.Next != nil {
-		c := res.Next.String()
+		c := b.SealBulkCursor(*res.Next, query)
 		out.NextCursor = &c
 	}
 	if err != nil {
@@ -72,25 +80,44 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// bulkQuery is the canonical form of a bulk request that its cursors are sealed for: the
+// operation and its value, the dry run flag and the selector as parsed (so 1700000000000
+// and its RFC 3339 form are the same query), the id included; the cursor is not part of it.
+func bulkQuery(opName string, req httpapi.BulkRequest, sel delaystore.Selector, op delaystore.BulkOp) string {
+	return fmt.Sprintf("%s\n%s\n%d\n%d\n%t\n%q\n%q\n%d\n%d", opName, op.Kind, op.Shift, op.At, req.DryRun, req.ID, req.Target, sel.DueFrom, sel.DueTo)
+}
+
+// cursorOK answers a cursor that did not open (400 invalid_cursor; 503 when Redis failed
+// while reading the cursor key) and reports whether err was nil.
+func cursorOK(w http.ResponseWriter, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, delaystore.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidCursor+": "+err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+	}
+	return false
+}
+
 // bulkRequest checks a bulk request and turns it into the store's terms.
-func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (delaystore.Selector, delaystore.BulkOp, *delaystore.BulkCursor, error) {
+func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (delaystore.Selector, delaystore.BulkOp, error) {
 	var sel delaystore.Selector
 	var err error
 	if sel.DueFrom, err = optionalTime("due_from", req.DueFrom); err != nil {
-		return sel, delaystore.BulkOp{}, nil, err
+		return sel, delaystore.BulkOp{}, err
 	}
 	if sel.DueTo, err = optionalTime("due_to", req.DueTo); err != nil {
-		return sel, delaystore.BulkOp{}, nil, err
+		return sel, delaystore.BulkOp{}, err
 	}
 	switch {
 	case req.ID == "" && req.Target == "" && isAbsent(req.DueFrom) && isAbsent(req.DueTo):
-		return sel, delaystore.BulkOp{}, nil, errors.New("give at least one of id, target, due_from, due_to")
+		return sel, delaystore.BulkOp{}, errors.New("give at least one of id, target, due_from, due_to")
 	case req.ID != "" && req.Cursor != "":
-		return sel, delaystore.BulkOp{}, nil, errors.New("a request for one id takes no cursor")
-	case req.Target != "" && !glob.Valid(req.Target):
-		return sel, delaystore.BulkOp{}, nil, fmt.Errorf("target %q is not a valid glob", req.Target)
+		return sel, delaystore.BulkOp{}, errors.New("a request for one id takes no cursor")
 	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
-		return sel, delaystore.BulkOp{}, nil, errors.New("due_to is before due_from")
+		return sel, delaystore.BulkOp{}, errors.New("due_to is before due_from")
 	}
 	switch {
 	case isAbsent(req.DueTo):
@@ -100,22 +127,15 @@ func (a *api) bulkRequest(b Bulker, opName string, req httpapi.BulkRequest) (del
 	}
 	sel.ID = req.ID
 	if req.Target != "" {
-		pattern := req.Target
-		sel.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
-		sel.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
+		g, err := selector(req.Target)
+		if err != nil {
+			return sel, delaystore.BulkOp{}, err
+		}
+		sel.Match = g.MatchTarget
+		sel.Literals = g.Literals() // lets Redis skip the other targets' entries
 	}
 	op, err := bulkOp(opName, req, contract.Horizon{Now: a.cfg.Now().UnixMilli(), MaxDelay: a.cfg.Rules.MaxDelay})
-	if err != nil {
-		return sel, op, nil, err
-	}
-	if req.Cursor == "" {
-		return sel, op, nil, nil
-	}
-	c, err := b.ParseBulkCursor(req.Cursor)
-	if err != nil {
-		return sel, op, nil, fmt.Errorf("cursor: %w", err)
-	}
-	return sel, op, &c, nil
+	return sel, op, err
 }
 
 // bulkOp is the operation of POST /v1/bulk/<name>. A reschedule is bounded by bound

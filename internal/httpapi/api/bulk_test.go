@@ -96,7 +96,6 @@ func TestBulkRejects(t *testing.T) {
 		{"reschedule", httpapi.BulkRequest{Target: "a", Shift: "soon"}, "signed Go duration"},
 		{"reschedule", httpapi.BulkRequest{Target: "a", Shift: "0s"}, "signed Go duration"},
 		{"explode", httpapi.BulkRequest{Target: "a"}, "unknown bulk operation"},
-		{"cancel", httpapi.BulkRequest{Target: "a", Cursor: "nonsense"}, "cursor"},
 	} {
 		_, err := c.Bulk(context.Background(), tc.op, tc.req)
 		var apiErr *client.APIError

@@ -25,9 +25,12 @@ const (
 	listBudget  = 150 * time.Millisecond
 )
 
-// Lister is what GET /v1/messages needs of the delay store (delaystore.Store).
+// Lister is what GET /v1/messages needs of the delay store (delaystore.Store): the page,
+// and cursors sealed for the query that they continue.
 type Lister interface {
 	List(ctx context.Context, q delaystore.ListQuery, budget time.Duration) ([]delaystore.Listed, *delaystore.ListCursor, error)
+	SealListCursor(c delaystore.ListCursor, query string) string
+	ParseListCursor(ctx context.Context, v, query string) (delaystore.ListCursor, error)
 }
 
 // list serves GET /v1/messages: parked messages in scheduled order, filtered by target
@@ -39,10 +42,21 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "this store cannot list messages")
 		return
 	}
-	q, err := listQuery(r.URL.Query())
+	v := r.URL.Query()
+	q, err := listQuery(v)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
 		return
+	}
+	// The cursor is sealed for the filters as parsed (a time in ms or RFC 3339 is the same
+	// query); limit may change from page to page.
+	query := fmt.Sprintf("%q\n%d\n%d", v.Get("target"), q.From, q.To)
+	if s := v.Get("cursor"); s != "" {
+		c, err := l.ParseListCursor(r.Context(), s, query)
+		if !cursorOK(w, err) {
+			return
+		}
+		q.After = &c
 	}
 	page, next, err := l.List(r.Context(), q, listBudget)
 	if err != nil {
@@ -56,7 +70,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 			Attempts: m.Attempts, Size: m.Size, Source: m.Source}
 	}
 	if next != nil {
-		c := next.String()
+		c := l.SealListCursor(*next, query)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -65,7 +79,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 // listParams are GET /v1/messages' query parameters.
 var listParams = map[string]bool{"target": true, "due_from": true, "due_to": true, "limit": true, "cursor": true}
 
-// listQuery checks GET /v1/messages' parameters and turns them into the store's terms.
+// listQuery checks GET /v1/messages' parameters and turns them into the store's terms,
+// but for the cursor (opened by list, for the query).
 func listQuery(v url.Values) (delaystore.ListQuery, error) {
 	q := delaystore.ListQuery{Limit: listDefault}
 	for name, vals := range v {
@@ -77,11 +92,12 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 		}
 	}
 	if pattern := v.Get("target"); pattern != "" {
-		if !glob.Valid(pattern) {
-			return q, fmt.Errorf("target %q is not a valid glob", pattern)
+		g, err := selector(pattern)
+		if err != nil {
+			return q, err
 		}
-		q.Match = func(target string) bool { return glob.MatchTarget(pattern, target) }
-		q.Literals = glob.Literals(pattern) // lets Redis skip the other targets' entries
+		q.Match = g.MatchTarget
+		q.Literals = g.Literals() // lets Redis skip the other targets' entries
 	}
 	var err error
 	if q.From, err = queryTime(v, "due_from"); err != nil {
@@ -103,14 +119,20 @@ func listQuery(v url.Values) (delaystore.ListQuery, error) {
 		}
 		q.Limit = n
 	}
-	if s := v.Get("cursor"); s != "" {
-		c, err := delaystore.ParseListCursor(s)
-		if err != nil {
-			return q, errors.New("cursor: not one this API handed out")
-		}
-		q.After = &c
-	}
 	return q, nil
+}
+
+// selector compiles a target selector once for the whole request (docs/contract.md
+// section 8: at most glob.MaxSelectorBytes bytes and glob.MaxSelectorStars "*").
+func selector(pattern string) (*glob.Pattern, error) {
+	g, err := glob.CompileSelector(pattern)
+	switch {
+	case errors.Is(err, glob.ErrTooLong):
+		return nil, fmt.Errorf("target: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("target %q is not a valid glob", pattern)
+	}
+	return g, nil
 }
 
 // queryTime reads an optional time parameter: unix ms or RFC 3339; 0 when absent.
