@@ -136,7 +136,9 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 	t.Helper()
 	post := func(path, body string) (int, string) {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
 	get := func(id string) int64 {

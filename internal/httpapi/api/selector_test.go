@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
@@ -70,7 +71,7 @@ func TestSelectorCompiledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sel, _, err := (&api{}).bulkRequest("cancel", httpapi.BulkRequest{Target: pattern})
+	sel, _, err := (&api{cfg: Config{Now: time.Now}}).bulkRequest("cancel", httpapi.BulkRequest{Target: pattern})
 	if err != nil {
 		t.Fatal(err)
 	}
