@@ -15,12 +15,17 @@ import (
 // "invalid_every: invalid every: x-delay-every: invalid schedule ...", and still wraps
 // both sentinels.
 func TestEveryErrorReadsOnce(t *testing.T) {
-	_, err := ParseEvery(headers.List{{Key: "x-delay-every", Value: "sometimes"}}, time.Now())
-	text := ErrorText(err)
-	if !errors.Is(err, ErrInvalidEvery) || !errors.Is(err, schedule.ErrInvalid) {
-		t.Fatalf("%v wraps neither ErrInvalidEvery nor schedule.ErrInvalid", err)
-	}
-	if !strings.HasPrefix(text, `invalid_every: invalid every "sometimes": want a Go duration`) || strings.Count(text, "invalid") != 2 {
-		t.Fatalf("error text %q", text)
+	for value, start := range map[string]string{
+		"sometimes":               `invalid_every: invalid every "sometimes": want a Go duration`,
+		"CRON_TZ=Local 0 9 * * *": `invalid_every: invalid every "CRON_TZ=Local 0 9 * * *": CRON_TZ=Local is the zone of the machine`,
+	} {
+		_, err := ParseEvery(headers.List{{Key: "x-delay-every", Value: value}}, time.Now())
+		text := ErrorText(err)
+		if !errors.Is(err, ErrInvalidEvery) || !errors.Is(err, schedule.ErrInvalid) {
+			t.Fatalf("%v wraps neither ErrInvalidEvery nor schedule.ErrInvalid", err)
+		}
+		if !strings.HasPrefix(text, start) || strings.Count(text, "invalid") != 2 {
+			t.Fatalf("error text %q", text)
+		}
 	}
 }

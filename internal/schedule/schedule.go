@@ -87,8 +87,8 @@ func Parse(s string, now time.Time) (Every, error) {
 		return parseInterval(text, s) // one word: a duration, or nothing
 	}
 	if zone, ok := machineZone(text); ok {
-		return Every{}, fmt.Errorf("%w %q: %s is the zone of the machine that reads it, which may differ between replicas: "+
-			"name an IANA zone (CRON_TZ=Europe/Berlin), or leave it out for UTC", ErrInvalid, s, zone)
+		return Every{}, invalid(s, "%s is the zone of the machine that reads it, which may differ between replicas: "+
+			"name an IANA zone (CRON_TZ=Europe/Berlin), or leave it out for UTC", zone)
 	}
 	sched, err := parser.Parse(text)
 	if err != nil {
