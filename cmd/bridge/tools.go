@@ -277,7 +277,7 @@ Usage:
                                change many parked messages at once (through the message API)
   bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
-  bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--from-start] [--json]
+  bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--wait D] [--from-start] [--json]
                                send dead letters (BRIDGE_DLQ_SUBJECT) back to the ingress
                                subject/topic, each let go only once that publish is confirmed
   bridge version               print the version
