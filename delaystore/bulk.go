@@ -212,7 +212,7 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 	case dryRun:
 		return BulkResult{Matched: 1}, nil
 	}
-	n, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target})
+	n, _, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target})
 	if err != nil {
 		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
 	}
@@ -220,15 +220,23 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 }
 
 // bulkChange runs bulk.lua on shard for the picked (id, version, target) triples,
-// confirmed by WAIT with MinReplicas, and returns how many it changed.
-func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (int64, error) {
+// confirmed by WAIT with MinReplicas, and returns how many it changed and how many of
+// those were picked by a ">v" version (recurring messages newer than the pass).
+func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (changed, newer int64, err error) {
 	k := s.keys[shard]
 	bound := s.tombMS // cancel: the tombstone TTL; shift and at: the maximum delay
 	if op.Kind == BulkShift || op.Kind == BulkDeliverAt {
 		bound = op.MaxDelay.Milliseconds()
 	}
 	args := append([]any{op.Kind, opValue(op), bound, k.wake, k.shardID}, picked...)
-	return s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64()
+	out, err := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(out) != 2 {
+		return 0, 0, fmt.Errorf("bulk.lua: unexpected reply of %d values", len(out))
+	}
+	return out[0], out[1], nil
 }
 
 // bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into
@@ -244,50 +252,57 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}
-	picked, next, done, err := s.pick(out, sel, cur, op.Kind == BulkCancel && !dryRun)
+	picked, lineage, next, done, err := s.pick(out, sel, cur, op.Kind == BulkCancel && !dryRun)
 	if err != nil {
 		return cur, false, err
 	}
-	res.Matched += len(picked) / 3
+	res.Matched += len(picked)/3 - lineage
 	if dryRun || len(picked) == 0 {
 		return next, done, nil
 	}
-	n, err := s.bulkChange(ctx, cur.Shard, op, picked)
+	n, newer, err := s.bulkChange(ctx, cur.Shard, op, picked)
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: change shard %d: %w", cur.Shard, err)
 	}
+	res.Matched += int(newer)
 	res.Changed += int(n)
 	return next, done, nil
 }
 
 // pick reads scan.lua's answer: the (id, version, target) triples that sel matches, the
 // cursor after the chunk and whether the pass is through. Entries newer than the pass
-// (cur.MaxVersion) are left out, unless anyNew (a cancel: it changes nothing twice, and
-// a recurring message that fired since the pass began has a newer version).
-func (s *Store) pick(out []any, sel Selector, cur BulkCursor, anyNew bool) ([]any, BulkCursor, bool, error) {
+// (cur.MaxVersion) are left out, unless lineage (a cancel: a recurring message that fired
+// since the pass began has a newer version): then they are picked with the version
+// ">MaxVersion", which bulk.lua takes only for a recurring message (a message parked
+// since the pass began is left alone, as by every bulk change), and counted in lineage.
+func (s *Store) pick(out []any, sel Selector, cur BulkCursor, withLineage bool) (picked []any, lineage int, next BulkCursor, done bool, err error) {
 	if len(out) < 3 || (len(out)-3)%6 != 0 {
-		return nil, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
+		return nil, 0, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
 	}
-	done, _ := out[0].(int64)
-	next := cur
+	through, _ := out[0].(int64)
+	next = cur
 	next.ID, _ = out[1].(string)
 	next.Score, _ = out[2].(string)
-	var picked []any
 	for i := 3; i < len(out); i += 6 {
 		id, _ := out[i].(string)
 		prefix, _ := out[i+2].(string)
 		head, _ := out[i+3].(string)
 		version, due, ok := parsePrefix(prefix)
-		if !ok || (version > cur.MaxVersion && !anyNew) || due < sel.DueFrom || due > sel.DueTo {
+		newer := version > cur.MaxVersion
+		if !ok || (newer && !withLineage) || due < sel.DueFrom || due > sel.DueTo {
 			continue
 		}
 		target, _, err := decodeHead([]byte(head), id)
 		if sel.Match != nil && (err != nil || !sel.Match(target)) {
 			continue
 		}
-		picked = append(picked, id, strconv.FormatInt(version, 10), target)
+		want := strconv.FormatInt(version, 10)
+		if newer {
+			want, lineage = ">"+strconv.FormatInt(cur.MaxVersion, 10), lineage+1
+		}
+		picked = append(picked, id, want, target)
 	}
-	return picked, next, done == 1, nil
+	return picked, lineage, next, through == 1, nil
 }
 
 // parsePrefix reads "<version>,<attempts>,<due>".

@@ -5,8 +5,11 @@
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
 --       (the bound), 4 = the shard's wake channel (P:wake:<s>),
---       5 = shard number, then per message 3 values: id, version and target read by scan
--- returns: changed count
+--       5 = shard number, then per message 3 values: id, version and target read by scan;
+--       a version written '>v' (cancel only) picks the entry only when it is a recurring
+--       message for that target with a version newer than v, the pass's fence (an entry
+--       newer than the pass: a firing that re-parked itself, not a message parked since)
+-- returns: {changed count, of them picked by a '>v' version}
 -- A message is changed only when its stored version is the one read (fence: replaced,
 -- cancelled or fired meanwhile: left alone) and it is not in delivery: its score equals
 -- its due time, or it is in the retry set (waiting for its backoff). A claimed message
@@ -48,18 +51,21 @@ local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
 local headScore = nil
 if head[2] then headScore = tonumber(head[2]) end
 local earliest = nil
-local n = 0
+local n, newer = 0, 0
 for i = 6, #ARGV, 3 do
   local id, want = ARGV[i], ARGV[i + 1]
+  local lineage = string.sub(want, 1, 1) == '>'
+  if lineage then want = string.sub(want, 2) end
   local env = redis.call('HGET', m, id)
   local score = redis.call('ZSCORE', z, id)
   if env and score then
     local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
     local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
-    local pick = version == want and waiting and (op == 'cancel' or bounded(op, due))
+    local pick = not lineage and version == want and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
-      pick = version == want or (tonumber(version) > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
+      pick = (not lineage and version == want) or (tonumber(version) > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
     end
+    if pick and lineage then newer = newer + 1 end
     if pick then
       if op == 'cancel' then
         redis.call('ZREM', z, id)
@@ -86,4 +92,4 @@ end
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end
-return n
+return {n, newer}
