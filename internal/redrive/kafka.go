@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -201,8 +202,13 @@ type genResult struct {
 // member joins the group and reads the partitions each generation hands it, until those
 // of one generation were all read to their end offsets, then leaves the group.
 func (r *kafkaRun) member(ctx context.Context, ranges map[int]span) error {
+	bounds, err := json.Marshal(ends(ranges))
+	if err != nil {
+		return fmt.Errorf("end offsets: %w", err)
+	}
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: r.cfg.Group, Brokers: r.cfg.Brokers,
 		Dialer: kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-redrive", r.cfg.Security), Topics: []string{r.cfg.DLQTopic},
+		GroupBalancers:    []kafkago.GroupBalancer{boundsBalancer{bounds: bounds}},
 		HeartbeatInterval: groupHeartbeat, SessionTimeout: groupSession, RebalanceTimeout: 3 * r.cfg.Timeout,
 		JoinGroupBackoff: groupBackoff, StartOffset: kafkago.FirstOffset, Timeout: r.cfg.Timeout})
 	if err != nil {
@@ -220,6 +226,9 @@ func (r *kafkaRun) member(ctx context.Context, ranges map[int]span) error {
 			joinErr = err
 			continue // kafka-go joins again (after groupBackoff)
 		}
+		if err := r.shareBounds(ctx, ranges); err != nil {
+			return err
+		}
 		res := make(chan genResult, 1)
 		// Started in the generation, so that kafka-go joins again only after the letter in
 		// hand was committed; held until the group is closed once done, so that it leaves
@@ -236,6 +245,58 @@ func (r *kafkaRun) member(ctx context.Context, ranges map[int]span) error {
 		}
 		deadline = time.Now().Add(r.cfg.Timeout)
 	}
+}
+
+// boundsBalancer is kafka-go's range assignment under the protocol name "delaybridge-redrive"
+// (a consumer of another kind cannot join the group), with the run's end offsets at its
+// start (ends) as member user data, which every member reads with DescribeGroups.
+type boundsBalancer struct {
+	kafkago.RangeGroupBalancer
+	bounds []byte
+}
+
+// ProtocolName names the assignment protocol of redrive runs.
+func (boundsBalancer) ProtocolName() string { return "delaybridge-redrive" }
+
+// UserData is the run's end offsets at its start, JSON-encoded.
+func (b boundsBalancer) UserData() ([]byte, error) { return b.bounds, nil }
+
+// ends is the end offset of each partition of ranges.
+func ends(ranges map[int]span) map[int]int64 {
+	out := make(map[int]int64, len(ranges))
+	for p, sp := range ranges {
+		out[p] = sp.to
+	}
+	return out
+}
+
+// shareBounds lowers the end offsets of ranges to those of the other runs in the group now
+// (their user data): runs in the group at the same time all stop at the earliest run's end
+// offsets, so a letter that one of them redrove and the bridge refused again (a new record
+// past them) is not redriven by another in the same go. A run that joins after the others
+// left is a later run and reads up to its own end offsets.
+func (r *kafkaRun) shareBounds(ctx context.Context, ranges map[int]span) error {
+	res, err := r.cl.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{r.cfg.Group}})
+	if err == nil && len(res.Groups) == 1 {
+		err = res.Groups[0].Error
+	}
+	if err != nil {
+		return fmt.Errorf("describe consumer group %s: %w", r.cfg.Group, err)
+	}
+	for _, g := range res.Groups {
+		for _, m := range g.Members {
+			var theirs map[int]int64
+			if json.Unmarshal(m.MemberMetadata.UserData, &theirs) != nil {
+				continue // not a redrive run: it could not have joined (another protocol)
+			}
+			for p, end := range theirs {
+				if sp, ok := ranges[p]; ok && end < sp.to {
+					ranges[p] = span{from: sp.from, to: end}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // generation reads the partitions that gen assigned, from their committed offsets up to

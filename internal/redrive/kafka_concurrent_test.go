@@ -3,29 +3,67 @@ package redrive
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 )
 
-// kletters produces n dead letters of one reason to delay.dlq, spread over its
-// partitions, each with its own x-delay-id (prefix-i) and x-target.
-func kletters(t *testing.T, cl *kgo.Client, prefix, target, errText string, n int) {
+// kletterSpec is a kind of dead letter: n of them, with x-delay-id prefix-i, x-target
+// and x-delay-error.
+type kletterSpec struct {
+	prefix, target, errText string
+	n                       int
+}
+
+// kletters produces the letters of specs to delay.dlq, interleaved (one of each kind in
+// turn while any is left) and spread over 4 partitions in turn (cl partitions manually).
+func kletters(t *testing.T, cl *kgo.Client, specs ...kletterSpec) {
 	t.Helper()
-	recs := make([]*kgo.Record, 0, n)
-	for i := range n {
-		id := fmt.Sprintf("%s-%d", prefix, i)
-		recs = append(recs, &kgo.Record{Topic: "delay.dlq", Value: []byte(id), Headers: []kgo.RecordHeader{
-			{Key: "x-target", Value: []byte(target)}, {Key: "x-delay-id", Value: []byte(id)},
-			{Key: "x-delay-due", Value: []byte("5")}, {Key: "x-delay-error", Value: []byte(errText)}}})
+	var recs []*kgo.Record
+	for i := 0; ; i++ {
+		more := false
+		for _, sp := range specs {
+			if i >= sp.n {
+				continue
+			}
+			more = true
+			id := fmt.Sprintf("%s-%d", sp.prefix, i)
+			recs = append(recs, &kgo.Record{Topic: "delay.dlq", Partition: int32(len(recs) % 4), Value: []byte(id),
+				Headers: []kgo.RecordHeader{{Key: "x-target", Value: []byte(sp.target)}, {Key: "x-delay-id", Value: []byte(id)},
+					{Key: "x-delay-due", Value: []byte("5")}, {Key: "x-delay-error", Value: []byte(sp.errText)}}})
+		}
+		if !more {
+			break
+		}
 	}
 	if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dlqEnd is the sum of the end offsets of delay.dlq's 4 partitions.
+func dlqEnd(t *testing.T, brokers []string) int64 {
+	t.Helper()
+	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second}
+	var reqs []kafkago.OffsetRequest
+	for p := range 4 {
+		reqs = append(reqs, kafkago.LastOffsetOf(p))
+	}
+	res, err := cl.ListOffsets(t.Context(), &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{"delay.dlq": reqs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, p := range res.Topics["delay.dlq"] {
+		sum += p.LastOffset
+	}
+	return sum
 }
 
 // refuseAgain plays the bridge: every record on delay.in for target is dead-lettered
@@ -60,19 +98,28 @@ func refuseAgain(t *testing.T, brokers []string, target, errText string) {
 // letter once (1,500 records on the ingress topic, one per x-delay-id), both end without
 // an error, and their counts add up: 1,000 REDRIVEN, 500 REFUSED AGAIN, 50 LEFT. The 500
 // new letters are there for a later run (a dry run counts them), not sent again by these.
+//
+// Staggered: the second run starts once the first one's refused letters are in the topic
+// (past the first run's end offsets, before the second's): runs in the group at the same
+// time stop at the earliest run's end offsets, so it does not send them again.
 func TestKafkaConcurrentRuns(t *testing.T) {
+	t.Run("together", func(t *testing.T) { concurrentRuns(t, false) })
+	t.Run("staggered", func(t *testing.T) { concurrentRuns(t, true) })
+}
+
+func concurrentRuns(t *testing.T, staggered bool) {
 	k := testkafka.Start(t)
 	brokers := k.Brokers()
 	testkafka.CreateTopic(t, brokers, "delay.dlq", 4)
 	testkafka.CreateTopic(t, brokers, "delay.in", 4)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	kletters(t, cl, "ok", "out.ok", "target_not_allowed: out.ok", 1000)
-	kletters(t, cl, "bad", "still.bad", "invalid_delay: soon", 500)
-	kletters(t, cl, "left", "out.left", "forbidden: out.left", 50)
+	kletters(t, cl, kletterSpec{"ok", "out.ok", "target_not_allowed: out.ok", 1000},
+		kletterSpec{"bad", "still.bad", "invalid_delay: soon", 500}, kletterSpec{"left", "out.left", "forbidden: out.left", 50})
+	end := dlqEnd(t, brokers)
 	refuseAgain(t, brokers, "still.bad", "invalid_delay: soon")
 
 	cfg := KafkaConfig{Brokers: brokers, DLQTopic: "delay.dlq", Ingress: "delay.in", Group: "bridge-redrive"}
@@ -81,6 +128,13 @@ func TestKafkaConcurrentRuns(t *testing.T) {
 	counts := make([]Counts, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
+		if i == 1 && staggered {
+			for deadline := time.Now().Add(30 * time.Second); dlqEnd(t, brokers) < end+20; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no letter refused again within 30s")
+				}
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -140,4 +194,44 @@ func fmtCounts(c Counts) string {
 		s += fmt.Sprintf("%s=%+v ", r, *t)
 	}
 	return s
+}
+
+// --from-start resets the group's offsets outside any generation, which the coordinator
+// refuses while another run is in the group: the run stops with an error at once (no
+// letter sent); with the group empty again it reads every letter.
+func TestKafkaFromStartRefusedWhileARunHolds(t *testing.T) {
+	k := testkafka.Start(t)
+	brokers := k.Brokers()
+	testkafka.CreateTopic(t, brokers, "delay.dlq", 4)
+	testkafka.CreateTopic(t, brokers, "delay.in", 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	kletters(t, cl, kletterSpec{"ok", "out.ok", "publish_failed: 10 attempts", 8})
+	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: "bridge-redrive", Brokers: brokers,
+		Topics: []string{"delay.dlq"}, GroupBalancers: []kafkago.GroupBalancer{boundsBalancer{bounds: []byte("{}")}},
+		HeartbeatInterval: groupHeartbeat, SessionTimeout: groupSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cg.Next(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := KafkaConfig{Brokers: brokers, DLQTopic: "delay.dlq", Ingress: "delay.in", Group: "bridge-redrive", FromStart: true}
+	counts, err := Kafka(t.Context(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "--from-start") {
+		t.Fatalf("from start while a run holds the group: %v, want the reset refused", err)
+	}
+	checkCounts(t, "refused reset", counts, map[string]Tally{})
+	if recs := ingressRecords(t, brokers); len(recs) != 0 {
+		t.Fatalf("%d letters sent", len(recs))
+	}
+	cg.Close()
+	counts, err = Kafka(t.Context(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, "with the group empty", counts, map[string]Tally{"publish_failed": {Redriven: 8, Selected: 8}})
 }
