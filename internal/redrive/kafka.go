@@ -25,10 +25,12 @@ type KafkaConfig struct {
 	// DLQTopic is the dead-letter topic (BRIDGE_DLQ_SUBJECT); Ingress the bridge's ingress
 	// topic (BRIDGE_KAFKA_TOPIC).
 	DLQTopic, Ingress string
-	// Group is the consumer group whose committed offsets say where the last run stopped
-	// (`<BRIDGE_KAFKA_GROUP>-redrive`).
+	// Group is the consumer group that a run joins (`<BRIDGE_KAFKA_GROUP>-redrive`): it hands
+	// each partition to one run at a time, and its committed offsets say where the last run
+	// stopped.
 	Group string
-	// FromStart reads the topic from its first offset, whatever was committed.
+	// FromStart resets the group's offsets to the first ones before the run joins (refused
+	// while another run is in the group): the topic is read from its start.
 	FromStart bool
 	// Timeout bounds each request and each wait for a record (default 10s).
 	Timeout time.Duration
