@@ -28,7 +28,7 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 	reasons := fs.String("reason", "", "comma-separated reason codes to redrive (x-delay-error before ':'); default: all")
 	dryRun := fs.Bool("dry-run", false, "change nothing: count the dead letters by reason")
 	maxN := fs.Int("max", 0, "look at no more than this many dead letters (0: all present at the start)")
-	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped")
+	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped (resets the group's offsets: refused while another run is in the group)")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	wait := fs.Duration("wait", 5*time.Second, "after the last letter, watch the dead letters this long (renewed by each one seen) for letters refused again (0: no watch)")
 	fs.Usage = func() {

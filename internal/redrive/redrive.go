@@ -49,7 +49,8 @@ type Tally struct {
 	Refused int `json:"refused"`
 	// Other were taken by another run (claimed by it, or already gone from the store, or
 	// a duplicate within the ingress stream's window): not sent by this run; they stay
-	// unless the other run lets them go.
+	// unless the other run lets them go. NATS only: on Kafka a run does not read the
+	// partitions the group handed to another run, which counts their letters itself.
 	Other int `json:"other_run"`
 	// Selected would have been redriven (dry run).
 	Selected int `json:"selected"`
