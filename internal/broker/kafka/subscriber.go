@@ -185,7 +185,9 @@ type Subscriber struct {
 	cfg    SubscriberConfig
 	log    *slog.Logger
 	dialer *kafkago.Dialer
-	hooks  hooks
+	// transport serves the null-value probes (nullValue).
+	transport *kafkago.Transport
+	hooks     hooks
 
 	mu     sync.Mutex // guards closed against wg.Add
 	closed bool
@@ -208,6 +210,7 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 		cfg:         cfg,
 		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
 		dialer:      NewDialer(cfg.ClientID, cfg.Security),
+		transport:   NewTransport(cfg.ClientID, cfg.Security),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 	}, nil
@@ -435,5 +438,6 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 	s.closeCancel()
 	s.wg.Wait()
+	s.transport.CloseIdleConnections()
 	return nil
 }

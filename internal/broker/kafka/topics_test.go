@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
+	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 )
 
@@ -98,5 +99,44 @@ func TestMissingTopicIsAwaitedWithoutJoining(t *testing.T) {
 	}
 	if n := logs.count(slog.LevelInfo, "generation"); n > 2 {
 		t.Errorf("%d generations, want 1 (2 at most)", n)
+	}
+}
+
+// A tombstone (a record with a null value) is received as one (metadata
+// headers.MetaKafkaTombstone, empty payload) and published as one (null value); an empty
+// value stays empty and not null, both ways (issue 24 item 4). kafka-go reads both as a
+// nil Value: the subscriber asks the broker again for such records.
+func TestTombstoneRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkafka.CreateTopic(t, e.brokers, "ts.in", 1)
+	testkafka.CreateTopic(t, e.brokers, "ts.out", 1)
+	e.produceRecords(t,
+		&kgo.Record{Topic: "ts.in", Key: []byte("k1"), Value: nil},
+		&kgo.Record{Topic: "ts.in", Key: []byte("k2"), Value: []byte{}},
+		&kgo.Record{Topic: "ts.in", Key: []byte("k3"), Value: []byte("v")},
+	)
+	_, ch := e.subscribe(t, e.subCfg("ts"), nil, "ts.in")
+	msgs := receiveByOffset(t, ch, 3)
+	for i, m := range msgs {
+		m.Ack()
+		_, tomb := m.Metadata[headers.MetaKafkaTombstone]
+		if tomb != (i == 0) {
+			t.Errorf("record %d: tombstone metadata %v, want %v", i, tomb, i == 0)
+		}
+		m.SetContext(context.Background())
+	}
+	if err := e.publisher(t, wmkafka.PublisherConfig{}).Publish("ts.out", msgs...); err != nil {
+		t.Fatal(err)
+	}
+	out := consume(t, e, "ts.out", 3)
+	if out[0].Value != nil {
+		t.Errorf("tombstone arrived with value %q (non-null), want null", out[0].Value)
+	}
+	if out[1].Value == nil || len(out[1].Value) != 0 {
+		t.Errorf("empty value arrived as %v, want empty and not null", out[1].Value)
+	}
+	if string(out[2].Value) != "v" {
+		t.Errorf("value %q", out[2].Value)
 	}
 }
