@@ -144,14 +144,24 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 	}
 	s := &brokerSide{name: "kafka", publisher: pub}
 	s.closers = append(s.closers, func() { _ = pub.Close() })
-	sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: cfg.Kafka.Group, Security: kafkaSec}, logger)
-	if err != nil {
-		return s, fmt.Errorf("kafka subscriber: %w", err)
+	if err := checkIngressTopic(ctx, cfg.Kafka, kafkaSec); err != nil {
+		return s, err
 	}
-	s.closers = append(s.closers, func() { _ = sub.Close() })
+	// The cancel topic has its own group: its rebalances (a member joins, the topic is
+	// created late) never pause the ingress topic; a missing one is waited for.
+	subs := make([]*kafkabroker.Subscriber, 2)
+	for i, group := range []string{cfg.Kafka.Group, kafkabroker.CancelGroup(cfg.Kafka.Group)} {
+		sub, err := kafkabroker.NewSubscriber(kafkabroker.SubscriberConfig{Brokers: cfg.Kafka.Brokers, GroupID: group,
+			Security: kafkaSec, MissingTopicInterval: cfg.Kafka.MissingTopicInterval}, logger)
+		if err != nil {
+			return s, fmt.Errorf("kafka subscriber: %w", err)
+		}
+		s.closers = append(s.closers, func() { _ = sub.Close() })
+		subs[i] = sub
+	}
 	s.sources = []ingress.Source{
-		{Broker: "kafka", Topic: cfg.Kafka.Topic, Kind: ingress.Delayed, Subscriber: sub},
-		{Broker: "kafka", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: sub}}
+		{Broker: "kafka", Topic: cfg.Kafka.Topic, Kind: ingress.Delayed, Subscriber: subs[0]},
+		{Broker: "kafka", Topic: cfg.CancelSubject, Kind: ingress.Cancels, Subscriber: subs[1]}}
 	brokers := cfg.Kafka.Brokers
 	s.check = ops.Check{Name: "kafka", Probe: func(ctx context.Context) error {
 		return kafkabroker.PingWith(ctx, brokers, kafkaSec)
@@ -185,6 +195,21 @@ func checkIngressStream(ctx context.Context, nc *natsgo.Conn, cfg config.NATS) e
 	}
 	return fmt.Errorf("BRIDGE_NATS_STREAM: stream %q does not capture BRIDGE_NATS_SUBJECT %q (its subjects: %s)",
 		cfg.Stream, cfg.Subject, strings.Join(st.CachedInfo().Config.Subjects, ", "))
+}
+
+// checkIngressTopic: the Kafka ingress topic must exist (the bridge never creates it; a
+// broker with auto.create.topics.enable creates it on this check, as for any consumer).
+func checkIngressTopic(ctx context.Context, cfg kafkabroker.Config, sec kafkabroker.Security) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := kafkabroker.Partitions(cctx, cfg.Brokers, sec, cfg.Topic)
+	if errors.Is(err, kafkabroker.ErrUnknownTopic) {
+		return fmt.Errorf("BRIDGE_KAFKA_TOPIC: kafka topic %q not found: create it; the bridge never creates its ingress topic", cfg.Topic)
+	}
+	if err != nil {
+		return fmt.Errorf("BRIDGE_KAFKA_TOPIC %q: %w", cfg.Topic, err)
+	}
+	return nil
 }
 
 // kafkaBatchOverhead is what a broker counts against message.max.bytes beyond the

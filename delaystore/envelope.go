@@ -34,17 +34,22 @@ const (
 // entries as reserved headers, which it never sends to a broker. metaMisfire holds
 // Envelope.Misfire (written first, so that a bridge that predates it still finds the two
 // after it), metaExpires Envelope.Expires (decimal milliseconds, > 0), metaEvery
-// Envelope.Every.
+// Envelope.Every. metaTombstone ("1": Envelope.Tombstone) comes before them all, for the
+// same reason.
 const (
-	metaMisfire = headers.ReservedPrefix + "misfire"
-	metaExpires = headers.ReservedPrefix + "expires"
-	metaEvery   = headers.ReservedPrefix + "every"
+	metaTombstone = headers.ReservedPrefix + "tombstone"
+	metaMisfire   = headers.ReservedPrefix + "misfire"
+	metaExpires   = headers.ReservedPrefix + "expires"
+	metaEvery     = headers.ReservedPrefix + "every"
 )
 
 // metaHeaders are the Envelope fields stored as trailing reserved headers, in their
 // canonical order.
 func (e Envelope) metaHeaders() headers.List {
 	var l headers.List
+	if e.Tombstone {
+		l = append(l, headers.Header{Key: metaTombstone, Value: "1"})
+	}
 	if e.Misfire != "" {
 		l = append(l, headers.Header{Key: metaMisfire, Value: e.Misfire})
 	}
@@ -58,7 +63,7 @@ func (e Envelope) metaHeaders() headers.List {
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields (metaEvery last, then metaExpires, then metaMisfire). A value that encodeBody
+// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone). A value that encodeBody
 // would not have written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
@@ -80,6 +85,13 @@ func (e *Envelope) takeMeta() error {
 		if e.Misfire = e.Headers[n-1].Value; e.Misfire == "" {
 			return fmt.Errorf("%w: empty misfire policy", ErrCorrupt)
 		}
+		e.Headers = e.Headers[:n-1]
+	}
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaTombstone {
+		if e.Headers[n-1].Value != "1" {
+			return fmt.Errorf("%w: tombstone flag %q", ErrCorrupt, e.Headers[n-1].Value)
+		}
+		e.Tombstone = true
 		e.Headers = e.Headers[:n-1]
 	}
 	if len(e.Headers) == 0 {

@@ -45,6 +45,8 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"misfire", Envelope{Target: "nats:a", Source: "http", Every: "1s", Misfire: "skip"}},
 		{"misfire, expires and every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "h", Value: "v"}},
 			Expires: time.Minute, Every: "0 9 * * *", Misfire: "all", Payload: []byte("x")}},
+		{"tombstone", Envelope{Target: "kafka:a", Source: "kafka:in", Key: []byte("k"), Tombstone: true}},
+		{"tombstone with every", Envelope{Target: "kafka:a", Source: "kafka:in", Tombstone: true, Every: "1s", Misfire: "skip", Expires: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,8 +91,8 @@ func TestBodyRoundTrip(t *testing.T) {
 // predates it (reading every, then expires, from the end) still finds both, and sees
 // the policy as a reserved header, which it never delivers (it fires as once).
 func TestMetaOrder(t *testing.T) {
-	got := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip"}.metaHeaders()
-	want := headers.List{{Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
+	got := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true}.metaHeaders()
+	want := headers.List{{Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
@@ -126,6 +128,7 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"expires overflows", withHeader(metaExpires, "9223372036854776")},
 		{"empty schedule", withHeader(metaEvery, "")},
 		{"empty misfire policy", withHeader(metaMisfire, "")},
+		{"tombstone flag not 1", withHeader(metaTombstone, "true")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {

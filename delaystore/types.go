@@ -55,6 +55,10 @@ type Envelope struct {
 	// internal/schedule), "" for a message delivered once. The store keeps it as text;
 	// egress computes each next occurrence (RetryRequest.Next). Stored like Expires.
 	Every string
+	// Tombstone marks a Kafka tombstone (a record with a null value; Payload is empty):
+	// egress publishes it to Kafka with a null value, to NATS with x-kafka-tombstone.
+	// Stored like Expires, only when set.
+	Tombstone bool
 	// Misfire is the x-delay-misfire policy of a recurring message as text ("skip",
 	// "all"; package internal/schedule reads it), "" for the default (once), which is
 	// not stored. Stored like Expires, only when set.

@@ -156,7 +156,7 @@ func (e *Egress) admit(ctx context.Context, target string, claimed []delaystore.
 func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
 	st := &settlement{n: len(group)}
 	var firstErr error
-	failed := 0
+	failed, published := 0, false
 	for _, o := range group {
 		if o.err != nil && !e.permanent(o) {
 			// A retry that would come after due + x-delay-expires is not made.
@@ -168,6 +168,7 @@ func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt in
 		o.span.End()
 		switch {
 		case o.err == nil:
+			published = true
 			e.fired(st, o)
 			e.metrics.published(o.broker, confirmedAt-o.claimed.Due)
 			e.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
@@ -185,9 +186,11 @@ func (e *Egress) outcomes(ctx context.Context, group []*outgoing, confirmedAt in
 			}
 		}
 	}
-	if failed > 0 {
-		e.log.Warn("publishes failed; retrying with backoff", "target", group[0].claimed.Envelope.Target,
-			"failed", failed, "group", len(group), "first_err", firstErr)
+	switch {
+	case failed > 0:
+		e.failures.failed(ctx, group[0].claimed.Envelope.Target, failRetried, failed, "", firstErr)
+	case published:
+		e.failures.published(ctx, group[0].claimed.Envelope.Target)
 	}
 	return st
 }
@@ -271,13 +274,15 @@ func (e *Egress) deadLetter(ctx context.Context, o *outgoing) error {
 	}
 	if reason == contract.ReasonExpired {
 		e.metrics.out(o.broker, "expired")
-		e.log.Warn("dead-lettered: expired before it could be published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+		e.log.Debug("dead-lettered: expired before it could be published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 			"attempts", o.claimed.Attempts, "err", o.err)
+		e.failures.failed(ctx, o.claimed.Envelope.Target, failExpired, 1, reason, o.err)
 		return nil
 	}
 	e.metrics.out(o.broker, "dead_lettered")
-	e.log.Warn("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
+	e.log.Debug("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
+	e.failures.failed(ctx, o.claimed.Envelope.Target, failDead, 1, reason, o.err)
 	return nil
 }
 

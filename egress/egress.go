@@ -109,6 +109,10 @@ type Config struct {
 	// Now is the clock of scheduling decisions (default time.Now). Lease fences are
 	// always taken from time.Now.
 	Now func() time.Time
+	// FailureLogInterval is the least time between two Warn lines about one failing
+	// target (publishes retried, messages dead-lettered): each line counts what happened
+	// since the last one; per-message detail is at Debug and in the metrics (default 1m).
+	FailureLogInterval time.Duration
 }
 
 // Limits of the variables, checked by [Config.Validate].
@@ -177,6 +181,9 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.FailureLogInterval <= 0 {
+		c.FailureLogInterval = time.Minute
+	}
 }
 
 // Egress publishes due messages. Create with New, then Run once.
@@ -191,6 +198,7 @@ type Egress struct {
 	limits     *limiter
 	rates      *rates
 	own        *ownership
+	failures   *failureLog
 }
 
 // New returns an Egress publishing through publishers, keyed by broker name ("nats",
@@ -212,6 +220,7 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 	e := &Egress{cfg: cfg, store: store, publishers: publishers, log: logger.With("component", "egress"),
 		metrics: metrics, now: cfg.Now}
 	e.limits = newLimiter(cfg.TargetInflight, e.now)
+	e.failures = newFailureLog(e.log, e.now, cfg.FailureLogInterval)
 	rules, err := ParseRateRules(cfg.TargetRate)
 	if err != nil {
 		return nil, fmt.Errorf("egress: BRIDGE_TARGET_RATE: %w", err)

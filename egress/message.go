@@ -67,6 +67,18 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 			hs.Add(contract.HeaderKafkaKey, string(key))
 		}
 	}
+	// A tombstone (null value) stays one Kafka to Kafka, travels to NATS as an empty
+	// payload with x-kafka-tombstone: true, and that header makes one on a Kafka target.
+	tombstone := env.Tombstone || contract.Tombstone(env.Headers.Values(contract.HeaderKafkaTombstone))
+	switch {
+	case tombstone && toKafka:
+		if extra == nil {
+			extra = map[string]string{}
+		}
+		extra[headers.MetaKafkaTombstone] = "1"
+	case env.Tombstone && !contract.Tombstone(env.Headers.Values(contract.HeaderKafkaTombstone)):
+		hs.Add(contract.HeaderKafkaTombstone, "true")
+	}
 	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)
 	msg.Metadata = headers.ToMetadata(hs, extra)
 	return msg

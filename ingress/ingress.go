@@ -278,13 +278,14 @@ func (in *Ingress) incoming(src Source, r received) Incoming {
 		key = []byte(k)
 	}
 	return Incoming{
-		Headers:  headers.FromMetadata(md),
-		Payload:  r.msg.Payload,
-		Key:      key,
-		Broker:   src.Broker,
-		Source:   src.Broker + ":" + src.Topic,
-		SourceID: md[headers.MetaSourceID],
-		NewID:    watermill.NewULID,
-		Received: r.at,
+		Headers:   headers.FromMetadata(md),
+		Payload:   r.msg.Payload,
+		Key:       key,
+		Tombstone: md[headers.MetaKafkaTombstone] != "",
+		Broker:    src.Broker,
+		Source:    src.Broker + ":" + src.Topic,
+		SourceID:  md[headers.MetaSourceID],
+		NewID:     watermill.NewULID,
+		Received:  r.at,
 	}
 }

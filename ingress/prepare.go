@@ -18,6 +18,8 @@ type Incoming struct {
 	Payload []byte
 	// Key is the Kafka record key, nil when none.
 	Key []byte
+	// Tombstone: a Kafka record with a null value (Payload is empty).
+	Tombstone bool
 	// Broker is the source broker ("nats" or "kafka"); it resolves unprefixed targets.
 	Broker string
 	// Source is the x-delay-source value: "nats:delay.in", "kafka:delay.in" or "http".
@@ -84,6 +86,10 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
+	if target.Broker == BrokerKafka && len(in.Payload) > 0 && contract.Tombstone(h.Values(contract.HeaderKafkaTombstone)) {
+		return req, fmt.Errorf("%w: %s: true with a %d byte payload (a tombstone has no value)",
+			ErrInvalidHeaders, contract.HeaderKafkaTombstone, len(in.Payload))
+	}
 	key := outgoingKey(in.Key, comp)
 	forward, err := outgoingHeaders(h, target, key, hops)
 	if err != nil {
@@ -99,15 +105,16 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	}
 	firstFiring(&req, h, fire.every, now)
 	req.Envelope = delaystore.Envelope{
-		Target:   target.String(),
-		Source:   in.Source,
-		SourceID: in.SourceID,
-		Headers:  forward,
-		Key:      key,
-		Payload:  in.Payload,
-		Expires:  fire.expires,
-		Every:    fire.every.String(),
-		Misfire:  fire.storedMisfire(),
+		Target:    target.String(),
+		Source:    in.Source,
+		SourceID:  in.SourceID,
+		Headers:   forward,
+		Key:       key,
+		Payload:   in.Payload,
+		Tombstone: in.Tombstone,
+		Expires:   fire.expires,
+		Every:     fire.every.String(),
+		Misfire:   fire.storedMisfire(),
 	}
 	return req, nil
 }

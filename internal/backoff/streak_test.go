@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 )
 
 // levels is a slog handler that records the level of every record.
@@ -41,3 +42,46 @@ func TestStreak(t *testing.T) {
 	quiet.Failed(ctx, "x")
 	quiet.Recovered(ctx, "y")
 }
+
+// TestStreakEvery: with Every, a long run is reported at Warn once per Every, each line
+// counting the failures since the last one; Debug in between.
+func TestStreakEvery(t *testing.T) {
+	var got []slog.Record
+	now := time.Unix(0, 0)
+	s := Streak{Log: slog.New(recordsOf{&got}), Every: time.Minute, Now: func() time.Time { return now }}
+	ctx := context.Background()
+	s.FailedN(ctx, 3, "failing") // Warn, count 3
+	for range 10 {
+		now = now.Add(5 * time.Second)
+		s.FailedN(ctx, 2, "failing") // 50 s: Debug
+	}
+	now = now.Add(10 * time.Second)
+	s.FailedN(ctx, 1, "failing") // 60 s after the Warn: Warn, count 21
+	var warns []int64
+	for _, r := range got {
+		if r.Level == slog.LevelWarn {
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "count" {
+					warns = append(warns, a.Value.Int64())
+				}
+				return true
+			})
+		}
+	}
+	if !slices.Equal(warns, []int64{3, 21}) {
+		t.Fatalf("Warn counts %v, want [3 21]", warns)
+	}
+	if s.Failures() != 24 || s.Unreported() != 0 {
+		t.Fatalf("Failures %d, Unreported %d", s.Failures(), s.Unreported())
+	}
+}
+
+type recordsOf struct{ got *[]slog.Record }
+
+func (h recordsOf) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordsOf) Handle(_ context.Context, r slog.Record) error {
+	*h.got = append(*h.got, r)
+	return nil
+}
+func (h recordsOf) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordsOf) WithGroup(string) slog.Handler      { return h }

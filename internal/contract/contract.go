@@ -22,6 +22,11 @@ const (
 	HeaderID = "x-delay-id"
 	// HeaderKafkaKey carries a Kafka record key across NATS.
 	HeaderKafkaKey = "x-kafka-key"
+	// HeaderKafkaTombstone carries a Kafka tombstone (a null record value) across NATS:
+	// "true" on the empty payload delivered to NATS; a message with it ([Tombstone])
+	// becomes a tombstone on a Kafka target. With a non-empty payload it is refused as
+	// [ReasonInvalidHeaders] when the target is Kafka (a tombstone carries no value).
+	HeaderKafkaTombstone = "x-kafka-tombstone"
 	// HeaderHops counts how often a message went through a bridge: ingress sets it to the
 	// incoming value + 1 on the parked message, and rejects a message whose count reached
 	// the maximum (a loop through other services that the target check cannot see).
@@ -133,4 +138,15 @@ func Remaining(delay time.Duration, received, now time.Time) time.Duration {
 		delay -= now.Sub(received)
 	}
 	return max(delay, 0)
+}
+
+// Tombstone reports whether values (of [HeaderKafkaTombstone]) ask for a tombstone: one
+// of them is "true", in any case. Any other value is an ordinary header.
+func Tombstone(values []string) bool {
+	for _, v := range values {
+		if len(v) == 4 && (v[0]|0x20) == 't' && (v[1]|0x20) == 'r' && (v[2]|0x20) == 'u' && (v[3]|0x20) == 'e' {
+			return true
+		}
+	}
+	return false
 }

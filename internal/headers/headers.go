@@ -23,6 +23,9 @@ const (
 	MetaReply = ReservedPrefix + "reply"
 	// MetaKafkaKey carries a Kafka record key.
 	MetaKafkaKey = ReservedPrefix + "kafka_key"
+	// MetaKafkaTombstone is "1" on a message that is a Kafka tombstone (a record with a
+	// null value; the payload is empty): the Kafka publisher writes it with a null value.
+	MetaKafkaTombstone = ReservedPrefix + "kafka_tombstone"
 	// MetaRequest is "1" on a message whose sender waits for a reply and which its source
 	// cannot redeliver (a core NATS request). Ingress answers it with an error instead of
 	// keeping it for a retry when a write is refused for good reasons of durability

@@ -1,9 +1,9 @@
 // Package testkafka runs an in-process Kafka cluster (franz-go's kfake) for tests.
 //
 // Each [Start] gives the test its own cluster: 3 brokers on random loopback ports,
-// automatic topic creation allowed, group session timeouts down to 500 ms accepted, and
-// its data in t.TempDir(), so that [Cluster.Restart] brings it back on the same ports
-// with its topics, records and committed offsets. The cluster is closed when the test
+// automatic topic creation allowed (not with [StartStrict]), group session timeouts
+// down to 500 ms accepted, and its data in t.TempDir(), so that [Cluster.Restart]
+// brings it back on the same ports with its topics, records and committed offsets. The cluster is closed when the test
 // ends. Helpers take testing.TB, call t.Helper and fail the test on error; nothing here
 // skips.
 //
@@ -50,9 +50,20 @@ type Cluster struct {
 // closed when the test ends.
 func Start(t testing.TB, opts ...kfake.Opt) *Cluster {
 	t.Helper()
+	return start(t, append([]kfake.Opt{kfake.AllowAutoTopicCreation()}, opts...))
+}
+
+// StartStrict is [Start] without automatic topic creation, as a production cluster with
+// auto.create.topics.enable=false: a topic exists only once [CreateTopic] made it.
+func StartStrict(t testing.TB, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	return start(t, opts)
+}
+
+func start(t testing.TB, opts []kfake.Opt) *Cluster {
+	t.Helper()
 	base := []kfake.Opt{
 		kfake.NumBrokers(3),
-		kfake.AllowAutoTopicCreation(),
 		kfake.GroupMinSessionTimeout(MinSessionTimeout),
 		kfake.DataDir(t.TempDir()),
 	}

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"strings"
+	"time"
 
 	"github.com/delaybridge/delaybridge/internal/envconf"
 )
@@ -9,6 +10,16 @@ import (
 // MaxMessageBytesLimit is the largest accepted BRIDGE_KAFKA_MAX_MESSAGE_BYTES (Kafka
 // sizes are int32; a gibibyte is far beyond any sane broker setting).
 const MaxMessageBytesLimit = 1 << 30
+
+// MinMissingTopicInterval and MaxMissingTopicInterval bound
+// BRIDGE_KAFKA_MISSING_TOPIC_INTERVAL.
+const (
+	MinMissingTopicInterval = 100 * time.Millisecond
+	MaxMissingTopicInterval = time.Hour
+)
+
+// CancelGroup is the consumer group of the cancel topic for the ingress group group.
+func CancelGroup(group string) string { return group + "-cancel" }
 
 // Config is the Kafka side of the bridge: the BRIDGE_KAFKA_* variables (env tags;
 // package config embeds it and parses them; [Config.Validate] checks them).
@@ -18,8 +29,12 @@ type Config struct {
 	Brokers []string `env:"KAFKA_BROKERS" envDoc:"comma-separated host:port bootstrap brokers; empty turns Kafka off"`
 	// Topic is the ingress topic.
 	Topic string `env:"KAFKA_TOPIC" envDefault:"delay.in" envDoc:"ingress topic"`
-	// Group is the consumer group.
-	Group string `env:"KAFKA_GROUP" envDefault:"delaybridge" envDoc:"consumer group"`
+	// Group is the consumer group of the ingress topic; the cancel topic is read by the
+	// group Group + "-cancel" (its rebalances never pause the ingress topic).
+	Group string `env:"KAFKA_GROUP" envDefault:"delaybridge" envDoc:"consumer group of the ingress topic (the cancel topic is read by <group>-cancel)"`
+	// MissingTopicInterval is how often a missing cancel topic is looked for again (Kafka
+	// cancels wait until it exists; ingress goes on).
+	MissingTopicInterval time.Duration `env:"KAFKA_MISSING_TOPIC_INTERVAL" envDefault:"1m" envDoc:"how often a missing Kafka cancel topic is looked for again; cancels wait until it exists (extension)"`
 	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (given in any case,
 	// stored upper case).
 	SASLMechanism string `env:"KAFKA_SASL_MECHANISM" envDoc:"Kafka SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: none"`
@@ -82,6 +97,9 @@ func (c Config) Validate() envconf.Problems {
 	}
 	if p := CheckTopic(c.Topic); p != "" {
 		ps.Add("KAFKA_TOPIC", "%s: %s", envconf.Quote(c.Topic), p)
+	}
+	if d := c.MissingTopicInterval; d < MinMissingTopicInterval || d > MaxMissingTopicInterval {
+		ps.Add("KAFKA_MISSING_TOPIC_INTERVAL", "%s: must be between %s and %s", d, envconf.Duration(MinMissingTopicInterval), envconf.Duration(MaxMissingTopicInterval))
 	}
 	if c.Group == "" || envconf.HasSpaceOrControl(c.Group) || len(c.Group) > 255 {
 		ps.Add("KAFKA_GROUP", "%s: must be 1-255 bytes, without whitespace", envconf.Quote(c.Group))

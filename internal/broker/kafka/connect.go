@@ -114,3 +114,61 @@ func loggerOrDiscard(l *slog.Logger) *slog.Logger {
 	}
 	return l
 }
+
+// ErrUnknownTopic is returned (wrapped) by [Partitions] for a topic the cluster does not
+// have.
+var ErrUnknownTopic = errors.New("unknown topic")
+
+// Partitions returns how many partitions topic has, asking the brokers in turn (one
+// connection each, closed after) until one answers; a missing topic is [ErrUnknownTopic].
+// Like any Kafka client's metadata request, it lets brokers with
+// auto.create.topics.enable create the topic. ctx (or, without a deadline, 5 s) bounds
+// the call.
+func Partitions(ctx context.Context, brokers []string, sec Security, topic string) (int, error) {
+	if err := checkBrokers(brokers); err != nil {
+		return 0, fmt.Errorf("kafka topic %s: %w", topic, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pingTimeout)
+		defer cancel()
+	}
+	return partitionCount(ctx, NewDialer(DefaultClientID, sec), brokers, topic)
+}
+
+func partitionCount(ctx context.Context, d *kafkago.Dialer, brokers []string, topic string) (int, error) {
+	var err error
+	for _, b := range brokers {
+		var n int
+		if n, err = partitionsOne(ctx, d, b, topic); err == nil {
+			return n, nil
+		}
+		if errors.Is(err, ErrUnknownTopic) || ctx.Err() != nil {
+			break
+		}
+	}
+	return 0, fmt.Errorf("kafka topic %s: %w", topic, err)
+}
+
+func partitionsOne(ctx context.Context, d *kafkago.Dialer, broker, topic string) (int, error) {
+	conn, err := d.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(dl); err != nil {
+			return 0, err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) }) // cancel unblocks
+	defer stop()
+	ps, err := conn.ReadPartitions(topic)
+	if errors.Is(err, kafkago.UnknownTopicOrPartition) || (err == nil && len(ps) == 0) {
+		return 0, fmt.Errorf("%w (%s)", ErrUnknownTopic, broker)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", broker, err)
+	}
+	return len(ps), nil
+}

@@ -22,6 +22,8 @@ const MetaKafkaTimestamp = headers.ReservedPrefix + "kafka_timestamp"
 // in order, names as given), the key from metadata [headers.MetaKafkaKey] when present
 // (an empty value is an empty, non-null key; absent means a null key), and, when
 // uuidHeader is set, that header = msg.UUID (replacing any such header in the metadata).
+// The value is the payload, never null, except for a message with metadata
+// [headers.MetaKafkaTombstone]: a tombstone, written with a null value.
 func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Message {
 	list := headers.FromMetadata(msg.Metadata)
 	hs := make([]kafkago.Header, 0, len(list)+1)
@@ -35,6 +37,11 @@ func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Mess
 		hs = append(hs, kafkago.Header{Key: uuidHeader, Value: []byte(msg.UUID)})
 	}
 	km := kafkago.Message{Topic: topic, Headers: hs, Value: msg.Payload}
+	if _, ok := msg.Metadata[headers.MetaKafkaTombstone]; ok {
+		km.Value = nil // a tombstone: a null value
+	} else if km.Value == nil {
+		km.Value = []byte{} // an empty payload is an empty value, not a null one
+	}
 	if k, ok := msg.Metadata[headers.MetaKafkaKey]; ok {
 		km.Key = []byte(k)
 	}
@@ -47,8 +54,9 @@ func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Mess
 // uuidHeader header when uuidHeader is set and the record has one (that header is then
 // not metadata), else a new ULID. Reserved metadata added: [headers.MetaSourceID]
 // ("kafka:<topic>:<partition>:<offset>"), [headers.MetaKafkaKey] when the key is not
-// null (kafka-go reads an empty key as null: it is absent too), and
-// [MetaKafkaTimestamp] when the record has a timestamp.
+// null (kafka-go reads an empty key as null: it is absent too),
+// [MetaKafkaTimestamp] when the record has a timestamp, and [headers.MetaKafkaTombstone]
+// when km.Value is nil: the fetcher sets an empty, non-null value to []byte{} first.
 func fromKafka(km *kafkago.Message, uuidHeader string) *message.Message {
 	var uuid string
 	var list headers.List
@@ -73,6 +81,9 @@ func fromKafka(km *kafkago.Message, uuidHeader string) *message.Message {
 	}
 	if !km.Time.IsZero() {
 		extra[MetaKafkaTimestamp] = strconv.FormatInt(km.Time.UnixMilli(), 10)
+	}
+	if km.Value == nil {
+		extra[headers.MetaKafkaTombstone] = "1"
 	}
 	msg := message.NewMessage(uuid, km.Value)
 	msg.Metadata = headers.ToMetadata(list, extra)

@@ -198,6 +198,22 @@ func (pc *partitionConsumer) fetch(ctx context.Context, r *kafkago.Reader, fetch
 			}
 			continue
 		}
+		if km.Value == nil { // null or empty: kafka-go cannot tell; ask the broker
+			null, err := pc.sub.s.nullValue(ctx, km.Topic, km.Partition, km.Offset)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				streak.Failed(ctx, "kafka fetch, retrying", "error", err)
+				if !backoff.Sleep(ctx, fetchErrorPause) || r.SetOffset(km.Offset) != nil {
+					return
+				}
+				continue
+			}
+			if !null {
+				km.Value = []byte{}
+			}
+		}
 		streak.Reset()
 		select {
 		case fetched <- km:

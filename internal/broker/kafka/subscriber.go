@@ -23,14 +23,19 @@ const (
 	DefaultDrainTimeout      = 5 * time.Second
 	DefaultNackResendDelay   = 100 * time.Millisecond
 	DefaultCommitInterval    = 100 * time.Millisecond
+	// DefaultMissingTopicInterval is how often a missing topic is looked for again.
+	DefaultMissingTopicInterval = time.Minute
 )
 
 const (
-	// joinGroupBackoff is the pause before the group is joined again after an error
-	// (kafka-go's default is 5 s).
+	// joinGroupBackoff is kafka-go's own pause before the group is joined again after an
+	// error (its default is 5 s); on top of it the subscription backs off from
+	// rejoinBackoffMin to rejoinBackoffMax (doubling) while joining keeps failing.
 	joinGroupBackoff = time.Second
-	// partitionWatchInterval is how often the group checks the topic's partition count;
-	// a change (a topic created later, partitions added) starts a rebalance.
+	rejoinBackoffMin = 500 * time.Millisecond
+	rejoinBackoffMax = 30 * time.Second
+	// partitionWatchInterval is how often a member checks its topic's partition count;
+	// a change (partitions added, the topic deleted or created again) starts a rebalance.
 	partitionWatchInterval = 5 * time.Second
 	// coordinatorTimeout bounds each request to the group coordinator (join and sync
 	// wait longer: up to the rebalance or session timeout on top of it), and so every
@@ -94,6 +99,10 @@ type SubscriberConfig struct {
 	// (the header is then not metadata). Empty (the default), or a record without it: a
 	// new ULID.
 	UUIDHeader string
+	// MissingTopicInterval is how often Subscribe looks again for a topic that does not
+	// exist: the group is joined only once it does. Default
+	// [DefaultMissingTopicInterval] (1m).
+	MissingTopicInterval time.Duration
 }
 
 func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
@@ -104,7 +113,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 		return c, errors.New("kafka subscriber config: GroupID is required")
 	}
 	if c.MaxInFlight < 0 || c.SessionTimeout < 0 || c.HeartbeatInterval < 0 || c.RebalanceTimeout < 0 ||
-		c.DrainTimeout < 0 || c.NackResendDelay < 0 || c.CommitInterval < 0 {
+		c.DrainTimeout < 0 || c.NackResendDelay < 0 || c.CommitInterval < 0 || c.MissingTopicInterval < 0 {
 		return c, errors.New("kafka subscriber config: MaxInFlight and durations must not be negative")
 	}
 	defaultTo(&c.ClientID, DefaultClientID)
@@ -115,6 +124,7 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	defaultTo(&c.DrainTimeout, DefaultDrainTimeout)
 	defaultTo(&c.NackResendDelay, DefaultNackResendDelay)
 	defaultTo(&c.CommitInterval, DefaultCommitInterval)
+	defaultTo(&c.MissingTopicInterval, DefaultMissingTopicInterval)
 	switch c.StartOffset {
 	case 0:
 		c.StartOffset = kafkago.FirstOffset
@@ -175,7 +185,9 @@ type Subscriber struct {
 	cfg    SubscriberConfig
 	log    *slog.Logger
 	dialer *kafkago.Dialer
-	hooks  hooks
+	// transport serves the null-value probes (nullValue).
+	transport *kafkago.Transport
+	hooks     hooks
 
 	mu     sync.Mutex // guards closed against wg.Add
 	closed bool
@@ -198,6 +210,7 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 		cfg:         cfg,
 		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
 		dialer:      NewDialer(cfg.ClientID, cfg.Security),
+		transport:   NewTransport(cfg.ClientID, cfg.Security),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 	}, nil
@@ -208,6 +221,12 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 // the background (and again after every rebalance); no record is missed meanwhile,
 // since reading starts from the group's committed offsets (StartOffset for a partition
 // without one).
+//
+// A topic that does not exist is named in a Warn line and looked for again every
+// MissingTopicInterval; the group is joined only once it exists, so a missing topic
+// never makes the group rebalance. While a member, the subscription watches the topic's
+// partition count (every 5 s) and rebalances the group when it changes; a failed join
+// is retried with a backoff (500 ms doubling to 30 s).
 //
 // The channel is closed when ctx is cancelled or Close is called, after the
 // subscription has left the group: its partitions are drained (up to DrainTimeout)
@@ -220,6 +239,27 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if topic == "" {
 		return nil, errors.New("subscribe: empty topic")
 	}
+	log := s.log.With("topic", topic)
+	cgcfg := kafkago.ConsumerGroupConfig{
+		ID:                s.cfg.GroupID,
+		Brokers:           s.cfg.Brokers,
+		Dialer:            s.dialer,
+		Topics:            []string{topic},
+		HeartbeatInterval: s.cfg.HeartbeatInterval,
+		SessionTimeout:    s.cfg.SessionTimeout,
+		RebalanceTimeout:  s.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  joinGroupBackoff,
+		// kafka-go's partition watcher ends the generation at once when the topic is
+		// missing (a rejoin loop); the subscription watches the partitions itself.
+		WatchPartitionChanges: false,
+		StartOffset:           s.cfg.StartOffset,
+		Timeout:               coordinatorTimeout,
+		Logger:                kafkaLogger(log),
+		ErrorLogger:           kafkaLogger(log),
+	}
+	if err := cgcfg.Validate(); err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", topic, err)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -228,28 +268,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	log := s.log.With("topic", topic)
-	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
-		ID:                     s.cfg.GroupID,
-		Brokers:                s.cfg.Brokers,
-		Dialer:                 s.dialer,
-		Topics:                 []string{topic},
-		HeartbeatInterval:      s.cfg.HeartbeatInterval,
-		SessionTimeout:         s.cfg.SessionTimeout,
-		RebalanceTimeout:       s.cfg.RebalanceTimeout,
-		JoinGroupBackoff:       joinGroupBackoff,
-		WatchPartitionChanges:  true,
-		PartitionWatchInterval: partitionWatchInterval,
-		StartOffset:            s.cfg.StartOffset,
-		Timeout:                coordinatorTimeout,
-		Logger:                 kafkaLogger(log),
-		ErrorLogger:            kafkaLogger(log),
-	})
-	if err != nil {
-		s.wg.Done()
-		return nil, fmt.Errorf("subscribe to %s: %w", topic, err)
-	}
-
 	runCtx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.closeCtx, cancel)
 	sub := &subscription{s: s, topic: topic, out: make(chan *message.Message), log: log}
@@ -257,9 +275,18 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.wg.Done()
 		defer cancel()
 		defer stopOnClose()
+		defer close(sub.out)
+		if !sub.awaitTopic(runCtx) {
+			return
+		}
+		cg, err := kafkago.NewConsumerGroup(cgcfg)
+		if err != nil { // validated above
+			log.Error("kafka consumer group", "error", err)
+			return
+		}
+		log.Info("joining kafka consumer group")
 		sub.run(runCtx, cg)
 	}()
-	log.Info("joining kafka consumer group")
 	return sub.out, nil
 }
 
@@ -271,11 +298,44 @@ type subscription struct {
 	log   *slog.Logger
 }
 
+// awaitTopic returns true once the topic exists (or cannot be checked: the group then
+// reports its own errors), false when ctx ends first. A missing topic is logged at Warn
+// once, then looked for every MissingTopicInterval.
+func (sub *subscription) awaitTopic(ctx context.Context) bool {
+	every := sub.s.cfg.MissingTopicInterval
+	missing := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, coordinatorTimeout)
+		_, err := partitionCount(cctx, sub.s.dialer, sub.s.cfg.Brokers, sub.topic)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case err == nil && missing:
+			sub.log.Info("kafka topic exists now: joining its consumer group")
+			return true
+		case !errors.Is(err, ErrUnknownTopic):
+			if err != nil {
+				sub.log.Debug("kafka topic check", "error", err)
+			}
+			return true
+		case !missing:
+			missing = true
+			sub.log.Warn("kafka topic does not exist: not read until it does; looked for again periodically",
+				"every", every.String())
+		default:
+			sub.log.Debug("kafka topic still missing")
+		}
+		if !backoff.Sleep(ctx, every) {
+			return false
+		}
+	}
+}
+
 // run takes the group's generations until ctx is done, consuming the partitions of
-// each; then it leaves the group and closes out.
+// each; then it leaves the group (the caller closes out).
 func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
 	var parts sync.WaitGroup
-	defer close(sub.out)
 	defer parts.Wait() // partitions started on a generation that had already ended
 	defer func() {
 		// Ends the current generation: its partitions drain and commit, then the member
@@ -287,29 +347,81 @@ func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
 	}()
 
 	streak := backoff.Streak{Log: sub.log} // logged once at Warn, then quietly retried
+	bo := backoff.Backoff{Min: rejoinBackoffMin, Max: rejoinBackoffMax}
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
 				return
 			}
-			streak.Failed(ctx, "kafka consumer group: no generation, retrying", "error", err)
+			wait := bo.Next()
+			streak.Failed(ctx, "kafka consumer group: no generation, retrying", "error", err, "backoff", wait.String())
+			// kafka-go tries once more, then waits for this Next before its next try.
+			if !backoff.Sleep(ctx, wait) {
+				return
+			}
 			continue
 		}
 		streak.Reset()
-		assigned := gen.Assignments[sub.topic]
-		ids := make([]int, len(assigned))
-		for i, pa := range assigned {
-			ids[i] = pa.ID
+		bo.Reset()
+		sub.startGeneration(ctx, gen, &parts)
+	}
+}
+
+// startGeneration starts the consumers of gen's partitions of the topic and its
+// partition watcher.
+func (sub *subscription) startGeneration(ctx context.Context, gen *kafkago.Generation, parts *sync.WaitGroup) {
+	assigned := gen.Assignments[sub.topic]
+	ids := make([]int, len(assigned))
+	for i, pa := range assigned {
+		ids[i] = pa.ID
+	}
+	sub.log.Info("kafka consumer group generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+	for _, pa := range assigned {
+		pc := newPartitionConsumer(sub, gen, pa)
+		parts.Add(1)
+		gen.Start(func(genCtx context.Context) {
+			defer parts.Done()
+			pc.run(ctx, genCtx)
+		})
+	}
+	gen.Start(sub.watchPartitions)
+}
+
+// watchPartitions returns, ending the generation (a rebalance), when the topic's
+// partition count changes from what it was at the generation's start (a missing topic
+// counts 0); it returns without one when genCtx ends. A failed check is retried at the
+// next tick: only a change the brokers reported rebalances.
+func (sub *subscription) watchPartitions(genCtx context.Context) {
+	count := func() (int, bool) {
+		cctx, cancel := context.WithTimeout(genCtx, coordinatorTimeout)
+		defer cancel()
+		n, err := partitionCount(cctx, sub.s.dialer, sub.s.cfg.Brokers, sub.topic)
+		if errors.Is(err, ErrUnknownTopic) {
+			return 0, true
 		}
-		sub.log.Info("kafka consumer group generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-		for _, pa := range assigned {
-			pc := newPartitionConsumer(sub, gen, pa)
-			parts.Add(1)
-			gen.Start(func(genCtx context.Context) {
-				defer parts.Done()
-				pc.run(ctx, genCtx)
-			})
+		if err != nil {
+			sub.log.Debug("kafka partition watch", "error", err)
+		}
+		return n, err == nil
+	}
+	base, known := count()
+	tick := time.NewTicker(partitionWatchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-genCtx.Done():
+			return
+		case <-tick.C:
+		}
+		n, ok := count()
+		switch {
+		case !ok:
+		case !known:
+			base, known = n, true
+		case n != base:
+			sub.log.Info("kafka topic partitions changed: rebalancing", "from", base, "to", n)
+			return
 		}
 	}
 }
@@ -326,5 +438,6 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 	s.closeCancel()
 	s.wg.Wait()
+	s.transport.CloseIdleConnections()
 	return nil
 }
