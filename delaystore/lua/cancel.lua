@@ -1,16 +1,46 @@
 #!lua flags=allow-oom
--- cancel: delete one message, pending or claimed, leaving a tombstone of its source message.
+-- cancel: delete one message, pending or claimed, leaving a tombstone of its source message,
+-- and remember the cancel so that an earlier message of the id arriving later is not parked.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
---       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target)
--- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none)
+--       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
+--       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
+--       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6)
+-- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
+--       now), 4 = window ms (<= 0: remember nothing)
 -- returns: 1 if it existed, else 0
 -- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL,
 -- as ack does: a redelivery of the cancelled source message is not parked again.
+-- Found or not, the cancel is remembered until now + window: park drops a message of the
+-- id whose source time is at or before the remembered one (the later of this cancel's and
+-- one remembered before, while live). At most 2 expired remembered cancels are removed
+-- per call, so the sets shrink as fast as cancels add to them.
 -- flags: allow-oom (first line, Redis >= 7): a cancel frees memory, so it runs while Redis
--- refuses writes for memory. Without script flags (Redis 6, miniredis) the first line is
--- commented out (delaystore/scripts.go).
+-- refuses writes for memory (a cancel that found nothing adds its ~190 B memory then too).
+-- Without script flags (Redis 6, miniredis) the first line is commented out
+-- (delaystore/scripts.go).
 
 --!include envelope.lua
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function remember(id, sent, window)
+  if window <= 0 then return end
+  if sent <= 0 then sent = now end
+  local until_ = now + window
+  local old = redis.call('HGET', KEYS[6], id)
+  if old then
+    local at, ends = string.match(old, '^(%d+),(%d+)$')
+    if at and tonumber(ends) > now and tonumber(at) > sent then sent = tonumber(at) end
+  end
+  redis.call('HSET', KEYS[6], id, string.format('%d', sent) .. ',' .. string.format('%d', until_))
+  redis.call('ZADD', KEYS[7], string.format('%d', until_), id)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 2)
+  if #expired > 0 then
+    redis.call('ZREM', KEYS[7], unpack(expired))
+    redis.call('HDEL', KEYS[6], unpack(expired))
+  end
+end
 
 local env = redis.call('HGET', KEYS[2], ARGV[1])
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
@@ -21,10 +51,9 @@ if p then count(KEYS[5], {[targetOf(env, p)] = -1}) end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
   if src ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[3], string.format('%d', now + tonumber(ARGV[2])), src)
   end
 end
+remember(ARGV[1], tonumber(ARGV[3]) or 0, tonumber(ARGV[4]) or 0)
 if a + b > 0 then return 1 end
 return 0
