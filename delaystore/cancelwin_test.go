@@ -145,3 +145,29 @@ func TestCancelWindowValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelKeepsNewerMessage: a cancel read after a message of its id that its source
+// published after the cancel (stored with it, Replace) does not delete that message,
+// reports false, and is still remembered for older messages. A message without a stored
+// source time (no Replace, or none known) is deleted as before.
+func TestCancelKeepsNewerMessage(t *testing.T) {
+	f := setup(t)
+	const at = int64(1_700_000_000_000)
+	newer := f.park(t, late("o-3", 0, 0, at+1))
+	if ok, err := f.s.CancelAt(t.Context(), "o-3", at); err != nil || ok {
+		t.Fatalf("cancel older than the parked message: %v %v, want false", ok, err)
+	}
+	if m, err := f.s.Get(t.Context(), "o-3"); err != nil || m.Due != newer[0].Due {
+		t.Fatalf("the newer message was touched: %+v %v", m, err)
+	}
+	if p := f.park(t, late("o-3", 1, 0, at-1)); !p[0].Cancelled {
+		t.Fatalf("older message after the late cancel: %+v, want Cancelled", p[0])
+	}
+	if ok, err := f.s.CancelAt(t.Context(), "o-3", at+1); err != nil || !ok {
+		t.Fatalf("cancel in the message's millisecond: %v %v, want true", ok, err)
+	}
+	f.park(t, ParkRequest{ID: "o-4", Delay: time.Hour, Published: at + 1, Envelope: sampleEnvelope(0)})
+	if ok, err := f.s.CancelAt(t.Context(), "o-4", at); err != nil || !ok {
+		t.Fatalf("cancel of a message parked without Replace: %v %v, want true", ok, err)
+	}
+}

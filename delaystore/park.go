@@ -51,14 +51,19 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if r.Absolute {
 				mode, when = "a", r.At
 			}
-			if pub := publishedArg(r.Published); pub != "0" {
+			pub := publishedArg(r.Published)
+			if pub != "0" {
 				mode += pub // the source time rides on the mode: no ARGV value of its own
 			}
 			replace := "0"
 			if r.Replace {
 				replace = "1"
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
+			var sent int64 // stored only where a cancel may name the message: with Replace
+			if pub != "0" && r.Replace {
+				sent = r.Published
+			}
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent))
 		}
 		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}
 	}
