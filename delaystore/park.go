@@ -14,8 +14,8 @@ import (
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
 // tombstone TTL is not parked (Parked.Delivered), nor is one whose id has a remembered
-// cancel at or after its Published time (Parked.Cancelled, see CancelAt); a request with Replace whose source id
-// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// cancel at or after its Published time (Parked.Cancelled, see CancelAt); a request with
+// Replace whose source id equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
 // returns an error, the Parked of every request whose shard call succeeded (and was
 // confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
 // only the others (a request with an empty ID in the result). The failed shards may have
@@ -121,7 +121,9 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 // cancel is remembered for Config.CancelWindow: a later Park of the id whose Published
 // time is at or before at is not parked (Parked.Cancelled). at is the cancel's time by its
 // source, unix ms (<= 0: the Redis time); of two cancels of one id the later at counts.
-// It reports whether the message existed, and blocks until Redis answered or ctx is done.
+// A parked message whose source published it after at (its Published, stored when it was
+// parked with Replace) is kept: the cancel was read late. It reports whether a message was
+// deleted, and blocks until Redis answered or ctx is done.
 // With Config.MinReplicas > 0 the deletion is confirmed by WAIT; fewer replicas is an
 // error wrapping ErrNotReplicated (the deletion may still have happened on the master:
 // cancelling again is safe, but may then report false).

@@ -13,8 +13,8 @@
 -- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
 -- parked: {0, 2}. A message whose id has a live remembered cancel (until > now) with a
 -- source time at or after the message's is not parked either: {0, 3} (the cancel was read
--- first, the message it cancels arrived later). An existing id with replace = 0, or with replace = 1 and the same
--- non-empty source id stored (a redelivery of the parked message), is kept as is
+-- first, the message it cancels arrived later). An existing id with replace = 0, or with
+-- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
 -- earliest new due is earlier than the head. Reads and writes are batched (HMGET, INCRBY,
