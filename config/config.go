@@ -33,7 +33,8 @@ type Config struct {
 	// Redis selects the Redis deployment.
 	Redis Redis
 	// Store configures the delay store: BRIDGE_KEY_PREFIX, BRIDGE_SHARDS, BRIDGE_LEASE,
-	// BRIDGE_TOMBSTONE_TTL, BRIDGE_REDIS_MIN_REPLICAS, BRIDGE_REDIS_WAIT_TIMEOUT (the store
+	// BRIDGE_TOMBSTONE_TTL, BRIDGE_CANCEL_WINDOW, BRIDGE_REDIS_MIN_REPLICAS,
+	// BRIDGE_REDIS_WAIT_TIMEOUT (the store
 	// owns their defaults, documentation and checks).
 	Store delaystore.Config
 	// NATS configures the NATS broker; off when NATS.URL is empty (the NATS adapter owns

@@ -56,6 +56,8 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
 	{"BRIDGE_NATS_MAX_PROGRESS", "0s"},
 	{"BRIDGE_TOMBSTONE_TTL", "0s"},
+	// Section 1, cancels: how long a cancel is remembered.
+	{"BRIDGE_CANCEL_WINDOW", "10m"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_RETRY_BACKOFF_MAX", "5m"},
@@ -162,7 +164,7 @@ func TestDefaultsTyped(t *testing.T) {
 		got := mustLoad(t, m)
 		want := Config{
 			Redis:               Redis{URL: "redis://127.0.0.1:6379/0"},
-			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second, WaitTimeout: time.Second},
+			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second, CancelWindow: 10 * time.Minute, WaitTimeout: time.Second},
 			NATS:                NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge", AckWait: 30 * time.Second},
 			Kafka:               Kafka{Topic: "delay.in", Group: "delaybridge", MaxMessageBytes: 1048576, MissingTopicInterval: time.Minute},
 			CancelSubject:       "delay.cancel",
@@ -221,6 +223,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_MAX_HOPS":                "3",
 		"BRIDGE_LEASE":                   "45s",
 		"BRIDGE_TOMBSTONE_TTL":           "5m",
+		"BRIDGE_CANCEL_WINDOW":           "2m",
 		"BRIDGE_REDIS_MIN_REPLICAS":      "2",
 		"BRIDGE_REDIS_WAIT_TIMEOUT":      "250ms",
 		"BRIDGE_HTTP_ADDR":               "0.0.0.0:9090",
@@ -235,7 +238,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	got := mustLoad(t, m)
 	want := Config{
 		Redis:               Redis{URL: "rediss://user:pw@redis.example:6380/3"},
-		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute, MinReplicas: 2, WaitTimeout: 250 * time.Millisecond},
+		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute, CancelWindow: 2 * time.Minute, MinReplicas: 2, WaitTimeout: 250 * time.Millisecond},
 		NATS:                NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second, MaxProgress: -time.Second},
 		Kafka:               Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1", MaxMessageBytes: 2 << 20, MissingTopicInterval: time.Minute},
 		CancelSubject:       "sched.cancel",
@@ -374,6 +377,8 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_SHARDS", "4097", "must be 1 to 4096"},
 		{"BRIDGE_LEASE", "0s", "BRIDGE_LEASE: 0s: must be > 0"},
 		{"BRIDGE_TOMBSTONE_TTL", "1h1", `BRIDGE_TOMBSTONE_TTL: "1h1" is not a duration`},
+		{"BRIDGE_CANCEL_WINDOW", "-1s", "BRIDGE_CANCEL_WINDOW: -1s: must be 0 (the default, 10m0s) to 168h0m0s"},
+		{"BRIDGE_CANCEL_WINDOW", "169h", "must be 0 (the default"},
 		{"BRIDGE_LEASE", "-5s", "must be > 0"},
 		{"BRIDGE_LEASE", "30", `BRIDGE_LEASE: "30" is not a duration`},
 		{"BRIDGE_LEASE", "100us", "at least 1ms"},

@@ -38,9 +38,9 @@ func TestCluster(t *testing.T) {
 	for i := range shards {
 		k := s.keys[i]
 		slot := testredis.KeySlot(k.z)
-		for _, key := range k.zmSeqTRN {
+		for _, key := range k.park {
 			if testredis.KeySlot(key) != slot {
-				t.Fatalf("shard %d: keys %v in different slots", i, k.zmSeqTRN)
+				t.Fatalf("shard %d: keys %v in different slots", i, k.park)
 			}
 		}
 		o, err := c.Owner(ctx, slot)

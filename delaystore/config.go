@@ -24,6 +24,11 @@ type Config struct {
 	// horizon (JetStream AckWait; a Kafka rebalance). 0 means [DefaultTombstoneTTL];
 	// negative: no tombstones. Package config turns 0 into BRIDGE_NATS_ACK_WAIT + 1m.
 	TombstoneTTL time.Duration `env:"TOMBSTONE_TTL" envDefault:"0s" envDoc:"how long after delivery a redelivery of the same source message (JetStream, Kafka) is acked without being parked again; 0: BRIDGE_NATS_ACK_WAIT + 1m; negative: off (extension)"`
+	// CancelWindow is how long a cancel is remembered (counted from when the store ran it,
+	// Redis time): a message of the cancelled id that its source published at or before
+	// the cancel (ParkRequest.Published) and that arrives within the window is not parked
+	// (Parked.Cancelled). 0 means [DefaultCancelWindow]; at most [MaxCancelWindow].
+	CancelWindow time.Duration `env:"CANCEL_WINDOW" envDefault:"10m" envDoc:"how long a cancel is remembered: a message with its id that its source published before the cancel (JetStream message time, Kafka record timestamp; else receipt time) and that arrives later is not parked; 0: 10m, at most 168h"`
 	// MinReplicas, when > 0, makes every write that an acknowledgement or an answer depends
 	// on (Park, Cancel) count as done only when Redis WAIT, on the master that executed it,
 	// confirms that many replicas within WaitTimeout; fewer is an error wrapping
@@ -37,6 +42,13 @@ type Config struct {
 // DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
 // AckWait (30s) plus a minute.
 const DefaultTombstoneTTL = 90 * time.Second
+
+// DefaultCancelWindow is the Config.CancelWindow used when it is 0.
+const DefaultCancelWindow = 10 * time.Minute
+
+// MaxCancelWindow is the longest accepted Config.CancelWindow (a week): the expiry the
+// scripts compute (Redis ms + window) stays exact in Lua's doubles.
+const MaxCancelWindow = 7 * 24 * time.Hour
 
 // MinWaitTimeout is the shortest accepted Config.WaitTimeout when MinReplicas > 0: WAIT
 // counts whole milliseconds, and WAIT with 0 would block for ever.
@@ -65,6 +77,9 @@ func (c Config) Validate() envconf.Problems {
 		ps.Add("SHARDS", "%d: must be 1 to %d", c.Shards, MaxShards)
 	}
 	ps.PositiveDuration("LEASE", c.Lease, time.Millisecond)
+	if c.CancelWindow < 0 || c.CancelWindow > MaxCancelWindow {
+		ps.Add("CANCEL_WINDOW", "%s: must be 0 (the default, %s) to %s", c.CancelWindow, DefaultCancelWindow, MaxCancelWindow)
+	}
 	if c.MinReplicas < 0 {
 		ps.Add("REDIS_MIN_REPLICAS", "%d: must be >= 0", c.MinReplicas)
 	}

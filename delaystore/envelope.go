@@ -35,8 +35,11 @@ const (
 // Envelope.Misfire (written first, so that a bridge that predates it still finds the two
 // after it), metaExpires Envelope.Expires (decimal milliseconds, > 0), metaEvery
 // Envelope.Every. metaTombstone ("1": Envelope.Tombstone) comes before them all, for the
-// same reason.
+// same reason. metaSent, first of all, is the source time of a message parked with
+// Replace (ParkRequest.Published, decimal ms): cancel.lua reads it, so that a cancel does
+// not delete a message its source published after the cancel; the decoder drops it.
 const (
+	metaSent      = headers.ReservedPrefix + "sent"
 	metaTombstone = headers.ReservedPrefix + "tombstone"
 	metaMisfire   = headers.ReservedPrefix + "misfire"
 	metaExpires   = headers.ReservedPrefix + "expires"
@@ -44,9 +47,12 @@ const (
 )
 
 // metaHeaders are the Envelope fields stored as trailing reserved headers, in their
-// canonical order.
-func (e Envelope) metaHeaders() headers.List {
+// canonical order, with sent (ms, 0: none) first.
+func (e Envelope) metaHeaders(sent int64) headers.List {
 	var l headers.List
+	if sent > 0 {
+		l = append(l, headers.Header{Key: metaSent, Value: strconv.FormatInt(sent, 10)})
+	}
 	if e.Tombstone {
 		l = append(l, headers.Header{Key: metaTombstone, Value: "1"})
 	}
@@ -63,8 +69,9 @@ func (e Envelope) metaHeaders() headers.List {
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone). A value that encodeBody
-// would not have written is ErrCorrupt.
+// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone;
+// metaSent, first, is dropped). A value that encodeBody would not have written is
+// ErrCorrupt.
 func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
 		if e.Every = e.Headers[n-1].Value; e.Every == "" {
@@ -94,6 +101,13 @@ func (e *Envelope) takeMeta() error {
 		e.Tombstone = true
 		e.Headers = e.Headers[:n-1]
 	}
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaSent {
+		v := e.Headers[n-1].Value
+		if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms <= 0 || strconv.FormatInt(ms, 10) != v {
+			return fmt.Errorf("%w: sent %q", ErrCorrupt, v)
+		}
+		e.Headers = e.Headers[:n-1]
+	}
 	if len(e.Headers) == 0 {
 		e.Headers = nil
 	}
@@ -105,8 +119,12 @@ func (e *Envelope) takeMeta() error {
 // uvarint-length-prefixed source id, then uvarint-length-prefixed target and source, key
 // flag (+ key), header count + (key, value) pairs (e.Headers, then e.metaHeaders), and the
 // payload up to the end.
-func encodeBody(e Envelope, id string) []byte {
-	meta := e.metaHeaders()
+func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0) }
+
+// encodeBodySent is encodeBody with the source time sent (unix ms, 0: none) stored as the
+// first trailing reserved header (metaSent).
+func encodeBodySent(e Envelope, id string, sent int64) []byte {
+	meta := e.metaHeaders(sent)
 	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
 	for _, h := range e.Headers {

@@ -91,10 +91,15 @@ func TestBodyRoundTrip(t *testing.T) {
 // predates it (reading every, then expires, from the end) still finds both, and sees
 // the policy as a reserved header, which it never delivers (it fires as once).
 func TestMetaOrder(t *testing.T) {
-	got := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true}.metaHeaders()
-	want := headers.List{{Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
+	env := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true, Target: "nats:a", Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte{}}
+	got := env.metaHeaders(1_700_000_000_123)
+	want := headers.List{{Key: metaSent, Value: "1700000000123"}, {Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("meta headers %v, want %v", got, want)
+	}
+	// The source time is dropped by the decoder: the envelope reads back as it was.
+	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123), testID); err != nil || !reflect.DeepEqual(back, env) {
+		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
 	if !headers.IsReserved(metaMisfire) {
 		t.Fatal("the misfire field is not a reserved header")

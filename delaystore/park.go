@@ -13,8 +13,9 @@ import (
 // ErrNotReplicated), and returns one Parked per request, in request order. A
 // relative Delay is rounded up to the next millisecond (never early) and counted from the
 // Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
-// tombstone TTL is not parked (Parked.Delivered); a request with Replace whose source id
-// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// tombstone TTL is not parked (Parked.Delivered), nor is one whose id has a remembered
+// cancel at or after its Published time (Parked.Cancelled, see CancelAt); a request with
+// Replace whose source id equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
 // returns an error, the Parked of every request whose shard call succeeded (and was
 // confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
 // only the others (a request with an empty ID in the result). The failed shards may have
@@ -50,13 +51,21 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if r.Absolute {
 				mode, when = "a", r.At
 			}
+			pub := publishedArg(r.Published)
+			if pub != "0" {
+				mode += pub // the source time rides on the mode: no ARGV value of its own
+			}
 			replace := "0"
 			if r.Replace {
 				replace = "1"
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBody(r.Envelope, r.ID))
+			var sent int64 // stored only where a cancel may name the message: with Replace
+			if pub != "0" && r.Replace {
+				sent = r.Published
+			}
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent))
 		}
-		groups[ci] = group{shard: sh, keys: s.keys[sh].zmSeqTRN, args: args}
+		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}
 	}
 	var list callList
 	at := list.add(s, s.park, groups)
@@ -93,7 +102,7 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2}
+		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2, Cancelled: existed == 3}
 	}
 	for k, i := range idx {
 		out[i] = got[k]
@@ -101,22 +110,43 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 	return nil
 }
 
-// Cancel deletes the message with this id, pending or claimed (a claimer's later Ack is
-// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
-// redelivery of the cancelled source message is not parked again. It reports whether the
-// message existed, and blocks until Redis answered or ctx is done. With Config.MinReplicas > 0
-// the deletion is confirmed by WAIT; fewer replicas is an error wrapping ErrNotReplicated
-// (the deletion may still have happened on the master: cancelling again is safe, but may
-// then report false).
+// Cancel is CancelAt with the Redis time as the cancel's time.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+	return s.CancelAt(ctx, id, 0)
+}
+
+// CancelAt deletes the message with this id, pending or claimed (a claimer's later Ack is
+// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
+// redelivery of the cancelled source message is not parked again. Found or not, the
+// cancel is remembered for Config.CancelWindow: a later Park of the id whose Published
+// time is at or before at is not parked (Parked.Cancelled). at is the cancel's time by its
+// source, unix ms (<= 0: the Redis time); of two cancels of one id the later at counts.
+// A parked message whose source published it after at (its Published, stored when it was
+// parked with Replace) is kept: the cancel was read late. It reports whether a message was
+// deleted, and blocks until Redis answered or ctx is done.
+// With Config.MinReplicas > 0 the deletion is confirmed by WAIT; fewer replicas is an
+// error wrapping ErrNotReplicated (the deletion may still have happened on the master:
+// cancelling again is safe, but may then report false).
+func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
 	}
 	sh := s.ShardOf(id)
-	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].zmtRN, args: []any{id, s.tombMS}, fence: s.keys[sh].seq}})
+	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS}
+	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	return n == 1, nil
+}
+
+// publishedArg is a source time as the scripts take it: unix ms, "0" (unknown: park checks
+// no remembered cancel, cancel takes the Redis time) when <= 0 or beyond what Lua's doubles
+// hold exactly.
+func publishedArg(ms int64) string {
+	if ms <= 0 || ms >= 1<<53 {
+		return "0"
+	}
+	return strconv.FormatInt(ms, 10)
 }

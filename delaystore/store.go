@@ -1,6 +1,7 @@
 package delaystore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -41,6 +42,7 @@ type Store struct {
 	unpackUntil atomic.Int64
 	leaseMS     int64
 	tombMS      int64 // tombstone TTL in ms; 0: none
+	cancelMS    int64 // how long a cancel is remembered (Config.CancelWindow), ms
 	shardsKey   string
 	keys        []shardKeys
 	// The fleet (fleet.go): {P:fleet}:members, :version, :pending, :tokens, and channel
@@ -86,7 +88,9 @@ type shardKeys struct {
 	zmRSeq   []string // z, m, r, seq: retry
 	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	zmtRN    []string // z, m, t, r, n: ack, cancel
-	zmSeqTRN []string // z, m, seq, t, r, n: park, bulk
+	zmSeqTRN []string // z, m, seq, t, r, n: bulk
+	park     []string // z, m, seq, t, r, n, c, cx: park
+	cancel   []string // z, m, t, r, n, c, cx: cancel
 	seq      string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
 	shardID  string   // the shard number as a decimal string
 	wake     string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
@@ -96,6 +100,7 @@ type shardKeys struct {
 func newShardKeys(p string, i int) shardKeys {
 	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
 	z, m, seq, t, r, n := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r", tag+":n"
+	c, cx := tag+":c", tag+":cx" // remembered cancels and their expiry index
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
 		zm:       []string{z, m},
@@ -103,6 +108,8 @@ func newShardKeys(p string, i int) shardKeys {
 		n:        n,
 		zmtRN:    []string{z, m, t, r, n},
 		zmSeqTRN: []string{z, m, seq, t, r, n},
+		park:     []string{z, m, seq, t, r, n, c, cx},
+		cancel:   []string{z, m, t, r, n, c, cx},
 		seq:      seq,
 		shardID:  strconv.Itoa(i),
 		wake:     p + ":wake:" + strconv.Itoa(i),
@@ -135,6 +142,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		shards:        cfg.Shards,
 		leaseMS:       ceilMS(cfg.Lease),
 		tombMS:        ceilMS(tomb),
+		cancelMS:      ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
 		shardsKey:     p + ":shards",
 		cursorKeyName: p + ":cursor",
 		keys:          make([]shardKeys, cfg.Shards),

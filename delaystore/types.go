@@ -78,6 +78,10 @@ type ParkRequest struct {
 	Delay time.Duration
 	// At is the absolute due time in unix ms when Absolute.
 	At int64
+	// Published is the message's time by its source, unix ms (JetStream message time,
+	// Kafka record timestamp; else the receipt time): a remembered cancel of ID (CancelAt)
+	// at or after it drops the request (Parked.Cancelled). <= 0: unknown, never dropped so.
+	Published int64
 	// Envelope is the message.
 	Envelope Envelope
 }
@@ -94,6 +98,10 @@ type Parked struct {
 	// delivered, dead-lettered or cancelled within Config.TombstoneTTL): nothing was
 	// parked and Due is 0. The caller acknowledges the source as usual.
 	Delivered bool
+	// Cancelled: a cancel of the ID at or after the request's Published time was
+	// remembered (CancelAt, within Config.CancelWindow): nothing was parked, Due is 0, and
+	// Existed is true. The caller acknowledges the source as usual.
+	Cancelled bool
 }
 
 // Receipt identifies one claim of one message; it fences Ack and Retry, so a stale claim

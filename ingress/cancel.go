@@ -11,7 +11,10 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// cancel removes the pending message named by msg's x-delay-id and acks msg.
+// cancel removes the pending message named by msg's x-delay-id and acks msg. Found or not,
+// the store remembers the cancel with msg's source time (contract.Published), so that a
+// message of the id published before it but read after it (another partition or subject,
+// a redelivery) is not parked. Counted as cancelled (found) or cancel_not_found.
 func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message) {
 	ids := headers.FromMetadata(msg.Metadata).Values(contract.HeaderID)
 	if len(ids) != 1 {
@@ -23,11 +26,12 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 		return
 	}
 	id := ids[0]
+	at := contract.Published(msg.Metadata.Get(headers.MetaSourceTime), in.now())
 	var cancelled bool
 	refused := false
 	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
 		var err error
-		cancelled, err = in.store.Cancel(opCtx, id)
+		cancelled, err = in.store.CancelAt(opCtx, id, at)
 		if errors.Is(err, delaystore.ErrNotReplicated) && msg.Metadata.Get(headers.MetaRequest) == "1" {
 			msg.Metadata.Set(headers.MetaReply, notReplicatedReply(err))
 			refused = true
@@ -50,6 +54,10 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 		Cancelled bool   `json:"cancelled"`
 	}{id, cancelled}))
 	msg.Ack()
-	in.log.Debug("cancel", "id", id, "cancelled", cancelled)
+	in.log.Debug("cancel", "id", id, "cancelled", cancelled, "published", at)
+	if !cancelled {
+		in.metrics.in(src.Broker, "cancel_not_found", 1)
+		return
+	}
 	in.metrics.in(src.Broker, "cancelled", 1)
 }

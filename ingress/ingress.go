@@ -24,7 +24,10 @@ import (
 // concurrent use; Park returns one result per request, in order.
 type Parker interface {
 	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
-	Cancel(ctx context.Context, id string) (bool, error)
+	// CancelAt deletes the pending message id and remembers the cancel (published at at,
+	// unix ms by its source), so that an earlier message of the id arriving later is not
+	// parked (delaystore.Store.CancelAt).
+	CancelAt(ctx context.Context, id string, at int64) (bool, error)
 	// ShardOf is the shard that holds id. Ingress gives each lane whole shards, so that a
 	// lane's batch makes few, large per-shard script calls.
 	ShardOf(id string) int
@@ -278,14 +281,15 @@ func (in *Ingress) incoming(src Source, r received) Incoming {
 		key = []byte(k)
 	}
 	return Incoming{
-		Headers:   headers.FromMetadata(md),
-		Payload:   r.msg.Payload,
-		Key:       key,
-		Tombstone: md[headers.MetaKafkaTombstone] != "",
-		Broker:    src.Broker,
-		Source:    src.Broker + ":" + src.Topic,
-		SourceID:  md[headers.MetaSourceID],
-		NewID:     watermill.NewULID,
-		Received:  r.at,
+		Headers:    headers.FromMetadata(md),
+		Payload:    r.msg.Payload,
+		Key:        key,
+		Tombstone:  md[headers.MetaKafkaTombstone] != "",
+		Broker:     src.Broker,
+		Source:     src.Broker + ":" + src.Topic,
+		SourceID:   md[headers.MetaSourceID],
+		SourceTime: md[headers.MetaSourceTime],
+		NewID:      watermill.NewULID,
+		Received:   r.at,
 	}
 }

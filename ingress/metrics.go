@@ -15,14 +15,17 @@ type Metrics struct {
 }
 
 // NewMetrics registers the ingress metrics with reg:
-// delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled,
-// invalid (reason = the x-delay-error code), nacked or already_delivered (a redelivery of a
-// source message delivered within the store's tombstone TTL: acked, not parked again).
+// delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled (a
+// cancel that removed a pending message), cancel_not_found (a cancel that found none: the
+// store remembers it), cancelled_on_arrival (a message published before a remembered
+// cancel of its id: acked, not parked), invalid (reason = the x-delay-error code), nacked
+// or already_delivered (a redelivery of a source message delivered within the store's
+// tombstone TTL: acked, not parked again).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_in_total",
-			Help: "Messages taken from a source, by broker and result (parked, cancelled, invalid, nacked, already_delivered); reason is set for invalid.",
+			Help: "Messages taken from a source, by broker and result (parked, cancelled, cancel_not_found, cancelled_on_arrival, invalid, nacked, already_delivered); reason is set for invalid.",
 		}, []string{"broker", "result", "reason"}),
 	}
 	m.lookalikes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,7 +56,7 @@ func (m *Metrics) rejected(broker, reason string) {
 }
 
 // Count records n messages of another source (the message API counts as broker "http")
-// with result parked or cancelled.
+// with result parked, cancelled or cancel_not_found.
 func (m *Metrics) Count(broker, result string, n int) { m.in(broker, result, n) }
 
 // Invalid records a message of another source refused for reason (an x-delay-error code,

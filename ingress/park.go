@@ -66,13 +66,14 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 
 // ackParked acks the messages of batch whose park succeeded (parked[i].ID set; reqs[i]
 // is batch[i]'s request) and returns the others, in order. A message whose source id had
-// a live tombstone (Parked.Delivered) is acked and counted as already delivered.
+// a live tombstone (Parked.Delivered) is acked and counted as already delivered; one that
+// a remembered cancel covers (Parked.Cancelled) as cancelled_on_arrival.
 func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.ParkRequest, parked []delaystore.Parked) []prepared {
 	if len(parked) != len(batch) {
 		return batch // nothing was parked (the call was refused before any shard ran)
 	}
 	rest := batch[:0:0]
-	acked, delivered := 0, 0
+	acked, delivered, cancelled := 0, 0, 0
 	for i, p := range batch {
 		r := parked[i]
 		if r.ID == "" {
@@ -84,9 +85,10 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 		}
 		acked++
 		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
-			ID  string `json:"id"`
-			Due int64  `json:"due"`
-		}{r.ID, r.Due}))
+			ID        string `json:"id"`
+			Due       int64  `json:"due"`
+			Cancelled bool   `json:"cancelled,omitempty"`
+		}{r.ID, r.Due, r.Cancelled}))
 		p.msg.Ack()
 		p.span.End()
 		if r.Delivered {
@@ -96,10 +98,17 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 			in.log.Debug("already delivered", "id", r.ID, "source_id", reqs[i].Envelope.SourceID)
 			continue
 		}
+		if r.Cancelled {
+			// Published before a cancel of its id that was read first: acked, not parked.
+			cancelled++
+			in.log.Debug("cancelled on arrival", "id", r.ID, "published", reqs[i].Published)
+			continue
+		}
 		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
-	in.metrics.in(src.Broker, "parked", acked-delivered)
+	in.metrics.in(src.Broker, "parked", acked-delivered-cancelled)
 	in.metrics.in(src.Broker, "already_delivered", delivered)
+	in.metrics.in(src.Broker, "cancelled_on_arrival", cancelled)
 	return rest
 }
 

@@ -28,6 +28,11 @@ type Incoming struct {
 	// the id when x-delay-id is absent, and makes a redelivery keep the parked copy or,
 	// once it was delivered, be dropped (the store's tombstones).
 	SourceID string
+	// SourceTime is the message's time by its source, decimal unix ms (metadata
+	// headers.MetaSourceTime: JetStream message time, Kafka record timestamp); "" when it
+	// has none (core NATS, the message API): the receipt time counts (contract.Published).
+	// A remembered cancel of the id at or after it drops the message.
+	SourceTime string
 	// NewID makes an id when neither x-delay-id nor SourceID is present.
 	NewID func() string
 	// Received is when the bridge received the message; x-delay counts from it.
@@ -104,6 +109,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		req.Delay = contract.Remaining(sched.Delay, in.Received, now)
 	}
 	firstFiring(&req, h, fire.every, now)
+	req.Published = contract.Published(in.SourceTime, in.Received)
 	req.Envelope = delaystore.Envelope{
 		Target:    target.String(),
 		Source:    in.Source,

@@ -1,30 +1,68 @@
 #!lua flags=allow-oom
--- cancel: delete one message, pending or claimed, leaving a tombstone of its source message.
+-- cancel: delete one message, pending or claimed, leaving a tombstone of its source message,
+-- and remember the cancel so that an earlier message of the id arriving later is not parked.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
---       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target)
--- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none)
--- returns: 1 if it existed, else 0
+--       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
+--       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
+--       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6)
+-- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
+--       now), 4 = window ms (<= 0: remember nothing)
+-- returns: 1 if it existed (and was deleted), else 0
+-- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
+-- after the cancel's was published after the cancel: it is kept (0).
 -- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL,
 -- as ack does: a redelivery of the cancelled source message is not parked again.
+-- Found or not, the cancel is remembered until now + window: park drops a message of the
+-- id whose source time is at or before the remembered one (the later of this cancel's and
+-- one remembered before, while live). At most 2 expired remembered cancels are removed
+-- per call, so the sets shrink as fast as cancels add to them.
 -- flags: allow-oom (first line, Redis >= 7): a cancel frees memory, so it runs while Redis
--- refuses writes for memory. Without script flags (Redis 6, miniredis) the first line is
--- commented out (delaystore/scripts.go).
+-- refuses writes for memory (a cancel that found nothing adds its ~190 B memory then too).
+-- Without script flags (Redis 6, miniredis) the first line is commented out
+-- (delaystore/scripts.go).
 
 --!include envelope.lua
 
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function remember(id, sent, window)
+  if window <= 0 then return end
+  local until_ = now + window
+  local old = redis.call('HGET', KEYS[6], id)
+  if old then
+    local was, ends = string.match(old, '^(%d+),(%d+)$')
+    if was and tonumber(ends) > now and tonumber(was) > sent then sent = tonumber(was) end
+  end
+  redis.call('HSET', KEYS[6], id, string.format('%d', sent) .. ',' .. string.format('%d', until_))
+  redis.call('ZADD', KEYS[7], string.format('%d', until_), id)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 2)
+  if #expired > 0 then
+    redis.call('ZREM', KEYS[7], unpack(expired))
+    redis.call('HDEL', KEYS[6], unpack(expired))
+  end
+end
+
+local at = tonumber(ARGV[3]) or 0
+if at <= 0 then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
+local p = env and string.match(env, '^%d+,%d+,%d+,()')
+local sent = p and sentOf(env, p)
+if sent and sent > at then
+  -- Published by its source after this cancel (the cancel was read late): kept.
+  remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
+  return 0
+end
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local p = env and string.match(env, '^%d+,%d+,%d+,()')
 if p then count(KEYS[5], {[targetOf(env, p)] = -1}) end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
   if src ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[3], string.format('%d', now + tonumber(ARGV[2])), src)
   end
 end
+remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
 if a + b > 0 then return 1 end
 return 0

@@ -84,6 +84,34 @@ local function recurring(s, p)
   return key == '_delaybridge_every'
 end
 
+-- sentOf returns the source time (ms) stored with the body starting at index p of s (the
+-- reserved header _delaybridge_sent, the first of the trailing meta headers, written for
+-- messages parked with replace: delaystore/envelope.go metaSent), or nil when it has none
+-- or is malformed. It steps over the fields as recurring does.
+local function sentOf(s, p)
+  local i = p + 1
+  if string.byte(s, p) == 3 then i = skip(s, i) end
+  if i then i = skip(s, i) end -- target
+  if i then i = skip(s, i) end -- source
+  if not i then return nil end
+  local flag = string.byte(s, i)
+  i = i + 1
+  if flag == 1 then i = skip(s, i) elseif flag ~= 0 then return nil end
+  if not i then return nil end
+  local n
+  n, i = uvarint(s, i)
+  if not n then return nil end
+  for _ = 1, n do
+    local key, value
+    key, i = field(s, i)
+    if key == nil then return nil end
+    value, i = field(s, i)
+    if value == nil then return nil end
+    if key == '_delaybridge_sent' then return tonumber(value) end
+  end
+  return nil
+end
+
 -- count adds deltas (target -> signed count) to the shard's parked counts per target
 -- (hash key n; the field '' is its "complete" mark, never a target): a target whose count
 -- reaches 0 or less loses its field, so the hash holds the targets that have messages.

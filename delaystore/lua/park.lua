@@ -2,13 +2,19 @@
 -- Per group: KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
 --       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       5 = {P:s}:r (retry set; a replaced id leaves it), 6 = {P:s}:n (parked count per
---       target: +1 per message written, -1 for the target of an entry it replaces)
+--       target: +1 per message written, -1 for the target of an entry it replaces),
+--       7 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
+--       8 = {P:s}:cx (zset id -> until ms: only its size is read here)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
---       id, mode ('r' relative | 'a' absolute), replace ('0' | '1'), delay-or-at ms, body
--- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2)}
+--       id, mode and source time ('r' relative | 'a' absolute, followed by the message's
+--       time by its source in ms when known: 'r1700000000123'; unknown: never covered by a
+--       remembered cancel), replace ('0' | '1'), delay-or-at ms, body
+-- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3)}
 -- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
--- parked: {0, 2}. An existing id with replace = 0, or with replace = 1 and the same
--- non-empty source id stored (a redelivery of the parked message), is kept as is
+-- parked: {0, 2}. A message whose id has a live remembered cancel (until > now) with a
+-- source time at or after the message's is not parked either: {0, 3} (the cancel was read
+-- first, the message it cancels arrived later). An existing id with replace = 0, or with
+-- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
 -- earliest new due is earlier than the head. Reads and writes are batched (HMGET, INCRBY,
@@ -19,6 +25,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
+local W = 5 -- ARGV values per message
 
 --!include envelope.lua
 
@@ -30,10 +37,31 @@ local function chunked(cmd, key, list)
   end
 end
 
+-- remembered returns, per index into ids, true when a live remembered cancel of the id
+-- covers the message (its source time <= the cancel's). One ZCARD when the shard has no
+-- remembered cancel (the common case); else one HMGET per chunk of ids.
+local function remembered(KEYS, ARGV, ids)
+  local out = {}
+  if redis.call('ZCARD', KEYS[8]) == 0 then return out end
+  for i = 1, #ids, CHUNK do
+    local part = redis.call('HMGET', KEYS[7], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+    for j = 1, #part do
+      local v = part[j]
+      if v then
+        local k = i + j - 1
+        local at, ends = string.match(v, '^(%d+),(%d+)$')
+        local sent = tonumber(string.sub(ARGV[3 + (k - 1) * W + 1], 2)) or 0
+        if sent > 0 and ends and tonumber(ends) > now and sent <= tonumber(at) then out[k] = true end
+      end
+    end
+  end
+  return out
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local ids = {}
-  for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+  for i = 3, #ARGV, W do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return {} end
   local olds = {}
   for i = 1, #ids, CHUNK do
@@ -50,7 +78,7 @@ local function shard(KEYS, ARGV)
   local dues = {}
   local srcs, withSrc = {}, {}
   for k = 1, #ids do
-    srcs[k] = sourceOf(ARGV[3 + (k - 1) * 5 + 4], 1, ids[k])
+    srcs[k] = sourceOf(ARGV[3 + (k - 1) * W + 4], 1, ids[k])
     if srcs[k] ~= '' then withSrc[#withSrc + 1] = k end
   end
   local tombed = {}
@@ -63,9 +91,10 @@ local function shard(KEYS, ARGV)
       if exps[j] and tonumber(exps[j]) > now then tombed[withSrc[i + j - 1]] = true end
     end
   end
+  local cancelled = remembered(KEYS, ARGV, ids)
   for k = 1, #ids do
     local id = ids[k]
-    local a = 3 + (k - 1) * 5
+    local a = 3 + (k - 1) * W
     local src = srcs[k]
     local tomb = tombed[k]
     local existing = cur[id]
@@ -77,12 +106,14 @@ local function shard(KEYS, ARGV)
     end
     if tomb then
       out[k] = {0, 2}
+    elseif cancelled[k] then
+      out[k] = {0, 3}
     elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
       cur[id] = existing
       out[k] = {existing, 1}
     else
       local due
-      if ARGV[a + 1] == 'a' then
+      if string.byte(ARGV[a + 1]) == 97 then -- 'a'
         due = tonumber(ARGV[a + 3])
       else
         due = now + tonumber(ARGV[a + 3])
@@ -108,7 +139,7 @@ local function shard(KEYS, ARGV)
       local id = ids[k]
       local dueStr = string.format('%d', dues[k])
       hset[#hset + 1] = id
-      hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * 5 + 4]
+      hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * W + 4]
       zadd[#zadd + 1] = dueStr
       zadd[#zadd + 1] = id
       if earliest == nil or dues[k] < earliest then earliest = dues[k] end

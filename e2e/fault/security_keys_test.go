@@ -32,9 +32,11 @@ var secHostile = []string{
 // distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
 // key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq, {P:i}:epoch, {P:i}:n (targets are its
 // fields) for each shard, P:shards, P:cursor (the key that seals API cursors), and
-// {P:i}:t, the tombstones, in the shards where a message with a source id was cancelled),
+// {P:i}:t, the tombstones, in the shards where a message with a source id was cancelled,
+// and {P:i}:c and {P:i}:cx, the remembered cancels, in the shards of the cancelled ids),
 // whatever was parked, dead-lettered or cancelled; tombstone members are the adapter's
-// source ids (js:IN:<seq>), never input.
+// source ids (js:IN:<seq>), never input; the remembered cancels are fields and members,
+// never key names.
 func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	s := newStack(t)
 	prefix := s.env["BRIDGE_KEY_PREFIX"]
@@ -121,17 +123,26 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			t.Errorf("unexpected key %q", k)
 		}
 	}
-	var tombs []string
+	var tombs, cancels []string
 	for _, k := range keys {
-		if strings.HasSuffix(k, "}:t") {
+		switch {
+		case strings.HasSuffix(k, "}:t"):
 			tombs = append(tombs, k)
+		case strings.HasSuffix(k, "}:c"), strings.HasSuffix(k, "}:cx"):
+			cancels = append(cancels, k)
 		}
 	}
-	if got := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return strings.HasSuffix(k, "}:t") }); !slices.Equal(got, want) {
-		t.Errorf("keys %d (besides %d tombstone sets), want exactly %d: got %q", len(got), len(tombs), len(want), got)
+	optional := func(k string) bool {
+		return strings.HasSuffix(k, "}:t") || strings.HasSuffix(k, "}:c") || strings.HasSuffix(k, "}:cx")
+	}
+	if got := slices.DeleteFunc(slices.Clone(keys), optional); !slices.Equal(got, want) {
+		t.Errorf("keys %d (besides %d tombstone sets and %d remembered-cancel keys), want exactly %d: got %q", len(got), len(tombs), len(cancels), len(want), got)
 	}
 	if len(tombs) == 0 {
 		t.Error("no tombstone set: the cancelled messages with source ids left none")
+	}
+	if len(cancels) == 0 || len(cancels)%2 != 0 {
+		t.Errorf("remembered-cancel keys %q: want a :c and a :cx per shard of a cancelled id", cancels)
 	}
 	member := regexp.MustCompile(`^js:IN:[0-9]+$`)
 	for _, k := range tombs {
@@ -141,8 +152,8 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 5 x %d shards + 2 + 3 fleet keys + %d tombstone sets, none from input",
-		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards, len(tombs))
+	t.Logf("H1: %d NATS messages (%d secHostile names, 1000 distinct targets and ids) + %d API calls: %d parked, %d dead-lettered; Redis keys %d = 5 x %d shards + 2 + 3 fleet keys + %d tombstone sets + %d remembered-cancel keys, none from input",
+		sent, len(secHostile), 2*len(secHostile), parkedN, dlq.Load(), len(keys), shards, len(tombs), len(cancels))
 }
 
 // secConsumed reports whether the IN stream's consumer has nothing pending or unacked.

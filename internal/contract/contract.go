@@ -7,7 +7,10 @@
 // writes its own headers with exactly these names.
 package contract
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Headers read from an incoming message (section 1).
 const (
@@ -149,4 +152,21 @@ func Tombstone(values []string) bool {
 		}
 	}
 	return false
+}
+
+// maxPublished bounds a source time: 2^53 ms, the largest integer Lua's doubles hold
+// exactly (the store's scripts compare it).
+const maxPublished = 1 << 53
+
+// Published is a message's (or a cancel's) time by its source, unix ms, as the cancel rule
+// compares them (docs/contract.md section 1: a cancel applies to every message of its id
+// published before it): source is the adapter's decimal milliseconds (JetStream message
+// time, Kafka record timestamp; reserved metadata _delaybridge_source_time); when it is
+// empty (core NATS, the message API), not a decimal, <= 0 or >= 2^53, the receipt time
+// counts instead. Never <= 0: a received before 1970 counts as 1 ms.
+func Published(source string, received time.Time) int64 {
+	if ms, err := strconv.ParseInt(source, 10, 64); err == nil && ms > 0 && ms < maxPublished {
+		return ms
+	}
+	return min(max(received.UnixMilli(), 1), maxPublished-1)
 }

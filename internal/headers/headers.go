@@ -18,6 +18,11 @@ const (
 	// MetaSourceID is the stable identity of a source message, set by a subscriber that
 	// has one (JetStream: "js:<stream>:<seq>"; Kafka: "kafka:<topic>:<partition>:<offset>").
 	MetaSourceID = ReservedPrefix + "source_id"
+	// MetaSourceTime is the time of a source message by its source, unix ms in decimal, set
+	// by a subscriber that has one (JetStream: the message time; Kafka: the record
+	// timestamp). A cancel applies to the messages of its id published at or before it by
+	// this time (contract.Published; docs/design.md "Remembered cancels").
+	MetaSourceTime = ReservedPrefix + "source_time"
 	// MetaReply is the body a subscriber sends as the reply to a request (core NATS) when
 	// the message is acked. Ingress sets it before Ack.
 	MetaReply = ReservedPrefix + "reply"

@@ -13,10 +13,11 @@ import (
 )
 
 // MetaKafkaTimestamp is the reserved metadata key that carries a received record's
-// timestamp, as decimal unix milliseconds. Like every key with [headers.ReservedPrefix]
-// it never goes on the wire; the [Publisher] does not use it (a published record gets
-// the time of its publication).
-const MetaKafkaTimestamp = headers.ReservedPrefix + "kafka_timestamp"
+// timestamp, as decimal unix milliseconds: the source time of the message,
+// [headers.MetaSourceTime], which a cancel compares (contract.Published). Like every key
+// with [headers.ReservedPrefix] it never goes on the wire; the [Publisher] does not use
+// it (a published record gets the time of its publication).
+const MetaKafkaTimestamp = headers.MetaSourceTime
 
 // toKafka builds the record for msg: the non-reserved metadata as headers (repeated keys
 // in order, names as given), the key from metadata [headers.MetaKafkaKey] when present

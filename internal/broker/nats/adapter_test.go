@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +142,9 @@ func TestRepeatedHeadersFromTheWire(t *testing.T) {
 			m.Header[headers.MetaReply] = []string{"spoofed"}     // never taken from the wire
 			m.Header[headers.MetaSourceID] = []string{"js:X:666"} // never taken from the wire
 			m.Header[headers.MetaRequest] = []string{"1"}         // never taken from the wire
+			m.Header[headers.MetaSourceTime] = []string{"1"}      // never taken from the wire
 			m.Data = []byte("payload")
+			sent := time.Now()
 			if err := e.nc.PublishMsg(m); err != nil {
 				t.Fatal(err)
 			}
@@ -173,6 +176,14 @@ func TestRepeatedHeadersFromTheWire(t *testing.T) {
 			}
 			if s := got.Metadata[headers.MetaSourceID]; s != wantSource {
 				t.Errorf("source id = %q, want %q", s, wantSource)
+			}
+			// JetStream: the message time (the server's, unix ms); core NATS has none.
+			st, err := strconv.ParseInt(got.Metadata[headers.MetaSourceTime], 10, 64)
+			switch {
+			case mode.name != "jetstream" && got.Metadata[headers.MetaSourceTime] != "":
+				t.Errorf("core message with a source time: %v", got.Metadata)
+			case mode.name == "jetstream" && (err != nil || st < sent.UnixMilli()-1000 || st > time.Now().UnixMilli()+1000):
+				t.Errorf("source time = %q, want the message time near %d", got.Metadata[headers.MetaSourceTime], sent.UnixMilli())
 			}
 		})
 	}

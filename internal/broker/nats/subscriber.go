@@ -138,7 +138,8 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 //     a Nak, and JetStream redelivers at once. While a message is neither acked nor
 //     nacked, the Subscriber reports it in progress every AckWait/2, for at most
 //     MaxProgress; JetStream redelivers it AckWait after the last report. The metadata carries [headers.MetaSourceID]
-//     ("js:<stream>:<stream sequence>").
+//     ("js:<stream>:<stream sequence>") and [headers.MetaSourceTime] (the message time,
+//     unix ms).
 //   - Core: Ack sends metadata [headers.MetaReply], when set and the message is a
 //     request, as the reply. Nack sends nothing: core NATS has no redelivery, the
 //     message is gone (a requester times out). A request carries [headers.MetaRequest]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -145,6 +146,9 @@ func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesCo
 		var extra map[string]string
 		if md, err := jm.Metadata(); err == nil {
 			extra = map[string]string{headers.MetaSourceID: sourceID(md.Stream, md.Sequence.Stream)}
+			if !md.Timestamp.IsZero() {
+				extra[headers.MetaSourceTime] = strconv.FormatInt(md.Timestamp.UnixMilli(), 10)
+			}
 		} else {
 			log.Debug("jetstream message without metadata", "error", err)
 		}

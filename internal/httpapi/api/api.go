@@ -36,7 +36,8 @@ import (
 type Store interface {
 	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
 	Get(ctx context.Context, id string) (delaystore.Message, error)
-	Cancel(ctx context.Context, id string) (bool, error)
+	// CancelAt deletes id and remembers the cancel, at (unix ms) being its time.
+	CancelAt(ctx context.Context, id string, at int64) (bool, error)
 	Stats(ctx context.Context) (delaystore.Stats, error)
 }
 
@@ -230,6 +231,12 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
+	if parked[0].Cancelled {
+		// A cancel of the id at or after this request's receipt time is remembered.
+		a.cfg.Metrics.Count("http", "cancelled_on_arrival", 1)
+		writeError(w, http.StatusConflict, "cancelled: a cancel of this id at or after this request is remembered for BRIDGE_CANCEL_WINDOW")
+		return
+	}
 	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
 	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due})
@@ -376,12 +383,14 @@ func misfireOf(env delaystore.Envelope) string {
 }
 
 func (a *api) delete(w http.ResponseWriter, r *http.Request) {
-	ok, err := a.store.Cancel(r.Context(), r.PathValue("id"))
+	// The message API has no source time: the receipt time is the cancel's.
+	ok, err := a.store.CancelAt(r.Context(), r.PathValue("id"), contract.Published("", a.cfg.Now()))
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
 	if !ok {
+		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
 		writeError(w, http.StatusNotFound, "no pending message with that id")
 		return
 	}
