@@ -172,6 +172,12 @@ func TestCancelKeepsNewerMessage(t *testing.T) {
 	if ok, err := f.s.CancelAt(t.Context(), "o-4", at); err != nil || !ok {
 		t.Fatalf("cancel of a message parked without Replace: %v %v, want true", ok, err)
 	}
+	// An operator's cancel (the message API's DELETE) deletes what is parked, even a
+	// message whose producer clock runs ahead of Redis's.
+	f.park(t, late("o-5", 0, 0, time.Now().Add(time.Hour).UnixMilli()))
+	if ok, err := f.s.Cancel(t.Context(), "o-5"); err != nil || !ok {
+		t.Fatalf("operator's cancel of a message published 'in the future': %v %v, want true", ok, err)
+	}
 }
 
 // BenchmarkParkPublished measures park alone (batches of 40 over 16 shards, 100 B

@@ -120,9 +120,11 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 // redelivery of the cancelled source message is not parked again. Found or not, the
 // cancel is remembered for Config.CancelWindow: a later Park of the id whose Published
 // time is at or before at is not parked (Parked.Cancelled). at is the cancel's time by its
-// source, unix ms (<= 0: the Redis time); of two cancels of one id the later at counts.
-// A parked message whose source published it after at (its Published, stored when it was
-// parked with Replace) is kept: the cancel was read late. It reports whether a message was
+// source, unix ms (<= 0: an operator's cancel, the Redis time); of two cancels of one id
+// the later at counts. A parked message whose source published it after at (its
+// Published, stored when it was parked with Replace) is kept: the cancel was read late;
+// an operator's cancel (at <= 0: Cancel, the message API's DELETE) deletes what is parked
+// whatever its source time (a producer clock ahead of Redis's). It reports whether a message was
 // deleted, and blocks until Redis answered or ctx is done.
 // With Config.MinReplicas > 0 the deletion is confirmed by WAIT; fewer replicas is an
 // error wrapping ErrNotReplicated (the deletion may still have happened on the master:

@@ -6,7 +6,8 @@
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6)
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
---       now), 4 = window ms (<= 0: remember nothing)
+--       an operator's cancel (the message API): now, and the entry is deleted whatever its
+--       source time), 4 = window ms (<= 0: remember nothing)
 -- returns: 1 if it existed (and was deleted), else 0
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
@@ -44,10 +45,11 @@ local function remember(id, sent, window)
 end
 
 local at = tonumber(ARGV[3]) or 0
-if at <= 0 then at = now end
+local operator = at <= 0
+if operator then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
 local p = env and string.match(env, '^%d+,%d+,%d+,()')
-local sent = p and sentOf(env, p)
+local sent = p and not operator and sentOf(env, p)
 if sent and sent > at then
   -- Published by its source after this cancel (the cancel was read late): kept.
   remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
