@@ -168,10 +168,16 @@ Try it from another terminal:
   nats --server %s pub %s hi -H x-delay:5s -H x-target:demo.hello
   nats --server %s request %s hi -H x-delay:5s -H x-target:demo.hello   (replies {"id","due"} or {"error"})
 
-Messages arriving on demo.> are printed here. Ctrl-C stops.
+Messages arriving on demo.> are printed here; watch any other target with a NATS client:
+  nats --server %s sub 'orders.>'
+Dead letters (%s, kept by stream %s), and sending them back once their cause is fixed:
+  nats --server %s stream get %s --last-for %s
+  BRIDGE_NATS_URL=%s %s redrive --dry-run
+Ctrl-C stops.
 
 `, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
-		reachable(opsLn.Addr()), api, console, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject)
+		reachable(opsLn.Addr()), api, console, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject,
+		cfg.NATS.URL, cfg.DLQSubject, devStream, cfg.NATS.URL, devStream, cfg.DLQSubject, cfg.NATS.URL, self)
 }
 
 // reachable is a listener's address as a client on this machine dials it: an
