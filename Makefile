@@ -53,7 +53,7 @@ e2e:
 # e2e user stories against it, then uid 65532, `bridge healthcheck` without a shell, a
 # draining `stop`, parked messages kept across a restart and `down -v` leaving nothing.
 # The compose v2 CLI and the nats CLI are built once from the Go module proxy (cached in
-# ~/.cache/delaybridge-e2e). See README "Local stack with docker compose".
+# ~/.cache/delaybridge-e2e). See docs/development.md ("The compose stack for real").
 e2e-compose: tools
 	$(GO) test -tags compose -count=1 -v -timeout 45m ./deploy/compose/
 

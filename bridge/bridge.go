@@ -254,7 +254,7 @@ func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.L
 	}
 	b.checks = []ops.Check{{Name: "redis", Probe: b.redisReady, Note: func() string {
 		// Ready all the same: a readiness failure would take the application's pod out of
-		// service, and a full Redis is the store's problem, not the pod's (README, Guarantees).
+		// service, and a full Redis is the store's problem, not the pod's (docs/guarantees.md, "Back-pressure, not loss").
 		if b.redisUp.Full() {
 			return monitor.FullNote
 		}
@@ -403,7 +403,7 @@ func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger
 			return fmt.Errorf("redis has no such database (check the /<db> of BRIDGE_REDIS_URL; a Redis has 16 unless its databases setting says more): %w", err)
 		}
 		if connect.IsAuthError(err) {
-			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in the README): %w", err)
+			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in docs/operating.md, Security): %w", err)
 		}
 		if ctx.Err() != nil {
 			return nil

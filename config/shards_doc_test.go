@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,20 +11,29 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// TestReadmeShardsBound: the README states the BRIDGE_SHARDS bound that validation
-// enforces (delaystore.MaxShards), wherever it states one.
+// TestReadmeShardsBound: the README and the docs/ pages (docs/operating.md, "Fleet") state
+// the BRIDGE_SHARDS bound that validation enforces (delaystore.MaxShards), wherever they
+// state one.
 func TestReadmeShardsBound(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := regexp.MustCompile("`BRIDGE_SHARDS` \\(up to ([0-9,]+)").FindAllStringSubmatch(string(readme), -1)
-	if len(found) == 0 {
-		t.Fatal("the README states no BRIDGE_SHARDS bound")
-	}
-	for _, m := range found {
-		if n, _ := strconv.Atoi(strings.ReplaceAll(m[1], ",", "")); n != delaystore.MaxShards {
-			t.Errorf("README: %q, validation takes up to %d", m[0], delaystore.MaxShards)
+	pages = append([]string{"../README.md"}, pages...)
+	stated := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, m := range regexp.MustCompile("`BRIDGE_SHARDS` \\(up to ([0-9,]+)").FindAllStringSubmatch(string(b), -1) {
+			stated++
+			if n, _ := strconv.Atoi(strings.ReplaceAll(m[1], ",", "")); n != delaystore.MaxShards {
+				t.Errorf("%s: %q, validation takes up to %d", page, m[0], delaystore.MaxShards)
+			}
+		}
+	}
+	if stated == 0 {
+		t.Fatal("neither the README nor docs/ states the BRIDGE_SHARDS bound")
 	}
 }

@@ -184,7 +184,7 @@ func TestCompatHeaders(t *testing.T) {
 		checkKafka(t, receiveRecord(t, out, 15*time.Second), due, "video 2", "vid2")
 	})
 
-	// The README's caveat: a JetStream stream capturing the ingress subject acts on
+	// docs/using.md's caveat ("Migrating from NATS schedules or kafka-message-scheduler"): a JetStream stream capturing the ingress subject acts on
 	// Nats-Schedule itself, so the compatibility headers belong on the core subscription.
 	// This pins the embedded nats-server's behaviour the caveat describes.
 	t.Run("a JetStream ingress stream refuses Nats-Schedule", func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestCompatHeaders(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := js.PublishMsg(ctx, m); err == nil {
-			t.Fatal("the stream stored a Nats-Schedule message; the README caveat is out of date")
+			t.Fatal("the stream stored a Nats-Schedule message; the caveat of docs/using.md is out of date")
 		} else {
 			t.Logf("refused as documented: %v", err)
 		}

@@ -47,7 +47,7 @@ func chromium(t *testing.T) context.Context {
 // a real browser: the token, the overview's targets, the list filtered by target, a
 // message's detail (a hostile header and payload shown as text), its cancel, and a bulk
 // reschedule with its dry run and confirmation; every change is checked through the API.
-// UI_SCREENSHOTS=<dir> saves the README's screenshots there.
+// UI_SCREENSHOTS=<dir> saves the screenshots of docs/operating.md (docs/img) there.
 func TestConsoleInABrowser(t *testing.T) {
 	s := newStack(t)
 	const token = "console-token"

@@ -13,7 +13,7 @@ import (
 // Compatibility headers (lower case, matched case-insensitively like the native ones), so
 // that producers written for NATS JetStream message schedules (ADR-51, nats-server 2.12)
 // or for etf1/kafka-message-scheduler move to the bridge unchanged. Each maps onto the
-// native contract; see [translateCompat] and the README section "Migrating from NATS
+// native contract; see [translateCompat] and docs/using.md, section "Migrating from NATS
 // schedules or kafka-message-scheduler".
 const (
 	// HeaderNATSSchedule is NATS's schedule pattern: the one-shot "@at <RFC 3339>" form

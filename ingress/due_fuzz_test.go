@@ -18,7 +18,7 @@ var dueHeaders = []string{contract.HeaderDelay, contract.HeaderDeliverAt, Header
 // park request that is never early and within the bound: a relative delay in
 // [0, BRIDGE_MAX_DELAY], an absolute due in [0, now + BRIDGE_MAX_DELAY] (a due in the
 // past is due at once), the first occurrence of a schedule strictly after now (schedules
-// are bounded by their own grammar, not by BRIDGE_MAX_DELAY: README "Where the contract
+// are bounded by their own grammar, not by BRIDGE_MAX_DELAY: docs/guarantees.md "Where the contract
 // is silent"), and an expiry > 0. Seeds: int64 limits, RFC 3339 years 0001 and 9999,
 // negative and huge values in every grammar.
 func FuzzPrepareDue(f *testing.F) {

@@ -170,7 +170,7 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 // returns nil once every received message has been acked or nacked. A subscribe error is
 // returned at once, unless ctx ended meanwhile (a stop during start-up is clean).
 // Messages in a batch that could not be parked before ctx ended are nacked (the source
-// redelivers them; core NATS cannot, see README).
+// redelivers them; core NATS cannot, see docs/guarantees.md).
 func (in *Ingress) Run(ctx context.Context) error {
 	type sub struct {
 		src Source

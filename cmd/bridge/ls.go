@@ -120,7 +120,7 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tPARKED\tNEXT DUE (UTC)\tIN")
 	for _, t := range res.Targets {
-		due, in := "unknown", "-" // null: not found within the API's read bound (README)
+		due, in := "unknown", "-" // null: not found within the API's read bound (docs/operating.md, "HTTP")
 		if t.NextDue != nil {
 			due = time.UnixMilli(*t.NextDue).UTC().Format(tableTime)
 			in = time.UnixMilli(*t.NextDue).Sub(now).Round(time.Second).String()

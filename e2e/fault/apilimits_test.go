@@ -25,7 +25,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
-// apiRSSBound is the documented bound (README, row H11) on the bridge's resident memory
+// apiRSSBound is the documented bound (docs/guarantees.md, row H11) on the bridge's resident memory
 // while 200 clients post large bodies at once, with the default limits
 // (BRIDGE_MAX_PAYLOAD 1 MiB, BRIDGE_API_MAX_INFLIGHT_BYTES 32 MiB).
 const apiRSSBound = 256 << 20

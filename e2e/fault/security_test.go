@@ -17,7 +17,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )
 
-// secACLRedis starts a redis-server whose only users are the README's delaybridge user
+// secACLRedis starts a redis-server whose only users are docs/operating.md's delaybridge user
 // (password pass, keys of prefix) and an admin for the test; the default user is off.
 // It returns the server and the admin client.
 func secACLRedis(t *testing.T, prefix, pass string) (*secRedis, *redis.Client) {
@@ -26,7 +26,7 @@ func secACLRedis(t *testing.T, prefix, pass string) (*secRedis, *redis.Client) {
 	want := slices.Clone(bridgeRedisCommands)
 	slices.Sort(want)
 	if got := secACLCommands(line); !slices.Equal(got, want) {
-		t.Fatalf("README ACL allows %v, the bridge sends %v: update both together", got, want)
+		t.Fatalf("docs/operating.md ACL allows %v, the bridge sends %v: update both together", got, want)
 	}
 	acl := secFile(t, "users.acl", "user default off\n"+line+"\nuser admin on >admin-pw ~* &* +@all\n")
 	admin := func(addr string) *redis.Options {
@@ -62,7 +62,7 @@ func secAPI(t *testing.T, method, url, token, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestRedisACLUser is row H3: the bridge runs as the README's ACL user (default user off,
+// TestRedisACLUser is row H3: the bridge runs as docs/operating.md's ACL user (default user off,
 // only the listed commands, only its key pattern and wake channel). Every path runs: park,
 // deliver, cancel, get, stats. Redis logs no refused command (ACL LOG stays empty), the
 // user cannot run anything else nor touch other keys (scripts included), and a wrong

@@ -21,12 +21,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// secACLLine is the Redis ACL line of the bridge's user as the README documents it, for the
-// key prefix "delay" and the password CHANGE-ME. The tests read it from the README, so
+// secACLLine is the Redis ACL line of the bridge's user as docs/operating.md ("Security") documents it, for the
+// key prefix "delay" and the password CHANGE-ME. The tests read it from that page, so
 // that the documented line is the tested one.
 func secACLLine(t *testing.T, prefix, password string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func secACLLine(t *testing.T, prefix, password string) string {
 		}
 	}
 	if line == "" {
-		t.Fatal("README.md has no `user delaybridge ...` ACL line")
+		t.Fatal("docs/operating.md has no `user delaybridge ...` ACL line")
 	}
 	line = strings.ReplaceAll(line, ">CHANGE-ME", ">"+password)
 	line = strings.ReplaceAll(line, "~delay:", "~"+prefix+":")
@@ -50,7 +50,7 @@ func secACLLine(t *testing.T, prefix, password string) string {
 
 // bridgeRedisCommands is every Redis command the bridge sends, from Go or from its Lua
 // scripts: exactly the commands the documented ACL allows. A new command in the code
-// must be added here and to the README's ACL line (TestRedisACLUser fails until both
+// must be added here and to the ACL line of docs/operating.md (TestRedisACLUser fails until both
 // agree).
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",

@@ -61,7 +61,7 @@ func TestB7NoWaitSwitchover(t *testing.T) {
 }
 
 // TestB7WaitOneOfTwo: the switchover with 2 replicas and BRIDGE_REDIS_MIN_REPLICAS=1, the
-// set-up the README advises against. The replica that is not promoted stays attached to the
+// set-up docs/operating.md advises against. The replica that is not promoted stays attached to the
 // old primary until the sentinels re-point it, and its acknowledgement is enough for WAIT 1;
 // it then resyncs from the new primary and drops those writes. Early 0 is asserted; the
 // loss is reported (it depends on the timing of the sentinels).

@@ -32,7 +32,7 @@ func TestSentinel(t *testing.T) {
 	}
 	t.Logf("switchover to %s in %s", second.Addr(), time.Since(start))
 	// Until the sentinels publish +switch-master the client may still write to the old
-	// primary, which drops the write when it is demoted (README "Redis topologies"): write
+	// primary, which drops the write when it is demoted (docs/operating.md "Redis topologies"): write
 	// until the new primary itself holds the value.
 	direct := redis.NewClient(&redis.Options{Addr: second.Addr(), Password: "pw"})
 	defer direct.Close()
