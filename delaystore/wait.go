@@ -179,6 +179,8 @@ func (s *Store) scriptName(sc *script) string {
 		return "ack"
 	case s.retry:
 		return "retry"
+	case s.bulk:
+		return "bulk"
 	}
 	return ""
 }
