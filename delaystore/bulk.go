@@ -2,7 +2,6 @@ package delaystore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -14,12 +13,6 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/contract"
 )
-
-//go:embed lua/scan.lua
-var scanSrc string
-
-//go:embed lua/bulk.lua
-var bulkSrc string
 
 // Bulk changes (docs/design.md, "Bulk changes"): scan.lua reads bounded chunks of a
 // shard, bulk.lua changes the picked messages that are not in delivery.
@@ -229,7 +222,7 @@ func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []a
 		bound = op.MaxDelay.Milliseconds()
 	}
 	args := append([]any{op.Kind, opValue(op), bound, k.wake, k.shardID}, picked...)
-	out, err := s.evalConfirmed(ctx, s.bulk, []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64Slice()
+	out, err := s.evalConfirmed(ctx, s.scripts[scriptBulk], []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -248,7 +241,7 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 		score = "0"
 	}
 	args := appendStrings([]any{cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-	out, err := s.scan.Run(ctx, s.rdb, []string{k.z, k.m, k.r}, args...).Slice()
+	out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r}, args...).Slice()
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}

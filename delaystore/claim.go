@@ -31,7 +31,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 		return Claim{}, err
 	}
 	c := packedCall([]group{g})
-	reply := splitReply(s.claim.Run(ctx, s.rdb, c.keys, c.args...), 1)[0]
+	reply := splitReply(s.scripts[scriptClaim].Run(ctx, s.rdb, c.keys, c.args...), 1)[0]
 	res, err := reply.slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
@@ -97,7 +97,7 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	return s.runFenced(ctx, "ack", s.ack, groups)
+	return s.runFenced(ctx, "ack", s.scripts[scriptAck], groups)
 }
 
 // runFenced runs the groups of ack or retry (sc) in one round trip and reads their
@@ -139,7 +139,7 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	return s.runFenced(ctx, "retry", s.retry, groups)
+	return s.runFenced(ctx, "retry", s.scripts[scriptRetry], groups)
 }
 
 // retryGroups builds Retry's script groups, one per shard.

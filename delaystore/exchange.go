@@ -43,11 +43,11 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 			claimed[r.Shard] = true
 		}
 		ackGroups, out.AckErr = s.ackGroups(acks, claimed)
-		ackAt = list.add(s, s.ack, ackGroups)
+		ackAt = list.add(s, s.scripts[scriptAck], ackGroups)
 	}
 	if len(retries) > 0 {
 		retryGroups, out.RetryErr = s.retryGroups(retries)
-		retryAt = list.add(s, s.retry, retryGroups)
+		retryAt = list.add(s, s.scripts[scriptRetry], retryGroups)
 	}
 	var claimGroups []group
 	var claimReq []int // the request of each claim group
@@ -59,7 +59,7 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 		}
 		claimGroups, claimReq = append(claimGroups, g), append(claimReq, i)
 	}
-	claimAt := list.add(s, s.claim, claimGroups)
+	claimAt := list.add(s, s.scripts[scriptClaim], claimGroups)
 	if len(list.calls) == 0 {
 		return out
 	}

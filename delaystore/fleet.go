@@ -2,16 +2,12 @@ package delaystore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 )
-
-//go:embed lua/member.lua
-var memberSrc string
 
 // MaxMemberID is the longest accepted replica id of Heartbeat and Leave, in bytes.
 const MaxMemberID = 200
@@ -54,7 +50,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration, kno
 	if ttl < time.Millisecond {
 		return Members{}, fmt.Errorf("heartbeat %s: ttl %s is shorter than 1ms", id, ttl)
 	}
-	res, err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, ceilMS(ttl), strconv.FormatInt(known, 10), s.fleetChannel, token).Slice()
+	res, err := s.scripts[scriptMember].Run(ctx, s.rdb, s.fleetKeys, id, ceilMS(ttl), strconv.FormatInt(known, 10), s.fleetChannel, token).Slice()
 	if err != nil {
 		return Members{}, fmt.Errorf("heartbeat %s: %w", id, err)
 	}
@@ -73,7 +69,7 @@ func (s *Store) Leave(ctx context.Context, id string) error {
 	if err := checkMemberID(id); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
-	if err := s.member.Run(ctx, s.rdb, s.fleetKeys, id, -1, "-1", s.fleetChannel, "").Err(); err != nil {
+	if err := s.scripts[scriptMember].Run(ctx, s.rdb, s.fleetKeys, id, -1, "-1", s.fleetChannel, "").Err(); err != nil {
 		return fmt.Errorf("leave %s: %w", id, err)
 	}
 	return nil

@@ -137,7 +137,7 @@ func TestRefusedRunAnswersOnce(t *testing.T) {
 	c := packedCall(groups)
 	for range 3 {
 		pipe := f.rdb.Pipeline()
-		run := f.s.park.EvalSha(t.Context(), pipe, c.keys, c.args...)
+		run := f.s.scripts[scriptPark].EvalSha(t.Context(), pipe, c.keys, c.args...)
 		ping := pipe.Echo(t.Context(), "after")
 		_, _ = pipe.Exec(t.Context())
 		if !IsOOM(run.Err()) || ping.Val() != "after" {

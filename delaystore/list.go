@@ -156,7 +156,7 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 	if len(calls) == 0 {
 		return nil
 	}
-	cmds := s.evalPipelined(ctx, s.scan, calls)
+	cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
 	for i, sh := range reading {
 		out, err := cmds[i].Slice()
 		if err == nil {

@@ -128,8 +128,9 @@ func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overd
 }
 
 // ScriptTimer returns a go-redis hook that reports the round trip of every call of the
-// store's scripts to observe, with the script's name (park, claim, ack, retry, cancel,
-// member: Heartbeat and Leave).
+// store's scripts to observe, with the script's name: its file in lua/ without ".lua"
+// (scriptDefs in scripts.go: park, claim, ack, retry, cancel, member for Heartbeat and
+// Leave, ...).
 // A pipeline (Park, Ack and Retry send one script call per shard in one) is one round
 // trip, reported once; commands that are not the store's scripts are not reported. Add
 // it to the client the store uses (AddHook) before the first call. observe must be safe
@@ -138,18 +139,15 @@ func overdueOf(g *ShardGauge, now int64, head, retryHead *redis.ZSliceCmd, overd
 // reports their round trip (all masters in parallel, once) to observe itself.
 func (s *Store) ScriptTimer(observe func(script string, d time.Duration)) redis.Hook {
 	s.timer.Store(&observe)
-	names := map[string]string{}
-	for name, sc := range s.scripts() {
-		for _, h := range sc.hashes() { // both forms (scripts.go)
-			names[h] = name
+	names := map[string]string{}   // SHA-1 of either form -> name, for EVALSHA
+	sources := map[string]string{} // text of either form -> name, for EVAL
+	for _, sc := range s.scripts {
+		for _, h := range sc.hashes() {
+			names[h] = sc.name
 		}
-	}
-	sources := map[string]string{
-		withLibs(parkSrc): "park", withLibs(claimSrc): "claim", withLibs(ackSrc): "ack", withLibs(retrySrc): "retry", withLibs(cancelSrc): "cancel",
-		unflagged(withLibs(claimSrc)): "claim", unflagged(withLibs(ackSrc)): "ack", unflagged(withLibs(retrySrc)): "retry", unflagged(withLibs(cancelSrc)): "cancel",
-		memberSrc: "member", unflagged(memberSrc): "member", rateSrc: "rate", unflagged(rateSrc): "rate",
-		withLibs(scanSrc): "scan", unflagged(withLibs(scanSrc)): "scan", withLibs(bulkSrc): "bulk", unflagged(withLibs(bulkSrc)): "bulk",
-		withLibs(countsSrc): "counts",
+		for _, src := range sc.srcs {
+			sources[src] = sc.name
+		}
 	}
 	return scriptTimer{name: func(c redis.Cmder) string {
 		args := c.Args()

@@ -68,7 +68,7 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 	if err := other.Init(ctx); err != nil {
 		t.Fatalf("init on a full Redis after SCRIPT FLUSH: %v", err)
 	}
-	if other.claim.usePlain.Load() {
+	if other.scripts[scriptClaim].usePlain.Load() {
 		t.Fatal("init on a full Redis chose the unflagged claim")
 	}
 
@@ -137,11 +137,11 @@ func TestFullRedisRefusesUnflaggedClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, f.rdb)
-	f.s.claim.usePlain.Store(true)
+	f.s.scripts[scriptClaim].usePlain.Store(true)
 	if _, err := f.s.Claim(ctx, 0, 10); !IsOOM(err) {
 		t.Fatalf("unflagged claim on a full Redis = %v, want -OOM", err)
 	}
-	f.s.claim.usePlain.Store(false)
+	f.s.scripts[scriptClaim].usePlain.Store(false)
 	if c, err := f.s.Claim(ctx, 0, 10); err != nil || len(c.Messages) != 1 {
 		t.Fatalf("flagged claim on a full Redis = %+v, %v", c, err)
 	}
@@ -161,7 +161,7 @@ func TestScriptFormFallback(t *testing.T) {
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for name, sc := range map[string]*script{"claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel} {
+	for name, sc := range map[string]*script{"claim": s.scripts[scriptClaim], "ack": s.scripts[scriptAck], "retry": s.scripts[scriptRetry], "cancel": s.scripts[scriptCancel]} {
 		if !sc.usePlain.Load() {
 			t.Errorf("%s: miniredis got the flagged form", name)
 		}
@@ -195,7 +195,7 @@ func TestScriptFormFallback(t *testing.T) {
 	}
 
 	real := newFixture(t, testredis.URL(t))
-	for name, sc := range map[string]*script{"claim": real.s.claim, "ack": real.s.ack, "retry": real.s.retry, "cancel": real.s.cancel} {
+	for name, sc := range map[string]*script{"claim": real.s.scripts[scriptClaim], "ack": real.s.scripts[scriptAck], "retry": real.s.scripts[scriptRetry], "cancel": real.s.scripts[scriptCancel]} {
 		if sc.usePlain.Load() {
 			t.Errorf("%s: redis-server 7 got the unflagged form", name)
 		}
@@ -209,8 +209,8 @@ func TestUnflagged(t *testing.T) {
 		src      string
 		allowOOM bool
 	}{
-		"park": {parkSrc, false}, "claim": {claimSrc, true}, "ack": {ackSrc, true},
-		"retry": {retrySrc, true}, "cancel": {cancelSrc, true},
+		"park": {fileOf(t, scriptPark), false}, "claim": {fileOf(t, scriptClaim), true}, "ack": {fileOf(t, scriptAck), true},
+		"retry": {fileOf(t, scriptRetry), true}, "cancel": {fileOf(t, scriptCancel), true},
 	} {
 		first, _, _ := strings.Cut(tc.src, "\n")
 		if got := first == "#!lua flags=allow-oom"; got != tc.allowOOM {
@@ -229,15 +229,15 @@ func TestUnflagged(t *testing.T) {
 // TestWithLibs: the scripts that share lua/envelope.lua get its functions in place of their
 // include line, once, after a shebang that must stay the first line.
 func TestWithLibs(t *testing.T) {
-	for name, src := range map[string]string{"park": withLibs(parkSrc), "ack": withLibs(ackSrc), "cancel": withLibs(cancelSrc)} {
-		if strings.Contains(src, strings.TrimSpace(includeEnvelope)+"\n") {
+	for name, src := range map[string]string{"park": sourceOf(t, scriptPark), "ack": sourceOf(t, scriptAck), "cancel": sourceOf(t, scriptCancel)} {
+		if strings.Contains(src, strings.TrimSpace(includeLine("envelope.lua"))+"\n") {
 			t.Errorf("%s: the include line is still there", name)
 		}
 		if n := strings.Count(src, "local function sourceOf("); n != 1 {
 			t.Errorf("%s: sourceOf defined %d times, want 1", name, n)
 		}
 	}
-	for name, pair := range map[string][2]string{"ack": {ackSrc, withLibs(ackSrc)}, "cancel": {cancelSrc, withLibs(cancelSrc)}} {
+	for name, pair := range map[string][2]string{"ack": {fileOf(t, scriptAck), sourceOf(t, scriptAck)}, "cancel": {fileOf(t, scriptCancel), sourceOf(t, scriptCancel)}} {
 		first := func(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 		if first(pair[1]) != first(pair[0]) || !strings.HasPrefix(pair[1], "#!lua") {
 			t.Errorf("%s: first line %q, want the source's shebang", name, first(pair[1]))

@@ -68,7 +68,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}
 	}
 	var list callList
-	at := list.add(s, s.park, groups)
+	at := list.add(s, s.scripts[scriptPark], groups)
 	replies := s.runList(ctx, &list, true).pick(at)
 	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
@@ -135,7 +135,7 @@ func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error)
 	}
 	sh := s.ShardOf(id)
 	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS}
-	cmds := s.evalConfirmed(ctx, s.cancel, []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
+	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)

@@ -2,13 +2,9 @@ package delaystore
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 )
-
-//go:embed lua/rate.lua
-var rateSrc string
 
 // Slots are publish slots of a rate-limited target that [Store.Reserve] handed out:
 // Count slots at First + i x Interval, in Redis microseconds. Now is the Redis time of the
@@ -32,7 +28,7 @@ func (s *Store) Reserve(ctx context.Context, target string, n int, interval, hor
 		return Slots{}, fmt.Errorf("reserve %s: %d slots", target, n)
 	}
 	iv := max(interval.Microseconds(), 1)
-	res, err := s.rate.Run(ctx, s.rdb, []string{s.rateKey}, target, n, iv, horizon.Microseconds()).Int64Slice()
+	res, err := s.scripts[scriptRate].Run(ctx, s.rdb, []string{s.rateKey}, target, n, iv, horizon.Microseconds()).Int64Slice()
 	if err != nil {
 		return Slots{}, fmt.Errorf("reserve %s: %w", target, err)
 	}

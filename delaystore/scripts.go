@@ -2,35 +2,132 @@ package delaystore
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed lua/envelope.lua
-	envelopeLib string
-	//go:embed lua/groups.lua
-	groupsLib string
-)
+// luaFiles are the store's Lua files, embedded at build time: the scripts of scriptDefs
+// and the libraries they include. No script text is ever built from data
+// (TestScriptsAreConstants).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-// Include lines: a script's line "--!include <name>" stands for that library: envelope.lua,
-// the functions on stored envelopes that park, ack, cancel and bulk share; groups.lua, the
-// multi-shard calling convention of park, claim, ack and retry (groups.go).
+// scriptID names one of the store's scripts: an index into scriptDefs and into a Store's
+// scriptSet.
+type scriptID uint8
+
+// The store's scripts, one per state change (docs/design.md, "Scripts").
 const (
-	includeEnvelope = "\n--!include envelope.lua\n"
-	includeGroups   = "\n--!include groups.lua\n"
+	scriptPark scriptID = iota
+	scriptClaim
+	scriptAck
+	scriptRetry
+	scriptCancel
+	scriptMember
+	scriptRate
+	scriptScan
+	scriptBulk
+	scriptCounts
+	numScripts
 )
 
-// withLibs returns src with its include lines replaced by the libraries' sources (src
-// without one is returned as is). The libraries are Lua of this package only: no text is
-// ever built from data (TestScriptsAreConstants).
-func withLibs(src string) string {
-	src = strings.Replace(src, includeEnvelope, "\n"+envelopeLib, 1)
-	return strings.Replace(src, includeGroups, "\n"+groupsLib, 1)
+// scriptDef describes one store script.
+type scriptDef struct {
+	// name is the script's file, lua/<name>.lua, and its name in Init's errors and in the
+	// ScriptTimer's reports.
+	name string
+	// includes are the libraries, files of lua/ that are not scripts of their own, whose
+	// text stands in for the script's lines "--!include <library>", in the order of those
+	// lines: envelope.lua, the functions on stored envelopes; groups.lua, the multi-shard
+	// calling convention (groups.go); settled.lua, the reply of one group of ack and retry.
+	includes []string
+	// flags are the Redis 7 script flags that the file's first line declares
+	// ("#!lua flags=<flags>"), "" when it declares none. A script with flags also has an
+	// unflagged form (script).
+	flags string
+}
+
+// scriptDefs is the one list of the store's scripts: a Store's scripts (newScripts),
+// their loading in Init (loadScripts), their two forms and the names ScriptTimer reports
+// all derive from it. TestScriptTable holds it to lua/: every file is a script here or a
+// library one includes, includes and flags as the files say.
+var scriptDefs = [numScripts]scriptDef{
+	scriptPark:   {name: "park", includes: []string{"envelope.lua", "groups.lua"}}, // no flags: refused when Redis is full
+	scriptClaim:  {name: "claim", includes: []string{"groups.lua"}, flags: "allow-oom"},
+	scriptAck:    {name: "ack", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
+	scriptRetry:  {name: "retry", includes: []string{"groups.lua", "settled.lua"}, flags: "allow-oom"},
+	scriptCancel: {name: "cancel", includes: []string{"envelope.lua"}, flags: "allow-oom"},
+	scriptMember: {name: "member", flags: "allow-oom"},
+	scriptRate:   {name: "rate", flags: "allow-oom"},
+	scriptScan:   {name: "scan", includes: []string{"envelope.lua"}, flags: "no-writes"},
+	scriptBulk:   {name: "bulk", includes: []string{"envelope.lua"}, flags: "allow-oom"},
+	scriptCounts: {name: "counts", includes: []string{"envelope.lua"}}, // no flags: refused when Redis is full
+}
+
+// luaFile returns the text of lua/<file>.
+func luaFile(file string) (string, error) {
+	b, err := luaFiles.ReadFile("lua/" + file)
+	if err != nil {
+		return "", fmt.Errorf("lua file: %w", err)
+	}
+	return string(b), nil
+}
+
+// includeLine is the line of a script that stands for library lib, with the newlines
+// around it.
+func includeLine(lib string) string { return "\n--!include " + lib + "\n" }
+
+// source returns the script's file with each of its include lines replaced by the
+// library's text, a shebang staying the first line. It only puts files of this package
+// together: no text is ever built from data (TestScriptsAreConstants).
+func (d scriptDef) source() (string, error) {
+	src, err := luaFile(d.name + ".lua")
+	if err != nil {
+		return "", fmt.Errorf("script %s: %w", d.name, err)
+	}
+	for _, lib := range d.includes {
+		text, err := luaFile(lib)
+		if err != nil {
+			return "", fmt.Errorf("script %s: %w", d.name, err)
+		}
+		if !strings.Contains(src, includeLine(lib)) {
+			return "", fmt.Errorf("script %s: no line --!include %s", d.name, lib)
+		}
+		src = strings.Replace(src, includeLine(lib), "\n"+text, 1)
+	}
+	return src, nil
+}
+
+// scriptSet is a Store's scripts, by scriptID.
+type scriptSet [numScripts]*script
+
+// newScripts builds every script of scriptDefs.
+func newScripts() (scriptSet, error) {
+	var set scriptSet
+	for id, d := range scriptDefs {
+		sc, err := newScript(d)
+		if err != nil {
+			return scriptSet{}, err
+		}
+		set[id] = sc
+	}
+	return set, nil
+}
+
+// loadScripts loads every script (script.Load), in scriptDefs order.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range s.scripts {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("init: load script %s: %w", sc.name, err)
+		}
+	}
+	return nil
 }
 
 // script is one store script, run by SHA with a fallback to EVAL (go-redis Script), in
@@ -40,16 +137,33 @@ func withLibs(src string) string {
 // Load picks the form the server takes; EvalSha, Eval and Run use the picked form, so the
 // EVAL resent after NOSCRIPT does too. Safe for concurrent use.
 type script struct {
+	name           string        // scriptDef.name
 	flagged, plain *redis.Script // plain == flagged when the source declares no flags
+	srcs           []string      // the forms' texts, flagged first (one when plain == flagged)
 	usePlain       atomic.Bool
 }
 
-// newScript pairs a script's two forms; plain may be nil when the source has no shebang.
-func newScript(flagged, plain *redis.Script) *script {
-	if plain == nil {
-		plain = flagged
+// newScript builds d's forms: the unflagged one only when d declares flags.
+func newScript(d scriptDef) (*script, error) {
+	src, err := d.source()
+	if err != nil {
+		return nil, err
 	}
-	return &script{flagged: flagged, plain: plain}
+	sc := &script{name: d.name, flagged: redis.NewScript(src), srcs: []string{src}}
+	sc.plain = sc.flagged
+	if d.flags != "" {
+		sc.plain = redis.NewScript(unflagged(src))
+		sc.srcs = append(sc.srcs, unflagged(src))
+	}
+	return sc, nil
+}
+
+// label is sc's name for the script timer, "" for no script.
+func (sc *script) label() string {
+	if sc == nil {
+		return ""
+	}
+	return sc.name
 }
 
 // unflagged returns src with a leading "#!" line turned into a Lua comment (line numbers

@@ -2,6 +2,8 @@ package delaystore
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -21,17 +23,21 @@ import (
 )
 
 // TestScriptsAreConstants is row H2: every script is a file of lua/ embedded at build
-// time, passed to redis.NewScript as is (and, for its unflagged form, through unflagged,
-// which only comments its first line out); no script text is ever built at run time (no
-// fmt.Sprintf, concatenation or other expression), so no data can become code. All data
-// reach the scripts through KEYS and ARGV. The Lua sources use no dynamic code loading.
+// time, passed to redis.NewScript as is (with the libraries of lua/ in place of its include
+// lines, and, for its unflagged form, with its first line commented out); no script text
+// is ever built at run time from anything else (no fmt.Sprintf, concatenation or other
+// expression of data), so no data can become code: redis.NewScript is called only by
+// newScript (scripts.go), and every script of a Store hashes to the files' text put
+// together here from lua/ on disk. All data reach the scripts through KEYS and ARGV. The
+// Lua sources use no dynamic code loading.
 func TestScriptsAreConstants(t *testing.T) {
+	sha1hex := func(s string) string { h := sha1.Sum([]byte(s)); return hex.EncodeToString(h[:]) }
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	embedded := map[string]bool{} // package-level string vars with a //go:embed lua/*.lua
+	embedded := map[string]bool{} // package-level vars with a //go:embed lua/... directive
 	var calls []*ast.CallExpr
 	assigned := map[string]int{}
 	for _, name := range files {
@@ -64,11 +70,17 @@ func TestScriptsAreConstants(t *testing.T) {
 				}
 			}
 		}
+		fn := "" // the function declaration being walked
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch x := n.(type) {
+			case *ast.FuncDecl:
+				fn = x.Name.Name
 			case *ast.CallExpr:
 				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewScript" {
 					calls = append(calls, x)
+					if name != "scripts.go" || fn != "newScript" {
+						t.Errorf("%s: redis.NewScript outside newScript (scripts.go): scripts are built only from scriptDefs", fset.Position(x.Pos()))
+					}
 				}
 				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Eval" || sel.Sel.Name == "EvalRO" || sel.Sel.Name == "Do") {
 					if id, ok := sel.X.(*ast.Ident); ok && (id.Name == "rdb" || id.Name == "pipe") {
@@ -88,52 +100,50 @@ func TestScriptsAreConstants(t *testing.T) {
 	if len(embedded) == 0 {
 		t.Fatal("no //go:embed lua/*.lua variables found")
 	}
-	direct := 0
-	for _, c := range calls {
-		if len(c.Args) == 1 {
-			// The unflagged form (scripts.go): the same constant with its shebang line
-			// commented out, TestUnflagged; and the form with the shared library in place of
-			// its include line (withLibs: constants only, TestWithLibs).
-			plain := true
-			for {
-				u, ok := c.Args[0].(*ast.CallExpr)
-				if !ok || len(u.Args) != 1 {
-					break
-				}
-				fn, ok := u.Fun.(*ast.Ident)
-				if !ok || (fn.Name != "unflagged" && fn.Name != "withLibs") {
-					break
-				}
-				plain = plain && fn.Name != "unflagged"
-				c = &ast.CallExpr{Fun: c.Fun, Args: u.Args}
-			}
-			if plain {
-				direct++
-			}
-		}
-		id, ok := c.Args[0].(*ast.Ident)
-		if len(c.Args) != 1 || !ok || !embedded[id.Name] {
-			t.Errorf("%s: redis.NewScript must take an embedded lua/*.lua variable as is", fset.Position(c.Pos()))
-			continue
-		}
-		if assigned[id.Name] > 0 {
-			t.Errorf("%s: script variable %s is assigned at run time", fset.Position(c.Pos()), id.Name)
-		}
-	}
-
-	// Libraries (embedded as <name>Lib) are not scripts: they enter one only through
-	// withLibs.
-	libs := 0
 	for name := range embedded {
-		if strings.HasSuffix(name, "Lib") {
-			libs++
+		if assigned[name] > 0 {
+			t.Errorf("embedded variable %s is assigned at run time", name)
 		}
 	}
-	if direct != len(embedded)-libs {
-		t.Errorf("%d redis.NewScript calls on embedded scripts as is, for %d embedded scripts", direct, len(embedded)-libs)
+	if len(calls) == 0 {
+		t.Fatal("no redis.NewScript call found")
 	}
 
+	// Every script of a Store, both forms, is the text of its file with the libraries its
+	// include lines name in their place, read here from lua/; the unflagged form differs
+	// only by "--" before a shebang line.
+	read := func(file string) string {
+		b, err := os.ReadFile(filepath.Join("lua", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	includeRE := regexp.MustCompile(`(?m)^--!include (.*)\n`)
+	s, err := newScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs := map[string]bool{}
+	for _, sc := range s {
+		want := includeRE.ReplaceAllStringFunc(read(sc.name+".lua"), func(line string) string {
+			lib := includeRE.FindStringSubmatch(line)[1]
+			libs[lib] = true
+			return read(lib)
+		})
+		plain := want
+		if strings.HasPrefix(want, "#!") {
+			plain = "--" + want
+		}
+		if sc.flagged.Hash() != sha1hex(want) || sc.plain.Hash() != sha1hex(plain) {
+			t.Errorf("%s: a form is not the text of lua/%s.lua with its libraries in place", sc.name, sc.name)
+		}
+	}
 	luas, _ := filepath.Glob("lua/*.lua")
+	if len(s) != len(luas)-len(libs) {
+		t.Errorf("%d scripts in a Store, for %d files of lua/ that are not libraries", len(s), len(luas)-len(libs))
+	}
+
 	forbidden := regexp.MustCompile(`\b(loadstring|load|dofile|loadfile|setfenv|getfenv|rawset)\s*\(`)
 	for _, name := range luas {
 		src, err := os.ReadFile(name)

@@ -3,7 +3,6 @@ package delaystore
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -16,19 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed lua/park.lua
-	parkSrc string
-	//go:embed lua/claim.lua
-	claimSrc string
-	//go:embed lua/ack.lua
-	ackSrc string
-	//go:embed lua/retry.lua
-	retrySrc string
-	//go:embed lua/cancel.lua
-	cancelSrc string
 )
 
 // Store is the Redis delay store. Create it with New and call Init once before use.
@@ -72,10 +58,10 @@ type Store struct {
 	// cluster client's hooks (wait.go).
 	timer atomic.Pointer[func(string, time.Duration)]
 
-	// Scripts keep only their SHA-1 (set at creation, rewritten with the same value by
-	// Load) and which form the server takes (scripts.go), so sharing them is safe.
-	park, claim, ack, retry, cancel, member, rate, scan, bulk, counts *script
-	mem                                                               memoryState // what parks learned about Redis memory
+	// scripts, by scriptID (scripts.go), keep only their SHA-1 (set at creation, rewritten
+	// with the same value by Load) and which form the server takes, so sharing them is safe.
+	scripts scriptSet
+	mem     memoryState // what parks learned about Redis memory
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -129,6 +115,10 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("delaystore config: %w", err)
 	}
+	scripts, err := newScripts()
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: %w", err)
+	}
 	p := cfg.KeyPrefix
 	tomb := cfg.TombstoneTTL
 	switch {
@@ -149,16 +139,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
-		park:         newScript(redis.NewScript(withLibs(parkSrc)), nil), // no flags: refused when Redis is full
-		claim:        newScript(redis.NewScript(withLibs(claimSrc)), redis.NewScript(unflagged(withLibs(claimSrc)))),
-		ack:          newScript(redis.NewScript(withLibs(ackSrc)), redis.NewScript(unflagged(withLibs(ackSrc)))),
-		retry:        newScript(redis.NewScript(withLibs(retrySrc)), redis.NewScript(unflagged(withLibs(retrySrc)))),
-		cancel:       newScript(redis.NewScript(withLibs(cancelSrc)), redis.NewScript(unflagged(withLibs(cancelSrc)))),
-		member:       newScript(redis.NewScript(memberSrc), redis.NewScript(unflagged(memberSrc))),
-		rate:         newScript(redis.NewScript(rateSrc), redis.NewScript(unflagged(rateSrc))),
-		scan:         newScript(redis.NewScript(withLibs(scanSrc)), redis.NewScript(unflagged(withLibs(scanSrc)))),
-		bulk:         newScript(redis.NewScript(withLibs(bulkSrc)), redis.NewScript(unflagged(withLibs(bulkSrc)))),
-		counts:       newScript(redis.NewScript(withLibs(countsSrc)), nil), // no flags: refused when Redis is full
+		scripts:      scripts,
 		rateKey:      "{" + p + ":rate}:tat",
 		minReplicas:  cfg.MinReplicas,
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
@@ -223,10 +204,8 @@ func (s *Store) Init(ctx context.Context) error {
 		}
 		s.log.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
 	}
-	for name, sc := range s.scripts() {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("init: load script %s: %w", name, err)
-		}
+	if err := s.loadScripts(ctx); err != nil {
+		return err
 	}
 	// Parked counts per target (Targets): a new store is marked complete at once; one
 	// written by a version that kept none is counted now, once (~3 us per entry). Delivery
@@ -289,12 +268,4 @@ func (s *Store) checkShard(sh int) error {
 		return fmt.Errorf("shard %d not in 0..%d", sh, s.shards-1)
 	}
 	return nil
-}
-
-// scripts are the store's scripts by name.
-func (s *Store) scripts() map[string]*script {
-	return map[string]*script{
-		"park": s.park, "claim": s.claim, "ack": s.ack, "retry": s.retry, "cancel": s.cancel,
-		"member": s.member, "rate": s.rate, "scan": s.scan, "bulk": s.bulk, "counts": s.counts,
-	}
 }

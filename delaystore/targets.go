@@ -2,7 +2,6 @@ package delaystore
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"sort"
@@ -10,9 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed lua/counts.lua
-var countsSrc string
 
 // TargetCount is one target's parked messages (Targets).
 type TargetCount struct {
@@ -111,7 +107,7 @@ func (s *Store) completeCounts(ctx context.Context, recount bool) error {
 				continue
 			}
 		}
-		c := s.evalPipelined(ctx, s.counts, []call{{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}})[0]
+		c := s.evalPipelined(ctx, s.scripts[scriptCounts], []call{{keys: []string{k.m, k.n}, args: []any{boolArg(recount)}}})[0]
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("count shard %d: %w", i, err)
 		}
@@ -147,7 +143,7 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 			break // unknown: what a shard still holds unseen
 		}
 		read += len(calls) * listChunk
-		cmds := s.evalPipelined(ctx, s.scan, calls)
+		cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
 		for i, sh := range reading {
 			out, err := cmds[i].Slice()
 			if err == nil {

@@ -115,7 +115,7 @@ func (s *Store) evalPerMaster(ctx context.Context, cc *redis.ClusterClient, sc *
 	}
 	wg.Wait()
 	if f := s.timer.Load(); f != nil {
-		(*f)(s.scriptName(sc), time.Since(start)) // the node clients do not run the cluster's hooks
+		(*f)(sc.label(), time.Since(start)) // the node clients do not run the cluster's hooks
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
@@ -164,23 +164,6 @@ func (s *Store) confirmed(wait *redis.IntCmd, master string, cmds []*redis.Cmd, 
 			cmds[i].SetErr(err)
 		}
 	}
-}
-
-// scriptName names sc for the script timer.
-func (s *Store) scriptName(sc *script) string {
-	switch sc {
-	case s.park:
-		return "park"
-	case s.cancel:
-		return "cancel"
-	case s.claim:
-		return "claim"
-	case s.ack:
-		return "ack"
-	case s.retry:
-		return "retry"
-	}
-	return ""
 }
 
 // checkReplicas reads INFO replication of every master, logs its connected replicas and,

@@ -28,6 +28,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include groups.lua
 
+--!include settled.lua
+
 local function shard(KEYS, ARGV)
   local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
   local ttl = tonumber(ARGV[1])
@@ -89,10 +91,7 @@ local function shard(KEYS, ARGV)
   end
 
   if ARGV[2] == '0' then return {n, -2} end
-  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local nxt = -1
-  if head[2] then nxt = tonumber(head[2]) end
-  return {n, nxt}
+  return settled(z, n)
 end
 
 return groups(shard)

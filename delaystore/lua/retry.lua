@@ -23,6 +23,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include groups.lua
 
+--!include settled.lua
+
 local function shard(KEYS, ARGV)
   local z, m, r = KEYS[1], KEYS[2], KEYS[3]
   local n = 0
@@ -55,10 +57,7 @@ local function shard(KEYS, ARGV)
     end
   end
 
-  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local nxt = -1
-  if head[2] then nxt = tonumber(head[2]) end
-  return {n, nxt}
+  return settled(z, n)
 end
 
 return groups(shard)
