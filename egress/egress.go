@@ -289,23 +289,12 @@ func (e *Egress) Run(ctx context.Context) error {
 // unreachable or slow (a bridge started into a Redis outage waits rather than exits). It
 // returns false when ctx ends first.
 func (e *Egress) wakeups(ctx context.Context) (*delaystore.Wakeups, bool) {
-	wait := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		wakes, err := e.store.Wakeups(ctx)
-		if err == nil {
-			if wait.Failing() {
-				e.log.Info("wake-up subscription recovered")
-			}
-			return wakes, true
-		}
-		if ctx.Err() != nil {
-			return nil, false
-		}
-		if !wait.Failing() {
-			e.log.Warn("wake-up subscription failed; retrying with backoff", "err", err)
-		}
-		if !backoff.Sleep(ctx, wait.Next()) {
-			return nil, false
-		}
-	}
+	var wakes *delaystore.Wakeups
+	err := backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Log: e.log,
+		Failed: "wake-up subscription failed; retrying with backoff", Recovered: "wake-up subscription recovered"},
+		func(ctx context.Context) (err error) {
+			wakes, err = e.store.Wakeups(ctx)
+			return err
+		}, nil)
+	return wakes, err == nil
 }
