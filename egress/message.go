@@ -19,7 +19,7 @@ import (
 
 // startSpan starts the publish span of o: a child of the message's traceparent, linked
 // to the ingress span stored with it (tracing.IngressSpanKey).
-func (e *Egress) startSpan(o *outgoing) trace.Span {
+func (d *delivery) startSpan(o *outgoing) trace.Span {
 	env := o.claimed.Envelope
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		attribute.String("messaging.system", o.broker),
@@ -32,7 +32,7 @@ func (e *Egress) startSpan(o *outgoing) trace.Span {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 	}
-	_, span := e.cfg.Tracer.Start(tracing.Extract(context.Background(), env.Headers), "delaybridge publish", opts...)
+	_, span := d.cfg.Tracer.Start(tracing.Extract(context.Background(), env.Headers), "delaybridge publish", opts...)
 	return span
 }
 

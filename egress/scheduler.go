@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sort"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/failpoint"
 )
 
 // shardCapacity bounds, per shard, the messages claimed and not yet settled, in units of
@@ -45,16 +47,28 @@ type shardState struct {
 	retryAt  time.Time // after a failed claim: no claim before
 }
 
-// scheduler claims the due messages of the shards this replica owns. One goroutine (run)
-// owns all shard states and makes one store round trip at a time (Exchange): the acks and
-// retries that completed since the last one, and a claim for every owned shard that is
-// due and has room. While a round trip is in flight, what becomes due or completes waits
-// for the next one: under load the round trips per message fall by themselves, when idle
-// a due message is claimed at once.
+// deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
+// on publishing; it hands every message of b back through settle, in settlements whose n
+// add up to len(b.claimed), each from whatever goroutine finished it.
+type deliverFunc func(ctx context.Context, b batch, settle func(*settlement))
+
+// scheduler claims the due messages of the shards this replica owns and settles them.
+// One goroutine (run) owns all shard states and makes one store round trip at a time
+// (Exchange): the acks and retries that completed since the last one, and a claim for
+// every owned shard that is due and has room. While a round trip is in flight, what
+// becomes due or completes waits for the next one: under load the round trips per message
+// fall by themselves, when idle a due message is claimed at once. What it claims it hands
+// to deliver, and it takes the settlements back through settle; it never publishes.
 type scheduler struct {
-	e     *Egress
-	own   *ownership
-	wakes *delaystore.Wakeups
+	cfg     Config // BatchSize, DrainTimeout, ResyncInterval, BackoffMax
+	store   Claimer
+	own     *ownership
+	wakes   *delaystore.Wakeups
+	clock   *redisClock // observed from every Redis reply; delivery reads it
+	now     func() time.Time
+	log     *slog.Logger
+	metrics *Metrics
+	deliver deliverFunc
 
 	shards map[int]*shardState
 	view   ownedView
@@ -66,13 +80,17 @@ type scheduler struct {
 	offers  map[int]int64 // shard -> earliest due offered by wake-ups
 	resync  bool          // re-read every owned head (a resubscription)
 	settleQ []*settlement
-	settleT time.Time    // when the oldest queued settlement arrived (e.now)
-	active  atomic.Int64 // target groups being published
+	settleT time.Time    // when the oldest queued settlement arrived (s.now)
+	handed  atomic.Int64 // messages handed to deliver whose settlements have not come back
 }
 
-func newScheduler(e *Egress, own *ownership, wakes *delaystore.Wakeups) *scheduler {
-	s := &scheduler{e: e, own: own, wakes: wakes, shards: map[int]*shardState{},
-		kick: make(chan struct{}, 1), offers: map[int]int64{}}
+// newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
+// what it claims to deliver. cfg has its defaults applied.
+func newScheduler(cfg Config, store Claimer, own *ownership, wakes *delaystore.Wakeups, clock *redisClock,
+	log *slog.Logger, metrics *Metrics, deliver deliverFunc) *scheduler {
+	s := &scheduler{cfg: cfg, store: store, own: own, wakes: wakes, clock: clock, now: cfg.Now, log: log,
+		metrics: metrics, deliver: deliver, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
+		offers: map[int]int64{}}
 	own.notify = s.poke
 	return s
 }
@@ -95,14 +113,32 @@ func (s *scheduler) offer(shard int, due int64) {
 	s.poke()
 }
 
-// submit queues a settlement for the next round trip.
-func (s *scheduler) submit(st *settlement) {
+// settle queues a settlement for the next round trip.
+func (s *scheduler) settle(st *settlement) {
 	s.mu.Lock()
 	if len(s.settleQ) == 0 {
-		s.settleT = s.e.now()
+		s.settleT = s.now()
 	}
 	s.settleQ = append(s.settleQ, st)
 	s.mu.Unlock()
+	s.poke()
+}
+
+// handOff hands a claimed batch to deliver; its messages count as handed until their
+// settlements come back (returned).
+func (s *scheduler) handOff(ctx context.Context, b batch) {
+	failpoint.Inject(failpoint.AfterClaim)
+	s.metrics.claimed(len(b.claimed))
+	s.handed.Add(int64(len(b.claimed)))
+	s.deliver(ctx, b, s.returned)
+}
+
+// returned takes back a settlement of messages handed to deliver. It queues it before
+// they stop counting as handed: run ends only when nothing is handed and the queue is
+// empty.
+func (s *scheduler) returned(st *settlement) {
+	s.settle(st)
+	s.handed.Add(-int64(st.n))
 	s.poke()
 }
 
@@ -123,8 +159,8 @@ func (s *scheduler) listen() {
 	}
 }
 
-// run claims and settles until ctx ends; then it stops claiming, waits for the target
-// groups in flight (each bounded by the lease fence and DrainTimeout) and settles them.
+// run claims and settles until ctx ends; then it stops claiming, waits for the messages
+// handed to delivery (each bounded by the lease fence and DrainTimeout) and settles them.
 // Its store calls use a context detached from ctx that ends DrainTimeout after ctx (what
 // is not settled by then comes back after the lease).
 func (s *scheduler) run(ctx context.Context) {
@@ -132,12 +168,12 @@ func (s *scheduler) run(ctx context.Context) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
 		s.poke()
-		time.AfterFunc(s.e.cfg.DrainTimeout, cancel)
+		time.AfterFunc(s.cfg.DrainTimeout, cancel)
 	})
 	defer stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	resync := time.NewTicker(s.e.cfg.ResyncInterval)
+	resync := time.NewTicker(s.cfg.ResyncInterval)
 	defer resync.Stop()
 	for {
 		claiming := ctx.Err() == nil
@@ -164,8 +200,8 @@ func (s *scheduler) run(ctx context.Context) {
 			s.exchange(sctx, acks, retries, claims, n)
 			continue
 		}
-		if !claiming && s.active.Load() == 0 && s.settleEmpty() {
-			return // a group submits its settlement before it stops counting as active
+		if !claiming && s.handed.Load() == 0 && s.settleEmpty() {
+			return // a settlement is queued before its messages stop counting as handed
 		}
 		select {
 		case <-sctx.Done():
@@ -187,8 +223,8 @@ func (s *scheduler) settleNow() bool {
 	if queued == 0 {
 		return false
 	}
-	batch := s.e.cfg.BatchSize
-	if s.total >= replicaCapacity*batch/2 || s.e.now().Sub(since) >= settleDelay {
+	batch := s.cfg.BatchSize
+	if s.total >= replicaCapacity*batch/2 || s.now().Sub(since) >= settleDelay {
 		return true
 	}
 	for _, st := range s.shards {
@@ -227,7 +263,7 @@ func (s *scheduler) follow(ctx context.Context) {
 		}
 		// Ownership runs on the process clock; the scheduler's own decisions on e.now
 		// (shifted in fault builds, DELAYBRIDGE_TEST_CLOCK_OFFSET).
-		st.startAt = s.e.now().Add(time.Until(start))
+		st.startAt = s.now().Add(time.Until(start))
 	}
 	for sh, st := range s.shards {
 		if _, ok := v.owned[sh]; !ok && st.inflight == 0 {
@@ -243,10 +279,10 @@ func (s *scheduler) follow(ctx context.Context) {
 		sort.Ints(owned)
 		if err := s.wakes.Follow(ctx, owned); err != nil {
 			if ctx.Err() == nil {
-				s.e.log.Warn("follow the owned shards' wake channels; heads are resynced periodically", "err", err)
+				s.log.Warn("follow the owned shards' wake channels; heads are resynced periodically", "err", err)
 			}
 		}
-		s.e.metrics.owned(len(owned))
+		s.metrics.owned(len(owned))
 	}
 	s.view = v
 	if len(gained) > 0 {
@@ -263,14 +299,14 @@ func (s *scheduler) owns(sh int) bool {
 
 // readHeads reads the heads of shards (one pipeline) into their states.
 func (s *scheduler) readHeads(ctx context.Context, shards []int) {
-	heads, now, err := s.e.store.Heads(ctx, shards)
+	heads, now, err := s.store.Heads(ctx, shards)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.e.log.Debug("read heads", "err", err)
+			s.log.Debug("read heads", "err", err)
 		}
 		return // unknown heads are claimed at once (an empty claim tells the head)
 	}
-	s.e.clock.observe(now, s.e.now())
+	s.clock.observe(now, s.now())
 	for i, sh := range shards {
 		if st := s.shards[sh]; st != nil {
 			st.head = heads[i]
@@ -343,12 +379,12 @@ func (s *scheduler) takeSettlements() (acks []delaystore.Receipt, retries []dela
 // due returns a claim for every owned shard that may be claimed now: started, due by the
 // Redis clock estimate (or head unknown), not backing off after an error, with room.
 func (s *scheduler) due() []delaystore.ClaimRequest {
-	now := s.e.now()
+	now := s.now()
 	if !time.Now().Before(s.view.until) {
 		return nil // the membership may have expired: another replica may own these shards
 	}
-	redisNow := s.e.clock.redisNow(now)
-	batch := s.e.cfg.BatchSize
+	redisNow := s.clock.redisNow(now)
+	batch := s.cfg.BatchSize
 	room := replicaCapacity*batch - s.total
 	var claims []delaystore.ClaimRequest
 	for _, sh := range s.sorted() {
@@ -384,7 +420,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 	if !claiming {
 		return nil
 	}
-	now := s.e.now()
+	now := s.now()
 	var next time.Time
 	consider := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
@@ -400,7 +436,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 		// the membership lapsed: no claims (a heartbeat pokes), settlements still go
 		return s.arm(timer, now, next)
 	}
-	batch := s.e.cfg.BatchSize
+	batch := s.cfg.BatchSize
 	full := s.total >= replicaCapacity*batch
 	for sh, st := range s.shards {
 		if !s.owns(sh) || full || st.inflight >= shardCapacity*batch || st.head == -1 {
@@ -408,7 +444,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 		}
 		at := now
 		if st.head != unknownHead {
-			at = s.e.clock.local(st.head)
+			at = s.clock.local(st.head)
 		}
 		if at.Before(st.startAt) {
 			at = st.startAt
@@ -442,8 +478,8 @@ func (s *scheduler) arm(timer *time.Timer, now, next time.Time) <-chan time.Time
 func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
 	claims []delaystore.ClaimRequest, settled map[int]int) {
 	fence := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, s.e.cfg.DrainTimeout)
-	x := s.e.store.Exchange(cctx, acks, retries, claims)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	x := s.store.Exchange(cctx, acks, retries, claims)
 	cancel()
 	s.settled(acks, retries, x, settled)
 	for i, req := range claims {
@@ -456,10 +492,10 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 			continue
 		}
 		if st.errs.Failing() {
-			s.e.log.Info("claim recovered", "shard", st.shard)
+			s.log.Info("claim recovered", "shard", st.shard)
 			st.errs.Reset()
 		}
-		s.e.clock.observe(cl.Now, s.e.now())
+		s.clock.observe(cl.Now, s.now())
 		st.head = cl.Next
 		if len(cl.Messages)+len(cl.Corrupt) == req.Max {
 			st.head = cl.Now // more may be due: claim again at once (capacity permitting)
@@ -468,7 +504,7 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 			s.quarantine(st.shard, cl.Corrupt)
 		}
 		if len(cl.Messages) > 0 {
-			s.e.dispatch(ctx, s, st.shard, cl.Messages, fence)
+			s.handOff(ctx, batch{shard: st.shard, claimed: cl.Messages, fence: fence})
 		}
 	}
 }
@@ -479,11 +515,11 @@ func (s *scheduler) claimFailed(ctx context.Context, st *shardState, err error) 
 		return
 	}
 	if !st.errs.Failing() {
-		s.e.log.Warn("claim failed; retrying with backoff", "shard", st.shard, "err", err)
+		s.log.Warn("claim failed; retrying with backoff", "shard", st.shard, "err", err)
 	} else {
-		s.e.log.Debug("claim failed", "shard", st.shard, "err", err)
+		s.log.Debug("claim failed", "shard", st.shard, "err", err)
 	}
-	st.retryAt = s.e.now().Add(st.errs.Next())
+	st.retryAt = s.now().Add(st.errs.Next())
 }
 
 // settled applies the settlement part of an exchange: logs, heads, capacity.
@@ -492,23 +528,23 @@ func (s *scheduler) settled(acks []delaystore.Receipt, retries []delaystore.Retr
 		if x.AckErr != nil {
 			// The lease expires and the messages are published again (same x-delay-id and
 			// Nats-Msg-Id): a duplicate, never a loss.
-			s.e.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", x.AckErr)
+			s.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", x.AckErr)
 		} else if stale := len(acks) - x.Acked.N; stale > 0 {
 			// The lease expired before the target confirmed (a pause, a slow broker): another
 			// replica claimed these messages and the store fenced this ack. The copy just
 			// published is a duplicate with the same Nats-Msg-Id.
-			s.e.log.Warn("acks fenced: the lease expired before the publish was confirmed; another replica owns these messages",
+			s.log.Warn("acks fenced: the lease expired before the publish was confirmed; another replica owns these messages",
 				"stale", stale, "acks", len(acks))
 		}
 		s.heads(x.Acked.Heads)
 	}
 	if len(retries) > 0 {
 		if x.RetryErr != nil {
-			s.e.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", x.RetryErr)
+			s.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", x.RetryErr)
 		} else if stale := len(retries) - x.Retried.N; stale > 0 {
 			// As with acks: the lease ran out first (a paused replica whose messages'
 			// contexts ended meanwhile); another replica owns these messages.
-			s.e.log.Warn("retries fenced: the lease expired before the publish failed; another replica owns these messages",
+			s.log.Warn("retries fenced: the lease expired before the publish failed; another replica owns these messages",
 				"stale", stale, "retries", len(retries))
 		}
 		s.heads(x.Retried.Heads) // retries and put-backs may make a head earlier
@@ -521,7 +557,7 @@ func (s *scheduler) settled(acks []delaystore.Receipt, retries []delaystore.Retr
 			}
 		}
 		s.total -= k
-		s.e.metrics.settled(k)
+		s.metrics.settled(k)
 	}
 }
 
@@ -540,8 +576,8 @@ func (s *scheduler) heads(heads map[int]int64) {
 func (s *scheduler) quarantine(shard int, corrupt []delaystore.Receipt) {
 	reqs := make([]delaystore.RetryRequest, len(corrupt))
 	for i, r := range corrupt {
-		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: s.e.cfg.BackoffMax}
-		s.e.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
+		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: s.cfg.BackoffMax}
+		s.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
 	}
-	s.submit(&settlement{shard: shard, retries: reqs, n: len(reqs)})
+	s.settle(&settlement{shard: shard, retries: reqs, n: len(reqs)})
 }
