@@ -14,7 +14,7 @@ import (
 // confirmed -> ack (lateness observed at confirmedAt, the group's return); rejected, out
 // of attempts, or expired (at the claim, or its retry would come after due + expires) ->
 // dead letter, then ack; otherwise (or when the dead letter fails) retry. For a recurring
-// message the ack is its next occurrence ([Egress.fired]).
+// message the ack is its next occurrence ([delivery.fired]).
 func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
 	st := &settlement{n: len(group)}
 	var firstErr error
