@@ -385,33 +385,28 @@ func serveHTTP(ctx context.Context, ln net.Listener, addr string, h http.Handler
 	return httpapi.Serve(ctx, addr, h, sc, logger)
 }
 
-// initStore records or checks the shard count, retrying while Redis is unreachable. A
-// shard-count mismatch, an evicting maxmemory-policy and a master with fewer replicas than
-// BRIDGE_REDIS_MIN_REPLICAS are fatal.
+// initStore records or checks the shard count, retrying while Redis is unreachable (every
+// failure logged at Warn). A shard-count mismatch, an evicting maxmemory-policy and a
+// master with fewer replicas than BRIDGE_REDIS_MIN_REPLICAS are fatal, and so are a
+// missing database and a refused user (with a hint).
 func initStore(ctx context.Context, store *delaystore.Store, logger *slog.Logger) error {
-	wait := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		err := store.Init(ctx)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) ||
-			errors.Is(err, delaystore.ErrTooFewReplicas) {
-			return err
-		}
-		if connect.IsNoDBError(err) {
-			return fmt.Errorf("redis has no such database (check the /<db> of BRIDGE_REDIS_URL; a Redis has 16 unless its databases setting says more): %w", err)
-		}
-		if connect.IsAuthError(err) {
-			return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in docs/operating.md, Security): %w", err)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		d := wait.Next()
-		logger.Warn("redis not ready; retrying", "err", err, "in", d)
-		if !backoff.Sleep(ctx, d) {
-			return nil
-		}
+	const minWait = 200 * time.Millisecond
+	err := backoff.Retry(ctx, backoff.Policy{Min: minWait, Max: 5 * time.Second, Log: logger,
+		Failed: "redis not ready; retrying", WaitKey: "in", Every: minWait}, // tries are minWait apart: each failure is a Warn
+		store.Init, initFatal)
+	switch {
+	case err == nil || ctx.Err() != nil && !initFatal(err):
+		return nil
+	case connect.IsNoDBError(err):
+		return fmt.Errorf("redis has no such database (check the /<db> of BRIDGE_REDIS_URL; a Redis has 16 unless its databases setting says more): %w", err)
+	case connect.IsAuthError(err):
+		return fmt.Errorf("redis refused the bridge's user (check BRIDGE_REDIS_USERNAME, BRIDGE_REDIS_PASSWORD and the ACL in docs/operating.md, Security): %w", err)
 	}
+	return err
+}
+
+// initFatal reports whether an error of Store.Init ends initStore's retries.
+func initFatal(err error) bool {
+	return errors.Is(err, delaystore.ErrShardMismatch) || errors.Is(err, delaystore.ErrEvictionPolicy) ||
+		errors.Is(err, delaystore.ErrTooFewReplicas) || connect.IsNoDBError(err) || connect.IsAuthError(err)
 }

@@ -3,19 +3,15 @@ package egress
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
-	"github.com/delaybridge/delaybridge/internal/envconf"
 )
 
 // Claimer is the part of the delay store egress needs (delaystore.Store implements it).
@@ -56,149 +52,19 @@ func rejected(err error) (string, bool) {
 	return "", false
 }
 
-// Config configures egress. The fields with an env tag are BRIDGE_* variables (package
-// config embeds Config and parses them; [Config.Validate] checks them); the others are
-// set by the program that assembles the bridge. A zero field takes its default in [New].
-type Config struct {
-	// DLQSubject is the dead-letter subject, on the source broker of the message.
-	DLQSubject string
-	// BatchSize is the most messages claimed per shard in one call (default 256).
-	BatchSize int
-	// MaxAttempts is how many failed publishes a message may have before it is
-	// dead-lettered (default 10).
-	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10" envDoc:"egress publish attempts before a message is dead-lettered (extension)"`
-	// BackoffMin is the wait before a failed message is tried again; it doubles per
-	// attempt: BackoffMin * 2^(attempts-1), capped at BackoffMax (default 1s).
-	BackoffMin time.Duration `env:"RETRY_BACKOFF" envDefault:"1s" envDoc:"wait before a failed target publish is retried; doubles per attempt, capped at BRIDGE_RETRY_BACKOFF_MAX (extension)"`
-	// BackoffMax caps the doubling of BackoffMin: a message whose publishes keep failing
-	// is tried at least this often until it is dead-lettered. It is also how often an
-	// undecodable entry is looked at again (default 5m).
-	BackoffMax time.Duration `env:"RETRY_BACKOFF_MAX" envDefault:"5m" envDoc:"longest wait between publish attempts of one message: the cap of BRIDGE_RETRY_BACKOFF's doubling (extension)"`
-	// ResyncInterval is how often every shard's head is re-read, a safety net for missed
-	// wake-ups (default 5s).
-	ResyncInterval time.Duration
-	// DrainTimeout bounds the completion of batches in flight once Run's ctx is
-	// cancelled (default 20s).
-	DrainTimeout time.Duration
-	// Lease is the store's claim lease. When set, the messages of a claimed batch carry
-	// a context that ends 4/5 of it after the claim, so that a publish never outlives
-	// its claim (after the lease another replica may publish the same message).
-	Lease time.Duration
-	// TargetInflight is the most messages of one target (broker:name) this replica has
-	// in Publish at once, over all shards, while the target is not confirming (default
-	// 256; flowingFactor times as many while it is, see limiter). A claimed message over
-	// it is put back unpublished, without counting an attempt, so that a hanging target
-	// holds only its own share of the in-flight capacity.
-	TargetInflight int `env:"TARGET_INFLIGHT" envDefault:"256" envDoc:"most messages of one target being published at once by this replica while it is not confirming (32 times as many while it is); more are put back untried, so a hanging target cannot hold the others up (extension)"`
-	// TargetRate is BRIDGE_TARGET_RATE ([ParseRateRules]): per-target publish rates,
-	// summed over the fleet. Empty: no target is limited.
-	TargetRate string `env:"TARGET_RATE" envDoc:"per-target publish rates over all replicas: comma-separated <glob>=<n>/s (orders.*=200/s,kafka:billing.*=1000/s); the first matching pattern applies; messages over the rate wait, in due order"`
-	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
-	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
-	Tracer trace.Tracer
-	// MemberID is this replica's id in the fleet's membership (default NewMemberID()).
-	MemberID string
-	// OwnershipTTL is how long this replica's membership, and with it its shards, lives
-	// without a heartbeat (one every OwnershipTTL/3). A killed replica's shards are claimed
-	// again within OwnershipTTL + OwnershipTTL/3. Default 3s.
-	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
-	// ClaimAll claims every shard whatever the ownership (the behaviour before ownership).
-	// Fault tests use it to force two replicas to claim the same shards; the claim lease
-	// keeps that correct.
-	ClaimAll bool
-	// Now is the clock of scheduling decisions (default time.Now). Lease fences are
-	// always taken from time.Now.
-	Now func() time.Time
-	// FailureLogInterval is the least time between two Warn lines about one failing
-	// target (publishes retried, messages dead-lettered): each line counts what happened
-	// since the last one; per-message detail is at Debug and in the metrics (default 1m).
-	FailureLogInterval time.Duration
-}
-
-// Limits of the variables, checked by [Config.Validate].
-const (
-	// MinOwnershipTTL and MaxOwnershipTTL bound BRIDGE_OWNERSHIP_TTL.
-	MinOwnershipTTL = 300 * time.Millisecond
-	MaxOwnershipTTL = time.Minute
-)
-
-// Validate returns every problem of the fields set from BRIDGE_* variables, naming the
-// variable. New does not call it: a zero field there means its default.
-func (c Config) Validate() envconf.Problems {
-	var ps envconf.Problems
-	if c.MaxAttempts < 1 {
-		ps.Add("MAX_ATTEMPTS", "%d: must be >= 1", c.MaxAttempts)
-	}
-	ps.PositiveDuration("RETRY_BACKOFF", c.BackoffMin, time.Millisecond)
-	ps.PositiveDuration("RETRY_BACKOFF_MAX", c.BackoffMax, time.Millisecond)
-	if c.BackoffMax > 0 && c.BackoffMin > c.BackoffMax {
-		ps.Add("RETRY_BACKOFF", "%s: must be at most BRIDGE_RETRY_BACKOFF_MAX (%s), the cap of the doubling",
-			envconf.Duration(c.BackoffMin), envconf.Duration(c.BackoffMax))
-	}
-	if c.OwnershipTTL < MinOwnershipTTL || c.OwnershipTTL > MaxOwnershipTTL {
-		ps.Add("OWNERSHIP_TTL", "%s: must be between %s and %s", c.OwnershipTTL, envconf.Duration(MinOwnershipTTL), envconf.Duration(MaxOwnershipTTL))
-	}
-	if c.TargetInflight < 1 {
-		ps.Add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
-	}
-	if _, err := ParseRateRules(c.TargetRate); err != nil {
-		ps.Add("TARGET_RATE", "%v", err)
-	}
-	return ps
-}
-
-func (c *Config) defaults() {
-	if c.Tracer == nil {
-		c.Tracer = noop.NewTracerProvider().Tracer("")
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 256
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 10
-	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = time.Second
-	}
-	if c.BackoffMax < c.BackoffMin {
-		c.BackoffMax = max(5*time.Minute, c.BackoffMin)
-	}
-	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = 5 * time.Second
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 20 * time.Second
-	}
-	if c.TargetInflight <= 0 {
-		c.TargetInflight = 256
-	}
-	if c.MemberID == "" {
-		c.MemberID = NewMemberID()
-	}
-	if c.OwnershipTTL <= 0 {
-		c.OwnershipTTL = 3 * time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.FailureLogInterval <= 0 {
-		c.FailureLogInterval = time.Minute
-	}
-}
-
-// Egress publishes due messages. Create with New, then Run once.
+// Egress publishes due messages. Create with New, then Run once. It assembles three
+// parts: the fleet membership (ownership: which shards this replica claims), the
+// scheduler (when to claim and settle, one store round trip at a time) and the delivery
+// (publish, decide each message's settlement), which the scheduler reaches only through
+// its deliver func.
 type Egress struct {
-	cfg        Config
-	store      Claimer
-	publishers map[string]message.Publisher
-	log        *slog.Logger
-	metrics    *Metrics
-	clock      redisClock
-	now        func() time.Time // the local clock of scheduling decisions
-	limits     *limiter
-	rates      *rates
-	own        *ownership
-	failures   *failureLog
+	cfg      Config
+	store    Claimer
+	log      *slog.Logger
+	metrics  *Metrics
+	clock    *redisClock
+	own      *ownership
+	delivery *delivery
 }
 
 // New returns an Egress publishing through publishers, keyed by broker name ("nats",
@@ -217,19 +83,11 @@ func New(cfg Config, store Claimer, publishers map[string]message.Publisher, log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Egress{cfg: cfg, store: store, publishers: publishers, log: logger.With("component", "egress"),
-		metrics: metrics, now: cfg.Now}
-	e.limits = newLimiter(cfg.TargetInflight, e.now)
-	e.failures = newFailureLog(e.log, e.now, cfg.FailureLogInterval)
-	rules, err := ParseRateRules(cfg.TargetRate)
-	if err != nil {
-		return nil, fmt.Errorf("egress: BRIDGE_TARGET_RATE: %w", err)
-	}
-	e.rates = &rates{rules: rules, held: map[heldKey]heldSlot{}}
-	if len(rules) > 0 {
-		if e.rates.store, _ = store.(Reserver); e.rates.store == nil {
-			return nil, errors.New("egress: BRIDGE_TARGET_RATE needs a store that hands out slots (Reserver)")
-		}
+	e := &Egress{cfg: cfg, store: store, log: logger.With("component", "egress"), metrics: metrics, clock: &redisClock{}}
+	reserver, _ := store.(Reserver)
+	var err error
+	if e.delivery, err = newDelivery(cfg, publishers, reserver, e.clock, e.log, metrics); err != nil {
+		return nil, err
 	}
 	e.own = newOwnership(cfg.MemberID, store.Shards(), cfg.OwnershipTTL, store, e.log, cfg.ClaimAll)
 	return e, nil
@@ -268,7 +126,7 @@ func (e *Egress) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	s := newScheduler(e, e.own, wakes)
+	s := newScheduler(e.cfg, e.store, e.own, wakes, e.clock, e.log, e.metrics, e.delivery.submit)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -289,23 +147,12 @@ func (e *Egress) Run(ctx context.Context) error {
 // unreachable or slow (a bridge started into a Redis outage waits rather than exits). It
 // returns false when ctx ends first.
 func (e *Egress) wakeups(ctx context.Context) (*delaystore.Wakeups, bool) {
-	wait := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		wakes, err := e.store.Wakeups(ctx)
-		if err == nil {
-			if wait.Failing() {
-				e.log.Info("wake-up subscription recovered")
-			}
-			return wakes, true
-		}
-		if ctx.Err() != nil {
-			return nil, false
-		}
-		if !wait.Failing() {
-			e.log.Warn("wake-up subscription failed; retrying with backoff", "err", err)
-		}
-		if !backoff.Sleep(ctx, wait.Next()) {
-			return nil, false
-		}
-	}
+	var wakes *delaystore.Wakeups
+	err := backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Log: e.log,
+		Failed: "wake-up subscription failed; retrying with backoff", Recovered: "wake-up subscription recovered"},
+		func(ctx context.Context) (err error) {
+			wakes, err = e.store.Wakeups(ctx)
+			return err
+		}, nil)
+	return wakes, err == nil
 }

@@ -120,14 +120,14 @@ func (o *ownership) wake() {
 }
 
 // run heartbeats every ttl/3 (and when woken) until ctx ends; then it leaves the fleet, so
-// that the heirs of its shards start at once, and returns.
+// that the heirs of its shards start at once, and returns. A failed heartbeat is retried
+// with backoff (beat).
 func (o *ownership) run(ctx context.Context) {
 	if o.all {
 		<-ctx.Done()
 		return
 	}
 	every := o.ttl / 3
-	errs := backoff.Backoff{Min: min(100*time.Millisecond, every), Max: every}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -139,29 +139,46 @@ func (o *ownership) run(ctx context.Context) {
 		case <-o.poke:
 			t.Stop()
 		}
+		confirmed, err := o.beat(ctx, every)
+		if err != nil {
+			continue // ctx ended
+		}
 		wait := every
-		if confirmed, err := o.heartbeat(ctx, every); err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			if !errs.Failing() {
-				o.log.Warn("fleet heartbeat failed; retrying", "member", o.id, "err", err)
-			} else {
-				o.log.Debug("fleet heartbeat failed", "member", o.id, "err", err)
-			}
-			o.checkLapse()
-			wait = errs.Next()
-		} else {
-			if errs.Failing() {
-				o.log.Info("fleet heartbeat recovered", "member", o.id)
-				errs.Reset()
-			}
-			if !confirmed {
-				wait = 0 // a first heartbeat, or one after a lost answer: confirm at once
-			}
+		if !confirmed {
+			wait = 0 // a first heartbeat, or one after a lost answer: confirm at once
 		}
 		t.Reset(wait)
 	}
+}
+
+// beat heartbeats until one is answered, retrying with backoff (a wake-up tries again at
+// once); a failure is logged at Warn once per run, the recovery at Info. It returns an
+// error only when ctx ended.
+func (o *ownership) beat(ctx context.Context, every time.Duration) (confirmed bool, err error) {
+	err = backoff.Retry(ctx, backoff.Policy{Min: min(100*time.Millisecond, every), Max: every, Log: o.log,
+		Failed: "fleet heartbeat failed; retrying", Recovered: "fleet heartbeat recovered", Args: []any{"member", o.id},
+		Sleep: o.pause},
+		func(ctx context.Context) (err error) {
+			confirmed, err = o.heartbeat(ctx, every)
+			return err
+		}, nil)
+	return confirmed, err
+}
+
+// pause follows a failed heartbeat (logged): it drops the shards if the membership may
+// have lapsed, then waits d, cut short by a wake-up (which asks for a heartbeat now). It
+// reports false when ctx ended.
+func (o *ownership) pause(ctx context.Context, d time.Duration) bool {
+	o.checkLapse()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-o.poke:
+	}
+	return true
 }
 
 // heartbeat renews the membership and applies a new member list; it reports whether the

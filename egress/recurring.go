@@ -23,7 +23,7 @@ import (
 // too: the next one is the first still within its expiry at the time of this firing. A
 // schedule that no longer parses or has no next occurrence ends the message with this
 // firing (logged at Error).
-func (e *Egress) fired(st *settlement, o *outgoing) {
+func (d *delivery) fired(st *settlement, o *outgoing) {
 	c := o.claimed
 	if c.Envelope.Every == "" {
 		st.acks = append(st.acks, c.Receipt)
@@ -35,7 +35,7 @@ func (e *Egress) fired(st *settlement, o *outgoing) {
 	}
 	next, err := nextFiring(c, after)
 	if err != nil || next <= c.Due {
-		e.log.Error("recurring message has no next occurrence: this was its last firing", "id", c.ID,
+		d.log.Error("recurring message has no next occurrence: this was its last firing", "id", c.ID,
 			"every", c.Envelope.Every, "err", err)
 		st.acks = append(st.acks, c.Receipt)
 		return
@@ -65,7 +65,7 @@ func nextFiring(c delaystore.Claimed, after int64) (int64, error) {
 // or, under skip, not at all: it is returned in skipped, parked for the schedule's first
 // occurrence after now in the same fenced script as any next firing. The others are
 // returned in fire unchanged; a schedule that no longer parses is left to fired.
-func (e *Egress) misfires(claimed []delaystore.Claimed, now int64) (fire []delaystore.Claimed, skipped []delaystore.RetryRequest) {
+func (d *delivery) misfires(claimed []delaystore.Claimed, now int64) (fire []delaystore.Claimed, skipped []delaystore.RetryRequest) {
 	fire = claimed[:0:0]
 	for _, c := range claimed {
 		if c.Envelope.Every == "" {
@@ -79,26 +79,26 @@ func (e *Egress) misfires(claimed []delaystore.Claimed, now int64) (fire []delay
 		}
 		policy, err := schedule.ParseMisfire(c.Envelope.Misfire)
 		if err != nil {
-			e.log.Warn("recurring message with an unknown misfire policy: fired as once", "id", c.ID, "err", err)
+			d.log.Warn("recurring message with an unknown misfire policy: fired as once", "id", c.ID, "err", err)
 		}
 		due := time.UnixMilli(c.Due)
 		at, ok := every.CatchUp(due, time.UnixMilli(now), policy)
 		if !ok {
 			if next := every.Next(due, time.UnixMilli(now)); !next.IsZero() {
 				skipped = append(skipped, delaystore.RetryRequest{Receipt: c.Receipt, Next: next.UnixMilli()})
-				e.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next.UnixMilli())
+				d.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next.UnixMilli())
 				continue
 			}
 		}
 		if ok && !at.Equal(due) {
-			e.log.Debug("missed occurrences fire as one", "id", c.ID, "misfire", policy.String(), "due", c.Due, "as", at.UnixMilli())
+			d.log.Debug("missed occurrences fire as one", "id", c.ID, "misfire", policy.String(), "due", c.Due, "as", at.UnixMilli())
 			c.Due = at.UnixMilli()
 		}
 		fire = append(fire, c)
 	}
 	if len(skipped) > 0 {
 		broker, _, _ := strings.Cut(claimed[0].Envelope.Target, ":")
-		e.metrics.count(broker, "misfire_skipped", len(skipped))
+		d.metrics.count(broker, "misfire_skipped", len(skipped))
 	}
 	return fire, skipped
 }

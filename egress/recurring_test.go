@@ -213,13 +213,13 @@ func TestRecurringMisfire(t *testing.T) {
 // that was not missed, a one-shot message, and a schedule that does not parse pass
 // unchanged.
 func TestMisfires(t *testing.T) {
-	e := &Egress{log: slog.New(slog.DiscardHandler)}
+	d := &delivery{log: slog.New(slog.DiscardHandler)}
 	const now = 1_700_000_000_400 // ms; every 1s from 0 (whole seconds): latest 1_700_000_000_000
 	claim := func(id string, due int64, every, misfire string) delaystore.Claimed {
 		return delaystore.Claimed{Receipt: delaystore.Receipt{ID: id}, Due: due,
 			Envelope: delaystore.Envelope{Target: "nats:t", Every: every, Misfire: misfire}}
 	}
-	fire, skipped := e.misfires([]delaystore.Claimed{
+	fire, skipped := d.misfires([]delaystore.Claimed{
 		claim("once", 0, "1s", ""), claim("skip", 0, "1s", "skip"), claim("all", 0, "1s", "all"),
 		claim("late", now-900, "1s", "skip"), claim("one-shot", 0, "", ""), claim("bad", 0, "never", ""),
 		claim("hourly", now-30_000, "1h", "skip"), claim("hourly-missed", now-61_000, "1h", "skip"),

@@ -147,22 +147,15 @@ const opTimeout = 10 * time.Second
 // is not cancelled with ctx (bounded by opTimeout), so a batch read before shutdown is
 // still parked and acked during the drain.
 func (in *Ingress) retry(ctx context.Context, what string, op func(context.Context) error) error {
-	wait := backoff.Backoff{Min: in.cfg.RetryMin, Max: in.cfg.RetryMax}
-	streak := backoff.Streak{Log: in.log}
-	for {
-		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-		err := op(opCtx)
-		cancel()
-		if err == nil {
-			streak.Recovered(ctx, what+" recovered")
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		}
-		streak.Failed(ctx, what+" failed; retrying, sources are not acked meanwhile", "err", err)
-		if !backoff.Sleep(ctx, wait.Next()) {
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		}
+	err := backoff.Retry(ctx, backoff.Policy{Min: in.cfg.RetryMin, Max: in.cfg.RetryMax, Log: in.log,
+		Failed: what + " failed; retrying, sources are not acked meanwhile", Recovered: what + " recovered"},
+		func(ctx context.Context) error {
+			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			defer cancel()
+			return op(opCtx)
+		}, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }

@@ -1,6 +1,7 @@
 // Package backoff is the one home of delaybridge's retry policy: the waits (exponential,
-// doubling from a minimum to a cap: Exp, Backoff, Sleep) and how a run of failures is
-// logged (Streak: Warn once, Debug after, Info on recovery).
+// doubling from a minimum to a cap: Exp, Backoff, Sleep), how a run of failures is logged
+// (Streak: Warn once, Debug after, Info on recovery), and Retry, the retry loop with both
+// built in, which every "try until it works" loop of the bridge uses.
 package backoff
 
 import (

@@ -346,24 +346,19 @@ func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
 		sub.log.Info("left kafka consumer group")
 	}()
 
-	streak := backoff.Streak{Log: sub.log} // logged once at Warn, then quietly retried
-	bo := backoff.Backoff{Min: rejoinBackoffMin, Max: rejoinBackoffMax}
+	// A failure is logged once at Warn, then quietly retried; kafka-go tries once more,
+	// then waits for the next Next before its next try.
+	policy := backoff.Policy{Min: rejoinBackoffMin, Max: rejoinBackoffMax, Log: sub.log, ErrKey: "error", WaitKey: "backoff",
+		Failed: "kafka consumer group: no generation, retrying"}
 	for {
-		gen, err := cg.Next(ctx)
+		var gen *kafkago.Generation
+		err := backoff.Retry(ctx, policy, func(ctx context.Context) (err error) {
+			gen, err = cg.Next(ctx)
+			return err
+		}, func(err error) bool { return errors.Is(err, kafkago.ErrGroupClosed) })
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
-				return
-			}
-			wait := bo.Next()
-			streak.Failed(ctx, "kafka consumer group: no generation, retrying", "error", err, "backoff", wait.String())
-			// kafka-go tries once more, then waits for this Next before its next try.
-			if !backoff.Sleep(ctx, wait) {
-				return
-			}
-			continue
+			return
 		}
-		streak.Reset()
-		bo.Reset()
 		sub.startGeneration(ctx, gen, &parts)
 	}
 }

@@ -61,25 +61,37 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 			return
 		}
 		log.Warn("jetstream consume interrupted, resuming", "error", err)
-		streak := backoff.Streak{Log: log} // logged once at Warn, then quietly retried
-		for {
-			if !backoff.Sleep(ctx, resumeWait) {
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, setupTimeout)
-			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, s.consumerConfig(topic))
-			cancel()
-			if err == nil {
-				log.Info("jetstream consume resumed")
-				break
-			}
-			if s.nc.IsClosed() {
-				log.Warn("jetstream subscription ended: connection closed")
-				return
-			}
-			streak.Failed(ctx, "jetstream consumer not available, retrying every second", "error", err)
+		if cons = s.resume(ctx, topic, log); cons == nil {
+			return
 		}
 	}
+}
+
+// resume creates the consumer again, a second after an interruption and then every second
+// until it is there (a failure logged once at Warn); nil when ctx ended or the connection
+// closed (logged).
+func (s *Subscriber) resume(ctx context.Context, topic string, log *slog.Logger) jetstream.Consumer {
+	if !backoff.Sleep(ctx, resumeWait) {
+		return nil
+	}
+	var cons jetstream.Consumer
+	closed := false
+	err := backoff.Retry(ctx, backoff.Policy{Min: resumeWait, Max: resumeWait, Log: log, ErrKey: "error",
+		Failed: "jetstream consumer not available, retrying every second"},
+		func(ctx context.Context) (err error) {
+			cctx, cancel := context.WithTimeout(ctx, setupTimeout)
+			defer cancel()
+			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, s.consumerConfig(topic))
+			return err
+		}, func(error) bool { closed = s.nc.IsClosed(); return closed })
+	switch {
+	case err == nil:
+		log.Info("jetstream consume resumed")
+		return cons
+	case closed:
+		log.Warn("jetstream subscription ended: connection closed")
+	}
+	return nil
 }
 
 // fetched is a JetStream message taken from the client's buffer and not yet handed out.

@@ -1,0 +1,135 @@
+package egress
+
+import (
+	"context"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+)
+
+// due returns a claim for every owned shard that may be claimed now: started, due by the
+// Redis clock estimate (or head unknown), not backing off after an error, with room.
+func (s *scheduler) due() []delaystore.ClaimRequest {
+	now := s.now()
+	if !time.Now().Before(s.view.until) {
+		return nil // the membership may have expired: another replica may own these shards
+	}
+	redisNow := s.clock.redisNow(now)
+	batch := s.cfg.BatchSize
+	room := replicaCapacity*batch - s.total
+	var claims []delaystore.ClaimRequest
+	for _, sh := range s.sorted() {
+		st := s.shards[sh]
+		free := min(shardCapacity*batch-st.inflight, batch, room)
+		if free <= 0 || !s.owns(sh) || now.Before(st.startAt) || now.Before(st.retryAt) {
+			continue
+		}
+		if st.head != unknownHead && (st.head < 0 || st.head > redisNow) {
+			continue
+		}
+		claims = append(claims, delaystore.ClaimRequest{Shard: sh, Max: free})
+		st.inflight += free // reserved; what is not claimed is given back
+		s.total += free
+		room -= free
+	}
+	return claims
+}
+
+// exchange makes one round trip: settlements and claims. fence is taken before the call:
+// the lease runs from a moment after it. It becomes a context deadline, so it is read
+// from the process clock, never from s.now (a test clock shifted by
+// DELAYBRIDGE_TEST_CLOCK_OFFSET would put it in the past or future).
+func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
+	claims []delaystore.ClaimRequest, settled map[int]int) {
+	fence := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	x := s.store.Exchange(cctx, acks, retries, claims)
+	cancel()
+	s.settled(acks, retries, x, settled)
+	for i, req := range claims {
+		st := s.shards[req.Shard]
+		cl, err := x.Claims[i], x.ClaimErrs[i]
+		st.inflight -= req.Max - len(cl.Messages) - len(cl.Corrupt)
+		s.total -= req.Max - len(cl.Messages) - len(cl.Corrupt)
+		if err != nil {
+			s.claimFailed(ctx, st, err)
+			continue
+		}
+		st.errs.Reset()
+		st.fails.Recovered(ctx, "claim recovered", "shard", st.shard)
+		s.clock.observe(cl.Now, s.now())
+		st.head = cl.Next
+		if len(cl.Messages)+len(cl.Corrupt) == req.Max {
+			st.head = cl.Now // more may be due: claim again at once (capacity permitting)
+		}
+		if len(cl.Corrupt) > 0 {
+			s.quarantine(st.shard, cl.Corrupt)
+		}
+		if len(cl.Messages) > 0 {
+			s.handOff(ctx, batch{shard: st.shard, claimed: cl.Messages, fence: fence})
+		}
+	}
+}
+
+// claimFailed backs the shard off after a failed claim (no claim of it before retryAt);
+// a run of failures is logged once at Warn, then at Debug. This is the one retry with
+// backoff that is not a backoff.Retry: the scheduler's goroutine serves every shard and
+// never blocks on one, so the retry is a time in the shard's state.
+func (s *scheduler) claimFailed(ctx context.Context, st *shardState, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	st.fails.Failed(ctx, "claim failed; retrying with backoff", "shard", st.shard, "err", err)
+	st.retryAt = s.now().Add(st.errs.Next())
+}
+
+// settled applies the settlement part of an exchange: logs, heads, capacity.
+func (s *scheduler) settled(acks []delaystore.Receipt, retries []delaystore.RetryRequest, x delaystore.Exchanged, n map[int]int) {
+	if len(acks) > 0 {
+		if x.AckErr != nil {
+			// The lease expires and the messages are published again (same x-delay-id and
+			// Nats-Msg-Id): a duplicate, never a loss.
+			s.log.Error("ack after publish; messages will be published again after the lease", "count", len(acks), "err", x.AckErr)
+		} else if stale := len(acks) - x.Acked.N; stale > 0 {
+			// The lease expired before the target confirmed (a pause, a slow broker): another
+			// replica claimed these messages and the store fenced this ack. The copy just
+			// published is a duplicate with the same Nats-Msg-Id.
+			s.log.Warn("acks fenced: the lease expired before the publish was confirmed; another replica owns these messages",
+				"stale", stale, "acks", len(acks))
+		}
+		s.heads(x.Acked.Heads)
+	}
+	if len(retries) > 0 {
+		if x.RetryErr != nil {
+			s.log.Error("schedule retry; messages come back after the lease", "count", len(retries), "err", x.RetryErr)
+		} else if stale := len(retries) - x.Retried.N; stale > 0 {
+			// As with acks: the lease ran out first (a paused replica whose messages'
+			// contexts ended meanwhile); another replica owns these messages.
+			s.log.Warn("retries fenced: the lease expired before the publish failed; another replica owns these messages",
+				"stale", stale, "retries", len(retries))
+		}
+		s.heads(x.Retried.Heads) // retries and put-backs may make a head earlier
+	}
+	for sh, k := range n {
+		if st := s.shards[sh]; st != nil {
+			st.inflight -= k
+			if st.inflight == 0 && !s.owns(sh) {
+				delete(s.shards, sh) // lost while its claims were in flight
+			}
+		}
+		s.total -= k
+		s.metrics.settled(k)
+	}
+}
+
+// quarantine handles entries whose envelope could not be decoded: they cannot be
+// published or dead-lettered, so they stay in Redis for an operator, tried again only
+// every BackoffMax, and are logged at Error.
+func (s *scheduler) quarantine(shard int, corrupt []delaystore.Receipt) {
+	reqs := make([]delaystore.RetryRequest, len(corrupt))
+	for i, r := range corrupt {
+		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: s.cfg.BackoffMax}
+		s.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
+	}
+	s.settle(&settlement{shard: shard, retries: reqs, n: len(reqs)})
+}
