@@ -11,9 +11,9 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
-	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // Prefix starts every variable of the bridge.
@@ -45,7 +45,7 @@ type Config struct {
 	// Ingress are the limits of incoming messages: BRIDGE_MAX_DELAY, BRIDGE_MAX_PAYLOAD,
 	// BRIDGE_MAX_HEADERS, BRIDGE_MAX_HEADER_BYTES, BRIDGE_MAX_HOPS (ingress owns their
 	// defaults, documentation and checks).
-	Ingress ingress.Rules
+	Ingress intake.Rules
 	// Egress configures delivery: BRIDGE_MAX_ATTEMPTS, BRIDGE_RETRY_BACKOFF,
 	// BRIDGE_RETRY_BACKOFF_MAX, BRIDGE_TARGET_INFLIGHT, BRIDGE_OWNERSHIP_TTL (egress owns
 	// their defaults, documentation and checks).

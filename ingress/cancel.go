@@ -9,6 +9,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // cancel removes the pending message named by msg's x-delay-id and acks msg.
@@ -17,7 +18,7 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	if len(ids) != 1 {
 		err := errCancelWithoutID
 		if len(ids) > 1 {
-			err = fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
+			err = fmt.Errorf("%w: %s given %d times", intake.ErrInvalidID, contract.HeaderID, len(ids))
 		}
 		in.reject(ctx, src, msg, err)
 		return
@@ -37,12 +38,12 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	})
 	if err == nil && refused {
 		msg.Ack()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
 	if err != nil {
 		msg.Nack()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
 	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
@@ -51,5 +52,8 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	}{id, cancelled}))
 	msg.Ack()
 	in.log.Debug("cancel", "id", id, "cancelled", cancelled)
-	in.metrics.in(src.Broker, "cancelled", 1)
+	in.metrics.Count(src.Broker, "cancelled", 1)
 }
+
+// errCancelWithoutID: a message on the cancel subject had no x-delay-id.
+var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", intake.ErrInvalidID, contract.HeaderID)

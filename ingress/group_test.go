@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
@@ -140,8 +141,8 @@ func TestGroupCommitMergesLanes(t *testing.T) {
 	const linger = 300 * time.Millisecond // ready after 300 ms, no longer waiting for the call in flight after 600 ms
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 4, Linger: linger,
 		RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, g,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +225,8 @@ func TestGroupCommitIdleSendsAtLinger(t *testing.T) {
 	src := &chanSource{ch: make(chan *message.Message)}
 	const linger = 100 * time.Millisecond
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Linger: linger}, g,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
@@ -56,8 +57,8 @@ func TestPartialParkAcksWhatWasParked(t *testing.T) {
 	}
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 1, BatchSize: 64, Linger: 50 * time.Millisecond,
 		RetryMin: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond}, st,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
