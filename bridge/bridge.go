@@ -171,7 +171,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 		return err
 	}
 	defer ls.close()
-	rdb, err := connect.RedisClient(cfg, logger)
+	rdb, err := connect.RedisClient(cfg.Redis.Connect(), logger)
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,7 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 		return nil, err
 	}
 	if err := connect.CheckKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kafka refused the bridge's credentials (check BRIDGE_KAFKA_SASL_*): %w", err)
 	}
 	pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
 		Brokers:  cfg.Kafka.Brokers,

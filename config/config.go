@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/egress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
@@ -127,6 +128,16 @@ func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
 
 // Sentinel reports whether Redis Sentinel is configured.
 func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
+
+// Connect is r as internal/connect takes it (connect.RedisClient): where and how to
+// reach Redis, without the variables' names and files (PasswordFile is read by Load).
+func (r Redis) Connect() connect.Redis {
+	return connect.Redis{
+		URL: r.URL, ClusterAddrs: r.ClusterAddrs, SentinelAddrs: r.SentinelAddrs, SentinelMaster: r.SentinelMaster,
+		Username: r.Username, Password: r.Password,
+		TLSCAFile: r.TLSCAFile, TLSCertFile: r.TLSCertFile, TLSKeyFile: r.TLSKeyFile,
+	}
+}
 
 // NATS is the NATS adapter's configuration (BRIDGE_NATS_*), named here for brevity.
 type NATS = natsbroker.Config
