@@ -107,7 +107,7 @@ func New(cfg config.Config, opts ...Option) (*Bridge, error) {
 // what retrying cannot fix (refused credentials, a missing stream, a shard-count
 // mismatch). Call it once.
 func (b *Bridge) Run(ctx context.Context) error {
-	return serve(ctx, b.cfg, b.logger, b.opt)
+	return nameVariables(serve(ctx, b.cfg, b.logger, b.opt))
 }
 
 // OpenListeners opens the HTTP listeners of cfg (BRIDGE_HTTP_ADDR, and BRIDGE_API_ADDR
