@@ -12,9 +12,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/intake"
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // gatedParker counts the Park calls to a real store and their sizes; its first call
@@ -121,21 +121,8 @@ func notAcked(t *testing.T, what string, ms ...*message.Message) {
 // shards are acked, those of shard 1 are not, and the lanes of the parked shards go on
 // parking while shard 1 is retried.
 func TestGroupCommitMergesLanes(t *testing.T) {
-	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	broken := "{" + prefix + ":1}:seq"
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.RPush(t.Context(), broken, "x").Err(); err != nil {
-		t.Fatal(err)
-	}
+	// Shard 1's version counter of the wrong type: its park script fails (WRONGTYPE).
+	st, repair := storetest.NewBrokenShard(t, 5*time.Second, 1)
 	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
 	src := &chanSource{ch: make(chan *message.Message)}
 	const linger = 300 * time.Millisecond // ready after 300 ms, no longer waiting for the call in flight after 600 ms
@@ -198,9 +185,7 @@ func TestGroupCommitMergesLanes(t *testing.T) {
 	waitAcked(t, "a message of a parked shard while another is retried", later)
 	notAcked(t, "failing shard", bad...)
 
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
+	repair()
 	waitAcked(t, "failing shard after it recovered", bad...)
 	for _, m := range append(append([]*message.Message{first, later}, good...), bad...) {
 		if _, err := st.Get(t.Context(), string(m.Payload)); err != nil {
@@ -212,14 +197,7 @@ func TestGroupCommitMergesLanes(t *testing.T) {
 // TestGroupCommitIdleSendsAtLinger: with nothing in flight a batch is parked Linger after
 // its first message, not later.
 func TestGroupCommitIdleSendsAtLinger(t *testing.T) {
-	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t, 5*time.Second)
 	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
 	close(g.gate)
 	src := &chanSource{ch: make(chan *message.Message)}
