@@ -66,7 +66,9 @@ func ownServer(t *testing.T, mutate ...func(*Config)) (*fixture, *testredis.Serv
 // new subscription's is.
 func firstResync(t *testing.T, c <-chan Wake) {
 	t.Helper()
-	firstResync(t, c)
+	if w := nextWake(t, c, 5*time.Second); w.Shard != WakeResync {
+		t.Fatalf("first wake %+v, want resync", w)
+	}
 }
 
 // now returns the Redis server time in unix ms.
