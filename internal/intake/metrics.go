@@ -16,7 +16,7 @@ type Metrics struct {
 	lookalikes *prometheus.CounterVec
 }
 
-// NewMetrics registers the ingress metrics with reg:
+// NewMetrics registers the metrics of messages coming in with reg:
 // delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled,
 // invalid (reason = the x-delay-error code), nacked or already_delivered (a redelivery of a
 // source message delivered within the store's tombstone TTL: acked, not parked again).
