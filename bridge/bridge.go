@@ -42,6 +42,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/monitor"
 )
 
@@ -106,7 +107,7 @@ func New(cfg config.Config, opts ...Option) (*Bridge, error) {
 // what retrying cannot fix (refused credentials, a missing stream, a shard-count
 // mismatch). Call it once.
 func (b *Bridge) Run(ctx context.Context) error {
-	return serve(ctx, b.cfg, b.logger, b.opt)
+	return nameVariables(serve(ctx, b.cfg, b.logger, b.opt))
 }
 
 // OpenListeners opens the HTTP listeners of cfg (BRIDGE_HTTP_ADDR, and BRIDGE_API_ADDR
@@ -170,7 +171,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 		return err
 	}
 	defer ls.close()
-	rdb, err := connect.RedisClient(cfg, logger)
+	rdb, err := connect.RedisClient(cfg.Redis.Connect(), logger)
 	if err != nil {
 		return err
 	}
@@ -214,7 +215,7 @@ func shutdown(sides []*brokerSide, rdb io.Closer) {
 // the message API over the broker sides.
 type assembly struct {
 	reg        *prometheus.Registry
-	inMetrics  *ingress.Metrics
+	inMetrics  *intake.Metrics
 	outMetrics *egress.Metrics
 	redisUp    *monitor.Redis
 	dataset    *monitor.DatasetWatch
@@ -234,7 +235,7 @@ func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.L
 	b := &assembly{reg: prometheus.NewRegistry()}
 	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
-	if b.inMetrics, err = ingress.NewMetrics(b.reg); err != nil {
+	if b.inMetrics, err = intake.NewMetrics(b.reg); err != nil {
 		return nil, err
 	}
 	if b.outMetrics, err = egress.NewMetrics(b.reg); err != nil {
@@ -296,7 +297,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	rules := cfg.Ingress // the BRIDGE_* limits ingress owns; then what the assembly knows
 	rules.Targets = targetPolicy(cfg)
 	rules.Limits = brokerLimits(natsMaxPayload, kafkaRecordLimit(cfg.Kafka.MaxMessageBytes))
-	lookalikes := ingress.NewLookalikes(logger, b.inMetrics, ls.now) // brokers' and API's
+	lookalikes := intake.NewLookalikes(logger, b.inMetrics, ls.now) // brokers' and API's
 	var err error
 	b.in, err = ingress.New(ingress.Config{Rules: rules, DLQSubject: cfg.DLQSubject, Tracer: ls.tracer, Now: ls.now, Lookalikes: lookalikes},
 		store, sources, publishers, logger, b.inMetrics)

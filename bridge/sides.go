@@ -18,6 +18,7 @@ import (
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -130,7 +131,7 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 		return nil, err
 	}
 	if err := connect.CheckKafkaAuth(ctx, cfg.Kafka.Brokers, kafkaSec); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kafka refused the bridge's credentials (check BRIDGE_KAFKA_SASL_*): %w", err)
 	}
 	pub, err := kafkabroker.NewPublisher(kafkabroker.PublisherConfig{
 		Brokers:  cfg.Kafka.Brokers,
@@ -226,20 +227,20 @@ func kafkaRecordLimit(maxMessageBytes int) int {
 
 // brokerLimits is ingress's view of the target brokers' size limits: NATS's
 // max_payload as the connection knows it now, Kafka's BRIDGE_KAFKA_MAX_MESSAGE_BYTES.
-func brokerLimits(natsMaxPayload func() int64, kafkaMax int) ingress.SizeLimits {
-	return ingress.SizeLimitsFunc(func(broker string) int64 {
+func brokerLimits(natsMaxPayload func() int64, kafkaMax int) intake.SizeLimits {
+	return intake.SizeLimitsFunc(func(broker string) int64 {
 		switch broker {
-		case ingress.BrokerNATS:
+		case intake.BrokerNATS:
 			return natsMaxPayload()
-		case ingress.BrokerKafka:
+		case intake.BrokerKafka:
 			return int64(kafkaMax)
 		}
 		return 0
 	})
 }
 
-func targetPolicy(cfg config.Config) ingress.TargetPolicy {
-	p := ingress.TargetPolicy{Brokers: map[string]bool{}, Allow: cfg.TargetAllow, Own: map[string][]string{}}
+func targetPolicy(cfg config.Config) intake.TargetPolicy {
+	p := intake.TargetPolicy{Brokers: map[string]bool{}, Allow: cfg.TargetAllow, Own: map[string][]string{}}
 	if cfg.NATS.URL != "" {
 		p.Brokers["nats"] = true
 		p.Own["nats"] = []string{cfg.NATS.Subject, cfg.CancelSubject, cfg.DLQSubject}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
-	"github.com/delaybridge/delaybridge/ingress"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
+	"github.com/delaybridge/delaybridge/internal/connect"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // Prefix starts every variable of the bridge.
@@ -46,7 +47,7 @@ type Config struct {
 	// Ingress are the limits of incoming messages: BRIDGE_MAX_DELAY, BRIDGE_MAX_PAYLOAD,
 	// BRIDGE_MAX_HEADERS, BRIDGE_MAX_HEADER_BYTES, BRIDGE_MAX_HOPS (ingress owns their
 	// defaults, documentation and checks).
-	Ingress ingress.Rules
+	Ingress intake.Rules
 	// Egress configures delivery: BRIDGE_MAX_ATTEMPTS, BRIDGE_RETRY_BACKOFF,
 	// BRIDGE_RETRY_BACKOFF_MAX, BRIDGE_TARGET_INFLIGHT, BRIDGE_OWNERSHIP_TTL (egress owns
 	// their defaults, documentation and checks).
@@ -128,6 +129,16 @@ func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
 
 // Sentinel reports whether Redis Sentinel is configured.
 func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
+
+// Connect is r as internal/connect takes it (connect.RedisClient): where and how to
+// reach Redis, without the variables' names and files (PasswordFile is read by Load).
+func (r Redis) Connect() connect.Redis {
+	return connect.Redis{
+		URL: r.URL, ClusterAddrs: r.ClusterAddrs, SentinelAddrs: r.SentinelAddrs, SentinelMaster: r.SentinelMaster,
+		Username: r.Username, Password: r.Password,
+		TLSCAFile: r.TLSCAFile, TLSCertFile: r.TLSCertFile, TLSKeyFile: r.TLSKeyFile,
+	}
+}
 
 // NATS is the NATS adapter's configuration (BRIDGE_NATS_*), named here for brevity.
 type NATS = natsbroker.Config

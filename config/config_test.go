@@ -10,7 +10,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
-	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // specDefaults is docs/contract.md section 4's table, in its order, plus the two extensions.
@@ -170,7 +170,7 @@ func TestDefaultsTyped(t *testing.T) {
 			CancelSubject:       "delay.cancel",
 			DLQSubject:          "delay.dlq",
 			TargetAllow:         []string{"*"},
-			Ingress:             ingress.Rules{MaxDelay: 8760 * time.Hour, MaxPayload: 1048576, MaxHeaders: 64, MaxHeaderBytes: 8192, MaxHops: 8},
+			Ingress:             intake.Rules{MaxDelay: 8760 * time.Hour, MaxPayload: 1048576, MaxHeaders: 64, MaxHeaderBytes: 8192, MaxHops: 8},
 			HTTPAddr:            ":8080",
 			APIAddr:             "127.0.0.1:8081",
 			APIMaxInflightBytes: 32 << 20,
@@ -244,7 +244,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		CancelSubject:       "sched.cancel",
 		DLQSubject:          "sched.dlq",
 		TargetAllow:         []string{"orders.*", "kafka:billing.*"},
-		Ingress:             ingress.Rules{MaxDelay: 168 * time.Hour, MaxPayload: 65536, MaxHeaders: 16, MaxHeaderBytes: 1024, MaxHops: 3},
+		Ingress:             intake.Rules{MaxDelay: 168 * time.Hour, MaxPayload: 65536, MaxHeaders: 16, MaxHeaderBytes: 1024, MaxHops: 3},
 		HTTPAddr:            "0.0.0.0:9090",
 		APIAddr:             ":9091",
 		APIToken:            "s3cret",

@@ -18,7 +18,7 @@ import (
 
 // validate returns every semantic problem of c (already normalized). vars are the raw
 // BRIDGE_* variables, to tell set from defaulted. Components check their own variables
-// (Validate of the adapters, ingress.Rules and egress.Config); validate adds the
+// (Validate of the adapters, intake.Rules and egress.Config); validate adds the
 // variables that span components and the checks between them.
 func (c *Config) validate(vars map[string]string) []*VarError {
 	ps := &envconf.Problems{}

@@ -104,9 +104,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wake.Close()
-	if w := nextWake(t, wake.C, 5*time.Second); w.Shard != WakeResync {
-		t.Fatalf("first wake %+v, want resync", w)
-	}
+	firstResync(t, wake.C)
 	if err := wake.Follow(ctx, allShards(shards)); err != nil {
 		t.Fatal(err)
 	}

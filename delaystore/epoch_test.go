@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // TestCheckDataset (docs/faults.md B10): a shard whose keys vanish under a running replica is
@@ -66,8 +64,7 @@ func TestCheckDataset(t *testing.T) {
 // per shard, and a FLUSHALL is still seen at the very next check, with every shard reported
 // once.
 func TestCheckDatasetFlushAll(t *testing.T) {
-	srv := testredis.Start(t) // its own server: FLUSHALL
-	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1024 })
+	f, _ := ownServer(t, func(c *Config) { c.Shards = 1024 }) // its own server: FLUSHALL
 	ctx := t.Context()
 	if err := f.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)

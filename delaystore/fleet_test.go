@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // Heartbeat joins and renews, returns the sorted list only when the version moved, expires
@@ -26,9 +24,7 @@ func TestFleetHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if wk := nextWake(t, w.C, 5*time.Second); wk.Shard != WakeResync {
-		t.Fatalf("first wake %+v", wk)
-	}
+	firstResync(t, w.C)
 	fleetWake := func(version int64) {
 		t.Helper()
 		if wk := nextWake(t, w.C, 5*time.Second); wk != (Wake{Shard: WakeFleet, Due: version}) {
@@ -137,8 +133,7 @@ func TestFleetValidation(t *testing.T) {
 // A full Redis (maxmemory, noeviction) does not stop heartbeats: member.lua runs with
 // allow-oom, by SHA and by EVAL after a script flush.
 func TestFleetFullRedis(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f, _ := ownServer(t)
 	ctx := t.Context()
 	if _, err := confirmedBeat(ctx, f.s, "r1", time.Minute, 0, ""); err != nil {
 		t.Fatal(err)
@@ -172,9 +167,7 @@ func TestWakeFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if wk := nextWake(t, w.C, 5*time.Second); wk.Shard != WakeResync {
-		t.Fatalf("first wake %+v", wk)
-	}
+	firstResync(t, w.C)
 	ids := map[int][]string{}
 	for sh := range 4 {
 		ids[sh] = idsOnShard(f.s, sh, 10, fmt.Sprintf("f%d", sh))
@@ -261,9 +254,7 @@ func TestWakeFollowConcurrent(t *testing.T) {
 	if err := w.Follow(ctx, allShards(1024)); err != nil {
 		t.Fatal(err)
 	}
-	if wk := nextWake(t, w.C, 5*time.Second); wk.Shard != WakeResync {
-		t.Fatalf("first wake %+v", wk)
-	}
+	firstResync(t, w.C)
 	id := idsOnShard(f.s, 1000, 1, "c")[0]
 	due := f.park(t, ParkRequest{ID: id, Delay: time.Hour})[0].Due
 	if wk := nextWake(t, w.C, 5*time.Second); wk != (Wake{Shard: 1000, Due: due}) {
@@ -278,8 +269,7 @@ func TestWakeFollowConcurrent(t *testing.T) {
 // A Follow whose ctx ends before Redis confirmed returns ctx's error; the next Follow
 // subscribes the unconfirmed channels again and waits for them.
 func TestWakeFollowTimeout(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f, srv := ownServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w, err := f.s.Wakeups(ctx)

@@ -125,8 +125,7 @@ func TestExchangeReadsEachHeadOnce(t *testing.T) {
 // pcall made Redis 7.0 answer a refused write twice, shifting every later reply of a
 // pipeline onto the wrong command).
 func TestRefusedRunAnswersOnce(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 4 })
+	f, _ := ownServer(t, func(c *Config) { c.Shards = 4 })
 	fill(t, f.rdb)
 	var groups []group
 	for sh := range 4 {

@@ -28,9 +28,7 @@ func TestMiniredis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wakes.Close()
-	if w := nextWake(t, wakes.C, 5*time.Second); w.Shard != WakeResync {
-		t.Fatalf("first wake %+v", w)
-	}
+	firstResync(t, wakes.C)
 	if err := wakes.Follow(ctx, []int{0, 1}); err != nil {
 		t.Fatal(err)
 	}

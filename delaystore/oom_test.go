@@ -27,8 +27,7 @@ func fill(t *testing.T, rdb *redis.Client) {
 // claim, ack, retry and cancel still run (allow-oom), also when sent with EVAL after the
 // script cache was flushed: delivery goes on and frees memory. Room again: parks resume.
 func TestFullRedisKeepsDelivering(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1 })
+	f, _ := ownServer(t, func(c *Config) { c.Shards = 1 })
 	ctx := t.Context()
 	if _, err := f.s.Park(ctx, []ParkRequest{
 		{ID: "due-1", Envelope: sampleEnvelope(1)},
@@ -130,8 +129,7 @@ func TestFullRedisKeepsDelivering(t *testing.T) {
 // miniredis run) is the source with the shebang commented out, and the flag is what lets
 // delivery go on.
 func TestFullRedisRefusesUnflaggedClaim(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 1 })
+	f, _ := ownServer(t, func(c *Config) { c.Shards = 1 })
 	ctx := t.Context()
 	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "due", Envelope: sampleEnvelope(1)}}); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,23 @@ func setup(t *testing.T, mutate ...func(*Config)) *fixture {
 	return newFixture(t, testredis.URL(t), mutate...)
 }
 
+// ownServer is a fixture on a redis-server of its own, which the test may stop, fill or
+// flush, and that server.
+func ownServer(t *testing.T, mutate ...func(*Config)) (*fixture, *testredis.Server) {
+	t.Helper()
+	srv := testredis.Start(t)
+	return newFixture(t, srv.URL(), mutate...), srv
+}
+
+// firstResync fails t unless the first wake-up on c (within 5 s) is a resync, as every
+// new subscription's is.
+func firstResync(t *testing.T, c <-chan Wake) {
+	t.Helper()
+	if w := nextWake(t, c, 5*time.Second); w.Shard != WakeResync {
+		t.Fatalf("first wake %+v, want resync", w)
+	}
+}
+
 // now returns the Redis server time in unix ms.
 func (f *fixture) now(t *testing.T) int64 {
 	t.Helper()
@@ -779,9 +796,7 @@ func TestWakeups(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := w.C
-	if w := nextWake(t, ch, 5*time.Second); w.Shard != WakeResync {
-		t.Fatalf("first wake %+v, want resync", w)
-	}
+	firstResync(t, ch)
 	if err := w.Follow(ctx, allShards(4)); err != nil {
 		t.Fatal(err)
 	}
@@ -822,8 +837,7 @@ func TestWakeups(t *testing.T) {
 // After a reconnect go-redis resubscribes every channel; the fleet channel's confirmation
 // alone is the resync: one WakeResync, not one per followed shard.
 func TestWakeupsResyncOnReconnect(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL(), func(c *Config) { c.Shards = 64 })
+	f, srv := ownServer(t, func(c *Config) { c.Shards = 64 })
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(t.Context())
 	w, err := f.s.Wakeups(ctx)
@@ -831,9 +845,7 @@ func TestWakeupsResyncOnReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := w.C
-	if w := nextWake(t, ch, 5*time.Second); w.Shard != WakeResync {
-		t.Fatalf("first wake %+v", w)
-	}
+	firstResync(t, ch)
 	if err := w.Follow(ctx, allShards(64)); err != nil {
 		t.Fatal(err)
 	}
@@ -861,8 +873,7 @@ func TestWakeupsResyncOnReconnect(t *testing.T) {
 }
 
 func TestWakeupsSubscribeError(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f, srv := ownServer(t)
 	srv.Kill()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -946,8 +957,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 }
 
 func TestCrashSafety(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f, srv := ownServer(t)
 	const n = 200
 	var reqs []ParkRequest
 	for i := range n {
@@ -983,8 +993,7 @@ func TestCrashSafety(t *testing.T) {
 }
 
 func TestScriptCacheFlushed(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, srv.URL())
+	f, _ := ownServer(t)
 	if err := f.rdb.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -27,6 +28,34 @@ var (
 	// Config.MinReplicas, or does not say how many it has.
 	ErrTooFewReplicas = errors.New("delaystore: redis master has fewer connected replicas than required")
 )
+
+// ReplicaError is Init's refusal of a Redis master with fewer connected replicas than
+// Config.MinReplicas (Required), or one that refuses to tell (Refused set: INFO
+// replication denied) (errors.Is ErrTooFewReplicas). Its fields let the caller name the
+// setting (package bridge: BRIDGE_REDIS_MIN_REPLICAS).
+type ReplicaError struct {
+	// Master names the master ("redis master host:port" in a Cluster).
+	Master string
+	// Role and Connected are what INFO replication said (unset when Refused).
+	Role      string
+	Connected int
+	// Required is Config.MinReplicas.
+	Required int
+	// Refused is the master's refusal of INFO replication, nil when it answered.
+	Refused error
+}
+
+func (e *ReplicaError) Error() string {
+	if e.Refused != nil {
+		return fmt.Sprintf("init: %s refuses INFO replication (%v), so its replicas cannot be counted for the %d required "+
+			"(allow +info in the ACL): %v", e.Master, e.Refused, e.Required, ErrTooFewReplicas)
+	}
+	return fmt.Sprintf("init: %s (role %s) has %d connected replicas, fewer than the %d required: "+
+		"no write could be confirmed: %v", e.Master, e.Role, e.Connected, e.Required, ErrTooFewReplicas)
+}
+
+// Unwrap returns ErrTooFewReplicas.
+func (e *ReplicaError) Unwrap() error { return ErrTooFewReplicas }
 
 // Envelope is what the store keeps of a message besides its schedule.
 type Envelope struct {

@@ -176,16 +176,14 @@ func (s *Store) checkReplicas(ctx context.Context) error {
 		case errors.As(err, &refused) && s.minReplicas == 0:
 			return nil // not allowed (ACL) or not told (miniredis); nothing depends on it
 		case errors.As(err, &refused):
-			return fmt.Errorf("init: %s refuses INFO replication (%v), so its replicas cannot be counted for BRIDGE_REDIS_MIN_REPLICAS=%d "+
-				"(allow +info in the ACL): %w", master, err, s.minReplicas, ErrTooFewReplicas)
+			return &ReplicaError{Master: master, Required: s.minReplicas, Refused: err}
 		case err != nil:
 			return fmt.Errorf("init: read INFO replication of %s: %w", master, err)
 		}
 		role, n := parseReplication(info)
 		s.log.Info("redis replicas", "master", master, "role", role, "connected_replicas", n, "min_replicas", s.minReplicas)
 		if n < s.minReplicas {
-			return fmt.Errorf("init: %s (role %s) has %d connected replicas, fewer than BRIDGE_REDIS_MIN_REPLICAS=%d: "+
-				"no write could be confirmed: %w", master, role, n, s.minReplicas, ErrTooFewReplicas)
+			return &ReplicaError{Master: master, Role: role, Connected: n, Required: s.minReplicas}
 		}
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // cancel removes the pending message named by msg's x-delay-id and acks msg. Found or not,
@@ -20,7 +21,7 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	if len(ids) != 1 {
 		err := errCancelWithoutID
 		if len(ids) > 1 {
-			err = fmt.Errorf("%w: %s given %d times", ErrInvalidID, contract.HeaderID, len(ids))
+			err = fmt.Errorf("%w: %s given %d times", intake.ErrInvalidID, contract.HeaderID, len(ids))
 		}
 		in.reject(ctx, src, msg, err)
 		return
@@ -41,12 +42,12 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	})
 	if err == nil && refused {
 		msg.Ack()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
 	if err != nil {
 		msg.Nack()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
 	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
@@ -56,8 +57,11 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 	msg.Ack()
 	in.log.Debug("cancel", "id", id, "cancelled", cancelled, "published", at)
 	if !cancelled {
-		in.metrics.in(src.Broker, "cancel_not_found", 1)
+		in.metrics.Count(src.Broker, "cancel_not_found", 1)
 		return
 	}
-	in.metrics.in(src.Broker, "cancelled", 1)
+	in.metrics.Count(src.Broker, "cancelled", 1)
 }
+
+// errCancelWithoutID: a message on the cancel subject had no x-delay-id.
+var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", intake.ErrInvalidID, contract.HeaderID)

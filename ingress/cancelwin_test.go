@@ -8,11 +8,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestCancelReadBeforeItsMessage (issue 24 item 2): a cancel read before the message it
@@ -24,14 +24,14 @@ func TestCancelReadBeforeItsMessage(t *testing.T) {
 	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := intake.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
-		{Broker: BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
-	}, map[string]message.Publisher{BrokerNATS: gc}, nil, m)
+		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
+		{Broker: intake.BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
+	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestCancelReadBeforeItsMessage(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // gochannel drops messages published before Subscribe
 
 	count := func(result string) float64 {
-		return testutil.ToFloat64(m.messages.WithLabelValues(BrokerNATS, result, ""))
+		return counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", result)
 	}
 	waitCount := func(result string, want float64) {
 		t.Helper()

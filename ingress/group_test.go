@@ -12,8 +12,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/testredis"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // gatedParker counts the Park calls to a real store and their sizes; its first call
@@ -120,28 +121,15 @@ func notAcked(t *testing.T, what string, ms ...*message.Message) {
 // shards are acked, those of shard 1 are not, and the lanes of the parked shards go on
 // parking while shard 1 is retried.
 func TestGroupCommitMergesLanes(t *testing.T) {
-	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	broken := "{" + prefix + ":1}:seq"
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.RPush(t.Context(), broken, "x").Err(); err != nil {
-		t.Fatal(err)
-	}
+	// Shard 1's version counter of the wrong type: its park script fails (WRONGTYPE).
+	st, repair := storetest.NewBrokenShard(t, 5*time.Second, 1)
 	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
 	src := &chanSource{ch: make(chan *message.Message)}
 	const linger = 300 * time.Millisecond // ready after 300 ms, no longer waiting for the call in flight after 600 ms
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 4, Linger: linger,
 		RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, g,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,9 +185,7 @@ func TestGroupCommitMergesLanes(t *testing.T) {
 	waitAcked(t, "a message of a parked shard while another is retried", later)
 	notAcked(t, "failing shard", bad...)
 
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
+	repair()
 	waitAcked(t, "failing shard after it recovered", bad...)
 	for _, m := range append(append([]*message.Message{first, later}, good...), bad...) {
 		if _, err := st.Get(t.Context(), string(m.Payload)); err != nil {
@@ -211,21 +197,14 @@ func TestGroupCommitMergesLanes(t *testing.T) {
 // TestGroupCommitIdleSendsAtLinger: with nothing in flight a batch is parked Linger after
 // its first message, not later.
 func TestGroupCommitIdleSendsAtLinger(t *testing.T) {
-	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t, 5*time.Second)
 	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
 	close(g.gate)
 	src := &chanSource{ch: make(chan *message.Message)}
 	const linger = 100 * time.Millisecond
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Linger: linger}, g,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
@@ -58,7 +59,7 @@ type Source struct {
 
 // Config configures ingress.
 type Config struct {
-	Rules
+	intake.Rules
 	// DLQSubject is where invalid messages go, on their source broker.
 	DLQSubject string
 	// BatchSize is the most messages of one lane in one store call (default 256); a lane
@@ -86,7 +87,7 @@ type Config struct {
 	// Lookalikes warns about and counts incoming headers named like a contract header
 	// (x-dealy). nil: New makes one over its logger, metrics and Now; the bridge passes
 	// the one it shares with the message API.
-	Lookalikes *Lookalikes
+	Lookalikes *intake.Lookalikes
 }
 
 // Ingress consumes sources and parks their messages. Create with New, then Run once.
@@ -96,7 +97,7 @@ type Ingress struct {
 	sources []Source
 	dlq     map[string]message.Publisher
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *intake.Metrics
 	now     func() time.Time
 	// subscribed is set once Run has subscribed to every source (Subscribed).
 	subscribed atomic.Bool
@@ -118,7 +119,7 @@ func (in *Ingress) Subscribed() error {
 
 // New checks the wiring and returns an Ingress. dlq maps a broker name to the publisher
 // used for its dead-letter subject; every source broker needs one. metrics may be nil.
-func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Ingress, error) {
+func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *intake.Metrics) (*Ingress, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
@@ -158,7 +159,7 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 		cfg.Now = time.Now
 	}
 	if cfg.Lookalikes == nil {
-		cfg.Lookalikes = NewLookalikes(logger, metrics, cfg.Now)
+		cfg.Lookalikes = intake.NewLookalikes(logger, metrics, cfg.Now)
 	}
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
@@ -274,13 +275,13 @@ func (in *Ingress) startSpan(src Source, req *delaystore.ParkRequest) trace.Span
 }
 
 // incoming extracts what Prepare needs from a watermill message.
-func (in *Ingress) incoming(src Source, r received) Incoming {
+func (in *Ingress) incoming(src Source, r received) intake.Incoming {
 	md := r.msg.Metadata
 	var key []byte
 	if k, ok := md[headers.MetaKafkaKey]; ok {
 		key = []byte(k)
 	}
-	return Incoming{
+	return intake.Incoming{
 		Headers:    headers.FromMetadata(md),
 		Payload:    r.msg.Payload,
 		Key:        key,

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // broker is an in-process watermill Pub/Sub that redelivers nacked messages.
@@ -28,14 +29,14 @@ func newBroker(t *testing.T) *gochannel.GoChannel {
 	return gc
 }
 
-func testRules() Rules {
-	return Rules{
+func testRules() intake.Rules {
+	return intake.Rules{
 		MaxDelay:   24 * time.Hour,
 		MaxPayload: 1 << 20,
-		Targets: TargetPolicy{
-			Brokers: map[string]bool{BrokerNATS: true},
+		Targets: intake.TargetPolicy{
+			Brokers: map[string]bool{intake.BrokerNATS: true},
 			Allow:   []string{"*"},
-			Own:     map[string][]string{BrokerNATS: {"delay.in", "delay.cancel", "delay.dlq"}},
+			Own:     map[string][]string{intake.BrokerNATS: {"delay.in", "delay.cancel", "delay.dlq"}},
 		},
 	}
 }
@@ -54,9 +55,9 @@ func send(t *testing.T, gc *gochannel.GoChannel, topic string, payload string, h
 func runIngress(t *testing.T, st Parker, gc *gochannel.GoChannel) {
 	t.Helper()
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
-		{Broker: BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
-	}, map[string]message.Publisher{BrokerNATS: gc}, nil, nil)
+		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
+		{Broker: intake.BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
+	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +259,8 @@ func TestSameIDKeepsOrder(t *testing.T) {
 		}
 	}
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", BatchSize: 16}, st,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

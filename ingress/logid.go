@@ -5,6 +5,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // logID is what the log says of a message's x-delay-id: its first value, cut to MaxIDLen
@@ -12,8 +13,8 @@ import (
 // payload.
 func logID(msg *message.Message) string {
 	id, _ := headers.FromMetadata(msg.Metadata).Get(contract.HeaderID)
-	if len(id) > MaxIDLen {
-		id = id[:MaxIDLen]
+	if len(id) > intake.MaxIDLen {
+		id = id[:intake.MaxIDLen]
 	}
 	return id
 }

@@ -60,7 +60,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 			p.span.End()
 			p.msg.Nack()
 		}
-		in.metrics.in(src.Broker, "nacked", len(batch))
+		in.metrics.Count(src.Broker, "nacked", len(batch))
 	}
 }
 
@@ -106,9 +106,9 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 		}
 		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
 	}
-	in.metrics.in(src.Broker, "parked", acked-delivered-cancelled)
-	in.metrics.in(src.Broker, "already_delivered", delivered)
-	in.metrics.in(src.Broker, "cancelled_on_arrival", cancelled)
+	in.metrics.Count(src.Broker, "parked", acked-delivered-cancelled)
+	in.metrics.Count(src.Broker, "already_delivered", delivered)
+	in.metrics.Count(src.Broker, "cancelled_on_arrival", cancelled)
 	return rest
 }
 
@@ -126,7 +126,7 @@ func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []p
 		p.msg.Ack() // a core request: the ack sends the reply
 		p.span.SetStatus(codes.Error, "not replicated")
 		p.span.End()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 	}
 	return keep
 }

@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/testredis"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestPartialParkAcksWhatWasParked: when the park of one shard fails and the others
@@ -19,22 +18,8 @@ import (
 // messages of the parked shards are acked at once and only the others are retried, so
 // they cannot be delivered and then parked again by a retry of their batch.
 func TestPartialParkAcksWhatWasParked(t *testing.T) {
-	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	// Shard 1's version counter of the wrong type: its park script fails (WRONGTYPE).
-	broken := "{" + prefix + ":1}:seq"
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.RPush(t.Context(), broken, "x").Err(); err != nil {
-		t.Fatal(err)
-	}
+	st, repair := storetest.NewBrokenShard(t, 5*time.Second, 1)
 	src := &orderedSource{}
 	var good, bad []*message.Message
 	for i := 0; len(good) < 5 || len(bad) < 5; i++ {
@@ -43,10 +28,7 @@ func TestPartialParkAcksWhatWasParked(t *testing.T) {
 		if sh != 0 && sh != 1 {
 			continue
 		}
-		m := message.NewMessage(watermill.NewUUID(), []byte(id))
-		m.Metadata = headers.ToMetadata(headers.List{
-			{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "orders.timeout"}, {Key: "x-delay-id", Value: id},
-		}, nil)
+		m := delayedMsg(id)
 		if sh == 0 {
 			good = append(good, m)
 		} else {
@@ -56,8 +38,8 @@ func TestPartialParkAcksWhatWasParked(t *testing.T) {
 	}
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 1, BatchSize: 64, Linger: 50 * time.Millisecond,
 		RetryMin: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond}, st,
-		[]Source{{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +66,7 @@ func TestPartialParkAcksWhatWasParked(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
-		t.Fatal(err)
-	}
+	repair()
 	for i, m := range bad {
 		select {
 		case <-m.Acked():

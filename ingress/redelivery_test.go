@@ -8,11 +8,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestRedeliveryOfDeliveredMessage: a source message is parked with its source id in the
@@ -23,13 +23,13 @@ func TestRedeliveryOfDeliveredMessage(t *testing.T) {
 	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	reg := prometheus.NewRegistry()
-	metrics, err := NewMetrics(reg)
+	metrics, err := intake.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
-	}, map[string]message.Publisher{BrokerNATS: gc}, nil, metrics)
+		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
+	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRedeliveryOfDeliveredMessage(t *testing.T) {
 	deliver(t, st, "order-1")
 
 	count := func(result string) float64 {
-		return testutil.ToFloat64(metrics.messages.WithLabelValues(BrokerNATS, result, ""))
+		return counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", result)
 	}
 	send(t, gc, "delay.in", "x", hs, map[string]string{headers.MetaSourceID: "js:IN:5"})
 	for deadline := time.Now().Add(5 * time.Second); count("already_delivered") < 1; time.Sleep(5 * time.Millisecond) {

@@ -10,20 +10,21 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // reject sends msg to the dead-letter subject of its broker, with all its headers and
 // x-delay-error, then acks it (with an error reply for a request). If the dead-letter
 // publish cannot be done before ctx ends, msg is nacked instead.
 func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message, cause error) {
-	text := ErrorText(cause)
+	text := intake.ErrorText(cause)
 	dead := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		if k != headers.MetaReply && k != headers.MetaSourceID {
 			dead.Metadata.Set(k, v)
 		}
 	}
-	if src.Broker == BrokerNATS {
+	if src.Broker == intake.BrokerNATS {
 		dead.Metadata = disarmNATSHeaders(dead.Metadata)
 	}
 	dead.Metadata.Set(contract.HeaderError, text)
@@ -42,15 +43,15 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 	})
 	if err != nil {
 		msg.Nack()
-		in.metrics.in(src.Broker, "nacked", 1)
+		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
 	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
 		Error string `json:"error"`
 	}{text}))
 	msg.Ack()
-	in.log.Debug("rejected", "id", logID(msg), "broker", src.Broker, "topic", src.Topic, "reason", Reason(cause))
-	in.metrics.rejected(src.Broker, Reason(cause))
+	in.log.Debug("rejected", "id", logID(msg), "broker", src.Broker, "topic", src.Topic, "reason", intake.Reason(cause))
+	in.metrics.Invalid(src.Broker, intake.Reason(cause))
 }
 
 // tooLarge reports whether err is (or wraps) a broker's permanent refusal of a message

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // gatedSource is a message.Subscriber whose Subscribe returns only once gate is closed.
@@ -33,9 +34,9 @@ func TestSubscribedOnlyAfterEverySource(t *testing.T) {
 	first, second := &gatedSource{gate: make(chan struct{})}, &gatedSource{gate: make(chan struct{})}
 	close(first.gate)
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: first},
-		{Broker: BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: second},
-	}, map[string]message.Publisher{BrokerNATS: newBroker(t)}, nil, nil)
+		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: first},
+		{Broker: intake.BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: second},
+	}, map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestNotReplicatedRequests: with BRIDGE_REDIS_MIN_REPLICAS 1 and the replica paused, a
@@ -43,9 +44,9 @@ func TestNotReplicatedRequests(t *testing.T) {
 	}()
 	gc := newBroker(t)
 	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: &orderedSource{msgs: []*message.Message{req, plain}}},
-		{Broker: BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: &orderedSource{msgs: []*message.Message{cancelReq}}},
-	}, map[string]message.Publisher{BrokerNATS: gc}, nil, nil)
+		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: &orderedSource{msgs: []*message.Message{req, plain}}},
+		{Broker: intake.BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: &orderedSource{msgs: []*message.Message{cancelReq}}},
+	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/bridge"
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // devStream is the JetStream stream `bridge dev` creates for its dead letters. It does
@@ -199,7 +200,7 @@ type arrivalPrinter struct {
 func (p *arrivalPrinter) print(m *natsgo.Msg) {
 	now := time.Now()
 	late := ""
-	if due, err := strconv.ParseInt(m.Header.Get("x-delay-due"), 10, 64); err == nil {
+	if due, err := strconv.ParseInt(m.Header.Get(contract.HeaderDue), 10, 64); err == nil {
 		late = fmt.Sprintf(" (%s after due)", now.Sub(time.UnixMilli(due)).Round(time.Millisecond))
 	}
 	keys := make([]string, 0, len(m.Header))

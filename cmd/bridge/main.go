@@ -5,11 +5,16 @@
 //	bridge send ...      schedule a message through a running bridge's message API
 //	bridge stats         show the delay store statistics
 //	bridge cancel ID     cancel a pending message
+//	bridge ls            list parked messages in due order
+//	bridge targets       parked count and next due per target
+//	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once
 //	bridge healthcheck   GET /readyz of a running bridge, exit 0 on 200 (container health)
 //	bridge redrive       send dead letters back to the ingress (after fixing their cause)
 //	bridge version       print the version
+//	bridge help          usage, the message headers and every BRIDGE_* variable
 //
-// See `bridge --help` for every variable.
+// send, stats, cancel, ls, targets and bulk go through a running bridge's message API.
+// See `bridge --help` for every flag and variable.
 package main
 
 import (

@@ -3,6 +3,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,4 +46,33 @@ func NewConfirmed(t testing.TB, lease time.Duration) (*delaystore.Store, *testre
 		t.Fatalf("storetest: init: %v", err)
 	}
 	return st, replica
+}
+
+// NewBrokenShard returns an initialised store (4 shards, the given lease) whose shard
+// cannot park: its version counter holds a list, so its park script fails (WRONGTYPE) as
+// a full Redis or a master whose replicas lag refuses one shard while the others work.
+// repair makes the shard work again.
+func NewBrokenShard(t testing.TB, lease time.Duration, shard int) (st *delaystore.Store, repair func()) {
+	t.Helper()
+	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: lease})
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	if err := st.Init(t.Context()); err != nil {
+		t.Fatalf("storetest: init: %v", err)
+	}
+	broken := fmt.Sprintf("{%s:%d}:seq", prefix, shard)
+	if err := rdb.Del(t.Context(), broken).Err(); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	if err := rdb.RPush(t.Context(), broken, "x").Err(); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	return st, func() {
+		t.Helper()
+		if err := rdb.Del(t.Context(), broken).Err(); err != nil {
+			t.Fatalf("storetest: repair shard %d: %v", shard, err)
+		}
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,19 +59,15 @@ type kchecker struct {
 	t *testing.T
 	k *kstack
 
-	mu       sync.Mutex
-	earliest map[string]time.Time
-	copies   map[string]int
+	arrivals                           // mu guards the maps below too
 	ids      map[string]map[string]int // seq -> x-delay-id -> copies
 	dues     map[string]map[string]int // seq -> x-delay-due -> copies
 	dead     map[string]string         // seq -> x-delay-error of its dead letter
-	early    []string
-	lateness []time.Duration
 }
 
 func newKafkaChecker(t *testing.T, k *kstack) *kchecker {
 	t.Helper()
-	c := &kchecker{t: t, k: k, earliest: map[string]time.Time{}, copies: map[string]int{},
+	c := &kchecker{t: t, k: k, arrivals: newArrivals(),
 		ids: map[string]map[string]int{}, dues: map[string]map[string]int{}, dead: map[string]string{}}
 	c.read("out.fault", c.arrive)
 	c.read("delay.dlq", func(r *kgo.Record, _ time.Time) {
@@ -114,10 +109,9 @@ func recHeader(r *kgo.Record, key string) string {
 
 func (c *kchecker) arrive(r *kgo.Record, now time.Time) {
 	seq := recHeader(r, "seq")
-	due, err := strconv.ParseInt(recHeader(r, "x-delay-due"), 10, 64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.copies[seq]++
+	c.arrivedLocked(seq, recHeader(r, "x-delay-due"), now)
 	if c.ids[seq] == nil {
 		c.ids[seq] = map[string]int{}
 	}
@@ -126,17 +120,6 @@ func (c *kchecker) arrive(r *kgo.Record, now time.Time) {
 		c.dues[seq] = map[string]int{}
 	}
 	c.dues[seq][recHeader(r, "x-delay-due")]++
-	earliest, known := c.earliest[seq]
-	switch {
-	case !known || err != nil:
-		c.early = append(c.early, fmt.Sprintf("seq %q: unknown or no x-delay-due (%v)", seq, err))
-	case now.UnixMilli() < due:
-		c.early = append(c.early, fmt.Sprintf("seq %s: %d ms before its x-delay-due", seq, due-now.UnixMilli()))
-	case now.Before(earliest.Add(-tolerance)):
-		c.early = append(c.early, fmt.Sprintf("seq %s: %s before send time + delay", seq, earliest.Sub(now)))
-	case c.copies[seq] == 1:
-		c.lateness = append(c.lateness, now.Sub(earliest))
-	}
 }
 
 // send produces n records (x-target out.fault) to delay.in, record i with x-delay
@@ -173,9 +156,7 @@ func (c *kchecker) produce(prefix, target string, n, partition int, delay func(i
 		}
 		r := &kgo.Record{Topic: "delay.in", Partition: p, Value: []byte(seq), Headers: []kgo.RecordHeader{
 			{Key: "x-delay", Value: []byte(hd)}, {Key: "x-target", Value: []byte(target)}, {Key: "seq", Value: []byte(seq)}}}
-		c.mu.Lock()
-		c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
-		c.mu.Unlock()
+		c.expect(seq, d)
 		wg.Add(1)
 		c.k.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
 			defer wg.Done()
@@ -211,48 +192,22 @@ func (r kreport) String() string {
 // await waits up to timeout for every seq on out.fault, then 1 s more, and counts.
 func (c *kchecker) await(seqs []string, timeout time.Duration) kreport {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		c.mu.Lock()
-		missing := 0
-		for _, s := range seqs {
-			if c.copies[s] == 0 {
-				missing++
-			}
-		}
-		c.mu.Unlock()
-		if missing == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.waitAll(seqs, timeout)
 	time.Sleep(time.Second)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := kreport{messages: len(seqs), early: len(c.early)}
+	r.lost, r.dups = c.lostDupsLocked(seqs)
 	for _, s := range seqs {
-		switch n := c.copies[s]; {
-		case n == 0:
-			r.lost++
-		case n > 1:
-			r.dups += n - 1
-		}
 		r.idsPerSeq = max(r.idsPerSeq, len(c.ids[s]))
 		if n := len(c.dues[s]); n > 1 {
 			r.reparked += n - 1
 		}
 	}
-	l := slices.Clone(c.lateness)
-	slices.Sort(l)
-	if len(l) > 0 {
+	if l := c.sortedLatenessLocked(); len(l) > 0 {
 		r.p99, r.max = l[min(len(l)-1, len(l)*99/100)], l[len(l)-1]
 	}
-	for i, e := range c.early {
-		if i == 5 {
-			break
-		}
-		c.t.Errorf("early: %s", e)
-	}
+	c.reportEarlyLocked(c.t)
 	return r
 }
 

@@ -13,9 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,17 +107,12 @@ type checker struct {
 	t  *testing.T
 	s  *stack
 	js jetstream.JetStream // its own connection, so that async publish state is ours
-
-	mu       sync.Mutex
-	earliest map[string]time.Time // seq -> earliest legal arrival
-	copies   map[string]int
-	early    []string
-	lateness []time.Duration
+	arrivals
 }
 
 func newChecker(t *testing.T, s *stack) *checker {
 	t.Helper()
-	c := &checker{t: t, s: s, earliest: map[string]time.Time{}, copies: map[string]int{}}
+	c := &checker{t: t, s: s, arrivals: newArrivals()}
 	nc := testnats.Connect(t, s.nats.URL())
 	var err error
 	if c.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024)); err != nil {
@@ -137,27 +130,11 @@ func newChecker(t *testing.T, s *stack) *checker {
 	return c
 }
 
-// tolerance covers the millisecond rounding of due times (Redis TIME in ms, delays in ms).
-const tolerance = 2 * time.Millisecond
-
 func (c *checker) arrive(m *nats.Msg) {
 	now := time.Now()
-	seq := m.Header.Get("seq")
-	due, err := strconv.ParseInt(m.Header.Get("x-delay-due"), 10, 64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.copies[seq]++
-	earliest, known := c.earliest[seq]
-	switch {
-	case !known || err != nil:
-		c.early = append(c.early, fmt.Sprintf("seq %q: unknown or no x-delay-due (%v)", seq, err))
-	case now.UnixMilli() < due:
-		c.early = append(c.early, fmt.Sprintf("seq %s: %d ms before its x-delay-due", seq, due-now.UnixMilli()))
-	case now.Before(earliest.Add(-tolerance)):
-		c.early = append(c.early, fmt.Sprintf("seq %s: %s before send time + delay", seq, earliest.Sub(now)))
-	case c.copies[seq] == 1:
-		c.lateness = append(c.lateness, now.Sub(earliest))
-	}
+	c.arrivedLocked(m.Header.Get("seq"), m.Header.Get("x-delay-due"), now)
 }
 
 // send publishes n messages, message i with x-delay delay(i), and waits for every PubAck:
@@ -186,9 +163,7 @@ func (c *checker) publishOne(seq string, d time.Duration, body []byte) string {
 	m.Header.Set("x-target", "out.fault")
 	m.Header.Set("seq", seq)
 	m.Data = body
-	c.mu.Lock()
-	c.earliest[seq] = time.Now().Add(d.Truncate(time.Millisecond))
-	c.mu.Unlock()
+	c.expect(seq, d)
 	if _, err := c.js.PublishMsgAsync(m); err != nil {
 		c.t.Fatalf("publish %s: %v", seq, err)
 	}
@@ -211,33 +186,12 @@ func (r report) String() string {
 // escaped JetStream's deduplication.
 func (c *checker) await(seqs []string, timeout time.Duration) report {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		c.mu.Lock()
-		missing := 0
-		for _, s := range seqs {
-			if c.copies[s] == 0 {
-				missing++
-			}
-		}
-		c.mu.Unlock()
-		if missing == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.waitAll(seqs, timeout)
 	time.Sleep(1500 * time.Millisecond)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := report{messages: len(seqs), early: len(c.early)}
-	for _, s := range seqs {
-		switch n := c.copies[s]; {
-		case n == 0:
-			r.lost++
-		case n > 1:
-			r.dups += n - 1
-		}
-	}
+	r.lost, r.dups = c.lostDupsLocked(seqs)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	str, err := c.s.js.Stream(ctx, "OUT")
@@ -249,17 +203,10 @@ func (c *checker) await(seqs []string, timeout time.Duration) report {
 		c.t.Fatal(err)
 	}
 	r.streamExtra = int(info.State.Msgs) - (len(seqs) - r.lost)
-	l := slices.Clone(c.lateness)
-	slices.Sort(l)
-	if len(l) > 0 {
+	if l := c.sortedLatenessLocked(); len(l) > 0 {
 		r.p50, r.p99, r.max = l[len(l)/2], l[min(len(l)-1, len(l)*99/100)], l[len(l)-1]
 	}
-	for i, e := range c.early {
-		if i == 5 {
-			break
-		}
-		c.t.Errorf("early: %s", e)
-	}
+	c.reportEarlyLocked(c.t)
 	return r
 }
 

@@ -10,9 +10,29 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/delaybridge/delaybridge/config"
 )
+
+// Redis is where and how to reach Redis, in any topology: exactly one of URL,
+// ClusterAddrs and SentinelAddrs decides it (Sentinel first, then Cluster, else URL).
+// Package config builds it from the BRIDGE_REDIS_* variables (config.Redis.Connect) and
+// has validated it; connect does not check it again.
+type Redis struct {
+	// URL is a standalone Redis: redis:// or rediss:// (TLS), user and password in the
+	// URL for ACL, the database as the path.
+	URL string
+	// ClusterAddrs are Redis Cluster seed addresses (host:port).
+	ClusterAddrs []string
+	// SentinelAddrs are Redis Sentinel addresses (host:port) that name the primary of
+	// SentinelMaster.
+	SentinelAddrs  []string
+	SentinelMaster string
+	// Username and Password are the ACL user and its password, in every topology; set,
+	// they override the URL's.
+	Username, Password string
+	// TLSCAFile, TLSCertFile and TLSKeyFile are PEM files: the CAs of the server
+	// certificate (set, it turns TLS on) and a client certificate and key (mutual TLS).
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+}
 
 const (
 	// clusterReloadInterval bounds how stale the cluster client's slot map may get. go-redis
@@ -33,12 +53,12 @@ const (
 // apply to the data nodes of every topology and override a URL's user and password. The
 // configuration is validated by config.Load; a URL that does not parse yields the options of
 // the default address (it cannot happen after Load).
-func redisOptions(cfg config.Redis) *redis.UniversalOptions {
+func redisOptions(cfg Redis) *redis.UniversalOptions {
 	var o *redis.UniversalOptions
 	switch {
-	case cfg.Sentinel():
+	case len(cfg.SentinelAddrs) > 0:
 		o = &redis.UniversalOptions{Addrs: cfg.SentinelAddrs, MasterName: cfg.SentinelMaster}
-	case cfg.Cluster():
+	case len(cfg.ClusterAddrs) > 0:
 		o = &redis.UniversalOptions{
 			Addrs:         cfg.ClusterAddrs,
 			IsClusterMode: true,
@@ -100,12 +120,12 @@ func fromURL(url string) *redis.UniversalOptions {
 // the sentinels for the primary and follows switch-overs, a ClusterClient that reloads its
 // slot map every second, or a plain client. TLS and credentials (redisSecurity) apply to the
 // data nodes of every topology.
-func RedisClient(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, error) {
-	sec, err := newRedisSecurity(cfg.Redis)
+func RedisClient(cfg Redis, logger *slog.Logger) (redis.UniversalClient, error) {
+	sec, err := newRedisSecurity(cfg)
 	if err != nil {
 		return nil, err
 	}
-	o := redisOptions(cfg.Redis)
+	o := redisOptions(cfg)
 	sec.apply(&o.TLSConfig, &o.Username, &o.Password, logger)
 	switch {
 	case o.MasterName != "":

@@ -12,7 +12,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/config"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/tlsfiles"
@@ -26,7 +25,7 @@ type redisSecurity struct {
 	tls        *tls.Config // nil: the files do not turn TLS on
 }
 
-func newRedisSecurity(cfg config.Redis) (redisSecurity, error) {
+func newRedisSecurity(cfg Redis) (redisSecurity, error) {
 	s := redisSecurity{user: cfg.Username, pass: cfg.Password}
 	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
 	if files.Set() {
@@ -79,9 +78,9 @@ func IsAuthError(err error) bool {
 	return false
 }
 
-// NATSOptions returns the connection options of BRIDGE_NATS_CREDS_FILE,
-// BRIDGE_NATS_NKEY_FILE and the BRIDGE_NATS_TLS_* files.
-func NATSOptions(cfg config.NATS) ([]natsgo.Option, error) {
+// NATSOptions returns the connection options of the NATS adapter's credentials, nkey and
+// TLS files (cfg.CredsFile, cfg.NKeyFile, cfg.TLS*File).
+func NATSOptions(cfg natsbroker.Config) ([]natsgo.Option, error) {
 	sec := natsbroker.Security{CredsFile: cfg.CredsFile, NKeyFile: cfg.NKeyFile}
 	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
 	if files.Set() {
@@ -94,9 +93,9 @@ func NATSOptions(cfg config.NATS) ([]natsgo.Option, error) {
 	return sec.Options()
 }
 
-// KafkaSecurity returns the TLS and SASL of the BRIDGE_KAFKA_TLS* and
-// BRIDGE_KAFKA_SASL_* variables.
-func KafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
+// KafkaSecurity returns the TLS and SASL of the Kafka adapter's configuration
+// (cfg.KafkaTLS, cfg.TLS*File, cfg.SASL*).
+func KafkaSecurity(cfg kafkabroker.Config) (kafkabroker.Security, error) {
 	var sec kafkabroker.Security
 	files := tlsfiles.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}
 	if cfg.KafkaTLS || files.Set() {
@@ -117,13 +116,14 @@ func KafkaSecurity(cfg config.Kafka) (kafkabroker.Security, error) {
 }
 
 // CheckKafkaAuth pings the brokers once at start (bounded by 5 s) and returns an error
-// only when they refuse the credentials: a broker that is down is not fatal (readiness
-// reports it, the clients retry), wrong credentials are.
+// only when they refuse the credentials (the brokers' refusal, unwrapped: the caller
+// names the settings to check): a broker that is down is not fatal (readiness reports
+// it, the clients retry), wrong credentials are.
 func CheckKafkaAuth(ctx context.Context, brokers []string, sec kafkabroker.Security) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := kafkabroker.PingWith(ctx, brokers, sec); kafkabroker.IsAuthError(err) {
-		return fmt.Errorf("kafka refused the bridge's credentials (check BRIDGE_KAFKA_SASL_*): %w", err)
+		return err
 	}
 	return nil
 }

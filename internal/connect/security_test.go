@@ -9,13 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/internal/testcerts"
 )
 
 func TestRedisSecurityApply(t *testing.T) {
 	certs := testcerts.Generate(t)
-	sec, err := newRedisSecurity(config.Redis{Username: "u2", Password: "p2",
+	sec, err := newRedisSecurity(Redis{Username: "u2", Password: "p2",
 		TLSCAFile: certs.CA, TLSCertFile: certs.ClientCert, TLSKeyFile: certs.ClientKey})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +56,7 @@ func TestRedisSecurityApply(t *testing.T) {
 	if o.Username != "u1" || o.Password != "p1" || o.TLSConfig != nil {
 		t.Errorf("empty security changed the options: %q %q %v", o.Username, o.Password, o.TLSConfig)
 	}
-	if _, err := newRedisSecurity(config.Redis{TLSCertFile: certs.ClientCert}); err == nil {
+	if _, err := newRedisSecurity(Redis{TLSCertFile: certs.ClientCert}); err == nil {
 		t.Error("certificate without key: no error")
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/api"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // serveAPI serves the message API (token "tok", 64 KiB payloads) with sc on a fresh
@@ -24,7 +24,7 @@ func serveAPI(t *testing.T, budget int64, sc httpapi.ServerConfig) string {
 	t.Helper()
 	st := storetest.New(t, time.Second)
 	h := api.New(api.Config{
-		Rules: ingress.Rules{MaxDelay: time.Hour, MaxPayload: 64 << 10, Targets: ingress.TargetPolicy{
+		Rules: intake.Rules{MaxDelay: time.Hour, MaxPayload: 64 << 10, Targets: intake.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
 			Own: map[string][]string{"nats": {"delay.in"}},
 		}},

@@ -1,6 +1,6 @@
 // Package api serves the message API (BRIDGE_API_ADDR, docs/contract.md section 6):
 // POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats. It validates a
-// message exactly as ingress does (ingress.Rules.Prepare) and parks it in the delay store.
+// message exactly as ingress does (intake.Rules.Prepare) and parks it in the delay store.
 package api
 
 import (
@@ -24,11 +24,11 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ui"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/schedule"
 )
 
@@ -44,14 +44,14 @@ type Store interface {
 // Config configures the message API.
 type Config struct {
 	// Rules validate messages exactly as ingress does.
-	Rules ingress.Rules
+	Rules intake.Rules
 	// DefaultBroker resolves an unprefixed target: "nats" when NATS is configured, else "kafka".
 	DefaultBroker string
 	// Token, when set, is the bearer token every request must carry.
 	Token string
 	// Metrics, when set, counts the API's messages in delaybridge_messages_in_total with
 	// broker "http" (parked, invalid by reason, cancelled).
-	Metrics *ingress.Metrics
+	Metrics *intake.Metrics
 	// MaxInflightBytes bounds the request-body bytes read at once over all requests
 	// (BRIDGE_API_MAX_INFLIGHT_BYTES); it is raised to one largest request
 	// ([Config.MaxBodyBytes]) when smaller. 0: [DefaultMaxInflightBytes].
@@ -69,7 +69,7 @@ type Config struct {
 	RedisErr func() error
 	// Lookalikes, when set, warns about and counts the names in a POST's headers object
 	// that look like a contract header's (x-dealy), as ingress does for brokers.
-	Lookalikes *ingress.Lookalikes
+	Lookalikes *intake.Lookalikes
 
 	// bulkBudget replaces the 10 s that a bulk request works (tests).
 	bulkBudget time.Duration
@@ -221,8 +221,8 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	a.cfg.Lookalikes.Check(in.Headers, in.Source)
 	park, err := a.cfg.Rules.Prepare(in, a.cfg.Now())
 	if err != nil {
-		a.cfg.Metrics.Invalid("http", ingress.Reason(err))
-		writeError(w, http.StatusBadRequest, fieldNames.Replace(ingress.ErrorText(err)))
+		a.cfg.Metrics.Invalid("http", intake.Reason(err))
+		writeError(w, http.StatusBadRequest, fieldNames.Replace(intake.ErrorText(err)))
 		return
 	}
 	parked, err := a.store.Park(r.Context(), []delaystore.ParkRequest{park})
@@ -244,7 +244,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 
 // incoming turns a POST body into the header form ingress validates, so the API and the
 // brokers share one grammar.
-func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Incoming, error) {
+func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Incoming, error) {
 	var hs headers.List
 	keys := make([]string, 0, len(req.Headers))
 	for k := range req.Headers {
@@ -276,24 +276,24 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (ingress.Inc
 		}
 		v, err := stringOrInt(f.raw)
 		if err != nil {
-			return ingress.Incoming{}, fmt.Errorf("%s: %w", f.name, err)
+			return intake.Incoming{}, fmt.Errorf("%s: %w", f.name, err)
 		}
 		hs.Add(f.header, v)
 	}
 	var payload []byte
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
-		return ingress.Incoming{}, errors.New("give payload or payload_base64, not both")
+		return intake.Incoming{}, errors.New("give payload or payload_base64, not both")
 	case req.Payload != nil:
 		payload = []byte(*req.Payload)
 	case req.PayloadBase64 != nil:
 		p, err := base64.StdEncoding.DecodeString(*req.PayloadBase64)
 		if err != nil {
-			return ingress.Incoming{}, fmt.Errorf("payload_base64: %w", err)
+			return intake.Incoming{}, fmt.Errorf("payload_base64: %w", err)
 		}
 		payload = p
 	}
-	return ingress.Incoming{
+	return intake.Incoming{
 		Headers:  hs,
 		Payload:  payload,
 		Broker:   a.cfg.DefaultBroker,

@@ -16,9 +16,9 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 func newAPI(t *testing.T, token string) (*client.Client, *delaystore.Store) {
@@ -31,7 +31,7 @@ func newAPI(t *testing.T, token string) (*client.Client, *delaystore.Store) {
 func newAPIOn(t *testing.T, token string, st *delaystore.Store) *client.Client {
 	t.Helper()
 	h := New(Config{
-		Rules: ingress.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: ingress.TargetPolicy{
+		Rules: intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
 			Own: map[string][]string{"nats": {"delay.in", "delay.cancel", "delay.dlq"}},
 		}},

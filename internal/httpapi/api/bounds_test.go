@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestRescheduleToMaxInt64Refused is issue 23's reproduction: {"id":"big1","deliver_at":
@@ -117,7 +117,7 @@ func FuzzAPITimes(f *testing.F) {
 	}
 	st := storetest.New(f, time.Second)
 	const maxDelay = 24 * time.Hour
-	h := New(Config{Rules: ingress.Rules{MaxDelay: maxDelay, MaxPayload: 64, Targets: ingress.TargetPolicy{
+	h := New(Config{Rules: intake.Rules{MaxDelay: maxDelay, MaxPayload: 64, Targets: intake.TargetPolicy{
 		Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}}, DefaultBroker: "nats"}, st, nil)
 	f.Fuzz(func(t *testing.T, field, value string) {
 		before := time.Now().UnixMilli()

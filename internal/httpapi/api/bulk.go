@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // bulkBudget is how long one bulk request works before it answers with next_cursor.
@@ -205,7 +205,7 @@ func optionalTime(name string, raw json.RawMessage) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	ms, err := ingress.ParseDeliverAt(strings.TrimSpace(v))
+	ms, err := intake.ParseDeliverAt(strings.TrimSpace(v))
 	if err != nil {
 		return 0, fmt.Errorf("%s %q: want unix ms or RFC 3339", name, v)
 	}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // newAPIBudget serves the message API over a new store with a bulk budget of 0: every
@@ -24,7 +24,7 @@ func newAPIBudget(t *testing.T) *client.Client {
 	t.Helper()
 	st := storetest.New(t, time.Second)
 	h := New(Config{
-		Rules: ingress.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: ingress.TargetPolicy{
+		Rules: intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
 		}},
 		DefaultBroker: "nats",

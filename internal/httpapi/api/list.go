@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // List paging (docs/contract.md section 8): limit's default and most, and how long one
@@ -141,7 +141,7 @@ func queryTime(v url.Values, name string) (int64, error) {
 	if !v.Has(name) {
 		return 0, nil
 	}
-	ms, err := ingress.ParseDeliverAt(s)
+	ms, err := intake.ParseDeliverAt(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s %q: want unix ms or RFC 3339", name, s)
 	}

@@ -11,25 +11,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestPostCountsLookalikes: a headers object with x-dealy is parked due now (the header
 // means nothing to the bridge), and the API warns and counts it as ingress does.
 func TestPostCountsLookalikes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := ingress.NewMetrics(reg)
+	m, err := intake.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
 	h := New(Config{
-		Rules: ingress.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: ingress.TargetPolicy{
+		Rules: intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}},
 		DefaultBroker: "nats", Metrics: m,
-		Lookalikes: ingress.NewLookalikes(slog.New(slog.NewTextHandler(&logs, nil)), m, nil),
+		Lookalikes: intake.NewLookalikes(slog.New(slog.NewTextHandler(&logs, nil)), m, nil),
 	}, storetest.New(t, time.Second), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -1,4 +1,4 @@
-package ingress
+package intake
 
 import (
 	"fmt"
@@ -205,6 +205,3 @@ func ErrorText(err error) string {
 	b.WriteString(err.Error())
 	return b.String()
 }
-
-// errCancelWithoutID: a message on the cancel subject had no x-delay-id.
-var errCancelWithoutID = fmt.Errorf("%w: cancel without %s", ErrInvalidID, contract.HeaderID)

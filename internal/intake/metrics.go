@@ -1,4 +1,4 @@
-package ingress
+package intake
 
 import (
 	"fmt"
@@ -8,13 +8,15 @@ import (
 	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
-// Metrics are the ingress counters. A nil *Metrics records nothing.
+// Metrics are the counters of messages coming in, shared by every way in (ingress's
+// broker subscriptions and the message API, as broker "http"). A nil *Metrics records
+// nothing; safe for concurrent use.
 type Metrics struct {
 	messages   *prometheus.CounterVec
 	lookalikes *prometheus.CounterVec
 }
 
-// NewMetrics registers the ingress metrics with reg:
+// NewMetrics registers the metrics of messages coming in with reg:
 // delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled (a
 // cancel that removed a pending message), cancel_not_found (a cancel that found none: the
 // store remembers it), cancelled_on_arrival (a message published before a remembered
@@ -43,25 +45,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) in(broker, result string, n int) {
+// Count records n messages from broker ("nats", "kafka"; the message API counts as
+// "http") with result parked, cancelled, cancel_not_found, cancelled_on_arrival, nacked
+// or already_delivered.
+func (m *Metrics) Count(broker, result string, n int) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, result, "").Add(float64(n))
 	}
 }
 
-func (m *Metrics) rejected(broker, reason string) {
+// Invalid records a message from broker refused for reason (an x-delay-error code, see
+// [Reason]).
+func (m *Metrics) Invalid(broker, reason string) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, "invalid", reason).Inc()
 	}
 }
-
-// Count records n messages of another source (the message API counts as broker "http")
-// with result parked, cancelled or cancel_not_found.
-func (m *Metrics) Count(broker, result string, n int) { m.in(broker, result, n) }
-
-// Invalid records a message of another source refused for reason (an x-delay-error code,
-// see Reason).
-func (m *Metrics) Invalid(broker, reason string) { m.rejected(broker, reason) }
 
 func (m *Metrics) lookalike(header string) {
 	if m != nil {

@@ -1,4 +1,4 @@
-package ingress
+package intake
 
 import (
 	"errors"
@@ -227,23 +227,4 @@ func FuzzParseSchedulerEpoch(f *testing.F) {
 			t.Fatalf("ParseSchedulerEpoch(%q) = %d, strconv says %d, %v", s, ms, n, perr)
 		}
 	})
-}
-
-// TestDisarmNATSHeaders: a NATS dead letter keeps every original header, with Nats-* ones
-// renamed so that a JetStream stream on the dead-letter subject does not act on them.
-func TestDisarmNATSHeaders(t *testing.T) {
-	in := hl("Nats-Schedule", "@at 2030-01-01T00:00:00Z", "k", "1", "nats-rollup", "all", "k", "2")
-	md := headers.ToMetadata(in, map[string]string{headers.MetaKafkaKey: "key"})
-	got := headers.FromMetadata(disarmNATSHeaders(md))
-	want := hl("x-delay-original-Nats-Schedule", "@at 2030-01-01T00:00:00Z", "k", "1", "x-delay-original-nats-rollup", "all", "k", "2")
-	if !equalList(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-	if v := disarmNATSHeaders(md)[headers.MetaKafkaKey]; v != "key" {
-		t.Fatalf("reserved metadata lost: %q", v)
-	}
-	plain := headers.ToMetadata(hl("k", "1"), nil)
-	if out := disarmNATSHeaders(plain); len(out) != 1 || out["k"] != "1" {
-		t.Fatalf("changed a list without Nats-* headers: %v", out)
-	}
 }

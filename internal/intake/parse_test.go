@@ -1,4 +1,4 @@
-package ingress
+package intake
 
 import (
 	"errors"
