@@ -7,9 +7,10 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// nameVariables words the store's refusal of a Redis master with too few replicas with
-// the BRIDGE_* variable that set the minimum (the names belong to package config, not to
-// delaystore); any other error is returned as it is. The wrapped sentinel stays
+// nameVariables words the store's refusals (a Redis master with too few replicas, a shard
+// count that differs from the recorded one) with the BRIDGE_* variable that set the value
+// (the names belong to package config, not to delaystore); any other error is returned as
+// it is. The wrapped sentinel stays
 // (errors.Is).
 func nameVariables(err error) error {
 	var re *delaystore.ReplicaError
@@ -20,6 +21,11 @@ func nameVariables(err error) error {
 	if errors.As(err, &re) {
 		return fmt.Errorf("init: %s (role %s) has %d connected replicas, fewer than BRIDGE_REDIS_MIN_REPLICAS=%d: "+
 			"no write could be confirmed: %w", re.Master, re.Role, re.Connected, re.Required, delaystore.ErrTooFewReplicas)
+	}
+	var se *delaystore.ShardCountError
+	if errors.As(err, &se) {
+		return fmt.Errorf("init: redis key %s records %d shards but BRIDGE_SHARDS is %d: %w",
+			se.Key, se.Recorded, se.Configured, delaystore.ErrShardMismatch)
 	}
 	return err
 }

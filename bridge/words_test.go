@@ -22,6 +22,9 @@ func TestNameVariables(t *testing.T) {
 		{&delaystore.ReplicaError{Master: "redis h:1", Required: 1, Refused: errors.New("NOPERM info")},
 			"init: redis h:1 refuses INFO replication (NOPERM info), so its replicas cannot be counted for BRIDGE_REDIS_MIN_REPLICAS=1 (allow +info in the ACL): " +
 				delaystore.ErrTooFewReplicas.Error(), delaystore.ErrTooFewReplicas},
+		{fmt.Errorf("run: %w", &delaystore.ShardCountError{Key: "delay:shards", Recorded: 16, Configured: 8}),
+			"init: redis key delay:shards records 16 shards but BRIDGE_SHARDS is 8: " + delaystore.ErrShardMismatch.Error(),
+			delaystore.ErrShardMismatch},
 	} {
 		got := nameVariables(tc.err)
 		if got.Error() != tc.want || !errors.Is(got, tc.sentinel) {

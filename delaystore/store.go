@@ -189,8 +189,7 @@ func (s *Store) Init(ctx context.Context) error {
 		return fmt.Errorf("init: redis key %s holds %q, not a shard count: %w", s.shardsKey, v, ErrShardMismatch)
 	}
 	if recorded != s.shards {
-		return fmt.Errorf("init: redis key %s records %d shards but BRIDGE_SHARDS is %d: %w",
-			s.shardsKey, recorded, s.shards, ErrShardMismatch)
+		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
 	if err := s.initEpochs(ctx); err != nil {
 		return err

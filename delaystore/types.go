@@ -57,6 +57,23 @@ func (e *ReplicaError) Error() string {
 // Unwrap returns ErrTooFewReplicas.
 func (e *ReplicaError) Unwrap() error { return ErrTooFewReplicas }
 
+// ShardCountError is Init's refusal of a store whose shard count (Configured: Config.Shards)
+// differs from the one recorded in Redis (Recorded, under Key) (errors.Is
+// ErrShardMismatch). Its fields let the caller name the setting (package bridge:
+// BRIDGE_SHARDS).
+type ShardCountError struct {
+	Key                  string
+	Recorded, Configured int
+}
+
+func (e *ShardCountError) Error() string {
+	return fmt.Sprintf("init: redis key %s records %d shards but this store has %d: %v",
+		e.Key, e.Recorded, e.Configured, ErrShardMismatch)
+}
+
+// Unwrap returns ErrShardMismatch.
+func (e *ShardCountError) Unwrap() error { return ErrShardMismatch }
+
 // Envelope is what the store keeps of a message besides its schedule.
 type Envelope struct {
 	// Target is where the message goes when due, with its broker: "nats:orders.timeout".

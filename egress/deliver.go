@@ -34,15 +34,15 @@ type delivery struct {
 }
 
 // newDelivery returns the delivery of cfg (defaults applied) through publishers.
-// reserver hands out the slots of BRIDGE_TARGET_RATE; it may be nil when no rate is set.
+// reserver hands out the slots of the target rates; it may be nil when no rate is set.
 func newDelivery(cfg Config, publishers map[string]message.Publisher, reserver Reserver, clock *redisClock,
 	log *slog.Logger, metrics *Metrics) (*delivery, error) {
 	rules, err := ParseRateRules(cfg.TargetRate)
 	if err != nil {
-		return nil, fmt.Errorf("egress: BRIDGE_TARGET_RATE: %w", err)
+		return nil, fmt.Errorf("egress: target rates (Config.TargetRate): %w", err)
 	}
 	if len(rules) > 0 && reserver == nil {
-		return nil, errors.New("egress: BRIDGE_TARGET_RATE needs a store that hands out slots (Reserver)")
+		return nil, errors.New("egress: target rates (Config.TargetRate) need a store that hands out slots (Reserver)")
 	}
 	return &delivery{cfg: cfg, publishers: publishers, log: log, metrics: metrics, clock: clock, now: cfg.Now,
 		limits:   newLimiter(cfg.TargetInflight, cfg.Now),
