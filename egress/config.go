@@ -4,9 +4,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/internal/envconf"
+	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
 // Config configures egress. The fields with an env tag are BRIDGE_* variables (package
@@ -47,7 +47,7 @@ type Config struct {
 	// summed over the fleet. Empty: no target is limited.
 	TargetRate string `env:"TARGET_RATE" envDoc:"per-target publish rates over all replicas: comma-separated <glob>=<n>/s (orders.*=200/s,kafka:billing.*=1000/s); the first matching pattern applies; messages over the rate wait, in due order"`
 	// Tracer makes one "delaybridge publish" span per delivery attempt, a child of the
-	// message's traceparent and linked to the ingress span that parked it. nil: no spans.
+	// message's traceparent and linked to the ingress span that parked it. nil or a no-op tracer: no spans (tracing.Active).
 	Tracer trace.Tracer
 	// MemberID is this replica's id in the fleet's membership (default NewMemberID()).
 	MemberID string
@@ -101,9 +101,7 @@ func (c Config) Validate() envconf.Problems {
 }
 
 func (c *Config) defaults() {
-	if c.Tracer == nil {
-		c.Tracer = noop.NewTracerProvider().Tracer("")
-	}
+	c.Tracer = tracing.Active(c.Tracer) // nil: no spans
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
 	}

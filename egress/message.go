@@ -16,8 +16,11 @@ import (
 )
 
 // startSpan starts the publish span of o: a child of the message's traceparent, linked
-// to the ingress span stored with it (tracing.IngressSpanKey).
+// to the ingress span stored with it (tracing.IngressSpanKey); nil without a tracer.
 func (d *delivery) startSpan(o *outgoing) trace.Span {
+	if d.cfg.Tracer == nil {
+		return nil
+	}
 	env := o.claimed.Envelope
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		attribute.String("messaging.system", o.broker),

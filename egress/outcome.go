@@ -24,10 +24,12 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 			// A retry that would come after due + x-delay-expires is not made.
 			o.err = d.expiredBeforeRetry(o, confirmedAt)
 		}
-		if o.err != nil {
-			o.span.SetStatus(codes.Error, o.err.Error())
+		if o.span != nil {
+			if o.err != nil {
+				o.span.SetStatus(codes.Error, o.err.Error())
+			}
+			o.span.End()
 		}
-		o.span.End()
 		switch {
 		case o.err == nil:
 			published = true

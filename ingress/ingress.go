@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -82,7 +81,7 @@ type Config struct {
 	Now func() time.Time
 	// Tracer makes one "delaybridge park" span per parked message, a child of the
 	// producer's traceparent; its span context is stored with the message so that the
-	// egress publish links to it. nil: no spans.
+	// egress publish links to it. nil or a no-op tracer: no spans (tracing.Active).
 	Tracer trace.Tracer
 	// Lookalikes warns about and counts incoming headers named like a contract header
 	// (x-dealy). nil: New makes one over its logger, metrics and Now; the bridge passes
@@ -152,9 +151,7 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Tracer == nil {
-		cfg.Tracer = noop.NewTracerProvider().Tracer("")
-	}
+	cfg.Tracer = tracing.Active(cfg.Tracer) // nil: no spans
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -257,8 +254,12 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 }
 
 // startSpan starts the ingress span of a valid message, a child of its traceparent, and
-// when it records, stores its span context with the message (tracing.IngressSpanKey).
+// when it records, stores its span context with the message (tracing.IngressSpanKey);
+// nil without a tracer.
 func (in *Ingress) startSpan(src Source, req *delaystore.ParkRequest) trace.Span {
+	if in.cfg.Tracer == nil {
+		return nil
+	}
 	parent := tracing.Extract(context.Background(), req.Envelope.Headers)
 	_, span := in.cfg.Tracer.Start(parent, "delaybridge park", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(

@@ -12,6 +12,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // park parks one batch and then acks its messages, or nacks them all when the store
@@ -56,8 +57,7 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 	})
 	if err != nil {
 		for _, p := range batch {
-			p.span.SetStatus(codes.Error, "not parked")
-			p.span.End()
+			endSpan(p.span, "not parked")
 			p.msg.Nack()
 		}
 		in.metrics.Count(src.Broker, "nacked", len(batch))
@@ -90,7 +90,7 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 			Cancelled bool   `json:"cancelled,omitempty"`
 		}{r.ID, r.Due, r.Cancelled}))
 		p.msg.Ack()
-		p.span.End()
+		endSpan(p.span, "")
 		if r.Delivered {
 			// A redelivery of a source message that was delivered already (its source ack
 			// was lost): acked, not parked again.
@@ -124,8 +124,7 @@ func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []p
 		}
 		p.msg.Metadata.Set(headers.MetaReply, notReplicatedReply(cause))
 		p.msg.Ack() // a core request: the ack sends the reply
-		p.span.SetStatus(codes.Error, "not replicated")
-		p.span.End()
+		endSpan(p.span, "not replicated")
 		in.metrics.Count(src.Broker, "nacked", 1)
 	}
 	return keep
@@ -158,4 +157,15 @@ func (in *Ingress) retry(ctx context.Context, what string, op func(context.Conte
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// endSpan ends span (nil: none) with an error status of msg, when msg is not empty.
+func endSpan(span trace.Span, msg string) {
+	if span == nil {
+		return
+	}
+	if msg != "" {
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End()
 }

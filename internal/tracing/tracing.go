@@ -68,6 +68,17 @@ func Setup(ctx context.Context, environ []string, version string) (trace.TracerP
 	return tp, tp.Shutdown, nil
 }
 
+// Active returns t, or nil when t makes no spans (nil, or a no-op tracer such as [Setup]'s
+// provider gives when tracing is off). Ingress and egress start spans only with an active
+// tracer, so that with tracing off no span, attribute or option is built per message.
+func Active(t trace.Tracer) trace.Tracer {
+	switch t.(type) {
+	case nil, noop.Tracer, *noop.Tracer:
+		return nil
+	}
+	return t
+}
+
 // Carrier adapts a header list to the OpenTelemetry propagators (names matched
 // case-insensitively on Get; Set replaces every field of that name).
 type Carrier struct{ List *headers.List }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -56,5 +59,16 @@ func TestSpanContextRoundTrip(t *testing.T) {
 	}
 	if sc := ParseSpanContext(Carrier{List: &l}.Get("traceparent")); !sc.IsValid() {
 		t.Fatal("carrier does not match names case-insensitively")
+	}
+}
+
+func TestActive(t *testing.T) {
+	if Active(nil) != nil || Active(noop.NewTracerProvider().Tracer("x")) != nil {
+		t.Error("a nil or no-op tracer is active")
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	if Active(tp.Tracer("x")) == nil {
+		t.Error("an SDK tracer is not active")
 	}
 }

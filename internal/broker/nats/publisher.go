@@ -79,7 +79,7 @@ type Publisher struct {
 	// own window of pending acknowledgements (PublishAsyncMaxPending), so a stream that
 	// never acknowledges cannot stall the publishes to another stream.
 	byStreamMu sync.Mutex
-	byStream   map[string]jetstream.JetStream
+	byStream   map[string]*streamPub
 
 	viol *violations
 }
@@ -112,7 +112,7 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 		cfg:      cfg,
 		log:      loggerOrDiscard(logger).With("component", "nats.publisher"),
 		cache:    make(map[string]streamEntry),
-		byStream: make(map[string]jetstream.JetStream),
+		byStream: make(map[string]*streamPub),
 		viol:     v,
 	}, nil
 }
@@ -167,28 +167,68 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.publishCore(ctx, topic, msgs)
 }
 
-// jetStreamFor returns the JetStream context that publishes to stream: its own, created on
-// first use (at most maxStreamPublishers of them; further streams share p.js).
-func (p *Publisher) jetStreamFor(stream string) jetstream.JetStream {
+// streamPub is the JetStream context that publishes to one stream, and its users.
+// Its async publishes have no per-message acknowledgement timer (nats.go's
+// WithPublishAsyncTimeout arms a time.AfterFunc per message; issue 26): each Publish call
+// bounds its own wait instead. A call that stops waiting for some acknowledgement (timeout,
+// message context, refused publish) retires the context: later calls get a fresh one, and
+// the retired one is cleaned up (its pending acknowledgements forgotten, its reply
+// subscription removed) when its last user leaves, so that acknowledgements that never
+// come cannot fill the window of pending ones.
+type streamPub struct {
+	js      jetstream.JetStream
+	users   int  // guarded by Publisher.byStreamMu
+	retired bool // guarded by Publisher.byStreamMu
+}
+
+// jetStreamFor returns the JetStream context that publishes to stream, counted as used
+// until releaseJetStream: its own, created on first use (at most maxStreamPublishers of
+// them; further streams share p.js, nil here, whose acknowledgements time out on their own).
+func (p *Publisher) jetStreamFor(stream string) (jetstream.JetStream, *streamPub) {
 	p.byStreamMu.Lock()
 	defer p.byStreamMu.Unlock()
-	if js, ok := p.byStream[stream]; ok {
-		return js
+	if sp, ok := p.byStream[stream]; ok {
+		sp.users++
+		return sp.js, sp
 	}
 	if len(p.byStream) >= maxStreamPublishers {
-		return p.js
+		return p.js, nil
 	}
-	js, err := jetstream.New(p.nc, jetstream.WithPublishAsyncTimeout(p.cfg.PublishTimeout))
+	js, err := jetstream.New(p.nc)
 	if err != nil {
-		return p.js
+		return p.js, nil
 	}
-	p.byStream[stream] = js
-	return js
+	sp := &streamPub{js: js, users: 1}
+	p.byStream[stream] = sp
+	return js, sp
+}
+
+// releaseJetStream ends a use of sp (nil: no-op); abandoned: the call stopped waiting for
+// an acknowledgement, which retires sp.
+func (p *Publisher) releaseJetStream(stream string, sp *streamPub, abandoned bool) {
+	if sp == nil {
+		return
+	}
+	p.byStreamMu.Lock()
+	sp.users--
+	if abandoned && !sp.retired {
+		sp.retired = true
+		if p.byStream[stream] == sp {
+			delete(p.byStream, stream)
+		}
+	}
+	cleanup := sp.retired && sp.users == 0
+	p.byStreamMu.Unlock()
+	if cleanup {
+		sp.js.CleanupPublisher()
+	}
 }
 
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
 	start := time.Now()
-	js := p.jetStreamFor(stream)
+	js, sp := p.jetStreamFor(stream)
+	abandoned := false
+	defer func() { p.releaseJetStream(stream, sp, abandoned) }()
 	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
@@ -211,9 +251,11 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		if f == nil {
 			continue
 		}
-		if err := p.awaitAck(ctx, topic, start, msgs[i], f); err != nil {
+		resolved, err := p.awaitAck(ctx, topic, start, msgs[i], f)
+		if err != nil {
 			perr.Add(msgs[i].UUID, err)
 		}
+		abandoned = abandoned || !resolved
 	}
 	if perr.Len() == 0 {
 		return nil
@@ -224,12 +266,13 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 
 // awaitAck waits for msg's publish acknowledgement f. A permissions violation for topic
 // recorded since start ends the wait with a rejection: the server answers a refused
-// publish with -ERR, never with an acknowledgement.
-func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg *message.Message, f jetstream.PubAckFuture) error {
+// publish with -ERR, never with an acknowledgement. resolved: f was answered (an
+// acknowledgement or an error); otherwise the wait was given up and f is still pending.
+func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg *message.Message, f jetstream.PubAckFuture) (resolved bool, err error) {
 	for {
 		forbidden, changed := p.viol.since(topic, start)
 		if forbidden {
-			return forbiddenErr(topic)
+			return false, forbiddenErr(topic)
 		}
 		select {
 		case <-changed:
@@ -238,16 +281,16 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 			if ack.Duplicate {
 				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.UUID, "stream", ack.Stream, "seq", ack.Sequence)
 			}
-			return nil
+			return true, nil
 		case err := <-f.Err():
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				p.forget(topic) // the stream may be gone: look it up again next time
 			}
-			return classify(err)
+			return true, classify(err)
 		case <-msg.Context().Done():
-			return fmt.Errorf("message context: %w", msg.Context().Err())
+			return false, fmt.Errorf("message context: %w", msg.Context().Err())
 		case <-ctx.Done():
-			return fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout)
+			return false, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout)
 		}
 	}
 }
@@ -359,8 +402,8 @@ func (p *Publisher) Close() error {
 	p.gate.Close()
 	p.byStreamMu.Lock()
 	defer p.byStreamMu.Unlock()
-	for name, js := range p.byStream {
-		js.CleanupPublisher()
+	for name, sp := range p.byStream {
+		sp.js.CleanupPublisher()
 		delete(p.byStream, name)
 	}
 	return nil

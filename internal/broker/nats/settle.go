@@ -11,6 +11,7 @@ import (
 type pending struct {
 	wm            *message.Message
 	cancel        context.CancelFunc // the message's context
+	tr            *tracked           // its InProgress reports (JetStream), nil: none
 	onAck, onNack func() error
 }
 
@@ -49,10 +50,12 @@ func (s *Subscriber) settle(p pending, log *slog.Logger) {
 		case <-p.wm.Nacked():
 		default:
 			p.cancel()
+			p.tr.done()
 			return
 		}
 	}
 	p.cancel()
+	p.tr.done()
 	if acked {
 		if err := p.onAck(); err != nil {
 			log.Debug("ack", "uuid", p.wm.UUID, "error", err)

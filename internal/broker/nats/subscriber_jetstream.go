@@ -41,12 +41,18 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 	sem := make(chan struct{}, s.cfg.MaxAckPending)
 	queue := s.startSettling(sem, log)
 	defer close(queue)
+	prog := newProgress(s.cfg.AckWait, s.cfg.MaxProgress, log)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		prog.run(ctx)
+	}()
 	batch := min(s.cfg.MaxAckPending, maxPullBatch)
 	for {
 		it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(pullExpiry))
 		if err == nil {
 			stopIter := context.AfterFunc(ctx, it.Drain) // unblocks Next
-			err = s.deliverJetStream(ctx, it, out, sem, queue, log)
+			err = s.deliverJetStream(ctx, it, out, sem, queue, prog, log)
 			stopIter()
 			if ctx.Err() != nil {
 				closeOut() // promptly: the hand-back below may take a moment
@@ -99,35 +105,38 @@ type fetched struct {
 	jm     jetstream.Msg
 	wm     *message.Message
 	cancel context.CancelFunc // wm's context
+	tr     *tracked           // its InProgress reports
 }
 
 // deliverJetStream hands out messages of it until ctx is done or it ends. A fetching
 // goroutine takes messages out of the client's buffer as soon as a count of sem is free,
-// and reports each one in progress from then on (keepInProgress): a message pulled from
+// and reports each one in progress from then on (prog): a message pulled from
 // the server but waiting behind a blocked receiver (its parks waiting for Redis) would
 // otherwise see AckWait run out, be redelivered, and be worked on twice. sem (of
 // MaxAckPending, the server's own limit) bounds what is fetched and not yet settled.
-func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, log *slog.Logger) error {
+func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, prog *progress, log *slog.Logger) error {
 	ready := make(chan fetched, cap(sem))
 	var fetchErr error
 	go func() {
 		defer close(ready)
-		fetchErr = s.fetchJetStream(ctx, it, sem, ready, log)
+		fetchErr = s.fetchJetStream(ctx, it, sem, ready, prog, log)
 	}()
 	for f := range ready {
 		select {
 		case out <- f.wm:
-			queue <- pending{wm: f.wm, cancel: f.cancel, onAck: f.jm.Ack, onNack: f.jm.Nak}
+			queue <- pending{wm: f.wm, cancel: f.cancel, tr: f.tr, onAck: f.jm.Ack, onNack: f.jm.Nak}
 			continue
 		case <-ctx.Done():
 		}
 		// Stopped: hand back what was fetched and not handed out. The fetcher ends too
 		// (ctx, and the iterator drained on ctx by runJetStream).
 		f.cancel()
+		f.tr.done()
 		nak(f.jm, log)
 		<-sem
 		for f := range ready {
 			f.cancel()
+			f.tr.done()
 			nak(f.jm, log)
 			<-sem
 		}
@@ -138,7 +147,7 @@ func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.Messages
 
 // fetchJetStream takes messages out of it while counts of sem are free and queues them on
 // ready (which has room for every count of sem), until ctx is done or it ends.
-func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sem chan struct{}, ready chan<- fetched, log *slog.Logger) error {
+func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sem chan struct{}, ready chan<- fetched, prog *progress, log *slog.Logger) error {
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -167,40 +176,8 @@ func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesCo
 		wm := fromNATS(jm.Headers(), jm.Data(), extra)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
-		s.keepInProgress(msgCtx, jm, log)
-		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg}
+		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg, tr: prog.track(jm)}
 	}
-}
-
-// keepInProgress sends jm.InProgress every AckWait/2 until ctx ends (the message was
-// settled, or the subscription stopped) or MaxProgress has passed since now. It starts no
-// goroutine: one timer per message, which re-arms itself.
-func (s *Subscriber) keepInProgress(ctx context.Context, jm jetstream.Msg, log *slog.Logger) {
-	if s.cfg.MaxProgress < 0 {
-		return
-	}
-	every := max(s.cfg.AckWait/2, time.Millisecond)
-	until := time.Now().Add(s.cfg.MaxProgress)
-	var mu sync.Mutex // guards t against the timer's own callback
-	var t *time.Timer
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		if ctx.Err() != nil || time.Now().After(until) {
-			return
-		}
-		if err := jm.InProgress(); err != nil {
-			log.Debug("jetstream in progress", "error", err)
-		}
-		mu.Lock()
-		t.Reset(every)
-		mu.Unlock()
-	})
-	context.AfterFunc(ctx, func() {
-		mu.Lock()
-		t.Stop()
-		mu.Unlock()
-	})
 }
 
 // handBack stops it and naks the messages it still buffers: they were never handed
