@@ -6,11 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/intake"
 )
@@ -21,25 +17,7 @@ import (
 // (headers.MetaSourceTime), arrives afterwards and is acked without being parked
 // (cancelled_on_arrival); one published after the cancel is parked.
 func TestCancelReadBeforeItsMessage(t *testing.T) {
-	st := storetest.New(t, 5*time.Second)
-	gc := newBroker(t)
-	reg := prometheus.NewRegistry()
-	m, err := intake.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
-		{Broker: intake.BrokerNATS, Topic: "delay.cancel", Kind: Cancels, Subscriber: gc},
-	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	time.Sleep(50 * time.Millisecond) // gochannel drops messages published before Subscribe
+	st, gc, reg := runCounted(t, Delayed, Cancels)
 
 	count := func(result string) float64 {
 		return counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", result)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -20,24 +21,7 @@ import (
 // redelivered (its source ack was lost) is acknowledged and counted as already_delivered,
 // not parked again; a new message reusing its x-delay-id is parked.
 func TestRedeliveryOfDeliveredMessage(t *testing.T) {
-	st := storetest.New(t, 5*time.Second)
-	gc := newBroker(t)
-	reg := prometheus.NewRegistry()
-	metrics, err := intake.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, []Source{
-		{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: gc},
-	}, map[string]message.Publisher{intake.BrokerNATS: gc}, nil, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	time.Sleep(50 * time.Millisecond) // gochannel drops messages published before Subscribe
+	st, gc, reg := runCounted(t, Delayed)
 
 	hs := headers.List{{Key: "x-delay", Value: "0"}, {Key: "x-target", Value: "a.b"}, {Key: "x-delay-id", Value: "order-1"}}
 	send(t, gc, "delay.in", "x", hs, map[string]string{headers.MetaSourceID: "js:IN:5"})
@@ -91,4 +75,34 @@ func deliver(t *testing.T, st *delaystore.Store, id string) {
 		}
 	}
 	t.Fatalf("%s not claimed", id)
+}
+
+// runCounted runs an ingress on a real store and a gochannel broker, reading "delay.in"
+// (and "delay.cancel" with cancels) from NATS, its counters in the returned registry;
+// it stops at the end of the test.
+func runCounted(t *testing.T, kinds ...Kind) (*delaystore.Store, *gochannel.GoChannel, *prometheus.Registry) {
+	t.Helper()
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	reg := prometheus.NewRegistry()
+	metrics, err := intake.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := map[Kind]string{Delayed: "delay.in", Cancels: "delay.cancel"}
+	var sources []Source
+	for _, k := range kinds {
+		sources = append(sources, Source{Broker: intake.BrokerNATS, Topic: topics[k], Kind: k, Subscriber: gc})
+	}
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st, sources,
+		map[string]message.Publisher{intake.BrokerNATS: gc}, nil, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(50 * time.Millisecond) // gochannel drops messages published before Subscribe
+	return st, gc, reg
 }
