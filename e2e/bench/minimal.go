@@ -107,7 +107,8 @@ func startMinimal(fsync string, capacity int) (_ *minimalSystem, err error) {
 	if s.workNC, err = nats.Connect(s.np.url()); err != nil {
 		return nil, err
 	}
-	if s.outJS, err = jetstream.New(s.workNC, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+	if s.outJS, err = jetstream.New(s.workNC, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.outErrs.Add(1) })); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -158,9 +159,8 @@ func (s *minimalSystem) parkLoop(ctx context.Context) {
 		s.mu.Lock()
 		batch, s.arrived = s.arrived, batch[:0]
 		s.mu.Unlock()
-		for len(batch) > 0 {
-			chunk := batch[:min(len(batch), minimalMaxBatch)]
-			batch = batch[len(chunk):]
+		for from := 0; from < len(batch); from += minimalMaxBatch {
+			chunk := batch[from:min(len(batch), from+minimalMaxBatch)]
 			args = args[:0]
 			now := time.Now().UnixMilli()
 			for _, m := range chunk {
@@ -178,6 +178,7 @@ func (s *minimalSystem) parkLoop(ctx context.Context) {
 				s.parkErr.CompareAndSwap(nil, fmt.Errorf("park: %w", err))
 			}
 		}
+		clear(batch) // drop the references before the slice goes back to the consumer
 		batch = batch[:0]
 	}
 }
