@@ -36,9 +36,15 @@ type minimalSystem struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	arrived []jetstream.Msg // received, not yet parked
+	arrived []arrival // received, not yet parked
 	parkErr atomic.Value    // first park or pop error
 	outErrs atomic.Int64    // failed publishes to the target (lost: the pop deleted them)
+}
+
+// arrival is a message received from IN and its receipt time (unix ms).
+type arrival struct {
+	m  jetstream.Msg
+	at int64
 }
 
 // Keys of the minimal store (one hash tag, as a Cluster-ready store would have).
@@ -126,7 +132,7 @@ func startMinimal(fsync string, capacity int) (_ *minimalSystem, err error) {
 	}
 	if s.cc, err = s.cons.Consume(func(m jetstream.Msg) {
 		s.mu.Lock()
-		s.arrived = append(s.arrived, m)
+		s.arrived = append(s.arrived, arrival{m, time.Now().UnixMilli()})
 		s.mu.Unlock()
 	}, jetstream.PullMaxMessages(2000)); err != nil {
 		return nil, fmt.Errorf("consume IN: %w", err)
@@ -148,7 +154,7 @@ func (s *minimalSystem) workerCPU() float64 { return selfCPU() }
 func (s *minimalSystem) parkLoop(ctx context.Context) {
 	t := time.NewTicker(minimalTick)
 	defer t.Stop()
-	var batch []jetstream.Msg
+	var batch []arrival
 	args := make([]any, 0, 3*minimalMaxBatch)
 	for {
 		select {
@@ -162,16 +168,15 @@ func (s *minimalSystem) parkLoop(ctx context.Context) {
 		for from := 0; from < len(batch); from += minimalMaxBatch {
 			chunk := batch[from:min(len(batch), from+minimalMaxBatch)]
 			args = args[:0]
-			now := time.Now().UnixMilli()
-			for _, m := range chunk {
-				args = append(args, minimalID(m), minimalDue(m, now), minimalValue(m))
+			for _, a := range chunk {
+				args = append(args, minimalID(a.m), minimalDue(a.m, a.at), minimalValue(a.m))
 			}
 			err := minimalPark.EvalSha(ctx, s.rdb, []string{minimalZ, minimalH}, args...).Err()
-			for _, m := range chunk {
+			for _, a := range chunk {
 				if err != nil {
-					_ = m.Nak()
+					_ = a.m.Nak()
 				} else {
-					_ = m.Ack()
+					_ = a.m.Ack()
 				}
 			}
 			if err != nil && ctx.Err() == nil {
@@ -251,7 +256,7 @@ func minimalID(m jetstream.Msg) string {
 }
 
 // minimalDue is the due time (unix ms) of the bench's headers: x-deliver-at, or x-delay
-// from now (receipt).
+// from now, the receipt time (as delaybridge's receipt-time rule).
 func minimalDue(m jetstream.Msg, now int64) int64 {
 	h := m.Headers()
 	if v := headerValue(h, "x-deliver-at"); v != "" {
