@@ -36,9 +36,9 @@ type minimalSystem struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	arrived []arrival // received, not yet parked
-	parkErr atomic.Value    // first park or pop error
-	outErrs atomic.Int64    // failed publishes to the target (lost: the pop deleted them)
+	arrived []arrival    // received, not yet parked
+	parkErr atomic.Value // first park or pop error
+	outErrs atomic.Int64 // failed publishes to the target (lost: the pop deleted them)
 }
 
 // arrival is a message received from IN and its receipt time (unix ms).
