@@ -79,44 +79,7 @@ func startDelaybridge(bin string, o dbOpts) (_ *dbSystem, err error) {
 			return nil, err
 		}
 	}
-	if s.np, err = startNATS(); err != nil {
-		return nil, err
-	}
-	if s.pubNC, err = nats.Connect(s.np.url()); err != nil {
-		return nil, err
-	}
-	if s.subNC, err = nats.Connect(s.np.url()); err != nil {
-		return nil, err
-	}
-	s.js, err = jetstream.New(s.pubNC, jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.pubErrs.Add(1) }))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"delay.in", "delay.cancel"},
-		Storage: jetstream.FileStorage}); err != nil {
-		return nil, fmt.Errorf("stream IN: %w", err)
-	}
-	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"bench.out.>"},
-		Storage: jetstream.FileStorage}); err != nil {
-		return nil, fmt.Errorf("stream OUT: %w", err)
-	}
-	sub, err := s.subNC.Subscribe("bench.out.>", func(m *nats.Msg) {
-		now := time.Now().UnixNano()
-		due, perr := strconv.ParseInt(headerValue(m.Header, "x-delay-due"), 10, 64)
-		if perr != nil {
-			s.r.bad.Add(1)
-			return
-		}
-		s.r.arrive(now, due*1e6)
-	})
-	if err != nil {
-		return nil, err
-	}
-	_ = sub.SetPendingLimits(-1, -1)
-	if err = s.subNC.Flush(); err != nil {
+	if err = s.startJetStream(); err != nil {
 		return nil, err
 	}
 	env := map[string]string{
@@ -160,6 +123,53 @@ func startDelaybridge(bin string, o dbOpts) (_ *dbSystem, err error) {
 		return nil, fmt.Errorf("bridge consumer: %w", err)
 	}
 	return s, nil
+}
+
+// startJetStream starts the embedded NATS server and the harness's side of it: the
+// publishing and the observing connections, streams IN and OUT, and the core subscription
+// on bench.out.> that records every arrival by its x-delay-due header.
+func (s *dbSystem) startJetStream() (err error) {
+	if s.np, err = startNATS(); err != nil {
+		return err
+	}
+	if s.pubNC, err = nats.Connect(s.np.url()); err != nil {
+		return err
+	}
+	if s.subNC, err = nats.Connect(s.np.url()); err != nil {
+		return err
+	}
+	s.js, err = jetstream.New(s.pubNC, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.pubErrs.Add(1) }))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"delay.in", "delay.cancel"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("stream IN: %w", err)
+	}
+	if _, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"bench.out.>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("stream OUT: %w", err)
+	}
+	sub, err := s.subNC.Subscribe("bench.out.>", func(m *nats.Msg) {
+		now := time.Now().UnixNano()
+		due, perr := strconv.ParseInt(headerValue(m.Header, "x-delay-due"), 10, 64)
+		if perr != nil {
+			s.r.bad.Add(1)
+			return
+		}
+		s.r.arrive(now, due*1e6)
+	})
+	if err != nil {
+		return err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err = s.subNC.Flush(); err != nil {
+		return err
+	}
+	return nil
 }
 
 func headerValue(h nats.Header, key string) string {

@@ -283,25 +283,42 @@ func rowNotes(r row) []string {
 	return notes
 }
 
-// renderSteady is the steady 5k/s comparison with asynq and the issue's targets for the
-// 1-replica row (Redis CPU <= 25 us per message, p99 <= 5 ms).
+// renderSteady is the steady 5k/s comparison with asynq and the minimal store, with issue
+// 13's targets for the 1-replica row (Redis CPU <= 25 us per message, p99 <= 5 ms) and
+// issue 26's ratio to the minimal store of the same run (Redis CPU <= 1.5x, p99 <= 5 ms).
 func renderSteady(rows []row) string {
 	var b strings.Builder
-	for _, r := range rows {
-		if !strings.HasPrefix(r.workload, "steady") || r.aof != "everysec" || (r.system != "asynq" && (r.system != "delaybridge" || r.replicas != 1)) {
+	var db, minimal *row
+	for i, r := range rows {
+		if !strings.HasPrefix(r.workload, "steady") || r.aof != "everysec" ||
+			(r.system != "asynq" && r.system != "minimal" && (r.system != "delaybridge" || r.replicas != 1)) {
 			continue
 		}
+		switch r.system {
+		case "delaybridge":
+			db = &rows[i]
+		case "minimal":
+			minimal = &rows[i]
+		}
 		if b.Len() == 0 {
-			fmt.Fprintf(&b, "\nSteady (1 replica, AOF everysec) side by side with asynq; targets for delaybridge: Redis CPU <= 25 us/msg, p99 <= 5 ms:\n\n")
+			fmt.Fprintf(&b, "\nSteady (1 replica, AOF everysec) side by side with asynq and the minimal store; issue 13's targets for delaybridge: Redis CPU <= 25 us/msg, p99 <= 5 ms:\n\n")
 			fmt.Fprintf(&b, "| system | workload | Redis CPU us/msg | <= 25 us | Redis cmds/msg | scripts/msg | reads/msg | lateness p50 ms | p99 ms | <= 5 ms | max ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		}
 		cpu := r.redisCPUk * 1000
 		okCPU, okP99 := verdict(cpu/25, 1), verdict(r.p99/5, 1)
-		if r.system == "asynq" {
+		if r.system != "delaybridge" {
 			okCPU, okP99 = "-", "-"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.system, r.workload, fnum(cpu, 1), okCPU,
 			fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2), fnum(r.p50, 2), fnum(r.p99, 2), okP99, fnum(r.max, 2))
+	}
+	if db != nil && minimal != nil {
+		cpuRatio := db.redisCPUk / minimal.redisCPUk
+		fmt.Fprintf(&b, "\nSteady, delaybridge / minimal store of the same run (issue 26 item 2: Redis CPU <= 1.5x, p99 <= 5 ms):\n\n")
+		fmt.Fprintf(&b, "| workload | Redis CPU us/msg delaybridge / minimal | ratio | <= 1.5x | lateness p99 ms delaybridge / minimal | ratio | <= 5 ms |\n|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s / %s | %s | %s |\n", db.workload,
+			fnum(db.redisCPUk*1000, 1), fnum(minimal.redisCPUk*1000, 1), fnum(cpuRatio, 2), verdict(cpuRatio, 1.5),
+			fnum(db.p99, 2), fnum(minimal.p99, 2), fnum(db.p99/minimal.p99, 2), verdict(db.p99/5, 1))
 	}
 	return b.String()
 }

@@ -5,8 +5,11 @@
 // JetStream, runs the built bridge binary (1 or 3 replicas), drives the workloads through
 // JetStream and measures ingest and release rates, lateness, Redis memory and CPU and bridge
 // CPU. The same workloads run on github.com/hibiken/asynq (scheduled tasks) on an identically
-// configured redis-server as the peer baseline. Every (system, variant, workload, run) gets
-// fresh servers, so counters and memory are not polluted by earlier runs.
+// configured redis-server as the peer baseline, and on a minimal store (minimal.go: one
+// sorted set + one hash, parks batched per 1 ms, pops per 1 ms tick, same JetStream
+// streams; not the parked workload) as the floor that issue 26 item 2 measures the steady
+// row against. Every (system, variant, workload, run) gets fresh servers, so counters and
+// memory are not polluted by earlier runs.
 //
 //	go run ./e2e/bench                 # full run (~32 min): prints the tables
 //	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
@@ -45,8 +48,8 @@ type variant struct {
 }
 
 func (v variant) String() string {
-	if v.system == "asynq" {
-		return fmt.Sprintf("asynq aof=%s", v.aof)
+	if v.system == "asynq" || v.system == "minimal" {
+		return fmt.Sprintf("%s aof=%s", v.system, v.aof)
 	}
 	if v.kafka {
 		return fmt.Sprintf("delaybridge/kafka x%d aof=%s", v.replicas, v.aof)
@@ -67,7 +70,7 @@ func main() {
 	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
 	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring")
-	systems := flag.String("systems", "delaybridge,asynq", "comma-separated: delaybridge, asynq")
+	systems := flag.String("systems", "delaybridge,asynq,minimal", "comma-separated: delaybridge, asynq, minimal (the minimal-store baseline: one sorted set + one hash, see minimal.go)")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	bridgeBin := flag.String("bridge", "", "bridge binary (default: go build ./cmd/bridge into a temp dir)")
@@ -196,6 +199,9 @@ func main() {
 	if slices.Contains(syss, "asynq") {
 		vs = append(vs, variant{"asynq", 1, "everysec", false, 0})
 	}
+	if slices.Contains(syss, "minimal") {
+		vs = append(vs, variant{"minimal", 1, "everysec", false, 0})
+	}
 	if slices.Contains(syss, "delaybridge") {
 		vs = append(vs, extra...)
 		if *withKafka {
@@ -214,6 +220,9 @@ func main() {
 			}
 			if v != vs[0] && v.system == "delaybridge" && v != (variant{"delaybridge", 1, "everysec", false, 0}) && w == "parked" {
 				continue
+			}
+			if v.system == "minimal" && w == "parked" {
+				continue // a baseline for steady load (and burst memory), not for the backlog
 			}
 			n := *runs
 			if w == "parked" || w == "steady" {
@@ -248,9 +257,12 @@ func runOne(bin string, v variant, w string, p params) result {
 	currentVariant = v.String()
 	var sys system
 	var err error
-	if v.system == "asynq" {
+	switch v.system {
+	case "asynq":
 		sys, err = startAsynq(v.aof, capacity)
-	} else {
+	case "minimal":
+		sys, err = startMinimal(v.aof, capacity)
+	default:
 		sys, err = startDelaybridge(bin, dbOpts{fsync: v.aof, replicas: v.replicas, capacity: capacity, kafka: v.kafka, wait: v.wait})
 	}
 	if err != nil {

@@ -256,7 +256,7 @@ func (res *result) cpu(a, b counters, handled int) {
 			res.nodeCmdsMsg = append(res.nodeCmdsMsg, float64(c)/float64(handled))
 		}
 	}
-	if res.system == "asynq" { // its worker is this process: do not count it twice
+	if res.system == "asynq" || res.system == "minimal" { // its worker is this process: do not count it twice
 		res.harnessUtil = nan()
 	}
 }
