@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // deadLetter publishes a message that was rejected by its target or ran out of attempts
@@ -36,8 +37,8 @@ func (d *delivery) deadLetter(ctx context.Context, o *outgoing) error {
 	}
 	dead := d.deadMessage(ctx, o, true)
 	err := pub.Publish(d.cfg.DLQSubject, dead)
-	if r, ok := rejected(err); ok && r == contract.ReasonTooLarge && len(o.msg.Payload) > 0 {
-		d.log.Warn("dead letter too large; dead-lettering it without its payload", "id", o.claimed.ID, "size", len(o.msg.Payload))
+	if r, ok := rejected(err); ok && r == contract.ReasonTooLarge && len(o.out.Payload) > 0 {
+		d.log.Warn("dead letter too large; dead-lettering it without its payload", "id", o.claimed.ID, "size", len(o.out.Payload))
 		err = pub.Publish(d.cfg.DLQSubject, d.deadMessage(ctx, o, false))
 	}
 	if err != nil {
@@ -63,14 +64,12 @@ func (d *delivery) deadLetter(ctx context.Context, o *outgoing) error {
 // deadMessage is the dead letter of o: its output headers, x-target and x-delay-error, and
 // the payload (withPayload) or instead x-delay-original-size.
 func (d *delivery) deadMessage(ctx context.Context, o *outgoing, withPayload bool) *message.Message {
-	payload := o.msg.Payload
+	payload := o.out.Payload
 	if !withPayload {
 		payload = nil
 	}
-	dead := message.NewMessage(o.msg.UUID+":dlq", payload)
-	for k, v := range o.msg.Metadata {
-		dead.Metadata.Set(k, v)
-	}
+	dead := message.NewMessage(o.out.ID+":dlq", payload)
+	dead.Metadata = headers.ToMetadata(o.out.Headers, o.extra)
 	dead.Metadata.Set(contract.HeaderTarget, o.claimed.Envelope.Target)
 	if reason, ok := rejected(o.err); ok {
 		dead.Metadata.Set(contract.HeaderError, fmt.Sprintf("%s: %v", reason, o.err))
@@ -78,7 +77,7 @@ func (d *delivery) deadMessage(ctx context.Context, o *outgoing, withPayload boo
 		dead.Metadata.Set(contract.HeaderError, fmt.Sprintf("%s: %d attempts, last: %v", contract.ReasonPublishFailed, o.claimed.Attempts+1, o.err))
 	}
 	if !withPayload {
-		dead.Metadata.Set(contract.HeaderOriginalSize, strconv.Itoa(len(o.msg.Payload)))
+		dead.Metadata.Set(contract.HeaderOriginalSize, strconv.Itoa(len(o.out.Payload)))
 	}
 	dead.SetContext(ctx)
 	return dead

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // delivery publishes claimed messages to their targets and decides what becomes of each
@@ -62,9 +63,30 @@ type outgoing struct {
 	claimed delaystore.Claimed
 	broker  string
 	topic   string
-	msg     *message.Message
+	out     headers.Message   // outputHeaders: what is published
+	extra   map[string]string // outputHeaders: reserved metadata for a Kafka target, or nil
 	err     error
 	span    trace.Span
+}
+
+// message is o's watermill message (for a publisher without the fast path, and the
+// dead letter), with context ctx.
+func (o *outgoing) message(ctx context.Context) *message.Message {
+	msg := toMessage(o.out, o.extra)
+	msg.SetContext(ctx)
+	return msg
+}
+
+// envelopePublisher is the fast path of a publisher (the NATS adapter implements it): it
+// publishes messages given as header lists, without building watermill messages and their
+// Metadata maps only for the publisher to turn them back into header lists. It must put
+// the same messages on the wire as Publish does with the watermill message of each (see
+// outgoing.message), and report failures the same way (a PartialFailure keyed by
+// headers.Message.ID). ctx is the context of every message; the call bounds itself as
+// Publish does. Safe for concurrent use. A message with reserved metadata (extra: a Kafka
+// key or tombstone) takes Publish.
+type envelopePublisher interface {
+	PublishList(ctx context.Context, topic string, msgs []headers.Message) error
 }
 
 // settlement is what one target group (or one put-back) asks of the store.
@@ -149,8 +171,7 @@ func (d *delivery) runGroup(ctx context.Context, target string, claimed []delays
 	for i, c := range claimed {
 		o := &outgoing{claimed: c}
 		o.broker, o.topic, _ = strings.Cut(target, ":")
-		o.msg = outputMessage(c)
-		o.msg.SetContext(mctx)
+		o.out, o.extra = outputHeaders(c)
 		o.span = d.startSpan(o)
 		group[i] = o
 		// Past due + x-delay-expires: not published, dead-lettered as expired (outcomes).
@@ -159,7 +180,7 @@ func (d *delivery) runGroup(ctx context.Context, target string, claimed []delays
 		}
 	}
 	if len(live) > 0 {
-		d.publish(live)
+		d.publish(mctx, live)
 	}
 	confirmedAt := d.clock.redisNow(d.now())
 	published := 0
@@ -192,9 +213,10 @@ func (d *delivery) admit(ctx context.Context, target string, claimed []delaystor
 	return ready, wait
 }
 
-// publish sends one group (same target) in one Publish call and records per-message
-// outcomes in the group's entries.
-func (d *delivery) publish(group []*outgoing) {
+// publish sends one group (same target), whose messages have the context ctx, in one
+// Publish (or PublishList: envelopePublisher) call and records per-message outcomes in the
+// group's entries.
+func (d *delivery) publish(ctx context.Context, group []*outgoing) {
 	first := group[0]
 	pub := d.publishers[first.broker]
 	if pub == nil {
@@ -204,11 +226,20 @@ func (d *delivery) publish(group []*outgoing) {
 		}
 		return
 	}
-	msgs := make([]*message.Message, len(group))
-	for i, o := range group {
-		msgs[i] = o.msg
+	var err error
+	if ep, ok := pub.(envelopePublisher); ok && !hasExtra(group) {
+		msgs := make([]headers.Message, len(group))
+		for i, o := range group {
+			msgs[i] = o.out
+		}
+		err = ep.PublishList(ctx, first.topic, msgs)
+	} else {
+		msgs := make([]*message.Message, len(group))
+		for i, o := range group {
+			msgs[i] = o.message(ctx)
+		}
+		err = pub.Publish(first.topic, msgs...)
 	}
-	err := pub.Publish(first.topic, msgs...)
 	if err == nil {
 		return
 	}
@@ -216,11 +247,22 @@ func (d *delivery) publish(group []*outgoing) {
 	if errors.As(err, &partial) {
 		failed := partial.FailedMessages()
 		for _, o := range group {
-			o.err = failed[o.msg.UUID]
+			o.err = failed[o.out.ID]
 		}
 		return
 	}
 	for _, o := range group {
 		o.err = err
 	}
+}
+
+// hasExtra reports whether a message of group has reserved metadata (extra), which only
+// a watermill message carries.
+func hasExtra(group []*outgoing) bool {
+	for _, o := range group {
+		if o.extra != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -37,12 +37,13 @@ func (d *delivery) startSpan(o *outgoing) trace.Span {
 	return span
 }
 
-// outputMessage builds the message for the target: the stored headers plus x-delay-id,
-// x-delay-due and x-delay-source. Its UUID "<id>:<version>" is unique per scheduled
-// firing (the NATS adapter sends it as Nats-Msg-Id).
-func outputMessage(c delaystore.Claimed) *message.Message {
+// outputHeaders is the message for the target, c's stored headers plus x-delay-id,
+// x-delay-due and x-delay-source, as a header list with its ID "<id>:<version>" (unique per
+// scheduled firing: the NATS adapter sends it as Nats-Msg-Id), and extra, the reserved
+// metadata a Kafka target needs (the record key, the tombstone mark; nil otherwise).
+func outputHeaders(c delaystore.Claimed) (out headers.Message, extra map[string]string) {
 	env := c.Envelope
-	hs := make(headers.List, 0, len(env.Headers)+3)
+	hs := make(headers.List, 0, len(env.Headers)+4)
 	for _, f := range env.Headers {
 		if !headers.IsReserved(f.Key) { // the ingress span (tracing.IngressSpanKey)
 			hs = append(hs, f)
@@ -53,7 +54,6 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 	hs.Add(contract.HeaderSource, env.Source)
 	// docs/contract.md section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
 	// and a message from NATS gets its x-kafka-key header as the record key.
-	var extra map[string]string
 	key := env.Key
 	toKafka := strings.HasPrefix(env.Target, "kafka:")
 	if key == nil && toKafka {
@@ -80,7 +80,18 @@ func outputMessage(c delaystore.Claimed) *message.Message {
 	case env.Tombstone && !contract.Tombstone(env.Headers.Values(contract.HeaderKafkaTombstone)):
 		hs.Add(contract.HeaderKafkaTombstone, "true")
 	}
-	msg := message.NewMessage(c.ID+":"+strconv.FormatInt(c.Version, 10), env.Payload)
-	msg.Metadata = headers.ToMetadata(hs, extra)
+	return headers.Message{ID: c.ID + ":" + strconv.FormatInt(c.Version, 10), Headers: hs, Payload: env.Payload}, extra
+}
+
+// outputMessage is the watermill message of [outputHeaders]: the header list as Metadata
+// (headers.ToMetadata, with extra).
+func outputMessage(c delaystore.Claimed) *message.Message {
+	return toMessage(outputHeaders(c))
+}
+
+// toMessage is the watermill message of out, with extra in its Metadata.
+func toMessage(out headers.Message, extra map[string]string) *message.Message {
+	msg := message.NewMessage(out.ID, out.Payload)
+	msg.Metadata = headers.ToMetadata(out.Headers, extra)
 	return msg
 }

@@ -47,6 +47,19 @@ type Header struct {
 // List is an ordered header list; a key may repeat. The zero value is empty and usable.
 type List []Header
 
+// Message is one outgoing message as a header list, for a publisher that takes it without
+// the watermill Metadata round trip (egress's fast path: the NATS publisher's PublishList).
+// Reserved keys in Headers are not sent.
+type Message struct {
+	// ID is the identity of this publish, unique per scheduled firing (NATS: Nats-Msg-Id,
+	// on which JetStream deduplicates). A publish error names failed messages by it.
+	ID string
+	// Headers are the message's headers in order; a key may repeat.
+	Headers List
+	// Payload is the body; it is not modified.
+	Payload []byte
+}
+
 // Add appends a field.
 func (l *List) Add(key, value string) { *l = append(*l, Header{Key: key, Value: value}) }
 

@@ -773,3 +773,37 @@ func TestHangingStreamDoesNotStallOthers(t *testing.T) {
 		t.Fatal("publishes to a stream that never acknowledges succeeded")
 	}
 }
+
+// PublishList (egress's fast path) reports as Publish does: a failed message by its ID in
+// a PublishError (a bad header name fails alone), every message failed when ctx is done,
+// ErrClosed after Close.
+func TestPublishList(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := newEnv(t)
+			pub := e.publisher(t, wmnats.PublisherConfig{})
+			good := headers.Message{ID: watermill.NewUUID(), Headers: headers.List{{Key: "a", Value: "1"}}, Payload: []byte("x")}
+			bad := headers.Message{ID: watermill.NewUUID(), Headers: headers.List{{Key: "bad:key", Value: "v"}}, Payload: []byte("x")}
+			err := pub.PublishList(context.Background(), mode.prefix+"list", []headers.Message{good, bad})
+			var perr *broker.PublishError
+			if !errors.As(err, &perr) {
+				t.Fatalf("err = %v, want *PublishError", err)
+			}
+			if f := perr.FailedMessages(); len(f) != 1 || !errors.Is(f[bad.ID], natsgo.ErrBadHeaderMsg) {
+				t.Fatalf("failed = %v, want only %s with ErrBadHeaderMsg", f, bad.ID)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err = pub.PublishList(ctx, mode.prefix+"list", []headers.Message{good})
+			if !errors.As(err, &perr) || !errors.Is(perr.FailedMessages()[good.ID], context.Canceled) {
+				t.Fatalf("err = %v, want %s failed with context.Canceled", err, good.ID)
+			}
+			if err := pub.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.PublishList(context.Background(), mode.prefix+"list", []headers.Message{good}); !errors.Is(err, wmnats.ErrClosed) {
+				t.Fatalf("PublishList after Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}

@@ -17,22 +17,38 @@ import (
 // deduplicates on it.
 const MsgIDHeader = jetstream.MsgIDHeader // "Nats-Msg-Id"
 
-// toNATS builds the wire message for msg: the non-reserved metadata as headers (repeated
-// keys in order, names as given) and Nats-Msg-Id = msg.UUID (replacing any such header in
-// the metadata). Invalid header names are rejected by nats.go at publish time.
+// toNATS builds the wire message for msg: [listToNATS] of its non-reserved metadata
+// (headers.FromMetadata) with ID msg.UUID.
 func toNATS(subject string, msg *message.Message) *natsgo.Msg {
-	list := headers.FromMetadata(msg.Metadata)
-	h := make(natsgo.Header, len(list)+1)
-	for _, f := range list {
-		if strings.EqualFold(f.Key, MsgIDHeader) {
+	return listToNATS(subject, &headers.Message{ID: msg.UUID, Headers: headers.FromMetadata(msg.Metadata), Payload: msg.Payload})
+}
+
+// listToNATS builds the wire message for m: its non-reserved headers (repeated keys in
+// order, names as given) and Nats-Msg-Id = m.ID (replacing any such header in the list).
+// Invalid header names are rejected by nats.go at publish time. A key's first value gets a
+// one-value slice of a shared backing array (capacity 1, so a repeat appends into a new
+// one): two allocations for the headers of a message, not one per key.
+func listToNATS(subject string, m *headers.Message) *natsgo.Msg {
+	h := make(natsgo.Header, len(m.Headers)+1)
+	vals := make([]string, len(m.Headers)+1)
+	n := 0
+	for _, f := range m.Headers {
+		if headers.IsReserved(f.Key) || strings.EqualFold(f.Key, MsgIDHeader) {
 			continue
 		}
-		h[f.Key] = append(h[f.Key], f.Value)
+		if vs, ok := h[f.Key]; ok {
+			h[f.Key] = append(vs, f.Value)
+			continue
+		}
+		vals[n] = f.Value
+		h[f.Key] = vals[n : n+1 : n+1]
+		n++
 	}
-	if msg.UUID != "" {
-		h[MsgIDHeader] = []string{msg.UUID}
+	if m.ID != "" {
+		vals[n] = m.ID
+		h[MsgIDHeader] = vals[n : n+1 : n+1]
 	}
-	return &natsgo.Msg{Subject: subject, Header: h, Data: msg.Payload}
+	return &natsgo.Msg{Subject: subject, Header: h, Data: m.Payload}
 }
 
 // fromNATS builds the watermill message for a received NATS message. The UUID is the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/broker"
 	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // ErrClosed is returned by Publish and Subscribe after Close.
@@ -143,6 +144,38 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 //
 // Safe for concurrent use; returns [ErrClosed] after Close.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	out := make([]outMsg, len(msgs))
+	for i, msg := range msgs {
+		out[i] = outMsg{id: msg.UUID, ctx: msg.Context(), nm: toNATS(topic, msg)}
+	}
+	return p.send(topic, out)
+}
+
+// PublishList is [Publisher.Publish] for messages given as header lists, without the
+// watermill message and its Metadata map: the same wire messages (headers with the names
+// as given, repeated values in order, no reserved keys, Nats-Msg-Id = msg.ID), the same
+// JetStream or core decision, waits and errors (a [*broker.PublishError] names failed
+// messages by ID). ctx is the context of every message (as a watermill message's
+// Context); the call is bounded by PublishTimeout as Publish is. Messages are not
+// modified. Safe for concurrent use; returns [ErrClosed] after Close.
+func (p *Publisher) PublishList(ctx context.Context, topic string, msgs []headers.Message) error {
+	out := make([]outMsg, len(msgs))
+	for i := range msgs {
+		out[i] = outMsg{id: msgs[i].ID, ctx: ctx, nm: listToNATS(topic, &msgs[i])}
+	}
+	return p.send(topic, out)
+}
+
+// outMsg is one message of a publish call: its wire message, its identity (the key of
+// its failure in the call's PublishError) and its context.
+type outMsg struct {
+	id  string
+	ctx context.Context
+	nm  *natsgo.Msg
+}
+
+// send is Publish and PublishList once their messages are built.
+func (p *Publisher) send(topic string, msgs []outMsg) error {
 	if !p.gate.Enter() {
 		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
 	}
@@ -224,7 +257,7 @@ func (p *Publisher) releaseJetStream(stream string, sp *streamPub, abandoned boo
 	}
 }
 
-func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []*message.Message) error {
+func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []outMsg) error {
 	start := time.Now()
 	js, sp := p.jetStreamFor(stream)
 	abandoned := false
@@ -232,17 +265,17 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 	perr := broker.NewPublishError(topic, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
-		if err := msg.Context().Err(); err != nil {
-			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
+		if err := msg.ctx.Err(); err != nil {
+			perr.Add(msg.id, fmt.Errorf("message context: %w", err))
 			continue
 		}
 		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait(ctx))}
-		if msg.UUID != "" {
-			opts = append(opts, jetstream.WithMsgID(msg.UUID))
+		if msg.id != "" {
+			opts = append(opts, jetstream.WithMsgID(msg.id))
 		}
-		f, err := js.PublishMsgAsync(toNATS(topic, msg), opts...)
+		f, err := js.PublishMsgAsync(msg.nm, opts...)
 		if err != nil {
-			perr.Add(msg.UUID, classify(err))
+			perr.Add(msg.id, classify(err))
 			continue
 		}
 		futures[i] = f
@@ -253,7 +286,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 		}
 		resolved, err := p.awaitAck(ctx, topic, start, msgs[i], f)
 		if err != nil {
-			perr.Add(msgs[i].UUID, err)
+			perr.Add(msgs[i].id, err)
 		}
 		abandoned = abandoned || !resolved
 	}
@@ -268,7 +301,7 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 // recorded since start ends the wait with a rejection: the server answers a refused
 // publish with -ERR, never with an acknowledgement. resolved: f was answered (an
 // acknowledgement or an error); otherwise the wait was given up and f is still pending.
-func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg *message.Message, f jetstream.PubAckFuture) (resolved bool, err error) {
+func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg outMsg, f jetstream.PubAckFuture) (resolved bool, err error) {
 	for {
 		forbidden, changed := p.viol.since(topic, start)
 		if forbidden {
@@ -279,7 +312,7 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 			continue
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.UUID, "stream", ack.Stream, "seq", ack.Sequence)
+				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.id, "stream", ack.Stream, "seq", ack.Sequence)
 			}
 			return true, nil
 		case err := <-f.Err():
@@ -287,8 +320,8 @@ func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time,
 				p.forget(topic) // the stream may be gone: look it up again next time
 			}
 			return true, classify(err)
-		case <-msg.Context().Done():
-			return false, fmt.Errorf("message context: %w", msg.Context().Err())
+		case <-msg.ctx.Done():
+			return false, fmt.Errorf("message context: %w", msg.ctx.Err())
 		case <-ctx.Done():
 			return false, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout)
 		}
@@ -299,17 +332,17 @@ func forbiddenErr(topic string) error {
 	return broker.Reject(contract.ReasonForbidden, fmt.Errorf("%w for publish to %q", natsgo.ErrPermissionViolation, topic))
 }
 
-func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*message.Message) error {
+func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []outMsg) error {
 	start := time.Now()
 	perr := broker.NewPublishError(topic, len(msgs))
-	sent := make([]*message.Message, 0, len(msgs))
+	sent := make([]outMsg, 0, len(msgs))
 	for _, msg := range msgs {
-		if err := msg.Context().Err(); err != nil {
-			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
+		if err := msg.ctx.Err(); err != nil {
+			perr.Add(msg.id, fmt.Errorf("message context: %w", err))
 			continue
 		}
-		if err := p.nc.PublishMsg(toNATS(topic, msg)); err != nil {
-			perr.Add(msg.UUID, classify(err))
+		if err := p.nc.PublishMsg(msg.nm); err != nil {
+			perr.Add(msg.id, classify(err))
 			continue
 		}
 		sent = append(sent, msg)
@@ -322,7 +355,7 @@ func (p *Publisher) publishCore(ctx context.Context, topic string, msgs []*messa
 		p.viol.catchUp(p.nc, violationWait)
 		if hit, _ := p.viol.since(topic, start); hit {
 			for _, msg := range sent {
-				perr.Add(msg.UUID, forbiddenErr(topic))
+				perr.Add(msg.id, forbiddenErr(topic))
 			}
 		}
 	}
