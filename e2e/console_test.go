@@ -72,26 +72,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	const hostile = `<img src=x onerror="document.title='owned'">`
 	send("xss-1", "billing.invoice", "2h", hostile, map[string]string{"note": hostile})
 
-	ctx := chromium(t)
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil { // starts the browser: no timeout here
-		t.Fatalf("start chromium: %v", err)
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	br := openBrowser(t)
+	ctx, do, text := br.ctx, br.do, br.text
 	count := func(expr string) int {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
@@ -194,26 +176,8 @@ func TestConsoleOverviewHonest(t *testing.T) {
 	if reply := request(t, s.nc, s.name("delay.in"), hdr, "lost"); reply["error"] == nil {
 		t.Fatalf("reply %v, want an error", reply)
 	}
-	ctx := chromium(t)
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil { // starts the browser: no timeout here
-		t.Fatalf("start chromium: %v", err)
-	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	br := openBrowser(t)
+	run, text := br.do, br.text
 	run("the page without the token", chromedp.Navigate("http://"+b.APIAddr+"/ui/"), chromedp.WaitVisible("#error"))
 	if e := text("#error"); !strings.Contains(e, "BRIDGE_API_TOKEN") {
 		t.Fatalf("the 401 message %q does not name BRIDGE_API_TOKEN", e)
@@ -227,4 +191,40 @@ func TestConsoleOverviewHonest(t *testing.T) {
 	if !strings.Contains(out, "1 dead-lettered") {
 		t.Fatalf("the ingress dead letter is not counted:\n%s", out)
 	}
+}
+
+// browser is a started headless Chromium for one test, with its step helpers.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openBrowser starts Chromium (no timeout on the start: the first start is slow).
+func openBrowser(t *testing.T) *browser {
+	t.Helper()
+	ctx := chromium(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{t: t, ctx: ctx}
+}
+
+// do runs steps within 20 s; what names them in the failure.
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	tctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// text is the text of the element sel.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(sel))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
 }
