@@ -219,24 +219,7 @@ func TestRedriveConcurrentRuns(t *testing.T) {
 	})
 	startBridge(t, s.env)
 	arrivals := subscribe(t, s.nc, target)
-	var wg sync.WaitGroup
-	outs := make([]string, 2)
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bridgeBin, "redrive", "--wait", "0")
-			for k, v := range s.env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			b, err := cmd.CombinedOutput()
-			outs[i], errs[i] = string(b), err
-		}()
-	}
-	wg.Wait()
+	outs, errs := redriveTogether(s.env, "--wait", "0")
 	redriven := 0
 	for i := range 2 {
 		if errs[i] != nil {
@@ -275,4 +258,28 @@ func TestRedriveConcurrentRuns(t *testing.T) {
 	if n := dlqCount(t, s.nc, dlq); n != 0 {
 		t.Errorf("dead-letter stream holds %d, want 0", n)
 	}
+}
+
+// redriveTogether runs two `bridge redrive` with args at once, in env, and returns each
+// one's combined output (with how long it took) and exit error.
+func redriveTogether(env map[string]string, args ...string) (outs []string, errs []error) {
+	var wg sync.WaitGroup
+	outs, errs = make([]string, 2), make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bridgeBin, append([]string{"redrive"}, args...)...)
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+			start := time.Now()
+			b, err := cmd.CombinedOutput()
+			outs[i], errs[i] = string(b)+fmt.Sprintf("(took %s)\n", time.Since(start).Round(time.Millisecond)), err
+		}()
+	}
+	wg.Wait()
+	return outs, errs
 }

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,25 +51,7 @@ func TestRedriveKafkaConcurrentRuns(t *testing.T) {
 	arrivals := consume(t, brokers, target)
 	letters := consume(t, brokers, dlq)
 
-	var wg sync.WaitGroup
-	outs := make([]string, 2)
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bridgeBin, "redrive", "--reason", "target_not_allowed,invalid_delay", "--wait", "5s")
-			for k, v := range s.env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			start := time.Now()
-			b, err := cmd.CombinedOutput()
-			outs[i], errs[i] = string(b)+fmt.Sprintf("(took %s)\n", time.Since(start).Round(time.Millisecond)), err
-		}()
-	}
-	wg.Wait()
+	outs, errs := redriveTogether(s.env, "--reason", "target_not_allowed,invalid_delay", "--wait", "5s")
 	sum := map[string][]int{}
 	for i := range 2 {
 		if errs[i] != nil {
