@@ -60,15 +60,7 @@ func recordHeader(r *kgo.Record, key string) (string, bool) {
 // and commits past what it looked at; the next run starts there, and --from-start reads
 // everything again.
 func TestKafka(t *testing.T) {
-	k := testkafka.Start(t)
-	brokers := k.Brokers()
-	testkafka.CreateTopic(t, brokers, "delay.dlq", 2)
-	testkafka.CreateTopic(t, brokers, "delay.in", 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	brokers, cl := kafkaLetterBox(t)
 	kletter(t, cl, 0, "k1", "a", "x-target", "out.a", "x-delay-id", "m1", "x-delay-due", "5", "x-delay-source", "kafka:delay.in",
 		"x-delay-error", "publish_failed: 10 attempts")
 	kletter(t, cl, 0, "", "b", "x-target", "out.b", "x-delay-error", "target_not_allowed: out.b")
@@ -157,15 +149,7 @@ func groupOffsets(t *testing.T, brokers []string) int64 {
 // lost), carrying x-delay-redrive with their old place; the run watches the topic past
 // its end offsets and counts them as refused again, not as redriven.
 func TestKafkaRefusedAgain(t *testing.T) {
-	k := testkafka.Start(t)
-	brokers := k.Brokers()
-	testkafka.CreateTopic(t, brokers, "delay.dlq", 2)
-	testkafka.CreateTopic(t, brokers, "delay.in", 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	brokers, cl := kafkaLetterBox(t)
 	for i := range 6 {
 		kletter(t, cl, int32(i%2), "", "bad", "x-target", "still.bad", "x-delay-error", "target_not_allowed: still.bad")
 	}
@@ -202,4 +186,19 @@ func TestKafkaRefusedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCounts(t, "the new letters", counts, map[string]Tally{"target_not_allowed": {Selected: 6}})
+}
+
+// kafkaLetterBox starts a kfake cluster with the topics delay.dlq (2 partitions) and
+// delay.in (1), and a client that writes to the partition a record names (kletter).
+func kafkaLetterBox(t *testing.T) ([]string, *kgo.Client) {
+	t.Helper()
+	brokers := testkafka.Start(t).Brokers()
+	testkafka.CreateTopic(t, brokers, "delay.dlq", 2)
+	testkafka.CreateTopic(t, brokers, "delay.in", 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return brokers, cl
 }
