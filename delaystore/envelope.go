@@ -38,8 +38,12 @@ const (
 // same reason. metaSent, first of all, is the source time of a message parked with
 // Replace (ParkRequest.Published, decimal ms): cancel.lua reads it, so that a cancel does
 // not delete a message its source published after the cancel; the decoder drops it.
+// metaWindow, right after metaSent (so that a bridge that predates it still finds all the
+// others after it), holds Envelope.Window (decimal ms, > 0) and, for a recurring message,
+// ",<Envelope.Anchor>".
 const (
 	metaSent      = headers.ReservedPrefix + "sent"
+	metaWindow    = headers.ReservedPrefix + "window"
 	metaTombstone = headers.ReservedPrefix + "tombstone"
 	metaMisfire   = headers.ReservedPrefix + "misfire"
 	metaExpires   = headers.ReservedPrefix + "expires"
@@ -52,6 +56,13 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 	var l headers.List
 	if sent > 0 {
 		l = append(l, headers.Header{Key: metaSent, Value: strconv.FormatInt(sent, 10)})
+	}
+	if e.Window > 0 {
+		v := strconv.FormatInt(e.Window.Milliseconds(), 10)
+		if e.Anchor > 0 {
+			v += "," + strconv.FormatInt(e.Anchor, 10)
+		}
+		l = append(l, headers.Header{Key: metaWindow, Value: v})
 	}
 	if e.Tombstone {
 		l = append(l, headers.Header{Key: metaTombstone, Value: "1"})
@@ -69,9 +80,9 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone;
-// metaSent, first, is dropped). A value that encodeBody would not have written is
-// ErrCorrupt.
+// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone, then
+// metaWindow; metaSent, first, is dropped). A value that encodeBody would not have
+// written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
 		if e.Every = e.Headers[n-1].Value; e.Every == "" {
@@ -101,6 +112,12 @@ func (e *Envelope) takeMeta() error {
 		e.Tombstone = true
 		e.Headers = e.Headers[:n-1]
 	}
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaWindow {
+		if err := e.takeWindow(e.Headers[n-1].Value); err != nil {
+			return err
+		}
+		e.Headers = e.Headers[:n-1]
+	}
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaSent {
 		v := e.Headers[n-1].Value
 		if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms <= 0 || strconv.FormatInt(ms, 10) != v {
@@ -112,6 +129,29 @@ func (e *Envelope) takeMeta() error {
 		e.Headers = nil
 	}
 	return nil
+}
+
+// takeWindow reads a metaWindow value: "<window ms>" or "<window ms>,<anchor ms>", each
+// canonical decimal > 0, the window at most an hour.
+func (e *Envelope) takeWindow(v string) error {
+	w, anchor, hasAnchor := strings.Cut(v, ",")
+	ms, ok := canonicalMS(w)
+	if !ok || ms > time.Hour.Milliseconds() {
+		return fmt.Errorf("%w: window %q", ErrCorrupt, v)
+	}
+	e.Window = time.Duration(ms) * time.Millisecond
+	if hasAnchor {
+		if e.Anchor, ok = canonicalMS(anchor); !ok {
+			return fmt.Errorf("%w: window %q", ErrCorrupt, v)
+		}
+	}
+	return nil
+}
+
+// canonicalMS reads a decimal > 0 without sign or leading zeros.
+func canonicalMS(v string) (int64, bool) {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	return ms, err == nil && ms > 0 && strconv.FormatInt(ms, 10) == v
 }
 
 // encodeBody encodes the Go-owned part of a stored envelope of message id: the format byte

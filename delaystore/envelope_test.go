@@ -47,6 +47,9 @@ func TestBodyRoundTrip(t *testing.T) {
 			Expires: time.Minute, Every: "0 9 * * *", Misfire: "all", Payload: []byte("x")}},
 		{"tombstone", Envelope{Target: "kafka:a", Source: "kafka:in", Key: []byte("k"), Tombstone: true}},
 		{"tombstone with every", Envelope{Target: "kafka:a", Source: "kafka:in", Tombstone: true, Every: "1s", Misfire: "skip", Expires: time.Second}},
+		{"window", Envelope{Target: "nats:a", Source: "http", Window: 10 * time.Second, Payload: []byte("x")}},
+		{"window of a recurring message, with everything", Envelope{Target: "kafka:a", Source: "kafka:in", Tombstone: true, Every: "1h",
+			Misfire: "all", Expires: time.Second, Window: time.Hour, Anchor: 1_795_273_445_000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,9 +94,10 @@ func TestBodyRoundTrip(t *testing.T) {
 // predates it (reading every, then expires, from the end) still finds both, and sees
 // the policy as a reserved header, which it never delivers (it fires as once).
 func TestMetaOrder(t *testing.T) {
-	env := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true, Target: "nats:a", Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte{}}
+	env := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true, Window: 1500 * time.Millisecond, Anchor: 7,
+		Target: "nats:a", Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte{}}
 	got := env.metaHeaders(1_700_000_000_123)
-	want := headers.List{{Key: metaSent, Value: "1700000000123"}, {Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
+	want := headers.List{{Key: metaSent, Value: "1700000000123"}, {Key: metaWindow, Value: "1500,7"}, {Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
@@ -101,8 +105,8 @@ func TestMetaOrder(t *testing.T) {
 	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123), testID); err != nil || !reflect.DeepEqual(back, env) {
 		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
-	if !headers.IsReserved(metaMisfire) {
-		t.Fatal("the misfire field is not a reserved header")
+	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) {
+		t.Fatal("the misfire or window field is not a reserved header")
 	}
 }
 
@@ -134,6 +138,12 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"empty schedule", withHeader(metaEvery, "")},
 		{"empty misfire policy", withHeader(metaMisfire, "")},
 		{"tombstone flag not 1", withHeader(metaTombstone, "true")},
+		{"window zero", withHeader(metaWindow, "0")},
+		{"window beyond an hour", withHeader(metaWindow, "3600001")},
+		{"window not canonical", withHeader(metaWindow, "010")},
+		{"window with an empty anchor", withHeader(metaWindow, "10,")},
+		{"window with a bad anchor", withHeader(metaWindow, "10,-5")},
+		{"window with two anchors", withHeader(metaWindow, "10,5,5")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {

@@ -109,6 +109,15 @@ type Envelope struct {
 	// "all"; package internal/schedule reads it), "" for the default (once), which is
 	// not stored. Stored like Expires, only when set.
 	Misfire string
+	// Window is the spread window of the message (x-delay-window, at most an hour; 0:
+	// none). The store keeps the drawn time as the due time; egress draws each next
+	// firing of a recurring message in its own window (internal/schedule NextSpread).
+	// Stored like Expires, only when set.
+	Window time.Duration
+	// Anchor is, for a recurring message with a Window, the nominal (undrawn) due time of
+	// its first firing, unix ms: an interval schedule counts from it. 0 otherwise. Stored
+	// with Window.
+	Anchor int64
 }
 
 // ParkRequest asks the store to hold a message until it is due.

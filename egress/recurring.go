@@ -44,11 +44,17 @@ func (d *delivery) fired(st *settlement, o *outgoing) {
 }
 
 // nextFiring is the due time (unix ms) of the first occurrence of c's schedule after its
-// due time and after (unix ms), 0 when there is none.
+// due time and after (unix ms), 0 when there is none. With a spread window
+// (x-delay-window) it is the time drawn in that occurrence's window
+// (schedule.Every.NextSpread: the occurrences stay on the schedule, an interval counting
+// from the message's Envelope.Anchor, so the spread never accumulates).
 func nextFiring(c delaystore.Claimed, after int64) (int64, error) {
 	every, err := schedule.Parse(c.Envelope.Every, time.UnixMilli(after))
 	if err != nil {
 		return 0, err
+	}
+	if c.Envelope.Window > 0 {
+		return every.NextSpread(c.ID, c.Due, c.Envelope.Anchor, after, c.Envelope.Window), nil
 	}
 	next := every.Next(time.UnixMilli(c.Due), time.UnixMilli(after))
 	if next.IsZero() {
@@ -84,9 +90,9 @@ func (d *delivery) misfires(claimed []delaystore.Claimed, now int64) (fire []del
 		due := time.UnixMilli(c.Due)
 		at, ok := every.CatchUp(due, time.UnixMilli(now), policy)
 		if !ok {
-			if next := every.Next(due, time.UnixMilli(now)); !next.IsZero() {
-				skipped = append(skipped, delaystore.RetryRequest{Receipt: c.Receipt, Next: next.UnixMilli()})
-				d.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next.UnixMilli())
+			if next, _ := nextFiring(c, now); next > 0 {
+				skipped = append(skipped, delaystore.RetryRequest{Receipt: c.Receipt, Next: next})
+				d.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next)
 				continue
 			}
 		}

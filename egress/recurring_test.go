@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/schedule"
 )
 
 // TestRecurringFirings: a message with Every "1s" fires once per second, each firing
@@ -238,5 +239,58 @@ func TestMisfires(t *testing.T) {
 	}
 	if want := map[string]int64{"skip": now + 600, "hourly-missed": now - 61_000 + 3_600_000}; !reflect.DeepEqual(next, want) {
 		t.Errorf("skipped to %v, want %v", next, want)
+	}
+}
+
+// TestRecurringWindow: a recurring message with a spread window fires once per
+// occurrence, each firing at a time drawn in its own occurrence's window (x-delay-due in
+// [first + k s, first + k s + 500 ms], never arriving before it), and the firings do not
+// all sit at the same place in their windows.
+func TestRecurringWindow(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	out := collect(t, gc, "tick")
+	runEgress(t, Config{}, st, map[string]message.Publisher{"nats": gc})
+	const window = 500 * time.Millisecond
+	first := time.Now().Add(200 * time.Millisecond).UnixMilli()
+	at, _ := schedule.Spread("tick", first, window)
+	if _, err := st.Park(context.Background(), []delaystore.ParkRequest{{
+		ID: "tick", Replace: true, Absolute: true, At: at,
+		Envelope: delaystore.Envelope{Target: "nats:tick", Source: "http", Payload: []byte("t"), Every: "1s", Window: window, Anchor: first},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	offsets := map[int64]bool{}
+	for k := range int64(6) {
+		due, arrived := firingDue(t, waitFor(t, out, 5*time.Second))
+		occ := first + k*1000
+		if due < occ || due > occ+window.Milliseconds() {
+			t.Fatalf("firing %d: due %d, outside its window [%d, %d]", k, due, occ, occ+window.Milliseconds())
+		}
+		if arrived < due {
+			t.Fatalf("firing %d early: arrived %d, due %d", k, arrived, due)
+		}
+		offsets[due-occ] = true
+	}
+	if len(offsets) < 2 {
+		t.Fatalf("six firings all drew the same offset %v", offsets)
+	}
+	if ok, err := st.Cancel(context.Background(), "tick"); err != nil || !ok {
+		t.Fatalf("cancel = %v, %v", ok, err)
+	}
+}
+
+// TestNextFiringWindow: the next firing of a windowed recurring message lies in the
+// window of the schedule's next occurrence, counted from the anchor (not from the drawn
+// due time, which would move the schedule by the spread at every firing).
+func TestNextFiringWindow(t *testing.T) {
+	const anchor = 1_795_273_445_000
+	c := delaystore.Claimed{Receipt: delaystore.Receipt{ID: "w"}, Due: anchor + 7_000,
+		Envelope: delaystore.Envelope{Every: "1m", Window: 10 * time.Second, Anchor: anchor}}
+	for done, occ := range map[int64]int64{anchor + 7_003: anchor + 60_000, anchor + 61_000: anchor + 120_000} {
+		got, err := nextFiring(c, done)
+		if err != nil || got < occ || got > occ+10_000 {
+			t.Errorf("confirmed at %d: next %d, %v; want in [%d, %d]", done, got, err, occ, occ+10_000)
+		}
 	}
 }

@@ -47,7 +47,16 @@ const (
 	// (the default: one firing as the latest of them), "skip" or "all" (at most 100). A
 	// bad value, or one without HeaderEvery, is refused as [ReasonInvalidEvery] (section 9).
 	HeaderMisfire = "x-delay-misfire"
+	// HeaderWindow is a spread window (the x-delay grammar, at most [MaxWindow]): the
+	// message is delivered at a time drawn uniformly in [due, due + window], fixed when it
+	// is parked (never early, the same on every replica); x-delay-due is the drawn time. A
+	// recurring message draws anew for each firing. A bad or too long value is refused as
+	// [ReasonInvalidWindow] (section 9).
+	HeaderWindow = "x-delay-window"
 )
+
+// MaxWindow is the longest spread window ([HeaderWindow]).
+const MaxWindow = time.Hour
 
 // Headers the bridge sets on what it delivers (section 2).
 const (
@@ -82,6 +91,7 @@ const (
 	ReasonInvalidDeliverAt    = "invalid_deliver_at"
 	ReasonInvalidExpires      = "invalid_expires"
 	ReasonInvalidEvery        = "invalid_every"
+	ReasonInvalidWindow       = "invalid_window"
 	ReasonConflictingSchedule = "conflicting_schedule"
 	ReasonDelayTooLong        = "delay_too_long"
 	ReasonMissingTarget       = "missing_target"

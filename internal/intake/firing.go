@@ -88,11 +88,79 @@ func ParseMisfire(h headers.List, every schedule.Every) (schedule.Misfire, error
 	return m, nil
 }
 
+// ParseWindow reads x-delay-window (name matched case-insensitively) from h: the spread
+// window, in the x-delay grammar ([ParseDelay]), whole milliseconds, at most
+// [contract.MaxWindow]. Absent, or under a millisecond ("0"): 0 (no spread). Repeated,
+// malformed or longer: an error wrapping [ErrInvalidWindow].
+func ParseWindow(h headers.List) (time.Duration, error) {
+	vs := h.Values(contract.HeaderWindow)
+	switch len(vs) {
+	case 0:
+		return 0, nil
+	case 1:
+	default:
+		return 0, fmt.Errorf("%w: %s given %d times", ErrInvalidWindow, contract.HeaderWindow, len(vs))
+	}
+	d, err := ParseDelay(vs[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidWindow, contract.HeaderWindow, err)
+	}
+	if d > contract.MaxWindow {
+		return 0, fmt.Errorf("%w: %s %s: at most %s", ErrInvalidWindow, contract.HeaderWindow, quote(vs[0]), contract.MaxWindow)
+	}
+	return d.Truncate(time.Millisecond), nil
+}
+
+// spread draws the delivery time of a message with a spread window (x-delay-window) in
+// [due, due + window] (schedule.Offset, a pure function of the id and the due time as
+// given, sched: a redelivery of the source message draws the same) and fixes it in req: the
+// store parks the drawn time as the due time. The window's end is bounded as the due
+// time is ([contract.Horizon], maxDelay from now): beyond it wraps [ErrDelayTooLong]. A
+// recurring message is made absolute (its first firing's due time, x-delay counted from
+// now, is its Envelope.Anchor: an interval counts from it), as one without x-delay is
+// (firstFiring); a one-shot relative delay stays relative to the Redis clock, the draw
+// added to it.
+func spread(req *delaystore.ParkRequest, sched Schedule, w, maxDelay time.Duration, now time.Time) error {
+	if w <= 0 {
+		return nil
+	}
+	bound := contract.Horizon{Now: now.UnixMilli(), MaxDelay: maxDelay}
+	if req.Envelope.Every != "" && !req.Absolute {
+		at, ok := contract.AddMillis(bound.Now, req.Delay)
+		if !ok {
+			return fmt.Errorf("%w: %w", ErrDelayTooLong, contract.ErrTimeOverflow)
+		}
+		req.Absolute, req.At, req.Delay = true, at, 0
+	}
+	if !req.Absolute {
+		if _, err := bound.Delay(req.Delay + w); err != nil {
+			return fmt.Errorf("%w: the end of the %s %s: %w", ErrDelayTooLong, contract.HeaderWindow, w, err)
+		}
+		req.Delay += time.Duration(schedule.Offset(req.ID, sched.Delay.Milliseconds(), w)) * time.Millisecond
+		req.Envelope.Window = w
+		return nil
+	}
+	end, ok := contract.AddMillis(req.At, w)
+	if !ok {
+		return fmt.Errorf("%w: the end of the %s %s: %w", ErrDelayTooLong, contract.HeaderWindow, w, contract.ErrTimeOverflow)
+	}
+	if _, err := bound.At(end); err != nil {
+		return fmt.Errorf("%w: the end of the %s %s: %w", ErrDelayTooLong, contract.HeaderWindow, w, err)
+	}
+	if req.Envelope.Every != "" {
+		req.Envelope.Anchor = max(req.At, 1)
+	}
+	req.At += schedule.Offset(req.ID, req.At, w)
+	req.Envelope.Window = w
+	return nil
+}
+
 // firing is what the firing-control headers say.
 type firing struct {
 	expires time.Duration
 	every   schedule.Every
 	misfire schedule.Misfire
+	window  time.Duration
 }
 
 // storedMisfire is the Envelope.Misfire of f: "" for the default (not stored).
@@ -103,12 +171,15 @@ func (f firing) storedMisfire() string {
 	return f.misfire.String()
 }
 
-// parseFiring reads the firing-control headers: x-delay-expires, x-delay-every and
-// x-delay-misfire.
+// parseFiring reads the firing-control headers: x-delay-expires, x-delay-every,
+// x-delay-misfire and x-delay-window.
 func parseFiring(h headers.List, now time.Time) (firing, error) {
 	var f firing
 	var err error
 	if f.expires, err = ParseExpires(h); err != nil {
+		return f, err
+	}
+	if f.window, err = ParseWindow(h); err != nil {
 		return f, err
 	}
 	if f.every, err = ParseEvery(h, now); err != nil {

@@ -56,7 +56,7 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 }
 
 // isDropped reports whether an incoming header is not forwarded as given: control headers
-// (x-delay-expires, x-delay-every and x-delay-misfire among them: they are kept with the
+// (x-delay-expires, x-delay-every, x-delay-misfire and x-delay-window among them: they are kept with the
 // message, not delivered),
 // the bridge's own output headers (x-delay-id, x-delay-due, x-delay-source, x-delay-error,
 // x-delay-hops, which the bridge sets itself), the kafka-message-scheduler control headers
@@ -68,7 +68,7 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
 	case contract.HeaderDelay, contract.HeaderDeliverAt, contract.HeaderTarget, contract.HeaderID, contract.HeaderDue, contract.HeaderSource, contract.HeaderError, contract.HeaderHops,
-		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
+		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, contract.HeaderWindow, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)

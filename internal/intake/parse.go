@@ -26,6 +26,9 @@ var (
 	ErrInvalidExpires = errors.New("invalid expires")
 	// ErrInvalidEvery: x-delay-every is repeated or not a schedule (internal/schedule).
 	ErrInvalidEvery = errors.New("invalid every")
+	// ErrInvalidWindow: x-delay-window is malformed, repeated, or longer than
+	// contract.MaxWindow.
+	ErrInvalidWindow = errors.New("invalid window")
 	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
@@ -65,6 +68,7 @@ var reasons = []struct {
 	{ErrDelayTooLong, contract.ReasonDelayTooLong},
 	{ErrInvalidExpires, contract.ReasonInvalidExpires},
 	{ErrInvalidEvery, contract.ReasonInvalidEvery},
+	{ErrInvalidWindow, contract.ReasonInvalidWindow},
 	{ErrInvalidDelay, contract.ReasonInvalidDelay},
 	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
 	{ErrInvalidID, contract.ReasonInvalidID},

@@ -122,6 +122,9 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Every:     fire.every.String(),
 		Misfire:   fire.storedMisfire(),
 	}
+	if err := spread(&req, sched, fire.window, r.MaxDelay, now); err != nil {
+		return delaystore.ParkRequest{}, err
+	}
 	return req, nil
 }
 
