@@ -45,6 +45,9 @@ type Listed struct {
 	// Size is the payload's length in bytes (for a message whose headers take more than
 	// 1 KiB: of payload and headers).
 	Size int
+	// Window is the message's spread window (x-delay-window; Due is the drawn time), 0
+	// when none (or when its headers take more than 1 KiB: not read).
+	Window time.Duration
 }
 
 // ListCursor is a position in scheduled order (score, then id), the same for all shards.
@@ -209,8 +212,9 @@ func listed(v []any) (Listed, bool) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return Listed{}, false
 	}
+	preamble, window := scanHead([]byte(head))
 	return Listed{ID: id, Target: target, Source: source, Due: due, Scheduled: sched, Attempts: attempts,
-		Size: int(size) - len(prefix) - 1 - preambleLen([]byte(head))}, true
+		Size: int(size) - len(prefix) - 1 - preamble, Window: window}, true
 }
 
 // listFrontier is the smallest position read up to by a shard that is not through (every
@@ -269,10 +273,11 @@ func posOf(l Listed) ListCursor {
 	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
 }
 
-// preambleLen is how many bytes of a body (encodeBody) come before its payload: format,
-// source id, target, source, key, headers; when they do not all lie in head, the bytes
-// before the headers.
-func preambleLen(head []byte) int {
+// scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
+// its payload: format, source id, target, source, key, headers; when they do not all lie
+// in head, the bytes before the headers (and window is 0). window is the spread window
+// stored with the headers (metaWindow), 0 when none.
+func scanHead(head []byte) (preamble int, window time.Duration) {
 	d := decoder{b: head[1:]}
 	if head[0] == formatSource {
 		d.bytes("source id")
@@ -285,11 +290,17 @@ func preambleLen(head []byte) int {
 	beforeHeaders := len(head) - len(d.b)
 	count := d.uvarint("header count")
 	for i := uint64(0); i < count && d.err == nil; i++ {
-		d.bytes("header key")
-		d.bytes("header value")
+		k := d.bytes("header key")
+		v := d.bytes("header value")
+		if d.err == nil && string(k) == metaWindow {
+			var e Envelope
+			if e.takeWindow(string(v)) == nil {
+				window = e.Window
+			}
+		}
 	}
 	if d.err != nil {
-		return beforeHeaders
+		return beforeHeaders, 0
 	}
-	return len(head) - len(d.b)
+	return len(head) - len(d.b), window
 }

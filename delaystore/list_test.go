@@ -59,7 +59,8 @@ func inOrder(t *testing.T, ls []Listed) {
 }
 
 // The store's messages, listed in pages of any size and with or without a target or due
-// filter, come in scheduled order (then id), each once, with their fields.
+// filter, come in scheduled order (then id), each once, with their fields (the spread
+// window among them).
 func TestListOrderFiltersAndFields(t *testing.T) {
 	f := setup(t)
 	base := f.now(t) + 3_600_000
@@ -68,6 +69,9 @@ func TestListOrderFiltersAndFields(t *testing.T) {
 		env := sampleEnvelope(i)
 		env.Target = []string{"nats:orders.timeout", "nats:billing.retry", "kafka:audit"}[i%3]
 		env.Payload = make([]byte, i)
+		if i%5 == 0 {
+			env.Window = time.Duration(i+1) * time.Second
+		}
 		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("id-%03d", i), Absolute: true, At: base + int64(i/4)*10, Envelope: env})
 	}
 	f.park(t, reqs...)
@@ -82,7 +86,7 @@ func TestListOrderFiltersAndFields(t *testing.T) {
 	for _, l := range all {
 		i, _ := strconv.Atoi(l.ID[3:])
 		if l.Due != base+int64(i/4)*10 || l.Scheduled != l.Due || l.Size != i || l.Target != reqs[i].Envelope.Target ||
-			l.Source != "nats:delay.in" || l.Attempts != 0 {
+			l.Source != "nats:delay.in" || l.Attempts != 0 || l.Window != reqs[i].Envelope.Window {
 			t.Fatalf("%s listed as %+v", l.ID, l)
 		}
 	}

@@ -12,6 +12,8 @@ type PostRequest struct {
 	DeliverAt json.RawMessage `json:"deliver_at,omitempty"`
 	// Expires is x-delay-expires: a string in the x-delay grammar or integer ms.
 	Expires json.RawMessage `json:"expires,omitempty"`
+	// Window is x-delay-window: a string in the x-delay grammar or integer ms, at most 1h.
+	Window json.RawMessage `json:"window,omitempty"`
 	// Every is x-delay-every: "30s", "0 9 * * 1-5", "CRON_TZ=Europe/Berlin 0 9 * * *".
 	Every string `json:"every,omitempty"`
 	// Misfire is x-delay-misfire: "once" (the default), "skip" or "all".
@@ -44,6 +46,9 @@ type MessageResponse struct {
 	// Misfire is a recurring message's x-delay-misfire ("once", "skip", "all"), absent
 	// when it fires once.
 	Misfire string `json:"misfire,omitempty"`
+	// Window is the message's x-delay-window in milliseconds, absent when none (Due is
+	// the drawn time).
+	Window *int64 `json:"window,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.
@@ -89,6 +94,9 @@ type ListedMessage struct {
 	Attempts  int    `json:"attempts"`
 	Size      int    `json:"size"`
 	Source    string `json:"source"`
+	// Window (an extension) is the message's x-delay-window in ms, absent when none: Due
+	// is the time drawn in it.
+	Window int64 `json:"window,omitempty"`
 }
 
 // ListResponse is the 200 body of GET /v1/messages: NextCursor is set while more may

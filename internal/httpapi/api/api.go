@@ -270,7 +270,7 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 		name, header string
 		raw          json.RawMessage
 	}{{"delay", contract.HeaderDelay, req.Delay}, {"deliver_at", contract.HeaderDeliverAt, req.DeliverAt},
-		{"expires", contract.HeaderExpires, req.Expires}} {
+		{"expires", contract.HeaderExpires, req.Expires}, {"window", contract.HeaderWindow, req.Window}} {
 		if len(f.raw) == 0 || bytes.Equal(f.raw, []byte("null")) {
 			continue
 		}
@@ -308,7 +308,7 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 var fieldNames = strings.NewReplacer(
 	contract.HeaderHops, contract.HeaderHops, contract.HeaderDue, contract.HeaderDue,
 	contract.HeaderSource, contract.HeaderSource, contract.HeaderError, contract.HeaderError,
-	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderID, "id",
+	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderWindow, "window", contract.HeaderID, "id",
 	contract.HeaderDeliverAt, "deliver_at", contract.HeaderTarget, "target", contract.HeaderDelay, "delay")
 
 // methodNotAllowed answers 405 in JSON, with the methods a path takes in Allow.
@@ -369,6 +369,10 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	if m.Envelope.Expires > 0 {
 		ms := m.Envelope.Expires.Milliseconds()
 		resp.Expires = &ms
+	}
+	if m.Envelope.Window > 0 {
+		ms := m.Envelope.Window.Milliseconds()
+		resp.Window = &ms
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -110,6 +110,31 @@ func TestPostExpires(t *testing.T) {
 	}
 }
 
+// TestPostWindow: window (string or integer ms) is kept with the message and shown by GET
+// in milliseconds, and the due time answered (and shown) is the one drawn in
+// [due, due + window].
+func TestPostWindow(t *testing.T) {
+	c, _ := newAPI(t, "")
+	ctx := context.Background()
+	at := time.Now().Add(time.Hour).UnixMilli()
+	for raw, want := range map[string]int64{`"10s"`: 10000, `1500`: 1500, `"PT1H"`: 3600000} {
+		resp, err := c.Send(ctx, httpapi.PostRequest{Target: "a.b", DeliverAt: []byte(strconv.FormatInt(at, 10)), Window: []byte(raw), ID: "w", Payload: str("x")})
+		if err != nil {
+			t.Fatalf("window %s: %v", raw, err)
+		}
+		if resp.Due < at || resp.Due > at+want {
+			t.Fatalf("window %s: due %d, outside [%d, %d]", raw, resp.Due, at, at+want)
+		}
+		m, err := c.Get(ctx, "w")
+		if err != nil || m.Window == nil || *m.Window != want || m.Due != resp.Due {
+			t.Fatalf("window %s: get = %+v, %v; want window %d, due %d", raw, m, err, want, resp.Due)
+		}
+		if _, ok := m.Headers["x-delay-window"]; ok {
+			t.Fatalf("window %s shown as a header too: %v", raw, m.Headers)
+		}
+	}
+}
+
 // TestPostEvery: every is kept with the message and shown by GET; without delay or
 // deliver_at the first firing is the schedule's first occurrence.
 func TestPostEvery(t *testing.T) {
@@ -196,6 +221,8 @@ func TestPostRejects(t *testing.T) {
 		{"bad base64", httpapi.PostRequest{Target: "a.b", PayloadBase64: str("%%%")}, "payload_base64"},
 		{"bad every", httpapi.PostRequest{Target: "a.b", Every: "sometimes"}, `invalid_every: invalid every "sometimes": want a Go duration`},
 		{"bad expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`"0s"`)}, "invalid_expires"},
+		{"window beyond an hour", httpapi.PostRequest{Target: "a.b", Window: []byte(`"2h"`)}, "invalid_window: invalid window: window"},
+		{"header smuggles a second window", httpapi.PostRequest{Target: "a.b", Window: []byte(`1000`), Headers: map[string]string{"X-Delay-Window": "2s"}}, "invalid_window"},
 		{"header smuggles a second expires", httpapi.PostRequest{Target: "a.b", Expires: []byte(`1000`), Headers: map[string]string{"X-Delay-Expires": "2s"}}, "invalid_expires"},
 		{"header smuggles a second delay", httpapi.PostRequest{Target: "a.b", Delay: []byte(`1`), Headers: map[string]string{"X-Delay": "2"}}, "invalid_delay"},
 	}

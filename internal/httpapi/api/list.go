@@ -67,7 +67,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	out := httpapi.ListResponse{Messages: make([]httpapi.ListedMessage, len(page))}
 	for i, m := range page {
 		out.Messages[i] = httpapi.ListedMessage{ID: m.ID, Target: m.Target, Due: m.Due, Scheduled: m.Scheduled,
-			Attempts: m.Attempts, Size: m.Size, Source: m.Source}
+			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds()}
 	}
 	if next != nil {
 		c := l.SealListCursor(*next, query)
