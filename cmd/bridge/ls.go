@@ -74,8 +74,11 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		if m.Scheduled != m.Due {
 			attempts += fmt.Sprintf(" (next %s)", time.UnixMilli(m.Scheduled).UTC().Format("15:04:05.000"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, time.UnixMilli(m.Due).UTC().Format(tableTime),
-			in, attempts, m.Size)
+		due := time.UnixMilli(m.Due).UTC().Format(tableTime)
+		if m.Window > 0 {
+			due += fmt.Sprintf(" (drawn in a %s window)", time.Duration(m.Window)*time.Millisecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, due, in, attempts, m.Size)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -98,11 +98,12 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	every := fs.String("every", "", "x-delay-every: recurring, a Go duration >= 1s (30s) or cron (\"0 9 * * 1-5\", CRON_TZ=Europe/Berlin first)")
 	misfire := fs.String("misfire", "", "x-delay-misfire, with --every: missed occurrences fire once (the default), skip or all (at most 100)")
 	expires := fs.String("expires", "", "x-delay-expires: dead-letter it as expired when not published this long after its due time (as --delay)")
+	window := fs.String("window", "", "x-delay-window: deliver at a time drawn uniformly in [due, due + window] (as --delay, at most 1h); each firing of --every draws its own")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -124,7 +125,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		return err
 	}
 	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Misfire: *misfire, Payload: &payload}
-	req.Delay, req.DeliverAt, req.Expires = jsonString(*delay), jsonString(*at), jsonString(*expires)
+	req.Delay, req.DeliverAt, req.Expires, req.Window = jsonString(*delay), jsonString(*at), jsonString(*expires), jsonString(*window)
 	if req.Headers, err = headerMap(hdrs); err != nil {
 		return err
 	}
@@ -264,7 +265,7 @@ Usage:
   bridge [run]                 run from the environment (variables below)
   bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
                                in-memory Redis; NOT durable; prints how to try it
-  bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--id ID] [--header k=v]... PAYLOAD|-
+  bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
   bridge cancel ID             cancel a pending message (through the message API)
@@ -292,6 +293,8 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
                 it is dead-lettered with reason expired
   x-delay-every    optional: recurring, 30s | 0 9 * * 1-5 | CRON_TZ=Europe/Berlin 0 9 * * *;
                 parked again after each firing (same x-delay-id); cancel stops it
+  x-delay-window   optional, as x-delay, at most 1h: delivered at a time drawn uniformly in
+                [due, due + window] (x-delay-due is that time); per firing when recurring
 
 Environment:
 `)

@@ -51,6 +51,15 @@ function fmtIn(ms) {
   const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
   return sign + (h ? h + 'h' : '') + (h || m ? m + 'm' : '') + (s % 60) + 's';
 }
+// fmtSpan is a span of milliseconds (a spread window): 1h, 10m, 2m30s, 1.5s, 250ms.
+function fmtSpan(ms) {
+  if (ms < 1000) return ms + 'ms';
+  if (ms % 1000) return (ms / 1000) + 's';
+  let s = ms / 1000;
+  const h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+  s %= 60;
+  return (h ? h + 'h' : '') + (m ? m + 'm' : '') + (s ? s + 's' : '');
+}
 const num = n => n === null || n === undefined ? '-' : Number(n).toLocaleString('en-US', {maximumFractionDigits: 1});
 
 function params() {
@@ -154,7 +163,7 @@ async function messages() {
   input('due_to', 'due to'), el('button', {type: 'submit', id: 'f-apply'}, 'Filter'));
   const rows = res.messages.map(m => el('tr', {},
     el('td', {}, el('a', {href: '#/message/' + encodeURIComponent(m.id), class: 'msg-link'}, m.id)), el('td', {}, m.target),
-    el('td', {}, fmtTime(m.due)), el('td', {}, fmtIn(m.due)),
+    el('td', {}, fmtTime(m.due) + (m.window ? ' (drawn in ' + fmtSpan(m.window) + ')' : '')), el('td', {}, fmtIn(m.due)),
     el('td', {class: 'n'}, m.attempts + (m.scheduled !== m.due ? ' (next ' + fmtTime(m.scheduled) + ')' : '')), el('td', {class: 'n'}, num(m.size))));
   let more = null;
   if (res.next_cursor) {
@@ -214,7 +223,8 @@ async function message(id) {
     el('h2', {}, 'Message ', el('code', {id: 'msg-id'}, m.id)),
     el('table', {id: 'detail'}, el('tbody', {},
       [['target', m.target], ['due (UTC)', fmtTime(m.due) + ' (in ' + fmtIn(m.due) + ')'], ['source', m.source], ['attempts', m.attempts],
-        ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-'], ['misfire', m.misfire || '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
+        ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-'], ['misfire', m.misfire || '-'],
+        ['window', m.window ? fmtSpan(m.window) + ' (due is the time drawn in it' + (m.every ? '; each firing draws its own)' : ')') : '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
     el('h3', {}, 'Headers'), el('table', {id: 'headers'}, el('tbody', {}, hdrs.length ? hdrs : el('tr', {}, el('td', {}, 'none')))),
     el('h3', {}, 'Payload'), el('pre', {id: 'payload'}, preview(m.payload_base64)),
     el('h3', {}, 'Actions'),
