@@ -284,7 +284,9 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	var sources []ingress.Source
 	var names []string
 	natsMaxPayload := func() int64 { return 0 } // 0 (unknown) without NATS
+	deadLetters := map[string]api.DeadLetters{}
 	for _, sd := range sides {
+		deadLetters[sd.name] = sd.deadLetters
 		publishers[sd.name] = sd.publisher
 		sources = append(sources, sd.sources...)
 		names = append(names, sd.name)
@@ -322,7 +324,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
-			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes}, store, logger)
+			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, logger)
 	}
 	return nil
 }

@@ -17,8 +17,10 @@ import (
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/connect"
+	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
 	"github.com/delaybridge/delaybridge/internal/intake"
+	"github.com/delaybridge/delaybridge/internal/redrive"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -32,6 +34,8 @@ type brokerSide struct {
 	check     ops.Check
 	// maxPayload is NATS's max_payload as the connection knows it now (nil for Kafka).
 	maxPayload func() int64
+	// deadLetters is its dead-letter store for the message API.
+	deadLetters api.DeadLetters
 	// closers run in reverse order at shutdown: subscriber, publisher, connection.
 	closers []func()
 }
@@ -79,7 +83,8 @@ func natsSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*bro
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	s := &brokerSide{name: "nats", maxPayload: nc.MaxPayload}
+	s := &brokerSide{name: "nats", maxPayload: nc.MaxPayload,
+		deadLetters: redrive.NATSLetters{Conn: nc, Config: RedriveNATS(cfg)}}
 	s.closers = append(s.closers, func() {
 		if err := nc.Drain(); err != nil {
 			nc.Close()
@@ -143,7 +148,7 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 	if err != nil {
 		return nil, fmt.Errorf("kafka publisher: %w", err)
 	}
-	s := &brokerSide{name: "kafka", publisher: pub}
+	s := &brokerSide{name: "kafka", publisher: pub, deadLetters: redrive.KafkaLetters{Config: RedriveKafka(cfg, kafkaSec)}}
 	s.closers = append(s.closers, func() { _ = pub.Close() })
 	if err := checkIngressTopic(ctx, cfg.Kafka, kafkaSec); err != nil {
 		return s, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
@@ -39,6 +40,7 @@ async function forge(name, path, body) {
 async function run() {
   await forge('bulk cancel', '/v1/bulk/cancel', '{"target":"x*"}');
   await forge('post message', '/v1/messages', '{"target":"x.forged","delay":"1h","id":"forged","payload":"p"}');
+  await forge('redrive', '/v1/dead-letters/redrive', '{"reason":"target_not_allowed"}');
   await new Promise(resolve => {
     const sink = document.getElementById('sink');
     sink.onload = () => { note('form answered'); resolve(); };
@@ -55,7 +57,8 @@ run();
 </script></body></html>`
 
 // TestCrossSiteForgeryInABrowser is issue 23 item 6: a page of another origin opened in
-// Chromium sends a no-cors bulk cancel, a no-cors POST /v1/messages and a text/plain form
+// Chromium sends a no-cors bulk cancel, a no-cors POST /v1/messages, a no-cors dead-letter
+// redrive (issue 27) and a text/plain form
 // bulk reschedule to the token-less API (the default): every one is answered (403) and
 // nothing changes. The page is served cross-site (http://localhost:<port>, the API being
 // 127.0.0.1) and same-site on another port (http://127.0.0.1:<port>): both are other
@@ -72,6 +75,19 @@ func TestCrossSiteForgeryInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		dues[id] = res.Due
+	}
+	// A dead letter that a forged redrive would send back (issue 27: the guard covers
+	// POST /v1/dead-letters/redrive too).
+	s.createStream(t, "DLQ", s.name("delay.dlq"))
+	letter := nats.NewMsg(s.name("delay.dlq"))
+	letter.Header.Set("x-target", "x.a")
+	letter.Header.Set("x-delay-error", "target_not_allowed: x.a")
+	letter.Data = []byte("dead")
+	if err := s.nc.PublishMsg(letter); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -96,7 +112,7 @@ func TestCrossSiteForgeryInABrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"bulk cancel answered", "post message answered", "form answered"} {
+		for _, want := range []string{"bulk cancel answered", "post message answered", "redrive answered", "form answered"} {
 			if !strings.Contains(report, want) {
 				t.Fatalf("attack from %s: %q missing (the browser did not send it?):\n%s", origin, want, report)
 			}
@@ -113,6 +129,9 @@ func TestCrossSiteForgeryInABrowser(t *testing.T) {
 		}
 		if st, err := c.Stats(t.Context()); err != nil || st.Parked != 5 {
 			t.Fatalf("attack from %s: stats %+v %v, want 5 parked", origin, st, err)
+		}
+		if dl, err := c.DeadLetters(t.Context(), nil); err != nil || len(dl.DeadLetters) != 1 {
+			t.Fatalf("attack from %s: dead letters %+v %v, want the one letter still there", origin, dl, err)
 		}
 		t.Logf("attack from %s: all answered, nothing changed", origin)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/bridge"
 	"github.com/delaybridge/delaybridge/config"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/connect"
@@ -101,8 +102,7 @@ func redriveNATS(ctx context.Context, cfg config.Config, opts redrive.Options) (
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
-	return redrive.NATS(ctx, nc, redrive.NATSConfig{DLQSubject: cfg.DLQSubject, Ingress: cfg.NATS.Subject,
-		IngressStream: cfg.NATS.Stream}, opts)
+	return redrive.NATS(ctx, nc, bridge.RedriveNATS(cfg), opts)
 }
 
 func redriveKafka(ctx context.Context, cfg config.Config, opts redrive.Options, fromStart bool) (redrive.Counts, error) {
@@ -110,6 +110,7 @@ func redriveKafka(ctx context.Context, cfg config.Config, opts redrive.Options, 
 	if err != nil {
 		return nil, err
 	}
-	return redrive.Kafka(ctx, redrive.KafkaConfig{Brokers: cfg.Kafka.Brokers, Security: sec, DLQTopic: cfg.DLQSubject,
-		Ingress: cfg.Kafka.Topic, Group: cfg.Kafka.Group + "-redrive", FromStart: fromStart}, opts)
+	kc := bridge.RedriveKafka(cfg, sec)
+	kc.FromStart = fromStart
+	return redrive.Kafka(ctx, kc, opts)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,7 @@ type KafkaConfig struct {
 // partition could not be read to its end offset within cfg.Timeout (an error: the
 // letters after stay), or ctx ends. The counts are valid with an error too.
 func Kafka(ctx context.Context, cfg KafkaConfig, opts Options) (Counts, error) {
+	opts = opts.prepare()
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -66,6 +68,11 @@ func Kafka(ctx context.Context, cfg KafkaConfig, opts Options) (Counts, error) {
 	ranges, err := r.ranges(ctx)
 	if err != nil {
 		return r.counts, err
+	}
+	if len(opts.IDs) > 0 {
+		r.seenIDs = map[string]bool{}
+		defer func() { r.counts.notFound(opts, r.seenIDs) }()
+		ranges = idRanges(ranges, opts.IDs)
 	}
 	if opts.DryRun {
 		return r.counts, r.dryRun(ctx, ranges)
@@ -92,6 +99,45 @@ type kafkaRun struct {
 	// sent maps the place (contract.HeaderRedrive) of each letter produced to the ingress,
 	// not yet seen refused again, to its reason.
 	sent map[string]string
+	// seenIDs are the ids of the letters read (a run by ids only).
+	seenIDs map[string]bool
+}
+
+// KafkaID is the id of the Kafka dead letter at partition p, offset o: "<p>:<o>".
+func KafkaID(p int, o int64) string { return strconv.Itoa(p) + ":" + strconv.FormatInt(o, 10) }
+
+// ParseKafkaID reads a Kafka dead letter's id, "<partition>:<offset>" (decimals, the
+// partition below 2^31, the offset from 0).
+func ParseKafkaID(id string) (p int, o int64, err error) {
+	ps, os, ok := strings.Cut(id, ":")
+	p32, err1 := strconv.ParseInt(ps, 10, 32)
+	o, err2 := strconv.ParseInt(os, 10, 64)
+	if !ok || err1 != nil || err2 != nil || p32 < 0 || o < 0 || KafkaID(int(p32), o) != id {
+		return 0, 0, fmt.Errorf("dead letter id %q: want <partition>:<offset>", id)
+	}
+	return int(p32), o, nil
+}
+
+// idRanges narrows ranges to the partitions that ids name, each read up to its last
+// named offset: the letters after it are not passed (on Kafka a run commits past every
+// letter it reads, selected or not). Partitions no id names are dropped: not read, not
+// committed.
+func idRanges(ranges map[int]span, ids []string) map[int]span {
+	out := map[int]span{}
+	for _, id := range ids {
+		p, o, err := ParseKafkaID(id)
+		sp, ok := ranges[p]
+		if err != nil || !ok || o < sp.from || o >= sp.to {
+			continue
+		}
+		cur, had := out[p]
+		if !had {
+			cur = span{from: sp.from, to: o + 1}
+		}
+		cur.to = max(cur.to, o+1)
+		out[p] = cur
+	}
+	return out
 }
 
 // span is the part of a partition to read: [from, to).
@@ -344,6 +390,9 @@ func (r *kafkaRun) partition(ctx, gctx context.Context, p int, sp span, commit f
 		return fmt.Errorf("dead letters, partition %d: %w", p, err)
 	}
 	for (r.opts.Max == 0 || r.seen < r.opts.Max) && gctx.Err() == nil {
+		if r.opts.over() {
+			return ErrUntil
+		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 		stop := context.AfterFunc(gctx, cancel)
 		m, err := rd.ReadMessage(rctx)
@@ -375,7 +424,11 @@ func (r *kafkaRun) one(ctx context.Context, m kafkago.Message, commit func(p int
 	for _, kh := range m.Headers {
 		h.Add(kh.Key, string(kh.Value))
 	}
-	reason, redrive := judge(h, r.opts, false)
+	id := KafkaID(m.Partition, m.Offset)
+	if r.seenIDs != nil {
+		r.seenIDs[id] = true
+	}
+	reason, redrive := judge(h, id, r.opts, false)
 	t := r.counts.of(reason)
 	switch {
 	case !redrive:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +54,7 @@ const (
 // valid with an error too.
 func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (Counts, error) {
 	counts := Counts{}
+	opts = opts.prepare()
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -71,11 +73,74 @@ func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (C
 	r := &natsRun{js: js, nc: nc, stream: stream, name: info.Config.Name, cfg: cfg, opts: opts, counts: counts,
 		last: info.State.LastSeq, sent: map[string]string{}}
 	r.seen = newLetterWatch(r, info.State.LastSeq+1)
-	if info.State.Msgs == 0 {
+	switch {
+	case len(opts.IDs) > 0:
+		seen := map[string]bool{}
+		err = r.byIDs(ctx, seen)
+		counts.notFound(opts, seen)
+	case info.State.Msgs == 0:
 		return counts, nil
+	default:
+		err = r.all(ctx, max(info.State.FirstSeq, 1))
 	}
-	err = r.all(ctx, max(info.State.FirstSeq, 1))
 	return counts, errors.Join(err, r.watchRefused(ctx))
+}
+
+// byIDs looks at the letters whose ids (stream sequences) opts.IDs names, in sequence
+// order, each read by its sequence; seen gets the ids found as dead letters (a message of
+// the stream on another subject is not one).
+func (r *natsRun) byIDs(ctx context.Context, seen map[string]bool) error {
+	var seqs []uint64
+	for _, id := range r.opts.IDs {
+		if seq, err := ParseNATSID(id); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	for _, seq := range slices.Compact(seqs) {
+		if r.opts.over() {
+			return ErrUntil
+		}
+		m, err := r.at(ctx, seq)
+		if err != nil || m == nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		seen[strconv.FormatUint(seq, 10)] = true
+		if err := r.one(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// at is the letter at seq exactly: nil when there is none, or when the message there is
+// not on the dead-letter subject.
+func (r *natsRun) at(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	m, err := r.stream.GetMsg(gctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the dead letter %d: %w", seq, err)
+	}
+	if m.Subject != r.cfg.DLQSubject {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// ParseNATSID reads a NATS dead letter's id: its stream sequence, a decimal from 1.
+func ParseNATSID(id string) (uint64, error) {
+	seq, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || seq == 0 || strconv.FormatUint(seq, 10) != id {
+		return 0, fmt.Errorf("dead letter id %q: want a stream sequence (a decimal from 1)", id)
+	}
+	return seq, nil
 }
 
 // dlqStream is the stream that captures subject.
@@ -134,6 +199,9 @@ func (r *natsRun) letterRef(seq uint64) string {
 // all looks at the letters from sequence from up to r.last, one by one.
 func (r *natsRun) all(ctx context.Context, from uint64) error {
 	for seq, n := from, 0; seq <= r.last && (r.opts.Max == 0 || n < r.opts.Max); n++ {
+		if r.opts.over() {
+			return ErrUntil
+		}
 		m, err := r.next(ctx, seq)
 		if err != nil || m == nil || m.Sequence > r.last {
 			return err
@@ -172,7 +240,7 @@ const (
 // one redrives or leaves one letter.
 func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	h := fromNATS(m.Header)
-	reason, redrive := judge(h, r.opts, r.cfg.IngressStream == "")
+	reason, redrive := judge(h, strconv.FormatUint(m.Sequence, 10), r.opts, r.cfg.IngressStream == "")
 	t := r.counts.of(reason)
 	switch {
 	case !redrive:

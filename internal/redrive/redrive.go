@@ -5,6 +5,7 @@
 package redrive
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -30,11 +31,56 @@ type Options struct {
 	// watch ends when every one was seen, or when none came for Wait. 0: no watch (the
 	// refused ones are then counted as redriven, except those a core NATS reply names).
 	Wait time.Duration
+	// IDs, when set, keeps only the letters with these ids (Letter.ID: on NATS the stream
+	// sequence, on Kafka "<partition>:<offset>"); Reasons is then not used. An id that is
+	// not a dead letter (gone, never one, or already past on Kafka) is counted under
+	// ReasonNotFound as Other.
+	IDs []string
+	// Until, when not zero, stops the run between two letters once passed: it returns
+	// the counts so far and an error wrapping ErrUntil (the letters not looked at stay).
+	Until time.Time
+
+	ids map[string]bool // IDs as a set (prepare)
 }
 
-// selects reports whether a letter of reason is to be redriven.
-func (o Options) selects(reason string) bool {
+// ErrUntil: the run stopped at Options.Until with letters still to look at.
+var ErrUntil = errors.New("stopped at its time limit: letters remain")
+
+// ReasonNotFound counts (as Other) the ids asked for that are not dead letters of the
+// store now: redriven or passed by another run, deleted, or never dead letters.
+const ReasonNotFound = "not_found"
+
+// prepare returns o with its id set built.
+func (o Options) prepare() Options {
+	if len(o.IDs) > 0 {
+		o.ids = make(map[string]bool, len(o.IDs))
+		for _, id := range o.IDs {
+			o.ids[id] = true
+		}
+	}
+	return o
+}
+
+// over reports whether the run is past Until.
+func (o Options) over() bool {
+	return !o.Until.IsZero() && !time.Now().Before(o.Until)
+}
+
+// selects reports whether the letter id of reason is to be redriven.
+func (o Options) selects(reason, id string) bool {
+	if len(o.IDs) > 0 {
+		return o.ids[id]
+	}
 	return len(o.Reasons) == 0 || slices.Contains(o.Reasons, reason)
+}
+
+// notFound counts the ids of opts that the run did not see.
+func (c Counts) notFound(opts Options, seen map[string]bool) {
+	for _, id := range opts.IDs {
+		if !seen[id] {
+			c.of(ReasonNotFound).Other++
+		}
+	}
 }
 
 // Tally counts the letters of one reason.
@@ -119,7 +165,7 @@ func reasonOf(h headers.List) string {
 // judge decides what happens to a letter: its reason, and whether it is redriven (under
 // opts). A letter without its payload is never redriven, nor one with a NATS schedule when
 // schedules cannot travel (a JetStream ingress).
-func judge(h headers.List, opts Options, schedules bool) (reason string, redrive bool) {
+func judge(h headers.List, id string, opts Options, schedules bool) (reason string, redrive bool) {
 	if _, ok := h.Get(contract.HeaderOriginalSize); ok {
 		return reasonNoPayload, false
 	}
@@ -127,7 +173,7 @@ func judge(h headers.List, opts Options, schedules bool) (reason string, redrive
 		return reasonNATSSchedule, false
 	}
 	reason = reasonOf(h)
-	return reason, opts.selects(reason)
+	return reason, opts.selects(reason, id)
 }
 
 // hasNATSSchedule reports whether h carries a renamed NATS schedule header.

@@ -31,7 +31,7 @@ func TestJudge(t *testing.T) {
 		{"schedule, core ingress", list("x-delay-error", "x: y", "x-delay-original-Nats-Schedule", "@at 2030-01-01T00:00:00Z"), Options{}, true, "x", true},
 		{"schedule, JetStream ingress", list("x-delay-error", "x: y", "x-delay-original-nats-schedule-target", "a"), Options{}, false, "nats_schedule", false},
 	} {
-		reason, redrive := judge(tc.h, tc.opts, tc.schedules)
+		reason, redrive := judge(tc.h, "1", tc.opts.prepare(), tc.schedules)
 		if reason != tc.reason || redrive != tc.redrive {
 			t.Errorf("%s: judge = %s, %v; want %s, %v", tc.name, reason, redrive, tc.reason, tc.redrive)
 		}

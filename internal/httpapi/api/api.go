@@ -71,8 +71,16 @@ type Config struct {
 	// that look like a contract header's (x-dealy), as ingress does for brokers.
 	Lookalikes *intake.Lookalikes
 
+	// DeadLetters, by broker name ("nats", "kafka"), are the dead-letter stores that
+	// GET /v1/dead-letters and POST /v1/dead-letters/redrive read (deadletters.go).
+	DeadLetters map[string]DeadLetters
+	// RedriveHook, when set, is told of every redrive through the API (the audit log).
+	RedriveHook RedriveHook
+
 	// bulkBudget replaces the 10 s that a bulk request works (tests).
 	bulkBudget time.Duration
+	// redriveBudget replaces the 40 s that a redrive request works (tests).
+	redriveBudget time.Duration
 }
 
 // DefaultMaxInflightBytes is the default of Config.MaxInflightBytes (32 MiB).
@@ -108,12 +116,16 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	if cfg.bulkBudget == 0 {
 		cfg.bulkBudget = bulkBudget
 	}
+	if cfg.redriveBudget == 0 {
+		cfg.redriveBudget = redriveBudget
+	}
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
 		budget = DefaultMaxInflightBytes
 	}
 	budget = max(budget, cfg.MaxBodyBytes())
-	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget)}
+	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
+		redrives: make(chan struct{}, redriveAtOnce)}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
 	mux.HandleFunc("GET /v1/messages", a.list)
@@ -124,6 +136,8 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/forecast", a.forecast)
 	mux.HandleFunc("GET /v1/overview", a.overview)
 	mux.Handle("POST /v1/bulk/{op}", requireJSON(http.HandlerFunc(a.bulk)))
+	mux.HandleFunc("GET /v1/dead-letters", a.deadLetters)
+	mux.Handle("POST /v1/dead-letters/redrive", requireJSON(http.HandlerFunc(a.redrive)))
 	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
@@ -132,6 +146,8 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("/v1/forecast", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/overview", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/bulk/{op}", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/dead-letters", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/v1/dead-letters/redrive", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
@@ -149,6 +165,7 @@ type api struct {
 	store    Store
 	log      *slog.Logger
 	inflight *semaphore.Weighted // request-body bytes being read or decoded
+	redrives chan struct{}       // a slot per redrive running (redriveAtOnce)
 }
 
 // limitBody caps a request's body at MaxBodyBytes and holds its bytes in the in-flight

@@ -6,6 +6,7 @@ const view = document.getElementById('view');
 const errBox = document.getElementById('error');
 let refresh = null; // the overview's timer
 let lastOverview = null; // {t, in, out} of the previous overview poll, for rates
+const pages = {}; // path -> async render function, added by the pages' own scripts
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -313,6 +314,8 @@ async function route() {
       await message(decodeURIComponent(path.slice('/message/'.length)));
     } else if (path === '/bulk') {
       bulk();
+    } else if (pages[path]) {
+      await pages[path]();
     } else {
       view.replaceChildren(el('p', {}, 'No such page.'));
     }
@@ -329,4 +332,4 @@ document.getElementById('token-form').addEventListener('submit', e => {
   route();
 });
 window.addEventListener('hashchange', route);
-route();
+document.addEventListener('DOMContentLoaded', route); // after the pages' scripts (deferred) ran

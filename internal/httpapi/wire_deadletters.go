@@ -1,0 +1,53 @@
+package httpapi
+
+// DeadLetter is one dead letter in GET /v1/dead-letters (docs/contract.md section 10).
+type DeadLetter struct {
+	// ID: on NATS the dead-letter stream's sequence, on Kafka "<partition>:<offset>".
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+	Target string `json:"target"`
+	// At is when the letter was stored, unix ms.
+	At   int64 `json:"at"`
+	Size int64 `json:"size"`
+}
+
+// DeadLettersResponse is the 200 body of GET /v1/dead-letters.
+type DeadLettersResponse struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	NextCursor  *string      `json:"next_cursor"`
+}
+
+// RedriveRequest is the body of POST /v1/dead-letters/redrive: exactly one of Reason and
+// IDs.
+type RedriveRequest struct {
+	Reason string   `json:"reason,omitempty"`
+	IDs    []string `json:"ids,omitempty"`
+	DryRun bool     `json:"dry_run"`
+	// Broker is "nats" or "kafka", needed only when both are configured (default: the
+	// API's default broker).
+	Broker string `json:"broker,omitempty"`
+}
+
+// RedriveTally counts the letters of one reason (internal/redrive.Tally).
+type RedriveTally struct {
+	Redriven int `json:"redriven"`
+	Refused  int `json:"refused_again"`
+	Other    int `json:"other_run"`
+	Selected int `json:"selected"`
+	Left     int `json:"left"`
+}
+
+// RedriveResponse is the 200 body of POST /v1/dead-letters/redrive.
+type RedriveResponse struct {
+	DryRun bool `json:"dry_run"`
+	// Matched letters were selected (found, of the reason or ids asked for, and
+	// redrivable); Changed were sent back to the ingress and left the dead-letter store
+	// (redriven plus refused again). A dry run changes nothing.
+	Matched  int                     `json:"matched"`
+	Changed  int                     `json:"changed"`
+	ByReason map[string]RedriveTally `json:"by_reason"`
+	// More: the request stopped at its time limit with letters still to look at; send it
+	// again to go on (letters already sent back are gone and not sent twice).
+	More bool `json:"more"`
+}
