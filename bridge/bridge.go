@@ -39,6 +39,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/fleetstats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
@@ -219,6 +220,7 @@ type assembly struct {
 	outMetrics *egress.Metrics
 	redisUp    *monitor.Redis
 	dataset    *monitor.DatasetWatch
+	fleet      *fleetstats.Publisher // this replica's counts into the fleet's buckets
 	storeReady atomic.Bool
 	checks     []ops.Check
 
@@ -315,6 +317,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
+	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.reg, store, logger)
 	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
@@ -349,9 +352,16 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 		w.Go(func() error { return b.in.Run(wctx) })
 		w.Go(func() error { return b.out.Run(wctx) })
 		w.Go(func() error { return b.dataset.Run(wctx) })
+		w.Go(func() error { return b.fleet.Run(wctx) })
 		logger.Info("delaybridge running", "brokers", b.live, "http", cfg.HTTPAddr, "api", cfg.APIAddr)
 		w.Go(func() error { b.whenReady(wctx, ls.ready); return nil })
-		return w.Wait()
+		err := w.Wait()
+		// Ingress and egress stopped: their last counts join the fleet's (bounded, as Redis
+		// may be gone).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = b.fleet.Flush(fctx)
+		return err
 	})
 	if err := g.Wait(); err != nil {
 		return err
