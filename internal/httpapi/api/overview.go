@@ -63,12 +63,11 @@ func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
 // default, replicaOverview) or the fleet's (fleetOverview). Any other query is a 400.
 func (a *api) overview(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	scope := q.Get("scope")
-	if len(q) > 1 || len(q) == 1 && !q.Has("scope") || len(q["scope"]) > 1 || scope != "" && scope != "replica" && scope != "fleet" {
+	if scope := q["scope"]; len(q) > 0 && (len(q) != 1 || len(scope) != 1 || scope[0] != "replica" && scope[0] != "fleet") {
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": want nothing, scope=replica or scope=fleet")
 		return
 	}
-	if scope == "fleet" {
+	if q.Get("scope") == "fleet" {
 		a.fleetOverview(w, r)
 		return
 	}
