@@ -49,7 +49,7 @@ func TestFleetOverview(t *testing.T) {
 	}
 	add(now, map[string]int64{"in:parked": 10, "out:published": 100, "late:0.01": 100, "dead:invalid_delay": 1})             // replica 1
 	add(now.Add(-time.Second), map[string]int64{"in:parked": 5, "out:published": 100, "late:0.1": 100, "dead:too_large": 2}) // replica 2
-	add(now.Add(-2*time.Hour), map[string]int64{"in:parked": 1000})                                                         // before the hour
+	add(now.Add(-2*time.Hour), map[string]int64{"in:parked": 1000})                                                          // before the hour
 
 	// This replica's own counters say something else: the fleet view does not read them.
 	reg := prometheus.NewRegistry()
