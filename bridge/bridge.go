@@ -216,6 +216,7 @@ func shutdown(sides []*brokerSide, rdb io.Closer) {
 // the message API over the broker sides.
 type assembly struct {
 	reg        *prometheus.Registry
+	countsReg  *prometheus.Registry // ingress's and egress's metrics only: what b.fleet gathers
 	inMetrics  *intake.Metrics
 	outMetrics *egress.Metrics
 	redisUp    *monitor.Redis
@@ -234,13 +235,14 @@ type assembly struct {
 // newWatch registers the process, ingress, egress and store metrics and the Redis
 // monitor, and the readiness check of Redis.
 func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.Logger) (*assembly, error) {
-	b := &assembly{reg: prometheus.NewRegistry()}
+	b := &assembly{reg: prometheus.NewRegistry(), countsReg: prometheus.NewRegistry()}
 	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
-	if b.inMetrics, err = intake.NewMetrics(b.reg); err != nil {
+	counts := teeRegisterer{b.reg, b.countsReg}
+	if b.inMetrics, err = intake.NewMetrics(counts); err != nil {
 		return nil, err
 	}
-	if b.outMetrics, err = egress.NewMetrics(b.reg); err != nil {
+	if b.outMetrics, err = egress.NewMetrics(counts); err != nil {
 		return nil, err
 	}
 	if b.redisUp, err = monitor.NewRedis(rdb, b.reg, logger, store.MemoryFull); err != nil {
@@ -317,7 +319,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
-	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.reg, store, logger)
+	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, store, logger)
 	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)

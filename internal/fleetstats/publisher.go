@@ -43,7 +43,8 @@ type Publisher struct {
 	streak backoff.Streak
 }
 
-// New returns a Publisher of g's counters (the bridge's metrics registry) to store.
+// New returns a Publisher of g's counters to store. g should hold only the counters it reads
+// (ingress's and egress's): every Flush gathers it, running every collector registered.
 func New(cfg Config, g prometheus.Gatherer, store Store, logger *slog.Logger) *Publisher {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
