@@ -39,6 +39,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
+	"github.com/delaybridge/delaybridge/internal/fleetstats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
@@ -215,10 +216,12 @@ func shutdown(sides []*brokerSide, rdb io.Closer) {
 // the message API over the broker sides.
 type assembly struct {
 	reg        *prometheus.Registry
+	countsReg  *prometheus.Registry // ingress's and egress's metrics only: what b.fleet gathers
 	inMetrics  *intake.Metrics
 	outMetrics *egress.Metrics
 	redisUp    *monitor.Redis
 	dataset    *monitor.DatasetWatch
+	fleet      *fleetstats.Publisher // this replica's counts into the fleet's buckets
 	storeReady atomic.Bool
 	checks     []ops.Check
 
@@ -232,13 +235,14 @@ type assembly struct {
 // newWatch registers the process, ingress, egress and store metrics and the Redis
 // monitor, and the readiness check of Redis.
 func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.Logger) (*assembly, error) {
-	b := &assembly{reg: prometheus.NewRegistry()}
+	b := &assembly{reg: prometheus.NewRegistry(), countsReg: prometheus.NewRegistry()}
 	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
-	if b.inMetrics, err = intake.NewMetrics(b.reg); err != nil {
+	counts := teeRegisterer{b.reg, b.countsReg}
+	if b.inMetrics, err = intake.NewMetrics(counts); err != nil {
 		return nil, err
 	}
-	if b.outMetrics, err = egress.NewMetrics(b.reg); err != nil {
+	if b.outMetrics, err = egress.NewMetrics(counts); err != nil {
 		return nil, err
 	}
 	if b.redisUp, err = monitor.NewRedis(rdb, b.reg, logger, store.MemoryFull); err != nil {
@@ -317,6 +321,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
+	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, store, logger)
 	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
@@ -351,9 +356,16 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 		w.Go(func() error { return b.in.Run(wctx) })
 		w.Go(func() error { return b.out.Run(wctx) })
 		w.Go(func() error { return b.dataset.Run(wctx) })
+		w.Go(func() error { return b.fleet.Run(wctx) })
 		logger.Info("delaybridge running", "brokers", b.live, "http", cfg.HTTPAddr, "api", cfg.APIAddr)
 		w.Go(func() error { b.whenReady(wctx, ls.ready); return nil })
-		return w.Wait()
+		err := w.Wait()
+		// Ingress and egress stopped: their last counts join the fleet's (bounded, as Redis
+		// may be gone).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = b.fleet.Flush(fctx)
+		return err
 	})
 	if err := g.Wait(); err != nil {
 		return err

@@ -34,6 +34,7 @@ const (
 	scriptScan
 	scriptBulk
 	scriptCounts
+	scriptStats
 	numScripts
 )
 
@@ -68,6 +69,7 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptScan:   {name: "scan", includes: []string{"envelope.lua"}, flags: "no-writes"},
 	scriptBulk:   {name: "bulk", includes: []string{"envelope.lua"}, flags: "allow-oom"},
 	scriptCounts: {name: "counts", includes: []string{"envelope.lua"}}, // no flags: refused when Redis is full
+	scriptStats:  {name: "stats"},                                      // no flags: refused when Redis is full
 }
 
 // luaFile returns the text of lua/<file>.

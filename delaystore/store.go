@@ -35,6 +35,8 @@ type Store struct {
 	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
+	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (fleetstats.go).
+	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
 	// cursorKeyName is P:cursor, the key that seals cursors; cursorKey its value, read by
@@ -139,6 +141,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
+		statsPrefix:  "{" + p + ":fleet}:stats:",
 		scripts:      scripts,
 		rateKey:      "{" + p + ":rate}:tat",
 		minReplicas:  cfg.MinReplicas,

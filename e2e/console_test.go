@@ -178,7 +178,8 @@ func TestConsoleOverviewHonest(t *testing.T) {
 	}
 	br := openBrowser(t)
 	run, text := br.do, br.text
-	run("the page without the token", chromedp.Navigate("http://"+b.APIAddr+"/ui/"), chromedp.WaitVisible("#error"))
+	// This replica's view (the fleet's is the default: TestConsoleFleetView).
+	run("the page without the token", chromedp.Navigate("http://"+b.APIAddr+"/ui/#/?scope=replica"), chromedp.WaitVisible("#error"))
 	if e := text("#error"); !strings.Contains(e, "BRIDGE_API_TOKEN") {
 		t.Fatalf("the 401 message %q does not name BRIDGE_API_TOKEN", e)
 	}

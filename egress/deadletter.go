@@ -47,14 +47,13 @@ func (d *delivery) deadLetter(ctx context.Context, o *outgoing) error {
 			"target", o.claimed.Envelope.Target, "reason", reason, "attempts", o.claimed.Attempts+1, "err", err)
 		return fmt.Errorf("dead-letter %s: %w", o.claimed.ID, err)
 	}
+	d.metrics.deadLettered(o.broker, reason)
 	if reason == contract.ReasonExpired {
-		d.metrics.out(o.broker, "expired")
 		d.log.Debug("dead-lettered: expired before it could be published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 			"attempts", o.claimed.Attempts, "err", o.err)
 		d.failures.failed(ctx, o.claimed.Envelope.Target, failExpired, 1, reason, o.err)
 		return nil
 	}
-	d.metrics.out(o.broker, "dead_lettered")
 	d.log.Debug("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
 	d.failures.failed(ctx, o.claimed.Envelope.Target, failDead, 1, reason, o.err)

@@ -5,11 +5,14 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // Metrics are the egress metrics. A nil *Metrics records nothing.
 type Metrics struct {
 	messages *prometheus.CounterVec
+	dead     *prometheus.CounterVec
 	lateness prometheus.Histogram
 	// latest is the largest lateness observed since start, in ms (a histogram's bucket
 	// bound is not it): delaybridge_delivery_lateness_max_seconds.
@@ -29,13 +32,20 @@ type Metrics struct {
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
 // the Redis clock), delaybridge_delivery_lateness_max_seconds (the largest of them since
 // start: a quantile read from the histogram never exceeds it), delaybridge_inflight_messages (claimed, not yet settled) and
-// delaybridge_owned_shards (the shards this replica claims).
+// delaybridge_owned_shards (the shards this replica claims), and
+// delaybridge_dead_letters_out_total{broker, reason} (the dead letters egress published, by
+// reason: publish_failed, expired, or the target's rejection, forbidden or too_large: the
+// fleet view's dead letters by reason, docs/design.md "Fleet-wide view").
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
 			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited, misfire_skipped).",
 		}, []string{"broker", "result"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delaybridge_dead_letters_out_total",
+			Help: "Dead letters published by egress, by the message's broker and reason (publish_failed, expired, forbidden, too_large).",
+		}, []string{"broker", "reason"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",
 			Help:    "Time from a message's due time to its target's publish confirmation.",
@@ -54,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "delaybridge_delivery_lateness_max_seconds",
 		Help: "The largest delivery lateness observed since this replica started.",
 	}, func() float64 { return float64(m.latest.Load()) / 1000 })
-	for _, c := range []prometheus.Collector{m.messages, m.lateness, maxLate, m.inflight, m.owns} {
+	for _, c := range []prometheus.Collector{m.messages, m.dead, m.lateness, maxLate, m.inflight, m.owns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -71,6 +81,21 @@ func (m *Metrics) count(broker, result string, n int) {
 	if m != nil {
 		m.messages.WithLabelValues(broker, result).Add(float64(n))
 	}
+}
+
+// deadLettered counts a dead letter egress published, in
+// delaybridge_messages_out_total{broker, result} (result expired for reason expired, else
+// dead_lettered) and delaybridge_dead_letters_out_total{broker, reason}.
+func (m *Metrics) deadLettered(broker, reason string) {
+	if m == nil {
+		return
+	}
+	result := "dead_lettered"
+	if reason == contract.ReasonExpired {
+		result = "expired"
+	}
+	m.messages.WithLabelValues(broker, result).Inc()
+	m.dead.WithLabelValues(broker, reason).Inc()
 }
 
 func (m *Metrics) published(broker string, latenessMs int64) {

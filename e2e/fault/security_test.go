@@ -99,8 +99,13 @@ func TestRedisACLUser(t *testing.T) {
 		t.Fatalf("/metrics as the ACL user: %d, store scrape error not 0", code)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// The fleet's counts (stats.lua, every 5 s) and their reading (GET /v1/overview?scope=fleet).
+	secStatsKeys(t, admin, prefix)
+	if code, body := secAPI(t, "GET", "http://"+b.APIAddr+"/v1/overview?scope=fleet", "", ""); code != 200 {
+		t.Fatalf("fleet overview as the ACL user: %d %s", code, body)
+	}
 	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
 		t.Fatalf("Redis refused commands of the bridge (ACL LOG %v, %v): the ACL or bridgeRedisCommands is out of date", log, err)
 	}

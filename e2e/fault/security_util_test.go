@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,7 +55,7 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // agree).
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
-	"incrby", "info", "ping", "publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard",
+	"incrby", "info", "pexpireat", "ping", "publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard",
 	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zscore", "wait",
 }
 
@@ -80,6 +81,30 @@ func secKeyPatterns(p string) []*regexp.Regexp {
 		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n|c|cx)$`),
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
+		regexp.MustCompile(`^\{` + q + `:fleet\}:stats:1[mh]:[0-9]+$`), // the fleet's counts by minute and hour
+	}
+}
+
+// secStatsKeys waits (up to 15 s: the replicas add their counts every 5 s) until the fleet's
+// counts have a minute and an hour bucket ({P:fleet}:stats:1m:<s>, :1h:<s>) and returns
+// every such key.
+func secStatsKeys(t *testing.T, admin *redis.Client, prefix string) []string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		keys, err := admin.Keys(t.Context(), "{"+prefix+":fleet}:stats:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		minute := slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, ":stats:1m:") })
+		hour := slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, ":stats:1h:") })
+		if minute && hour {
+			return keys
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fleet count buckets after 15 s: %q", keys)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -134,8 +134,10 @@ type ForecastResponse struct {
 // average rates), the dead letters it sent for every reason (DeadLettered: invalid input
 // from the brokers, undeliverable and expired messages), the lateness of its deliveries
 // (p50 and p99 in ms, never above the largest observed, LatenessMax; null before the
-// first), and Redis.
+// first), and Redis. Scope is "replica" (GET /v1/overview?scope=fleet answers a
+// FleetOverviewResponse).
 type OverviewResponse struct {
+	Scope        string             `json:"scope"`
 	In           map[string]float64 `json:"in"`
 	Out          map[string]float64 `json:"out"`
 	Since        int64              `json:"since"`

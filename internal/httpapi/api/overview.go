@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/fleetstats"
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 )
 
@@ -59,16 +59,36 @@ func (a *api) forecast(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, httpapi.ForecastResponse{From: from, Step: step, Overdue: overdue, Counts: counts})
 }
 
-// overview serves GET /v1/overview: this replica's own counters and lateness from its
-// metrics registry, and the Redis monitor's state. It makes no Redis call.
-func (a *api) overview(w http.ResponseWriter, _ *http.Request) {
-	out := httpapi.OverviewResponse{In: map[string]float64{}, Out: map[string]float64{}, Redis: "ok",
-		Since: a.cfg.Started.UnixMilli()}
+// overview serves GET /v1/overview[?scope=replica|fleet]: this replica's view (the
+// default, replicaOverview) or the fleet's (fleetOverview). Any other query is a 400.
+func (a *api) overview(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if scope := q["scope"]; len(q) > 0 && (len(q) != 1 || len(scope) != 1 || scope[0] != "replica" && scope[0] != "fleet") {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": want nothing, scope=replica or scope=fleet")
+		return
+	}
+	if q.Get("scope") == "fleet" {
+		a.fleetOverview(w, r)
+		return
+	}
+	a.replicaOverview(w)
+}
+
+// redisState is the Redis monitor's state as the overview shows it ("ok" when unknown).
+func (a *api) redisState() string {
 	if a.cfg.RedisErr != nil {
 		if err := a.cfg.RedisErr(); err != nil {
-			out.Redis = "unreachable: " + err.Error()
+			return "unreachable: " + err.Error()
 		}
 	}
+	return "ok"
+}
+
+// replicaOverview answers GET /v1/overview: this replica's own counters and lateness from
+// its metrics registry, and the Redis monitor's state. It makes no Redis call.
+func (a *api) replicaOverview(w http.ResponseWriter) {
+	out := httpapi.OverviewResponse{Scope: "replica", In: map[string]float64{}, Out: map[string]float64{}, Redis: a.redisState(),
+		Since: a.cfg.Started.UnixMilli()}
 	if a.cfg.Gatherer == nil {
 		writeJSON(w, http.StatusOK, out)
 		return
@@ -149,10 +169,7 @@ func sumBy(mf *dto.MetricFamily, name string, into map[string]float64) {
 }
 
 // quantiles reads p50 and p99 (ms) and the count from a histogram, summed over its
-// series, interpolating within a bucket as Prometheus' histogram_quantile does, but never
-// above maxMs, the largest observation (when known): interpolation assumes observations
-// spread up to the bucket's bound, and 5.8 s in the (5 s, 10 s] bucket would read as 9.2 s.
-// The +Inf bucket reads as maxMs too (else as its lower bound).
+// series (fleetstats.Quantile: never above maxMs, the largest observation, when known).
 func quantiles(mf *dto.MetricFamily, maxMs *float64) (p50, p99 *float64, count uint64) {
 	bounds := map[float64]uint64{}
 	for _, m := range mf.GetMetric() {
@@ -165,31 +182,6 @@ func quantiles(mf *dto.MetricFamily, maxMs *float64) (p50, p99 *float64, count u
 	if count == 0 {
 		return nil, nil, 0
 	}
-	les := make([]float64, 0, len(bounds))
-	for le := range bounds {
-		les = append(les, le)
-	}
-	sort.Float64s(les)
-	at := func(q float64) *float64 {
-		rank := q * float64(count)
-		lo, below := 0.0, uint64(0)
-		for _, le := range les {
-			if float64(bounds[le]) >= rank {
-				v := le
-				if n := bounds[le] - below; n > 0 && !math.IsInf(le, 1) {
-					v = lo + (le-lo)*(rank-float64(below))/float64(n)
-				} else if math.IsInf(le, 1) {
-					v = lo
-				}
-				v *= 1000
-				if maxMs != nil && (v > *maxMs || math.IsInf(le, 1)) {
-					v = *maxMs
-				}
-				return &v
-			}
-			lo, below = le, bounds[le]
-		}
-		return nil
-	}
-	return at(0.5), at(0.99), count
+	bounds[math.Inf(1)] = count
+	return fleetstats.Quantile(bounds, count, 0.5, maxMs), fleetstats.Quantile(bounds, count, 0.99, maxMs), count
 }

@@ -105,10 +105,32 @@ function chart(id, title, fc, label) {
 }
 
 async function overview() {
+  const scope = overviewScope();
   const [stats, targets, ov, hour, day] = await Promise.all([
-    api('GET', '/v1/stats'), api('GET', '/v1/targets'), api('GET', '/v1/overview'),
+    api('GET', '/v1/stats'), api('GET', '/v1/targets'), api('GET', '/v1/overview?scope=' + scope),
     api('GET', '/v1/forecast?step=60000&buckets=60'), api('GET', '/v1/forecast?step=3600000&buckets=24'),
   ]);
+  const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
+  const rows = targets.targets.map(t => el('tr', {},
+    el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
+    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
+  const fleet = scope === 'fleet';
+  if (fleet) lastOverview = null;
+  view.replaceChildren(scopeToggle(scope),
+    el('div', {class: 'cards'},
+      card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
+      fleet ? fleetCards(ov, card) : replicaCards(ov, card),
+      card('redis', 'Redis', ov.redis === 'ok' ? 'ok' : 'attention', ov.redis)),
+    ...(fleet ? fleetCharts(ov) : []),
+    chart('forecast-hour', 'Due in the next hour, by minute', hour, i => '+' + i + 'm'),
+    chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
+    el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
+      el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))));
+}
+
+// replicaCards are the cards of this replica's own counters (GET /v1/overview).
+function replicaCards(ov, card) {
   const now = Date.now();
   const sum = o => Object.values(o || {}).reduce((a, b) => a + b, 0);
   // The first load has only the counts since the replica started: their average rate;
@@ -120,23 +142,12 @@ async function overview() {
   const inRate = num(((ov.in.parked || 0) - last.in) / dt) + '/s';
   const outRate = num(((ov.out.published || 0) - last.out) / dt) + '/s';
   lastOverview = {t: now, in: ov.in.parked || 0, out: ov.out.published || 0};
-  const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
-  const rows = targets.targets.map(t => el('tr', {},
-    el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
-    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
-  view.replaceChildren(
-    el('div', {class: 'cards'},
-      card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
-      card('rate-in', 'In (parked)', inRate, over + '; ' + num(ov.in.parked || 0) + ' since start; ' + num(sum(ov.in) - (ov.in.parked || 0)) + ' not parked'),
-      card('rate-out', 'Out (published)', outRate, over + '; ' + num(ov.out.published || 0) + ' since start; ' + num(ov.dead_lettered || 0) + ' dead-lettered (every reason, in and out)'),
-      card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms',
-        num(ov.delivered) + ' deliveries by this replica' + (ov.lateness_max_ms === null ? '' : '; slowest ' + num(ov.lateness_max_ms) + ' ms')),
-      card('redis', 'Redis', ov.redis === 'ok' ? 'ok' : 'attention', ov.redis)),
-    chart('forecast-hour', 'Due in the next hour, by minute', hour, i => '+' + i + 'm'),
-    chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
-    el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
-      el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
-        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))));
+  return [
+    card('rate-in', 'In (parked)', inRate, over + '; ' + num(ov.in.parked || 0) + ' since start; ' + num(sum(ov.in) - (ov.in.parked || 0)) + ' not parked'),
+    card('rate-out', 'Out (published)', outRate, over + '; ' + num(ov.out.published || 0) + ' since start; ' + num(ov.dead_lettered || 0) + ' dead-lettered (every reason, in and out)'),
+    card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms',
+      num(ov.delivered) + ' deliveries by this replica' + (ov.lateness_max_ms === null ? '' : '; slowest ' + num(ov.lateness_max_ms) + ' ms')),
+  ];
 }
 
 // --- messages -------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+package delaystore
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+)
+
+// AddStats adds every field to the minute and the hour bucket of its time (two replicas'
+// calls add up; a zero count is left out), sets them to expire MinuteStatsKept and
+// HourStatsKept after the bucket's start, and ReadStats reads the buckets back oldest
+// first, empty where nobody added. The key names are the buckets' starts whatever the
+// fields say.
+func TestStatsBuckets(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	// Buckets in the future, so that their expiry times lie ahead of Redis' clock.
+	at := time.Now().Add(time.Hour).Truncate(time.Hour).Add(30*time.Minute + 10*time.Second)
+	hostile := "{" + f.prefix + ":0}:z*]]..redis.call('FLUSHALL')..[["
+	if err := f.s.AddStats(ctx, at, map[string]int64{"in:parked": 5, "out:published": 3, "zero": 0, hostile: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.AddStats(ctx, at.Add(20*time.Second), map[string]int64{"in:parked": 2}); err != nil { // another replica, same minute
+		t.Fatal(err)
+	}
+	if err := f.s.AddStats(ctx, at.Add(time.Minute), map[string]int64{"in:parked": 7}); err != nil { // the next minute
+		t.Fatal(err)
+	}
+	minutes, err := f.s.ReadStats(ctx, time.Minute, at.Add(-time.Minute), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]int64{{}, {"in:parked": 7, "out:published": 3, hostile: 1}, {"in:parked": 7}}
+	for i := range want {
+		if !maps.Equal(minutes[i], want[i]) {
+			t.Errorf("minute %d = %v, want %v", i, minutes[i], want[i])
+		}
+	}
+	hours, err := f.s.ReadStats(ctx, time.Hour, at, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantH := map[string]int64{"in:parked": 14, "out:published": 3, hostile: 1}; !maps.Equal(hours[0], wantH) {
+		t.Errorf("hour = %v, want %v", hours[0], wantH)
+	}
+	keys, err := f.rdb.Keys(ctx, "*:stats:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minuteStart, hourStart := at.Truncate(time.Minute), at.Truncate(time.Hour)
+	expiry := map[string]time.Time{
+		f.s.statsKey(time.Minute, minuteStart):                  minuteStart.Add(MinuteStatsKept),
+		f.s.statsKey(time.Minute, minuteStart.Add(time.Minute)): minuteStart.Add(time.Minute + MinuteStatsKept),
+		f.s.statsKey(time.Hour, hourStart):                      hourStart.Add(HourStatsKept),
+	}
+	if len(keys) != len(expiry) {
+		t.Fatalf("keys %q, want the 3 buckets %v", keys, expiry)
+	}
+	for k, exp := range expiry {
+		if !strings.HasPrefix(k, "{"+f.prefix+":fleet}:stats:") {
+			t.Errorf("key %q is not under the fleet's hash tag", k)
+		}
+		got, err := f.rdb.PExpireTime(ctx, k).Result()
+		if err != nil || got != time.Duration(exp.UnixMilli())*time.Millisecond {
+			t.Errorf("%s expires at %v (%v), want %d ms", k, got, err, exp.UnixMilli())
+		}
+	}
+	if MinuteStatsKept <= time.Hour || HourStatsKept <= 7*24*time.Hour {
+		t.Errorf("buckets kept %s and %s: want more than the 1h and 7d the overview shows", MinuteStatsKept, HourStatsKept)
+	}
+}
+
+// AddStats refuses what would not be the bridge's own fields (empty, too long, too many,
+// a negative count) without touching Redis, and does nothing for no count; ReadStats
+// refuses other steps and bucket counts.
+func TestStatsBounds(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	many := map[string]int64{}
+	for i := range MaxStatsFields + 1 {
+		many[strings.Repeat("x", i%50+1)+string(rune('a'+i%26))+strings.Repeat("y", i/1300)+"-"+time.Duration(i).String()] = 1
+	}
+	for name, c := range map[string]map[string]int64{
+		"empty field": {"": 1}, "long field": {strings.Repeat("f", MaxStatsField+1): 1},
+		"negative": {"in:parked": -1}, "too many": many,
+	} {
+		if err := f.s.AddStats(ctx, time.Now(), c); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if err := f.s.AddStats(ctx, time.Now(), map[string]int64{"in:parked": 0}); err != nil {
+		t.Fatal(err)
+	}
+	if keys := f.rdb.Keys(ctx, "*"+f.prefix+":fleet}*").Val(); len(keys) != 0 {
+		t.Fatalf("keys %q after refused calls", keys)
+	}
+	for _, c := range []struct {
+		step time.Duration
+		n    int
+	}{{time.Second, 1}, {time.Minute, 0}, {time.Hour, MaxStatsBuckets + 1}} {
+		if _, err := f.s.ReadStats(ctx, c.step, time.Now(), c.n); err == nil {
+			t.Errorf("ReadStats(%s, %d): no error", c.step, c.n)
+		}
+	}
+}
+
+// LiveMembers counts the members whose time has not run out.
+func TestLiveMembers(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	for _, id := range []string{"a", "b"} {
+		if _, err := confirmedBeat(ctx, f.s, id, time.Minute, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := f.s.LiveMembers(ctx, time.Now()); err != nil || n != 2 {
+		t.Fatalf("live %d, %v; want 2", n, err)
+	}
+	if n, err := f.s.LiveMembers(ctx, time.Now().Add(2*time.Minute)); err != nil || n != 0 {
+		t.Fatalf("live 2 minutes later %d, %v; want 0", n, err)
+	}
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+)
+
+// TestConsoleFleetView: the console of replica A shows the fleet by default: 12 messages
+// sent through replica B's API and a dead letter from NATS appear in A's fleet cards (2
+// replicas, 12 in and out in the last hour, the dead letter's reason) and in its charts of
+// the last hour and the last 7 days; the toggle shows A's own counters (nothing parked
+// through A) and back. UI_SCREENSHOTS=<dir> saves console-fleet.png (docs/img, the README).
+func TestConsoleFleetView(t *testing.T) {
+	s := newStack(t)
+	bs := startReplicas(t, s, 2)
+	out := subscribe(t, s.nc, s.name("console.fleet"))
+	c := &client.Client{Base: "http://" + bs[1].APIAddr}
+	payload := "x"
+	for i := range 12 {
+		if _, err := c.Send(t.Context(), httpapi.PostRequest{ID: fmt.Sprintf("cf-%d", i), Target: s.name("console.fleet"),
+			Delay: []byte(fmt.Sprintf(`"%dms"`, 300+100*i)), Payload: &payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hdr := nats.Header{}
+	hdr.Set("x-delay", "30s") // no x-target: dead-lettered as missing_target
+	if reply := request(t, s.nc, s.name("delay.in"), hdr, "lost"); reply["error"] == nil {
+		t.Fatalf("reply %v, want an error", reply)
+	}
+	for range 12 {
+		receive(t, out, 20*time.Second)
+	}
+
+	br := openBrowser(t)
+	do, text := br.do, br.text
+	ui := "http://" + bs[0].APIAddr + "/ui/"
+	do("the fleet overview", chromedp.Navigate(ui), chromedp.WaitVisible("#fleet-in .big"))
+	// The replicas add their counts every 5 s and the overview refreshes every 5 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for text("#fleet-in .big") != "12" || text("#fleet-out .big") != "12" || text("#fleet-dead .big") != "1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet cards after 30 s: in %q, out %q, dead %q", text("#fleet-in .big"), text("#fleet-out .big"), text("#fleet-dead .big"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if r, dead, on := text("#fleet-replicas .big"), text("#fleet-dead .sub"), text("#scope .on"); r != "2" || !strings.Contains(dead, "missing_target 1") || on != "the fleet" {
+		t.Fatalf("replicas %q, dead letters %q, toggle on %q", r, dead, on)
+	}
+	do("the fleet's charts", chromedp.WaitVisible("#fleet-hour polyline.in"), chromedp.WaitVisible("#fleet-week polyline.out"),
+		chromedp.WaitVisible("#fleet-hour rect.dead"), chromedp.Sleep(300*time.Millisecond), screenshot("console-fleet"))
+	if h := text("#fleet-hour-title"); !strings.Contains(h, "in 12, out 12, dead-lettered 1") {
+		t.Fatalf("last hour chart's title: %q", h)
+	}
+
+	do("this replica", chromedp.Click("#scope-replica"), chromedp.WaitVisible("#rate-in .sub"))
+	if in, on := text("#rate-in .sub"), text("#scope .on"); !strings.Contains(in, "; 0 since start") || on != "this replica" {
+		t.Fatalf("replica A's own In card %q (toggle on %q): want nothing parked through A", in, on)
+	}
+	do("back to the fleet", chromedp.Click("#scope-fleet"), chromedp.WaitVisible("#fleet-in .big"))
+	if got := text("#fleet-in .big"); got != "12" {
+		t.Fatalf("fleet in after the toggle: %q", got)
+	}
+}
+
+// screenshot saves the page as <name>.png in UI_SCREENSHOTS when set.
+func screenshot(name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		dir := os.Getenv("UI_SCREENSHOTS")
+		if dir == "" {
+			return chromedp.Void{}, nil
+		}
+		png, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+	}
+}
