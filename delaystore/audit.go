@@ -56,7 +56,9 @@ func (c AuditConfig) Validate() envconf.Problems {
 // nothing more: pass a validated config.
 func WithAudit(c AuditConfig) Option {
 	return func(s *Store) {
+		lease, renew := s.audit.lease, s.audit.renew
 		s.audit = newAuditLog(s.audit.prefix, c)
+		s.audit.lease, s.audit.renew = lease, renew
 	}
 }
 
@@ -65,11 +67,13 @@ type auditLog struct {
 	prefix string
 	keys   []string // {P:audit}:z, :e, :s
 	cfg    AuditConfig
+	// lease and renew are opLease and opRenew (tests shorten them).
+	lease, renew time.Duration
 }
 
 func newAuditLog(p string, c AuditConfig) auditLog {
 	tag := "{" + p + ":audit}"
-	return auditLog{prefix: p, keys: []string{tag + ":z", tag + ":e", tag + ":s"}, cfg: c}
+	return auditLog{prefix: p, keys: []string{tag + ":z", tag + ":e", tag + ":s"}, cfg: c, lease: opLease, renew: opRenew}
 }
 
 // Audit states (AuditEntry.State).
@@ -191,7 +195,7 @@ func (s *Store) auditBegin(ctx context.Context, e AuditEntry, spec *OpSpec) (*Au
 	r := &AuditRecord{s: s, id: newOpID(), owner: newOpID()}
 	a := s.audit
 	r.at, err = s.scripts[scriptAudit].Run(ctx, s.rdb, a.keys, "begin", r.id, string(body), r.owner,
-		opLease.Milliseconds(), a.cfg.Retention.Milliseconds(), a.cfg.MaxEntries).Int64()
+		a.lease.Milliseconds(), a.cfg.Retention.Milliseconds(), a.cfg.MaxEntries).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("audit: begin: %w", err)
 	}
@@ -207,7 +211,7 @@ func (r *AuditRecord) set(ctx context.Context, state string, release bool, match
 		after = ""
 	}
 	ok, err := r.s.scripts[scriptAudit].Run(ctx, r.s.rdb, r.s.audit.keys, "set", r.id, r.owner, state,
-		opLease.Milliseconds(), after, matched, changed).Int64()
+		r.s.audit.lease.Milliseconds(), after, matched, changed).Int64()
 	if err != nil {
 		return fmt.Errorf("audit: %s %s: %w", state, r.id, err)
 	}
@@ -296,4 +300,40 @@ func parseAuditState(v string, now int64) (state string, matched, changed int64)
 		state = AuditInterrupted
 	}
 	return state, matched, changed
+}
+
+// SealOpCursor returns the cursor a client gets to go on with bulk operation opID for the
+// bulk change query (the caller's canonical form of the request), sealed (cursor.go) so
+// that ParseOpCursor takes it back for that request only. It does not block.
+func (s *Store) SealOpCursor(opID, query string) string { return s.seal(cursorOp, query, opID) }
+
+// ParseOpCursor opens a cursor that SealOpCursor made for the same query and returns its
+// op id; any other string is an error wrapping ErrBadCursor. It may read the cursor key
+// from Redis again (a Redis error is returned as is).
+func (s *Store) ParseOpCursor(ctx context.Context, v, query string) (string, error) {
+	id, err := s.open(ctx, cursorOp, query, v)
+	if err != nil {
+		return "", err
+	}
+	if !ValidOpID(id) {
+		return "", fmt.Errorf("%w: malformed op id", ErrBadCursor)
+	}
+	return id, nil
+}
+
+// SealAuditCursor returns the cursor of the audit log page that goes on after op id
+// after. It does not block.
+func (s *Store) SealAuditCursor(after string) string { return s.seal(cursorAudit, "", after) }
+
+// ParseAuditCursor opens a cursor that SealAuditCursor made; any other string is an error
+// wrapping ErrBadCursor. It may read the cursor key from Redis again.
+func (s *Store) ParseAuditCursor(ctx context.Context, v string) (string, error) {
+	id, err := s.open(ctx, cursorAudit, "", v)
+	if err != nil {
+		return "", err
+	}
+	if !ValidOpID(id) {
+		return "", fmt.Errorf("%w: malformed audit position", ErrBadCursor)
+	}
+	return id, nil
 }

@@ -119,7 +119,7 @@ func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
 		return nil, ErrBadOpID
 	}
 	owner := newOpID()
-	out, err := s.scripts[scriptAudit].Run(ctx, s.rdb, s.audit.keys, "claim", id, owner, opLease.Milliseconds()).Slice()
+	out, err := s.scripts[scriptAudit].Run(ctx, s.rdb, s.audit.keys, "claim", id, owner, s.audit.lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("bulk operation %s: claim: %w", id, err)
 	}
@@ -199,8 +199,6 @@ func parseProgress(raw string, fence int64) (progress, error) {
 // WAIT. It blocks until then.
 func (o *Op) Run(ctx context.Context, sel Selector, budget time.Duration) (OpResult, error) {
 	res, err := o.run(ctx, sel, budget)
-	o.Matched += res.Matched
-	o.Changed += res.Changed
 	switch {
 	case err != nil:
 		if errors.Is(err, ErrOpLost) {
@@ -222,10 +220,7 @@ func (o *Op) Run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpResult, error) {
 	s := o.rec.s
 	var res OpResult
-	sel.DueFrom, sel.DueTo, sel.ID = o.Spec.DueFrom, o.Spec.DueTo, o.Spec.ID
-	if sel.DueTo == 0 {
-		sel.DueTo = math.MaxInt64
-	}
+	sel = o.selector(sel)
 	shards := make([]int, 0, len(s.keys))
 	if sel.ID != "" {
 		shards = append(shards, s.ShardOf(sel.ID))
@@ -238,18 +233,28 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 	if err != nil {
 		return res, err
 	}
-	deadline, renew := time.Now().Add(budget), time.Now().Add(opRenew)
+	// The totals are what the progress counts (a killed run's chunks included), plus
+	// this run's chunks as they go.
+	o.Matched, o.Changed = 0, 0
+	for _, p := range progs {
+		o.Matched += p.matched
+		o.Changed += p.changed
+	}
+	defer func() { o.Matched, o.Changed = o.Matched+res.Matched, o.Changed+res.Changed }()
+	deadline, renew := time.Now().Add(budget), time.Now().Add(s.audit.renew)
+	stepped := false // at least one chunk per run: every run makes progress
 	for i, sh := range shards {
 		p := progs[i]
 		for !p.done {
-			if time.Now().After(deadline) {
+			if stepped && time.Now().After(deadline) {
 				return res, nil
 			}
+			stepped = true
 			if time.Now().After(renew) {
 				if err := o.rec.set(ctx, AuditRunning, false, o.Matched+res.Matched, o.Changed+res.Changed); err != nil {
 					return res, err
 				}
-				renew = time.Now().Add(opRenew)
+				renew = time.Now().Add(s.audit.renew)
 			}
 			if p, err = o.step(ctx, sel, sh, p, &res); err != nil {
 				return res, err
@@ -258,6 +263,15 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 	}
 	res.Done = true
 	return res, nil
+}
+
+// selector is sel with the spec's due range and id (DueTo 0: no upper bound).
+func (o *Op) selector(sel Selector) Selector {
+	sel.DueFrom, sel.DueTo, sel.ID = o.Spec.DueFrom, o.Spec.DueTo, o.Spec.ID
+	if sel.DueTo == 0 {
+		sel.DueTo = math.MaxInt64
+	}
+	return sel
 }
 
 // readProgress reads the progress of the operation in shards, in one pipeline.
@@ -281,7 +295,8 @@ func (s *Store) readProgress(ctx context.Context, id string, shards []int, fence
 	return out, nil
 }
 
-// step does one chunk of shard sh from p and returns the progress after it.
+// step does one chunk of shard sh from p and returns the progress after it; sel is
+// o.selector's.
 func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *OpResult) (progress, error) {
 	s := o.rec.s
 	var picked []any
