@@ -135,6 +135,10 @@ func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
 	case "missing":
 		return nil, ErrOpUnknown
 	case "done":
+		body, _ := out[3].(string)
+		if !strings.Contains(body, `"spec":`) {
+			return nil, fmt.Errorf("bulk operation %s: %w", id, ErrNotResumable)
+		}
 		return nil, &ErrOpDone{Matched: num(1), Changed: num(2)}
 	case "busy":
 		return nil, &ErrOpBusy{Left: time.Duration(num(1)) * time.Millisecond}

@@ -12,7 +12,7 @@
 --            returns: the start (Redis ms)
 --   'claim': 2 = op id, 3 = owner, 4 = lease ms. Takes the operation over for owner
 --            unless it is done, or running under another owner's unexpired lease.
---            returns: {'missing'} | {'done', matched, changed} | {'busy', lease ms left} |
+--            returns: {'missing'} | {'done', matched, changed, entry} | {'busy', lease ms left} |
 --            {'ok', matched, changed, entry}
 --   'set':   2 = op id, 3 = owner (must hold it; '' takes an unowned one), 4 = state,
 --            5 = lease ms (running: its lease from now; else ignored), 6 = owner after
@@ -57,7 +57,7 @@ local v = redis.call('HGET', s, ARGV[2])
 if mode == 'claim' then
   if not v then return {'missing'} end
   local st, lease, m, c, owner = parse(v)
-  if st == 'done' then return {'done', m, c} end
+  if st == 'done' then return {'done', m, c, redis.call('HGET', e, ARGV[2]) or ''} end
   if st == 'running' and owner ~= '' and lease > now then return {'busy', lease - now} end
   redis.call('HSET', s, ARGV[2], string.format('running,%d,%d,%d,', now + tonumber(ARGV[4]), m, c) .. ARGV[3])
   return {'ok', m, c, redis.call('HGET', e, ARGV[2]) or ''}
