@@ -29,6 +29,8 @@ async function api(method, path, body) {
   const headers = {};
   const token = sessionStorage.getItem('dbToken');
   if (token) headers.Authorization = 'Bearer ' + token;
+  const actor = sessionStorage.getItem('dbActor'); // the audit log's actor (audit.js)
+  if (actor) headers['X-Delay-Actor'] = actor;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const resp = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
   const text = await resp.text();
@@ -303,6 +305,8 @@ async function route() {
       await message(decodeURIComponent(path.slice('/message/'.length)));
     } else if (path === '/bulk') {
       bulk();
+    } else if (window.dbPages && window.dbPages[path]) {
+      await window.dbPages[path]();
     } else {
       view.replaceChildren(el('p', {}, 'No such page.'));
     }
