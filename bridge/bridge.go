@@ -179,7 +179,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 	defer routeRedisLog(logger, rdb)() // after shutdown (deferred next) closed rdb
 	var sides []*brokerSide
 	defer func() { shutdown(sides, rdb) }()
-	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
+	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")),
+		delaystore.WithAudit(cfg.Audit))
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	// BRIDGE_RETRY_BACKOFF_MAX, BRIDGE_TARGET_INFLIGHT, BRIDGE_OWNERSHIP_TTL (egress owns
 	// their defaults, documentation and checks).
 	Egress egress.Config
+	// Audit bounds the audit log: BRIDGE_AUDIT_RETENTION, BRIDGE_AUDIT_MAX_ENTRIES (the
+	// store owns their defaults, documentation and checks).
+	Audit delaystore.AuditConfig
 
 	// CancelSubject is the cancel subject (NATS) and topic (Kafka).
 	CancelSubject string `env:"CANCEL_SUBJECT" envDefault:"delay.cancel" envDoc:"cancel subject/topic (a message with x-delay-id removes that pending message)"`

@@ -58,6 +58,8 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_TOMBSTONE_TTL", "0s"},
 	// Section 1, cancels: how long a cancel is remembered.
 	{"BRIDGE_CANCEL_WINDOW", "10m"},
+	{"BRIDGE_AUDIT_RETENTION", "720h"},
+	{"BRIDGE_AUDIT_MAX_ENTRIES", "100000"},
 	{"BRIDGE_MAX_ATTEMPTS", "10"},
 	{"BRIDGE_RETRY_BACKOFF", "1s"},
 	{"BRIDGE_RETRY_BACKOFF_MAX", "5m"},
@@ -181,6 +183,7 @@ func TestDefaultsTyped(t *testing.T) {
 			ShutdownTimeout:     25 * time.Second,
 			Egress: egress.Config{MaxAttempts: 10, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
 				TargetInflight: 256, OwnershipTTL: 3 * time.Second},
+			Audit: delaystore.AuditConfig{Retention: 720 * time.Hour, MaxEntries: 100000},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -224,6 +227,8 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_LEASE":                   "45s",
 		"BRIDGE_TOMBSTONE_TTL":           "5m",
 		"BRIDGE_CANCEL_WINDOW":           "2m",
+		"BRIDGE_AUDIT_RETENTION":         "48h",
+		"BRIDGE_AUDIT_MAX_ENTRIES":       "500",
 		"BRIDGE_REDIS_MIN_REPLICAS":      "2",
 		"BRIDGE_REDIS_WAIT_TIMEOUT":      "250ms",
 		"BRIDGE_HTTP_ADDR":               "0.0.0.0:9090",
@@ -256,6 +261,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		ShutdownTimeout:     time.Minute,
 		Egress: egress.Config{MaxAttempts: 3, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
 			TargetInflight: 256, OwnershipTTL: 3 * time.Second},
+		Audit: delaystore.AuditConfig{Retention: 48 * time.Hour, MaxEntries: 500},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

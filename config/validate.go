@@ -45,6 +45,7 @@ func (c *Config) validate(vars map[string]string) []*VarError {
 // JetStream AckWait.
 func (c *Config) validateStore(ps *envconf.Problems) {
 	*ps = append(*ps, c.Store.Validate()...)
+	*ps = append(*ps, c.Audit.Validate()...)
 	if ttl := c.Store.TombstoneTTL; ttl > 0 && c.NATS.Stream != "" && ttl < c.NATS.AckWait {
 		ps.Add("TOMBSTONE_TTL", "%s: shorter than BRIDGE_NATS_ACK_WAIT (%s): a message redelivered after AckWait would be delivered twice; "+
 			"use 0 (BRIDGE_NATS_ACK_WAIT + 1m) or a negative value to turn tombstones off", envconf.Duration(ttl), envconf.Duration(c.NATS.AckWait))

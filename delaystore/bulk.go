@@ -205,31 +205,48 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 	case dryRun:
 		return BulkResult{Matched: 1}, nil
 	}
-	n, _, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target})
+	n, _, _, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target}, nil)
 	if err != nil {
 		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
 	}
 	return BulkResult{Matched: 1, Changed: int(n)}, nil
 }
 
-// bulkChange runs bulk.lua on shard for the picked (id, version, target) triples,
-// confirmed by WAIT with MinReplicas, and returns how many it changed and how many of
-// those were picked by a ">v" version (recurring messages newer than the pass).
-func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any) (changed, newer int64, err error) {
+// opProgress is the progress bulk.lua saves with a chunk of a resumable operation: the
+// op id, the progress the chunk continues (compare-and-set), the position after it and
+// how many of its messages the caller counts as matched.
+type opProgress struct {
+	id, expect, next string
+	counted          int
+}
+
+// bulkChange runs bulk.lua on shard for the picked (id, version, target) triples (and,
+// with prog, saves the operation's progress in the same call), confirmed by WAIT with
+// MinReplicas, and returns how many it changed, how many of those were picked by a ">v"
+// version (recurring messages newer than the pass) and the progress now. changed is -1
+// when the stored progress was not prog.expect: nothing changed.
+func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []any, prog *opProgress) (changed, newer int64, raw string, err error) {
 	k := s.keys[shard]
 	bound := s.tombMS // cancel: the tombstone TTL; shift and at: the maximum delay
 	if op.Kind == BulkShift || op.Kind == BulkDeliverAt {
 		bound = op.MaxDelay.Milliseconds()
 	}
-	args := append([]any{op.Kind, opValue(op), bound, k.wake, k.shardID}, picked...)
-	out, err := s.evalConfirmed(ctx, s.scripts[scriptBulk], []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Int64Slice()
+	args := []any{op.Kind, opValue(op), bound, k.wake, k.shardID, "", "", "", 0, 0}
+	if prog != nil {
+		args[5], args[6], args[7], args[8], args[9] = prog.id, prog.expect, prog.next, prog.counted, s.audit.cfg.Retention.Milliseconds()
+	}
+	args = append(args, picked...)
+	out, err := s.evalConfirmed(ctx, s.scripts[scriptBulk], []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Slice()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
-	if len(out) != 2 {
-		return 0, 0, fmt.Errorf("bulk.lua: unexpected reply of %d values", len(out))
+	if len(out) != 3 {
+		return 0, 0, "", fmt.Errorf("bulk.lua: unexpected reply of %d values", len(out))
 	}
-	return out[0], out[1], nil
+	changed, _ = out[0].(int64)
+	newer, _ = out[1].(int64)
+	raw, _ = out[2].(string)
+	return changed, newer, raw, nil
 }
 
 // bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into
@@ -253,7 +270,7 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if dryRun || len(picked) == 0 {
 		return next, done, nil
 	}
-	n, newer, err := s.bulkChange(ctx, cur.Shard, op, picked)
+	n, newer, _, err := s.bulkChange(ctx, cur.Shard, op, picked, nil)
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: change shard %d: %w", cur.Shard, err)
 	}

@@ -30,8 +30,10 @@ const cursorKeyBytes = 32
 
 // Cursor kinds: a list cursor is never taken by Bulk, nor the other way round.
 const (
-	cursorList = "list"
-	cursorBulk = "bulk"
+	cursorList  = "list"
+	cursorBulk  = "bulk"
+	cursorOp    = "op"    // a resumable bulk operation's next_cursor: its op id
+	cursorAudit = "audit" // GET /v1/audit: the op id to go on after
 )
 
 // loadCursorKey creates the cursor key in Redis unless it exists (SET NX, a random value)

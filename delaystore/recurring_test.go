@@ -114,13 +114,13 @@ func TestBulkCancelStopsFiringRecurring(t *testing.T) {
 		t.Fatalf("set-up: %+v, %v", r, err)
 	}
 	v := strconv.FormatInt(raced.Version, 10)
-	if n, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:other"}); err != nil || n != 0 {
+	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:other"}, nil); err != nil || n != 0 {
 		t.Fatalf("cancel read for another target = %d, %v; want left alone", n, err)
 	}
-	if n, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour}, []any{"raced", v, "nats:tick"}); err != nil || n != 0 {
+	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour}, []any{"raced", v, "nats:tick"}, nil); err != nil || n != 0 {
 		t.Fatalf("shift of an older version = %d, %v; want fenced", n, err)
 	}
-	if n, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:tick"}); err != nil || n != 1 {
+	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:tick"}, nil); err != nil || n != 1 {
 		t.Fatalf("cancel of the occurrence parked since the scan = %d, %v; want 1", n, err)
 	}
 	if _, err := f.s.Get(t.Context(), "raced"); !errors.Is(err, ErrNotFound) {

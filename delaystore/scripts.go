@@ -35,6 +35,9 @@ const (
 	scriptBulk
 	scriptCounts
 	scriptStats
+	scriptBulkForget
+	scriptAudit
+	scriptAuditList
 	numScripts
 )
 
@@ -59,17 +62,20 @@ type scriptDef struct {
 // all derive from it. TestScriptTable holds it to lua/: every file is a script here or a
 // library one includes, includes and flags as the files say.
 var scriptDefs = [numScripts]scriptDef{
-	scriptPark:   {name: "park", includes: []string{"envelope.lua", "groups.lua"}}, // no flags: refused when Redis is full
-	scriptClaim:  {name: "claim", includes: []string{"groups.lua"}, flags: "allow-oom"},
-	scriptAck:    {name: "ack", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
-	scriptRetry:  {name: "retry", includes: []string{"groups.lua", "settled.lua"}, flags: "allow-oom"},
-	scriptCancel: {name: "cancel", includes: []string{"envelope.lua"}, flags: "allow-oom"},
-	scriptMember: {name: "member", flags: "allow-oom"},
-	scriptRate:   {name: "rate", flags: "allow-oom"},
-	scriptScan:   {name: "scan", includes: []string{"envelope.lua"}, flags: "no-writes"},
-	scriptBulk:   {name: "bulk", includes: []string{"envelope.lua"}, flags: "allow-oom"},
-	scriptCounts: {name: "counts", includes: []string{"envelope.lua"}}, // no flags: refused when Redis is full
-	scriptStats:  {name: "stats"},                                      // no flags: refused when Redis is full
+	scriptPark:       {name: "park", includes: []string{"envelope.lua", "groups.lua"}}, // no flags: refused when Redis is full
+	scriptClaim:      {name: "claim", includes: []string{"groups.lua"}, flags: "allow-oom"},
+	scriptAck:        {name: "ack", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
+	scriptRetry:      {name: "retry", includes: []string{"groups.lua", "settled.lua"}, flags: "allow-oom"},
+	scriptCancel:     {name: "cancel", includes: []string{"envelope.lua"}, flags: "allow-oom"},
+	scriptMember:     {name: "member", flags: "allow-oom"},
+	scriptRate:       {name: "rate", flags: "allow-oom"},
+	scriptScan:       {name: "scan", includes: []string{"envelope.lua"}, flags: "no-writes"},
+	scriptBulk:       {name: "bulk", includes: []string{"envelope.lua"}, flags: "allow-oom"},
+	scriptCounts:     {name: "counts", includes: []string{"envelope.lua"}}, // no flags: refused when Redis is full
+	scriptStats:      {name: "stats"},                                      // no flags: refused when Redis is full
+	scriptBulkForget: {name: "bulkforget", flags: "allow-oom"},
+	scriptAudit:      {name: "audit", flags: "allow-oom"},
+	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
 }
 
 // luaFile returns the text of lua/<file>.

@@ -43,6 +43,8 @@ type Store struct {
 	// Init (cursor.go).
 	cursorKeyName string
 	cursorKey     atomic.Pointer[[]byte]
+	// audit is the audit log (audit.go): its keys {P:audit}:z, :e, :s and its bounds.
+	audit auditLog
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
@@ -76,7 +78,8 @@ type shardKeys struct {
 	zmRSeq   []string // z, m, r, seq: retry
 	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	zmtRN    []string // z, m, t, r, n: ack, cancel
-	zmSeqTRN []string // z, m, seq, t, r, n: bulk
+	zmSeqTRN []string // z, m, seq, t, r, n, b, bx: bulk
+	b, bx    string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
 	park     []string // z, m, seq, t, r, n, c, cx: park
 	cancel   []string // z, m, t, r, n, c, cx: cancel
 	seq      string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
@@ -89,18 +92,20 @@ func newShardKeys(p string, i int) shardKeys {
 	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
 	z, m, seq, t, r, n := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r", tag+":n"
 	c, cx := tag+":c", tag+":cx" // remembered cancels and their expiry index
+	b, bx := tag+":b", tag+":bx" // bulk operations' progress and its expiry index
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
 		zm:       []string{z, m},
 		zmRSeq:   []string{z, m, r, seq},
 		n:        n,
 		zmtRN:    []string{z, m, t, r, n},
-		zmSeqTRN: []string{z, m, seq, t, r, n},
-		park:     []string{z, m, seq, t, r, n, c, cx},
-		cancel:   []string{z, m, t, r, n, c, cx},
-		seq:      seq,
-		shardID:  strconv.Itoa(i),
-		wake:     p + ":wake:" + strconv.Itoa(i),
+		zmSeqTRN: []string{z, m, seq, t, r, n, b, bx},
+		b:        b, bx: bx,
+		park:    []string{z, m, seq, t, r, n, c, cx},
+		cancel:  []string{z, m, t, r, n, c, cx},
+		seq:     seq,
+		shardID: strconv.Itoa(i),
+		wake:    p + ":wake:" + strconv.Itoa(i),
 	}
 }
 
@@ -151,6 +156,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i)
 	}
+	s.audit = newAuditLog(p, DefaultAuditConfig())
 	for _, o := range opts {
 		o(s)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -13,6 +14,9 @@ import (
 // runBulk is `bridge bulk cancel|reschedule|deliver-now`: a bulk change through the
 // message API (POST /v1/bulk/<op>), followed through its cursor until done.
 func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "resume" {
+		return runBulkResume(ctx, args[1:], environ, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bridge bulk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
@@ -44,8 +48,9 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		res, err := c.Bulk(ctx, pos[0], req)
 		total.Matched += res.Matched
 		total.Changed += res.Changed
+		total.OpID = cmp.Or(res.OpID, total.OpID)
 		if err != nil {
-			return fmt.Errorf("bulk %s (matched %d, changed %d so far): %w", pos[0], total.Matched, total.Changed, err)
+			return fmt.Errorf("bulk %s (matched %d, changed %d so far%s): %w", pos[0], total.Matched, total.Changed, resumeHint(total.OpID), err)
 		}
 		if res.NextCursor == nil {
 			break
@@ -59,7 +64,7 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	if *dryRun {
 		verb = "changed (dry run)"
 	}
-	fmt.Fprintf(stdout, "%s: matched %d, %s %d\n", pos[0], total.Matched, verb, total.Changed)
+	fmt.Fprintf(stdout, "%s: matched %d, %s %d (op %s)\n", pos[0], total.Matched, verb, total.Changed, total.OpID)
 	return nil
 }
 

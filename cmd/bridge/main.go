@@ -60,6 +60,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runCancel(ctx, args, environ, stdout, stderr)
 	case "bulk":
 		err = runBulk(ctx, args, environ, stdout, stderr)
+	case "audit":
+		err = runAudit(ctx, args, environ, stdout, stderr)
 	case "ls":
 		err = runLs(ctx, args, environ, stdout, stderr)
 	case "targets":

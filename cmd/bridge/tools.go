@@ -64,7 +64,7 @@ func newClient(addr, token string, environ []string) (*client.Client, error) {
 		}
 		base = "http://" + base
 	}
-	return &client.Client{Base: base, Token: token}, nil
+	return &client.Client{Base: base, Token: token, Actor: osUser(environ)}, nil
 }
 
 // headerMap turns --header key=value flags into the API's headers (nil when none).
@@ -276,6 +276,9 @@ Usage:
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)
+  bridge bulk resume OP_ID     finish a bulk change that was cut off, exactly as it began
+  bridge audit [--limit N] [--cursor C | --all] [--json]
+                               the audit log of changes, newest first (through the message API)
   bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
   bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--wait D] [--from-start] [--json]

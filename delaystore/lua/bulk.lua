@@ -1,15 +1,28 @@
 #!lua flags=allow-oom
 -- bulk: change picked messages of one shard that are not in delivery (a bulk change).
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r,
---       6 = {P:s}:n (parked count per target: -1 per cancelled message)
+--       6 = {P:s}:n (parked count per target: -1 per cancelled message),
+--       7 = {P:s}:b (progress of resumable operations: op id -> progress),
+--       8 = {P:s}:bx (op id -> when its progress was last written, ms: the expiry index)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
 --       (the bound), 4 = the shard's wake channel (P:wake:<s>),
---       5 = shard number, then per message 3 values: id, version and target read by scan;
+--       5 = shard number, 6 = op id of a resumable operation ('': none, 7-10 unused),
+--       7 = the progress this call continues ('' at the start), 8 = the position after
+--       this chunk ('<pass>,<score>,<id>'; pass 'd': the shard is through), 9 = messages
+--       the caller counts as matched in this chunk, 10 = how long progress is kept (ms),
+--       then from 11 per message 3 values: id, version and target read by scan;
 --       a version written '>v' (cancel only) picks the entry only when it is a recurring
 --       message for that target with a version newer than v, the pass's fence (an entry
 --       newer than the pass: a firing that re-parked itself, not a message parked since)
--- returns: {changed count, of them picked by a '>v' version}
+-- returns: {changed count, of them picked by a '>v' version, progress now ('' without
+-- an op id)}; {-1, 0, progress} when the stored progress is not ARGV[7]: another run of
+-- the operation went on meanwhile, and this call changed nothing.
+-- Progress (docs/design.md, "Resumable bulk operations") is written in the same call as
+-- the changes it counts: '<matched>,<changed>,<pass>,<score>,<id>', matched adding ARGV[9]
+-- and the '>v' picks, changed this call's changes. A crash leaves either both or neither.
+-- Progress older than ARGV[10] ms (an operation never finished) is dropped, a few entries
+-- per call, and both keys expire after ARGV[10] ms without a write.
 -- A message is changed only when its stored version is the one read (fence: replaced,
 -- cancelled or fired meanwhile: left alone) and it is not in delivery: its score equals
 -- its due time, or it is in the retry set (waiting for its backoff). A claimed message
@@ -47,12 +60,18 @@ local function bounded(op, due)
   return math.max(newDue, 0)
 end
 
+local opid, prog = ARGV[6], ''
+if opid ~= '' then
+  prog = redis.call('HGET', KEYS[7], opid) or ''
+  if prog ~= ARGV[7] then return {-1, 0, prog} end
+end
+
 local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
 local headScore = nil
 if head[2] then headScore = tonumber(head[2]) end
 local earliest = nil
 local n, newer = 0, 0
-for i = 6, #ARGV, 3 do
+for i = 11, #ARGV, 3 do
   local id, want = ARGV[i], ARGV[i + 1]
   local lineage = string.sub(want, 1, 1) == '>'
   if lineage then want = string.sub(want, 2) end
@@ -92,4 +111,22 @@ end
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end
-return {n, newer}
+if opid ~= '' then
+  local pm, pc = 0, 0
+  if prog ~= '' then
+    local a, b = string.match(prog, '^(%d+),(%d+),')
+    pm, pc = tonumber(a), tonumber(b)
+  end
+  prog = string.format('%d,%d,', pm + tonumber(ARGV[9]) + newer, pc + n) .. ARGV[8]
+  local keep = tonumber(ARGV[10])
+  redis.call('HSET', KEYS[7], opid, prog)
+  redis.call('ZADD', KEYS[8], string.format('%d', now), opid)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', string.format('(%d', now - keep), 'LIMIT', 0, 8)
+  for _, o in ipairs(old) do
+    redis.call('HDEL', KEYS[7], o)
+    redis.call('ZREM', KEYS[8], o)
+  end
+  redis.call('PEXPIRE', KEYS[7], keep)
+  redis.call('PEXPIRE', KEYS[8], keep)
+end
+return {n, newer, prog}

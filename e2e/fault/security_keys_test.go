@@ -31,7 +31,8 @@ var secHostile = []string{
 // TestRedisKeySetIndependentOfInput is row H1: secHostile target names and ids, plus 1000
 // distinct targets and ids, sent through NATS and the message API, leave exactly the fixed
 // key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq, {P:i}:epoch, {P:i}:n (targets are its
-// fields) for each shard, P:shards, P:cursor (the key that seals API cursors), and
+// fields) for each shard, P:shards, P:cursor (the key that seals API cursors), the audit
+// log's {P:audit}:z, :e and :s (op ids are members and fields, never key names), and
 // {P:i}:t, the tombstones, in the shards where a message with a source id was cancelled,
 // and {P:i}:c and {P:i}:cx, the remembered cancels, in the shards of the cancelled ids),
 // whatever was parked, dead-lettered or cancelled; tombstone members are the adapter's
@@ -76,6 +77,15 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 		secAPI(t, "POST", api, "", fmt.Sprintf(`{"target":%q,"delay":"1h","id":%q,"payload":"x"}`, h, h))
 		secAPI(t, "GET", api+"/"+url.PathEscape(h), "", "")
 	}
+	// The audit log and the bulk operations take hostile ids, selectors, op ids and cursors
+	// as fields and members only (DELETE and a bulk change are audited).
+	base := "http://" + b.APIAddr
+	for _, h := range secHostile {
+		secAPI(t, "DELETE", api+"/"+url.PathEscape(h), "", "")
+		secAPI(t, "POST", base+"/v1/bulk/cancel", "", fmt.Sprintf(`{"id":%q,"target":%q,"dry_run":true}`, h, h))
+		secAPI(t, "POST", base+"/v1/bulk/resume", "", fmt.Sprintf(`{"op_id":%q}`, h))
+		secAPI(t, "GET", base+"/v1/audit?cursor="+url.QueryEscape(h), "", "")
+	}
 	for _, h := range secHostile[:5] {
 		m := nats.NewMsg("delay.cancel")
 		m.Header.Set("x-delay-id", h)
@@ -112,6 +122,10 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 		}
 	}
 	want = append(want, prefix+":shards", prefix+":cursor")
+	// The audit log (its entries are fields and members: op ids the store made).
+	for _, k := range []string{"z", "e", "s"} {
+		want = append(want, fmt.Sprintf("{%s:audit}:%s", prefix, k))
+	}
 	// The fleet membership of the one replica (pending entries only live between a first
 	// heartbeat and the next).
 	for _, k := range []string{"members", "tokens", "version"} {
@@ -136,7 +150,8 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	// The fleet's counts: a minute and an hour bucket (two of either when a flush fell in the
 	// next minute or hour), named by time; their fields are the bridge's own names.
 	optional := func(k string) bool {
-		return strings.HasSuffix(k, "}:t") || strings.HasSuffix(k, "}:c") || strings.HasSuffix(k, "}:cx") || slices.Contains(stats, k)
+		return strings.HasSuffix(k, "}:t") || strings.HasSuffix(k, "}:c") || strings.HasSuffix(k, "}:cx") ||
+			strings.HasSuffix(k, "}:b") || strings.HasSuffix(k, "}:bx") || slices.Contains(stats, k)
 	}
 	field := regexp.MustCompile(`^(in|out|dead):[a-z_]+$|^late:([0-9.e+-]+|\+Inf)$`)
 	for _, k := range stats {

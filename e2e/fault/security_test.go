@@ -4,8 +4,10 @@ package fault
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -90,6 +92,19 @@ func TestRedisACLUser(t *testing.T) {
 	}
 	if code, body := secAPI(t, "DELETE", api+"/acl-api", "", ""); code != 204 {
 		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	// The audit log and a resumable bulk operation (audit.lua, auditlist.lua, bulk.lua's
+	// progress, bulkforget.lua): a shift, the log read in pages, a resume of the done one.
+	bulkURL := "http://" + b.APIAddr + "/v1/bulk/"
+	if code, body := secAPI(t, "POST", bulkURL+"reschedule", "", `{"target":"out.none","shift":"+1h"}`); code != 200 {
+		t.Fatalf("bulk: %d %s", code, body)
+	} else if code, body := secAPI(t, "POST", bulkURL+"resume", "", `{"op_id":"`+secOpID(t, body)+`"}`); code != 200 {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	if code, body := secAPI(t, "GET", "http://"+b.APIAddr+"/v1/audit?limit=1", "", ""); code != 200 {
+		t.Fatalf("audit: %d %s", code, body)
+	} else if code, body := secAPI(t, "GET", "http://"+b.APIAddr+"/v1/audit?limit=1&cursor="+secNextCursor(t, body), "", ""); code != 200 {
+		t.Fatalf("audit page 2: %d %s", code, body)
 	}
 	rep := c.await(seqs, 20*time.Second)
 	requireSafe(t, rep)
@@ -260,4 +275,28 @@ func secEnv(env map[string]string, kv ...string) map[string]string {
 		}
 	}
 	return out
+}
+
+// secOpID is the op_id of a bulk answer.
+func secOpID(t *testing.T, body string) string {
+	t.Helper()
+	var v struct {
+		OpID string `json:"op_id"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil || v.OpID == "" {
+		t.Fatalf("no op_id in %s: %v", body, err)
+	}
+	return v.OpID
+}
+
+// secNextCursor is the next_cursor of an answer, query-escaped.
+func secNextCursor(t *testing.T, body string) string {
+	t.Helper()
+	var v struct {
+		NextCursor *string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil || v.NextCursor == nil {
+		t.Fatalf("no next_cursor in %s: %v", body, err)
+	}
+	return url.QueryEscape(*v.NextCursor)
 }

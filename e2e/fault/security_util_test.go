@@ -55,8 +55,8 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // agree).
 var bridgeRedisCommands = []string{
 	"eval", "evalsha", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
-	"incrby", "info", "pexpireat", "ping", "publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard",
-	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zscore", "wait",
+	"incrby", "info", "pexpire", "pexpireat", "ping", "publish", "script|load", "set", "subscribe", "time", "unsubscribe", "zadd", "zcard",
+	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zrevrange", "zrevrank", "zscore", "wait",
 }
 
 // secACLCommands returns the +commands of an ACL line, sorted.
@@ -78,10 +78,11 @@ func secACLCommands(line string) []string {
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n|c|cx)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n|c|cx|b|bx)$`),
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:stats:1[mh]:[0-9]+$`), // the fleet's counts by minute and hour
+		regexp.MustCompile(`^\{` + q + `:audit\}:(z|e|s)$`),
 	}
 }
 

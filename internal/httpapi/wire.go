@@ -78,6 +78,9 @@ type BulkRequest struct {
 // BulkResponse is the 200 body of a bulk change: NextCursor is set when the request
 // stopped before the end (its time was up): send it again with that cursor.
 type BulkResponse struct {
+	// OpID names the operation in the audit log; POST /v1/bulk/resume finishes it when it
+	// was cut off (docs/contract.md section 10).
+	OpID       string  `json:"op_id,omitempty"`
 	Matched    int     `json:"matched"`
 	Changed    int     `json:"changed"`
 	NextCursor *string `json:"next_cursor"`

@@ -130,7 +130,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
 	mux.HandleFunc("GET /v1/messages", a.list)
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)
-	mux.HandleFunc("DELETE /v1/messages/{id}", a.delete)
+	mux.HandleFunc("DELETE /v1/messages/{id}", a.deleteAudited)
 	mux.HandleFunc("GET /v1/stats", a.stats)
 	mux.HandleFunc("GET /v1/targets", a.targets)
 	mux.HandleFunc("GET /v1/forecast", a.forecast)
@@ -138,6 +138,9 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.Handle("POST /v1/bulk/{op}", requireJSON(http.HandlerFunc(a.bulk)))
 	mux.HandleFunc("GET /v1/dead-letters", a.deadLetters)
 	mux.Handle("POST /v1/dead-letters/redrive", requireJSON(http.HandlerFunc(a.redrive)))
+	mux.Handle("POST /v1/bulk/resume", requireJSON(http.HandlerFunc(a.resume)))
+	mux.HandleFunc("GET /v1/audit", a.auditList)
+	mux.HandleFunc("/v1/audit", methodNotAllowed("GET, HEAD"))
 	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
@@ -401,22 +404,6 @@ func misfireOf(env delaystore.Envelope) string {
 		return schedule.MisfireOnce.String()
 	}
 	return env.Misfire
-}
-
-func (a *api) delete(w http.ResponseWriter, r *http.Request) {
-	// The message API has no source time: the receipt time is the cancel's.
-	ok, err := a.store.CancelAt(r.Context(), r.PathValue("id"), contract.Published("", a.cfg.Now()))
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
-		return
-	}
-	if !ok {
-		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
-		writeError(w, http.StatusNotFound, "no pending message with that id")
-		return
-	}
-	a.cfg.Metrics.Count("http", "cancelled", 1)
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {

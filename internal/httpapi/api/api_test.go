@@ -28,7 +28,7 @@ func newAPI(t *testing.T, token string) (*client.Client, *delaystore.Store) {
 }
 
 // newAPIOn serves the message API over st.
-func newAPIOn(t *testing.T, token string, st *delaystore.Store) *client.Client {
+func newAPIOn(t testing.TB, token string, st *delaystore.Store) *client.Client {
 	t.Helper()
 	h := New(Config{
 		Rules: intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{

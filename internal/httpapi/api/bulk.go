@@ -52,6 +52,10 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := bulkQuery(r.PathValue("op"), req, sel, op)
+	if o, ok := a.store.(OpStore); ok {
+		a.bulkAsOp(w, r, o, req, sel, op, query)
+		return
+	}
 	var from *delaystore.BulkCursor
 	if req.Cursor != "" {
 		c, err := b.ParseBulkCursor(r.Context(), req.Cursor, query)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/delaybridge/delaybridge/internal/httpapi"
@@ -23,6 +24,9 @@ type Client struct {
 	Token string
 	// HTTP is the client used; nil means http.DefaultClient.
 	HTTP *http.Client
+	// Actor, when set, is sent as X-Delay-Actor: who makes the changes, for the audit log
+	// (the CLI sends the OS user).
+	Actor string
 }
 
 // Send schedules a message (POST /v1/messages).
@@ -60,6 +64,33 @@ func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
 func (c *Client) Bulk(ctx context.Context, op string, req httpapi.BulkRequest) (httpapi.BulkResponse, error) {
 	var out httpapi.BulkResponse
 	err := c.do(ctx, http.MethodPost, "/v1/bulk/"+url.PathEscape(op), req, http.StatusOK, &out)
+	return out, err
+}
+
+// Resume finishes a bulk operation that was cut off (POST /v1/bulk/resume), or goes on
+// with one that stopped for time: a NextCursor in the answer means resume it again.
+func (c *Client) Resume(ctx context.Context, opID string) (httpapi.BulkResponse, error) {
+	var out httpapi.BulkResponse
+	err := c.do(ctx, http.MethodPost, "/v1/bulk/resume", httpapi.ResumeRequest{OpID: opID}, http.StatusOK, &out)
+	return out, err
+}
+
+// Audit returns one page of the audit log, newest first (GET /v1/audit); a NextCursor
+// in the answer means older entries follow.
+func (c *Client) Audit(ctx context.Context, limit int, cursor string) (httpapi.AuditResponse, error) {
+	var out httpapi.AuditResponse
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/v1/audit"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, http.StatusOK, &out)
 	return out, err
 }
 
@@ -113,6 +144,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any, want int
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Actor != "" {
+		req.Header.Set(httpapi.ActorHeader, c.Actor)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -30,6 +30,8 @@ async function api(method, path, body) {
   const headers = {};
   const token = sessionStorage.getItem('dbToken');
   if (token) headers.Authorization = 'Bearer ' + token;
+  const actor = sessionStorage.getItem('dbActor'); // the audit log's actor (audit.js)
+  if (actor) headers['X-Delay-Actor'] = actor;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const resp = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
   const text = await resp.text();
