@@ -216,3 +216,22 @@ func TestListKafka(t *testing.T) {
 		t.Fatalf("listed after the redrive by ids: %s", got)
 	}
 }
+
+func TestParseIDs(t *testing.T) {
+	for _, id := range []string{"0", "01", "-1", "x", "", "1.0", "18446744073709551616"} {
+		if _, err := ParseNATSID(id); err == nil {
+			t.Errorf("NATS id %q taken", id)
+		}
+	}
+	if seq, err := ParseNATSID("18446744073709551615"); err != nil || seq != 1<<64-1 {
+		t.Errorf("largest NATS id: %d %v", seq, err)
+	}
+	for _, id := range []string{"-1:0", "0:-1", "0:01", "00:1", "2147483648:0", "1:2:3", "1", ":1", "1:", "0:9223372036854775808"} {
+		if _, _, err := ParseKafkaID(id); err == nil {
+			t.Errorf("Kafka id %q taken", id)
+		}
+	}
+	if p, o, err := ParseKafkaID("2147483647:9223372036854775807"); err != nil || p != 1<<31-1 || o != 1<<63-1 {
+		t.Errorf("largest Kafka id: %d %d %v", p, o, err)
+	}
+}
