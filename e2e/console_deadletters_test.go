@@ -22,7 +22,7 @@ import (
 func TestConsoleDeadLetters(t *testing.T) {
 	s := newStack(t)
 	target := s.name("billing.due")
-	natsDeadLetters(t, s, target, 6, 3)
+	natsDeadLetters(t, s, target, 6, 3, false)
 	b := startBridge(t, s.env)
 	c := &client.Client{Base: "http://" + b.APIAddr}
 	arrivals := subscribe(t, s.nc, target)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/internal/httpapi"
 	"github.com/delaybridge/delaybridge/internal/httpapi/client"
@@ -19,10 +20,20 @@ import (
 // natsDeadLetters makes dead letters the way an operator gets them: a bridge whose
 // allow-list does not name target dead-letters ok messages to it (target_not_allowed,
 // payloads ok-<i>), and bad ones with an invalid x-delay (invalid_delay, bad-<i>); the
-// bridge is then stopped. The stream DLQ keeps the dead-letter subject.
-func natsDeadLetters(t *testing.T, s *stack, target string, ok, bad int) {
+// bridge is then stopped. The stream DLQ keeps the dead-letter subject; it allows direct
+// gets when direct (the listing then reads batches).
+func natsDeadLetters(t *testing.T, s *stack, target string, ok, bad int, direct bool) {
 	t.Helper()
-	s.createStream(t, "DLQ", s.name("delay.dlq"))
+	name := s.createStream(t, "DLQ", s.name("delay.dlq"))
+	if direct {
+		js, err := jetstream.New(s.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.UpdateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{s.name("delay.dlq")}, AllowDirect: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	env := maps.Clone(s.env)
 	env["BRIDGE_TARGET_ALLOW"] = s.name("orders.*")
 	b := startBridge(t, env)
@@ -88,8 +99,9 @@ func redriveAtOnce(t *testing.T, req httpapi.RedriveRequest, cs ...*client.Clien
 	return out
 }
 
-// TestDeadLettersAPINATS: the dead letters of a JetStream stream through the built
-// bridge's API. The list pages through all of them and by reason; a dry run counts by
+// TestDeadLettersAPINATS: the dead letters of a JetStream stream (allowing direct gets:
+// the listing reads batches; TestConsoleDeadLetters reads a stream without) through the
+// built bridge's API. The list pages through all of them and by reason; a dry run counts by
 // reason and sends nothing; two replicas asked at once to redrive target_not_allowed send
 // each letter once (each delivered once); a redrive by ids of two invalid ones counts
 // them refused again (the bridge dead-letters them anew); `bridge redrive --dry-run` then
@@ -97,7 +109,7 @@ func redriveAtOnce(t *testing.T, req httpapi.RedriveRequest, cs ...*client.Clien
 func TestDeadLettersAPINATS(t *testing.T) {
 	s := newStack(t)
 	target := s.name("billing.due")
-	natsDeadLetters(t, s, target, 60, 10)
+	natsDeadLetters(t, s, target, 60, 10, true)
 	b1, b2 := startBridge(t, s.env), startBridge(t, s.env)
 	c1, c2 := &client.Client{Base: "http://" + b1.APIAddr}, &client.Client{Base: "http://" + b2.APIAddr}
 	arrivals := subscribe(t, s.nc, target)

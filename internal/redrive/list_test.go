@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,14 +42,30 @@ func ids(ls []Letter) string {
 	return strings.Join(out, ",")
 }
 
-// Listing NATS dead letters reads the stream by sequence, pages by limit, filters by
-// reason, describes each letter, skips messages of the stream on other subjects, and
-// changes nothing (no consumer, every letter still there).
+// Listing NATS dead letters reads the stream by sequence (with batched direct gets when
+// the stream allows them), pages by limit, filters by reason, describes each letter,
+// skips messages of the stream on other subjects, and changes nothing (no consumer, every
+// letter still there).
 func TestListNATS(t *testing.T) {
+	for _, tc := range []struct{ direct, only bool }{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("direct=%t,only_dlq=%t", tc.direct, tc.only), func(t *testing.T) { testListNATS(t, tc.direct, tc.only) })
+	}
+}
+
+// testListNATS lists letters at sequences 1-4 and 6-9; 5 is a message on another subject
+// of the stream, or (only: the stream keeps the dead-letter subject alone) a deleted letter.
+func testListNATS(t *testing.T, direct, only bool) {
 	srv := testnats.Start(t)
 	nc := testnats.Connect(t, srv.URL())
-	testnats.CreateStream(t, nc, "DLQ", "delay.dlq", "other.subject")
 	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := []string{"delay.dlq", "other.subject"}
+	if only {
+		subjects = subjects[:1]
+	}
+	st, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "DLQ", Subjects: subjects, AllowDirect: direct})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +75,13 @@ func TestListNATS(t *testing.T) {
 			reason = "expired"
 		}
 		letter(t, js, strings.Repeat("x", i), "x-target", fmt.Sprintf("out.%d", i), "x-delay-error", reason+": because")
-		if i == 3 {
+		switch {
+		case i == 3 && only:
+			letter(t, js, "gone", "x-delay-error", "expired: x")
+			if err := st.DeleteMsg(t.Context(), 5); err != nil {
+				t.Fatal(err)
+			}
+		case i == 3:
 			if _, err := js.Publish(t.Context(), "other.subject", []byte("not a letter")); err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +101,8 @@ func TestListNATS(t *testing.T) {
 		t.Fatalf("expired, pages of 1: %s", got)
 	}
 	all := list("", 100)
-	if l := all[1]; l.Reason != "publish_failed" || l.Error != "publish_failed: because" || l.Target != "out.1" || l.Size != 1 || l.At <= 0 {
+	if l := all[1]; l.Reason != "publish_failed" || l.Error != "publish_failed: because" || l.Target != "out.1" || l.Size != 1 ||
+		time.Since(time.UnixMilli(l.At)) > time.Minute || time.Since(time.UnixMilli(l.At)) < 0 {
 		t.Fatalf("letter 2: %+v", l)
 	}
 	if l := all[7]; l.Reason != "too_large" || l.Size != 9000 {
@@ -95,8 +119,8 @@ func TestListNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 9 || info.State.Consumers != 0 {
-		t.Fatalf("after listing: %d messages, %d consumers; want 9, 0", info.State.Msgs, info.State.Consumers)
+	if want := 9 - b2i(only); info.State.Msgs != uint64(want) || info.State.Consumers != 0 {
+		t.Fatalf("after listing: %d messages, %d consumers; want %d, 0", info.State.Msgs, info.State.Consumers, want)
 	}
 }
 
@@ -214,5 +238,24 @@ func TestListKafka(t *testing.T) {
 	}
 	if got := ids(list("", 100)); got != "0:2,0:3,0:4,1:3,1:4" {
 		t.Fatalf("listed after the redrive by ids: %s", got)
+	}
+}
+
+func TestParseIDs(t *testing.T) {
+	for _, id := range []string{"0", "01", "-1", "x", "", "1.0", "18446744073709551616"} {
+		if _, err := ParseNATSID(id); err == nil {
+			t.Errorf("NATS id %q taken", id)
+		}
+	}
+	if seq, err := ParseNATSID("18446744073709551615"); err != nil || seq != 1<<64-1 {
+		t.Errorf("largest NATS id: %d %v", seq, err)
+	}
+	for _, id := range []string{"-1:0", "0:-1", "0:01", "00:1", "2147483648:0", "1:2:3", "1", ":1", "1:", "0:9223372036854775808"} {
+		if _, _, err := ParseKafkaID(id); err == nil {
+			t.Errorf("Kafka id %q taken", id)
+		}
+	}
+	if p, o, err := ParseKafkaID("2147483647:9223372036854775807"); err != nil || p != 1<<31-1 || o != 1<<63-1 {
+		t.Errorf("largest Kafka id: %d %d %v", p, o, err)
 	}
 }

@@ -49,16 +49,29 @@ func listEvery(b *testing.B, c *client.Client) int {
 }
 
 // BenchmarkDeadLettersList100k: the time to list 100,000 dead letters through the API, in
-// pages of the largest limit (api), against reading the same letters the way the listing
-// reads them, without the API (direct: NATS gets by sequence on one connection; Kafka a
-// franz-go consumer of the topic). One op = the whole 100,000.
+// pages of the largest limit (api), against reading the same letters without the API
+// (direct: NATS one get by sequence per letter on one connection, as the listing does on a
+// stream without allow_direct; Kafka a franz-go consumer of the topic). NATS runs on a
+// stream without and with allow_direct (the listing then uses batched direct gets). One
+// op = the whole 100,000.
 func BenchmarkDeadLettersList100k(b *testing.B) {
-	b.Run("nats", func(b *testing.B) {
+	for _, direct := range []bool{false, true} {
+		b.Run(fmt.Sprint("nats/allow_direct=", direct), func(b *testing.B) { benchNATSList(b, direct) })
+	}
+	b.Run("kafka", benchKafkaList)
+}
+
+// benchNATSList lists 100,000 NATS dead letters from a stream that allows direct gets or
+// not (batched direct gets, or one get per letter).
+func benchNATSList(b *testing.B, direct bool) {
+	{
 		srv := testnats.Start(b)
 		nc := testnats.Connect(b, srv.URL())
-		testnats.CreateStream(b, nc, "DLQ", "delay.dlq")
 		js, err := jetstream.New(nc)
 		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"delay.dlq"}, AllowDirect: direct}); err != nil {
 			b.Fatal(err)
 		}
 		for i := range benchLetters {
@@ -99,8 +112,12 @@ func BenchmarkDeadLettersList100k(b *testing.B) {
 				}
 			}
 		})
-	})
-	b.Run("kafka", func(b *testing.B) {
+	}
+}
+
+// benchKafkaList lists 100,000 Kafka dead letters (3 partitions).
+func benchKafkaList(b *testing.B) {
+	{
 		brokers := testkafka.Start(b).Brokers()
 		testkafka.CreateTopic(b, brokers, "delay.dlq", 3)
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond))
@@ -137,5 +154,5 @@ func BenchmarkDeadLettersList100k(b *testing.B) {
 				}
 			}
 		})
-	})
+	}
 }

@@ -42,6 +42,11 @@ func (h *hookRecord) Begin(r *http.Request, op RedriveOp) func(RedriveOutcome) {
 // and a core ingress on delay.in that answers as the bridge does and records the payloads
 // it took.
 func deadLetterAPI(t *testing.T, n int) (*client.Client, *hookRecord, func() []string) {
+	return deadLetterAPIBudget(t, n, 0)
+}
+
+// deadLetterAPIBudget is deadLetterAPI with a redrive budget (0: the default).
+func deadLetterAPIBudget(t *testing.T, n int, budget time.Duration) (*client.Client, *hookRecord, func() []string) {
 	t.Helper()
 	srv := testnats.Start(t)
 	nc := testnats.Connect(t, srv.URL())
@@ -81,6 +86,7 @@ func deadLetterAPI(t *testing.T, n int) (*client.Client, *hookRecord, func() []s
 		DefaultBroker: "nats",
 		DeadLetters:   map[string]DeadLetters{"nats": redrive.NATSLetters{Conn: nc, Config: redrive.NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}}},
 		RedriveHook:   hook,
+		redriveBudget: budget,
 	}, storetest.New(t, time.Second), nil)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
@@ -291,5 +297,23 @@ func TestDeadLettersRedriveConcurrent(t *testing.T) {
 	slices.Sort(got)
 	if sum != 100 || len(got) != 100 || len(slices.Compact(got)) != 100 {
 		t.Fatalf("four redrives at once: changed %v, the ingress took %d letters (%d distinct); want 100 once each", changed, len(got), len(slices.Compact(slices.Clone(got))))
+	}
+}
+
+// A redrive that reaches its time limit answers more: true, having sent nothing past it;
+// the letters it did not look at stay listed.
+func TestDeadLettersRedriveTimeLimit(t *testing.T) {
+	c, hook, took := deadLetterAPIBudget(t, 5, time.Nanosecond)
+	res, err := c.Redrive(t.Context(), httpapi.RedriveRequest{Reason: "publish_failed"})
+	if err != nil || !res.More || res.Changed != 0 || len(took()) != 0 {
+		t.Fatalf("at the limit: %+v %v; the ingress took %v", res, err, took())
+	}
+	if left := allLetters(t, c, url.Values{}); len(left) != 5 {
+		t.Fatalf("letters left: %v", left)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if len(hook.ops) != 1 || !strings.HasSuffix(hook.ops[0], "matched=0 changed=0 err=<nil>") {
+		t.Fatalf("hook heard %v", hook.ops)
 	}
 }
