@@ -165,6 +165,27 @@ func TestCluster(t *testing.T) {
 	if st, err := s.Stats(ctx); err != nil || st.Parked != int64(len(retries)) {
 		t.Fatalf("stats after ack %+v, %v", st, err)
 	}
+
+	// The fleet's counts: the script's two keys and the overview's reads in the fleet's slot.
+	now := time.Now()
+	if err := s.AddStats(ctx, now, map[string]int64{"in:parked": n}); err != nil {
+		t.Fatal(err)
+	}
+	slot := testredis.KeySlot(s.fleetKeys[0])
+	for _, k := range []string{s.statsKey(time.Minute, now.Truncate(time.Minute)), s.statsKey(time.Hour, now.Truncate(time.Hour))} {
+		if testredis.KeySlot(k) != slot {
+			t.Fatalf("%s is not in the fleet's slot", k)
+		}
+	}
+	for _, step := range []time.Duration{time.Minute, time.Hour} {
+		b, err := s.ReadStats(ctx, step, now.Add(-2*step), 3)
+		if err != nil || b[2]["in:parked"] != n {
+			t.Fatalf("%s buckets %v, %v", step, b, err)
+		}
+	}
+	if _, err := s.LiveMembers(ctx, now); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestClusterEvictionPolicy: one master of three with an allkeys-* policy is enough for

@@ -2,9 +2,12 @@ package delaystore
 
 import (
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // AddStats adds every field to the minute and the hour bucket of its time (two replicas'
@@ -120,4 +123,61 @@ func TestLiveMembers(t *testing.T) {
 	if n, err := f.s.LiveMembers(ctx, time.Now().Add(2*time.Minute)); err != nil || n != 0 {
 		t.Fatalf("live 2 minutes later %d, %v; want 0", n, err)
 	}
+}
+
+// BenchmarkStats: one replica's AddStats of 40 fields (a busy replica's 5 s: in and out
+// results, dead-letter reasons, lateness buckets), and the fleet overview's reads, 60 and
+// 168 full buckets; reports Redis CPU (INFO used_cpu_*) per call besides the round trip.
+func BenchmarkStats(b *testing.B) {
+	f := newFixture(b, testredis.Start(b, "--appendfsync", "everysec").URL())
+	ctx := b.Context()
+	fields := map[string]int64{}
+	for i := range 40 {
+		fields["late:"+strconv.Itoa(i)] = int64(i + 1)
+	}
+	at := time.Now()
+	cpu := func() float64 {
+		info := f.rdb.Info(ctx, "cpu").Val()
+		t := 0.0
+		for line := range strings.Lines(info) {
+			for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					t += x
+				}
+			}
+		}
+		return t
+	}
+	b.Run("add-40-fields", func(b *testing.B) {
+		c0 := cpu()
+		for b.Loop() {
+			if err := f.s.AddStats(ctx, at, fields); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric((cpu()-c0)*1e6/float64(b.N), "redis-us/op")
+	})
+	for i := range 168 { // fill every bucket the overview reads
+		if err := f.s.AddStats(ctx, at.Add(-time.Duration(i)*time.Hour), fields); err != nil {
+			b.Fatal(err)
+		}
+		if i < 60 {
+			if err := f.s.AddStats(ctx, at.Add(-time.Duration(i)*time.Minute), fields); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("read-60-minutes-and-168-hours", func(b *testing.B) {
+		c0 := cpu()
+		for b.Loop() {
+			if _, err := f.s.ReadStats(ctx, time.Minute, at.Add(-59*time.Minute), 60); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.s.ReadStats(ctx, time.Hour, at.Add(-167*time.Hour), 168); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric((cpu()-c0)*1e6/float64(b.N), "redis-us/op")
+	})
 }

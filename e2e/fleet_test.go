@@ -105,3 +105,49 @@ func TestFleetOverviewSumsReplicas(t *testing.T) {
 	}
 	t.Logf("fleet overview of 3 replicas: %+v", ov.LastHour.Total)
 }
+
+// TestFleetOverviewAfterKill: replica A's counts stay in the fleet's buckets after A is
+// killed with -9 (what it had added: 10 parked), the survivor's are added to them, and
+// the live replicas drop to 1 once A's membership ran out (BRIDGE_OWNERSHIP_TTL 3 s).
+func TestFleetOverviewAfterKill(t *testing.T) {
+	s := newStack(t)
+	bs := startReplicas(t, s, 2)
+	a, b := bs[0], bs[1]
+	payload := "x"
+	send := func(br *bridge, prefix string, n int) {
+		c := &client.Client{Base: "http://" + br.APIAddr}
+		for j := range n {
+			if _, err := c.Send(t.Context(), httpapi.PostRequest{ID: fmt.Sprintf("%s-%d", prefix, j), Target: s.name("fleet.kill"),
+				Delay: []byte(`"1h"`), Payload: &payload}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	await := func(what string, url string, ok func(httpapi.FleetOverviewResponse) bool) httpapi.FleetOverviewResponse {
+		t.Helper()
+		var ov httpapi.FleetOverviewResponse
+		deadline := time.Now().Add(30 * time.Second)
+		for !getJSON(url, &ov) || !ok(ov) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 30 s: %d replicas, %+v", what, ov.Replicas, ov.LastHour.Total.In)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		return ov
+	}
+	fleetB := "http://" + b.APIAddr + "/v1/overview?scope=fleet"
+	send(a, "a", 10)
+	await("A's counts", fleetB, func(ov httpapi.FleetOverviewResponse) bool {
+		return ov.LastHour.Total.In["parked"] == 10 && ov.Replicas == 2
+	})
+	if err := a.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	send(b, "b", 5)
+	ov := await("after the kill", fleetB, func(ov httpapi.FleetOverviewResponse) bool {
+		return ov.LastHour.Total.In["parked"] == 15 && ov.Replicas == 1
+	})
+	if ov.Last7d.Total.In["parked"] != 15 {
+		t.Fatalf("7 days after the kill: %+v", ov.Last7d.Total.In)
+	}
+}
