@@ -242,6 +242,9 @@ func (s *dbSystem) send(n int, gen func(int) sched, rate float64) error {
 		if sc.every != "" {
 			m.Header["x-delay-every"] = []string{sc.every}
 		}
+		if sc.window != "" {
+			m.Header["x-delay-window"] = []string{sc.window}
+		}
 		if sc.abs {
 			m.Header["x-deliver-at"] = []string{strconv.FormatInt(sc.at.UnixMilli(), 10)}
 		} else {

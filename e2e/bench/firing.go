@@ -18,6 +18,7 @@ type firingParams struct {
 	replicas  []int // replicas of the rate rows
 	recurring int   // recurring messages (every 1s): firings per second
 	recurFor  time.Duration
+	windowN   int // messages of the window rows' burst
 }
 
 // runRateRow: n messages due at once to bench.out.w limited to limit/s; the release rate

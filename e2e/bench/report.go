@@ -89,6 +89,7 @@ func medians(all []result) []row {
 		m.readsMsg = f(func(r result) float64 { return r.readsMsg })
 		m.nodeCPUus = perIndexMedian(g, func(r result) []float64 { return r.nodeCPUus })
 		m.nodeCmdsMsg = perIndexMedian(g, func(r result) []float64 { return r.nodeCmdsMsg })
+		m.spread = perIndexMedian(g, func(r result) []float64 { return r.spread })
 		rw := row{result: m, runs: len(g)}
 		m.missing, m.early = 0, 0
 		for _, r := range g {
@@ -138,6 +139,7 @@ type extraSections struct {
 	perMaster      []int // cluster: shards per master
 	rate           []row // firing control: BRIDGE_TARGET_RATE rows
 	recurring      []row // firing control: recurring and one-shot rows
+	window         []row // firing control: a burst with and without a spread window
 }
 
 func renderReport(rows []row, runs int, p params, took time.Duration, x extraSections) string {
@@ -232,6 +234,7 @@ func renderReport(rows []row, runs int, p params, took time.Duration, x extraSec
 	b.WriteString(renderIdle(x.idle))
 	b.WriteString(renderCluster(x.cluster, x.perMaster))
 	b.WriteString(renderFiring(x.rate, x.recurring))
+	b.WriteString(renderWindow(x.window))
 	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady, parked, fleet and cluster: at most 2; idle: 1); whole run took %s.\n", runs, took.Round(time.Second))
 	return b.String()
 }

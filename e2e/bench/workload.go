@@ -18,6 +18,9 @@ type sched struct {
 	at    time.Time
 	abs   bool
 	every string // x-delay-every (delaybridge only): a recurring message
+	// window is x-delay-window (delaybridge only): delivered at a time drawn in
+	// [due, due + window].
+	window string
 }
 
 // system is delaybridge (bridge processes + NATS) or asynq, on a spawned Redis.
@@ -47,7 +50,14 @@ type recorder struct {
 	last  atomic.Int64
 	early atomic.Int64
 	bad   atomic.Int64
+	// spreadFrom (unix ns, 0: off) counts arrivals per second from it into spread (the
+	// window row: arrivals per second of the window; the last slot takes all later ones).
+	spreadFrom atomic.Int64
+	spread     [spreadSlots]atomic.Int64
 }
+
+// spreadSlots is the seconds recorder.spread counts.
+const spreadSlots = 64
 
 func newRecorder(capacity int) *recorder { return &recorder{late: make([]int64, capacity)} }
 
@@ -57,6 +67,10 @@ func (r *recorder) reset() {
 	r.last.Store(0)
 	r.early.Store(0)
 	r.bad.Store(0)
+	r.spreadFrom.Store(0)
+	for i := range r.spread {
+		r.spread[i].Store(0)
+	}
 }
 
 // arrive records one arrival at now (unix ns) of a message due at dueNs. Safe for
@@ -75,6 +89,9 @@ func (r *recorder) arrive(now, dueNs int64) {
 	d := now - dueNs
 	if d < 0 {
 		r.early.Add(1)
+	}
+	if from := r.spreadFrom.Load(); from > 0 && now >= from {
+		r.spread[min((now-from)/1e9, spreadSlots-1)].Add(1)
 	}
 	if int(i) < len(r.late) {
 		r.late[i] = d
@@ -124,6 +141,8 @@ type result struct {
 	// Per Redis node (a cluster's masters, in slot order): CPU us per message, commands
 	// per message.
 	nodeCPUus, nodeCmdsMsg []float64
+	// window row: arrivals in each second of the window, then all after it.
+	spread []float64
 	// fleet rows: the offered rate, and the fleet members seen before sending (-1: the
 	// binary keeps no membership key).
 	rate           float64

@@ -20,9 +20,9 @@ var (
 
 // Horizon is the one bound on every due time the bridge computes from input: x-delay and
 // x-deliver-at at ingress (and their compatibility forms), deliver_at and shift of the
-// message API's bulk reschedule, the end of a forecast (and, when it is built, a spread
-// window's end). A due time may lie at most MaxDelay after Now; a computation that
-// overflows, or lands beyond, is refused. A due time in the past is kept (the message is
+// message API's bulk reschedule, the end of a forecast, and a spread window's end
+// (x-delay-window, internal/intake). A due time may lie at most MaxDelay after Now; a
+// computation that overflows, or lands beyond, is refused. A due time in the past is kept (the message is
 // due at once, as an x-deliver-at in the past), but never before 1970: the store keeps
 // unsigned unix milliseconds, so an earlier time is 0. Bulk changes apply the same rule
 // in delaystore/lua/bulk.lua against the Redis time (the new due of each message).
