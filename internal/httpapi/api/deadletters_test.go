@@ -317,3 +317,47 @@ func TestDeadLettersRedriveTimeLimit(t *testing.T) {
 		t.Fatalf("hook heard %v", hook.ops)
 	}
 }
+
+// With two dead-letter stores, broker chooses one (default: the default broker), and a
+// cursor of one is refused on the other. (Both stores are NATS here: what is tested is the
+// routing and the sealing, not Kafka.)
+func TestDeadLettersTwoBrokers(t *testing.T) {
+	store := func(n int) DeadLetters {
+		srv := testnats.Start(t)
+		nc := testnats.Connect(t, srv.URL())
+		testnats.CreateStream(t, nc, "DLQ", "delay.dlq")
+		for range n {
+			m := natsgo.NewMsg("delay.dlq")
+			m.Header.Set("x-delay-error", "expired: x")
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return redrive.NATSLetters{Conn: nc, Config: redrive.NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}}
+	}
+	h := New(Config{DefaultBroker: "nats", DeadLetters: map[string]DeadLetters{"nats": store(3), "kafka": store(5)}}, storetest.New(t, time.Second), nil)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	c := &client.Client{Base: hs.URL}
+	for broker, want := range map[string]int{"": 3, "nats": 3, "kafka": 5} {
+		q := url.Values{"limit": {"1000"}}
+		if broker != "" {
+			q.Set("broker", broker)
+		}
+		if res, err := c.DeadLetters(t.Context(), q); err != nil || len(res.DeadLetters) != want {
+			t.Errorf("broker %q: %d letters, %v; want %d", broker, len(res.DeadLetters), err, want)
+		}
+	}
+	res, err := c.DeadLetters(t.Context(), url.Values{"limit": {"1"}, "broker": {"nats"}})
+	if err != nil || res.NextCursor == nil {
+		t.Fatalf("first page: %+v %v", res, err)
+	}
+	_, err = c.DeadLetters(t.Context(), url.Values{"limit": {"1"}, "broker": {"kafka"}, "cursor": {*res.NextCursor}})
+	wantInvalidCursor(t, "a nats cursor on kafka", err)
+	if _, err := c.DeadLetters(t.Context(), url.Values{"limit": {"1"}, "cursor": {*res.NextCursor}}); err != nil {
+		t.Errorf("the nats cursor on the default broker: %v", err)
+	}
+}
