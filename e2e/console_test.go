@@ -69,6 +69,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		send(fmt.Sprintf("ord-%d", i), "orders.timeout", fmt.Sprintf("%dh", i), fmt.Sprintf(`{"order":%d}`, i), nil)
 	}
+	// inv-2 again, with a spread window (a replace: the counts stay).
+	windowed := `{"invoice":1042,"total":"200.00"}`
+	if _, err := c.Send(t.Context(), httpapi.PostRequest{ID: "inv-2", Target: "billing.invoice", Delay: []byte(`"20m"`), Window: []byte(`"90s"`), Payload: &windowed}); err != nil {
+		t.Fatal(err)
+	}
 	const hostile = `<img src=x onerror="document.title='owned'">`
 	send("xss-1", "billing.invoice", "2h", hostile, map[string]string{"note": hostile})
 
@@ -114,6 +119,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(`//table[@id="messages"]//a[text()="inv-1"]`), shot("console-messages"))
 	if n := count(`document.querySelectorAll('#messages tbody tr').length`); n != 6 {
 		t.Fatalf("list filtered by billing.invoice: %d rows, want 6", n)
+	}
+	if rows := text("#messages tbody"); !strings.Contains(rows, "(drawn in 1m30s)") {
+		t.Fatalf("list does not show inv-2's window:\n%s", rows)
+	}
+	do("a windowed message's detail", chromedp.Navigate(ui+"#/message/inv-2"), chromedp.WaitVisible(`//code[@id="msg-id"][text()="inv-2"]`))
+	if detail := text("#detail"); !strings.Contains(detail, "window\t1m30s (due is the time drawn in it)") {
+		t.Fatalf("inv-2's detail does not show its window:\n%s", detail)
 	}
 	do("a hostile message's detail", chromedp.Navigate(ui+"#/message/xss-1"), chromedp.WaitVisible("#payload"))
 	if imgs, title, payload := count(`document.querySelectorAll('img').length`), text("title"), text("#payload"); imgs != 0 || title == "owned" || payload != hostile {

@@ -22,7 +22,8 @@ import (
 // Only a firing that expired (x-delay-expires) skips the occurrences that have expired
 // too: the next one is the first still within its expiry at the time of this firing. A
 // schedule that no longer parses or has no next occurrence ends the message with this
-// firing (logged at Error).
+// firing (logged at Error). With a spread window (x-delay-window) the next firing is the
+// time drawn in the next occurrence's window (nextFiring).
 func (d *delivery) fired(st *settlement, o *outgoing) {
 	c := o.claimed
 	if c.Envelope.Every == "" {

@@ -152,6 +152,7 @@ func FuzzNextSpread(f *testing.F) {
 	f.Add("1h", now, now, now, int64(600_000))
 	f.Add("1s", now+3500, now, now+3500, int64(3_600_000))
 	f.Add("0 9 * * *", now, now, now, int64(3_600_000))
+	f.Add("1m", now+5, now, now+150_000, int64(10_000)) // a floor past occurrences (an expired firing)
 	f.Add("2562047h47m16s", int64(1<<52), int64(0), int64(1<<52), int64(3_600_000))
 	f.Fuzz(func(t *testing.T, every string, due, anchor, after, wMs int64) {
 		const limit = 1 << 52
