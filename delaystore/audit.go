@@ -126,7 +126,7 @@ type auditStored struct {
 	Spec  *OpSpec    `json:"spec,omitempty"`
 }
 
-// ErrAudit: the audit log refused a call (bad op id, unknown entry).
+// Errors of the audit log and the bulk operations.
 var (
 	// ErrBadOpID: an op id that this store never hands out (malformed).
 	ErrBadOpID = errors.New("bad op id")

@@ -54,7 +54,8 @@ type Op struct {
 // ID is the operation's op id.
 func (o *Op) ID() string { return o.rec.id }
 
-// ErrOpBusy: the operation is running in another request or replica, whose lease has Left.
+// ErrOpBusy: the operation is running in another request or replica; its lease runs out
+// in Left.
 type ErrOpBusy struct{ Left time.Duration }
 
 func (e *ErrOpBusy) Error() string {

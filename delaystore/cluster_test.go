@@ -186,6 +186,27 @@ func TestCluster(t *testing.T) {
 	if _, err := s.LiveMembers(ctx, now); err != nil {
 		t.Fatal(err)
 	}
+	// A resumable bulk operation and the audit log on Cluster: the progress is written with
+	// each shard's changes (its own slot), the audit log lives in {P:audit}.
+	var ops []ParkRequest
+	for i := range 300 {
+		env := sampleEnvelope(i)
+		env.Target = "nats:cl.op"
+		ops = append(ops, ParkRequest{ID: fmt.Sprintf("op-%d", i), Delay: time.Hour, Envelope: env})
+	}
+	if _, err := s.Park(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	op, err := s.StartOp(ctx, AuditEntry{Op: "reschedule", Actor: "cluster"}, OpSpec{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour, Target: "cl.op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := op.Run(ctx, Selector{Match: func(t string) bool { return t == "nats:cl.op" }}, time.Minute); err != nil || !r.Done || r.Changed != 300 {
+		t.Fatalf("operation on Cluster: %+v %v", r, err)
+	}
+	if p, err := s.AuditList(ctx, "", 10); err != nil || len(p.Entries) != 1 || p.Entries[0].State != AuditDone || p.Entries[0].Changed != 300 {
+		t.Fatalf("audit log on Cluster: %+v %v", p, err)
+	}
 }
 
 // TestClusterEvictionPolicy: one master of three with an allkeys-* policy is enough for

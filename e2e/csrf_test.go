@@ -41,6 +41,7 @@ async function run() {
   await forge('bulk cancel', '/v1/bulk/cancel', '{"target":"x*"}');
   await forge('post message', '/v1/messages', '{"target":"x.forged","delay":"1h","id":"forged","payload":"p"}');
   await forge('redrive', '/v1/dead-letters/redrive', '{"reason":"target_not_allowed"}');
+  await forge('bulk resume', '/v1/bulk/resume', '{"op_id":"0123456789abcdef0123456789abcdef"}');
   await new Promise(resolve => {
     const sink = document.getElementById('sink');
     sink.onload = () => { note('form answered'); resolve(); };
@@ -112,7 +113,7 @@ func TestCrossSiteForgeryInABrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"bulk cancel answered", "post message answered", "redrive answered", "form answered"} {
+		for _, want := range []string{"bulk cancel answered", "post message answered", "redrive answered", "bulk resume answered", "form answered"} {
 			if !strings.Contains(report, want) {
 				t.Fatalf("attack from %s: %q missing (the browser did not send it?):\n%s", origin, want, report)
 			}
@@ -132,6 +133,10 @@ func TestCrossSiteForgeryInABrowser(t *testing.T) {
 		}
 		if dl, err := c.DeadLetters(t.Context(), nil); err != nil || len(dl.DeadLetters) != 1 {
 			t.Fatalf("attack from %s: dead letters %+v %v, want the one letter still there", origin, dl, err)
+		}
+		// Refused before any handler: not even a dry run or a resume reached the audit log.
+		if a, err := c.Audit(t.Context(), 10, ""); err != nil || len(a.Entries) != 0 {
+			t.Fatalf("attack from %s: audit log %+v %v, want empty", origin, a, err)
 		}
 		t.Logf("attack from %s: all answered, nothing changed", origin)
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -214,9 +215,21 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives are running on this replica: retry later", redriveAtOnce))
 		return
 	}
-	end := func(RedriveOutcome) {}
+	rec, err := a.BeginAudit(r, "redrive", redriveSelector(broker, req), "", req.DryRun)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
+		return
+	}
+	end := func(o RedriveOutcome) {
+		// The entry is settled even when the client went away (a redrive sent what it sent).
+		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
+	}
 	if a.cfg.RedriveHook != nil {
-		end = a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
+		hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
+		end = func(o RedriveOutcome) {
+			_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
+			hookEnd(o)
+		}
 	}
 	opts.Until = time.Now().Add(a.cfg.redriveBudget)
 	if !req.DryRun {
@@ -273,4 +286,15 @@ func redriveResponse(dryRun bool, counts redrive.Counts) httpapi.RedriveResponse
 		out.Changed += t.Redriven + t.Refused
 	}
 	return out
+}
+
+// redriveSelector is a redrive's selector as the audit log keeps it: the broker and the
+// reason or the ids, as the request gave them.
+func redriveSelector(broker string, req httpapi.RedriveRequest) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		Broker string   `json:"broker"`
+		Reason string   `json:"reason,omitempty"`
+		IDs    []string `json:"ids,omitempty"`
+	}{broker, req.Reason, req.IDs})
+	return b
 }

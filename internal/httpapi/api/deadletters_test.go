@@ -272,6 +272,23 @@ func TestDeadLettersRedrive(t *testing.T) {
 	if !slices.Equal(hook.ops, want) {
 		t.Fatalf("hook heard:\n%s\nwant:\n%s", strings.Join(hook.ops, "\n"), strings.Join(want, "\n"))
 	}
+	// The audit log has the three redrives, newest first; the refused requests none.
+	log, err := c.Audit(t.Context(), 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard []string
+	for _, e := range log.Entries {
+		heard = append(heard, fmt.Sprintf("%s %s dry=%v matched=%d changed=%d %s", e.Op, e.Selector, e.DryRun, e.Matched, e.Changed, e.State))
+	}
+	wantLog := []string{
+		`redrive {"broker":"nats","ids":["2","3","1","99"]} dry=false matched=2 changed=2 done`,
+		`redrive {"broker":"nats","reason":"expired"} dry=false matched=4 changed=4 done`,
+		`redrive {"broker":"nats","reason":"expired"} dry=true matched=4 changed=0 done`,
+	}
+	if !slices.Equal(heard, wantLog) {
+		t.Fatalf("audit log:\n%s\nwant:\n%s", strings.Join(heard, "\n"), strings.Join(wantLog, "\n"))
+	}
 }
 
 // Four redrives of one reason at once through the API send each letter once.
