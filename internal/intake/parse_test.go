@@ -481,13 +481,14 @@ func TestReason(t *testing.T) {
 		{&targetError{kind: ErrMissingTarget}, contract.ReasonMissingTarget},
 		{fmt.Errorf("%w: x-delay-expires: %w", ErrInvalidExpires, ErrInvalidDelay), contract.ReasonInvalidExpires},
 		{fmt.Errorf("wrapped: %w", ErrInvalidEvery), contract.ReasonInvalidEvery},
+		{fmt.Errorf("%w: target x", ErrQuotaExceeded), contract.ReasonQuotaExceeded},
 	}
 	for _, tt := range tests {
 		if got := Reason(tt.err); got != tt.want {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
-	if got := Reasons(); len(got) != 15 || got[len(got)-1] != contract.ReasonUnknown {
+	if got := Reasons(); len(got) != 16 || got[len(got)-1] != contract.ReasonUnknown {
 		t.Errorf("Reasons() = %v", got)
 	}
 }
