@@ -188,6 +188,16 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 // QuotaRules returns the store's BRIDGE_TARGET_QUOTA rules, in order. It does not block.
 func (s *Store) QuotaRules() []QuotaRule { return append([]QuotaRule(nil), s.quota.rules...) }
 
+// QuotaRejected returns, per rule of QuotaRules, the messages Park refused for it since
+// the store was made (no Redis call). It does not block.
+func (s *Store) QuotaRejected() []uint64 {
+	out := make([]uint64, len(s.quota.rejected))
+	for i := range s.quota.rejected {
+		out[i] = s.quota.rejected[i].Load()
+	}
+	return out
+}
+
 // countQuotas maps the shards' targets to the quota patterns again and counts them
 // (quotacount.lua) when the counter hash was mapped by another pattern list, or always
 // with force: one call for the whole store on one Redis node, one per shard on Cluster.
