@@ -126,7 +126,25 @@ async function overview() {
     chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
     el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
       el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
-        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))));
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))),
+    quotaTable(targets.quotas || []));
+}
+
+// quotaTable is the use of every BRIDGE_TARGET_QUOTA pattern (GET /v1/targets "quotas"),
+// or nothing when none is configured.
+function quotaTable(quotas) {
+  if (!quotas.length) return '';
+  const rows = quotas.map(q => {
+    const used = q.limit > 0 ? q.parked / q.limit : null;
+    return el('tr', {class: used !== null && used >= 0.9 ? 'warn' : ''},
+      el('td', {}, q.pattern), el('td', {class: 'n'}, num(q.parked)),
+      el('td', {class: 'n'}, q.limit > 0 ? num(q.limit) : '-'),
+      el('td', {class: 'n'}, used === null ? '-' : (100 * used).toFixed(1) + '%'),
+      el('td', {class: 'n'}, num(q.rejected)));
+  });
+  return el('section', {class: 'card wide'}, el('h3', {}, 'Quotas (BRIDGE_TARGET_QUOTA)'),
+    el('table', {id: 'quotas'}, el('thead', {}, el('tr', {}, el('th', {}, 'pattern'), el('th', {}, 'parked'), el('th', {}, 'limit'),
+      el('th', {}, 'used'), el('th', {}, 'rejected here'))), el('tbody', {}, rows)));
 }
 
 // --- messages -------------------------------------------------------------------------
