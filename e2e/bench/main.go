@@ -69,7 +69,7 @@ func (v variant) aofLabel() string {
 func main() {
 	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
-	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring")
+	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring,quota", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring, quota")
 	systems := flag.String("systems", "delaybridge,asynq,minimal", "comma-separated: delaybridge, asynq, minimal (the minimal-store baseline: one sorted set + one hash, see minimal.go)")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -93,6 +93,7 @@ func main() {
 	rateN := flag.Int("rate-n", 10_000, "rate: messages due at once to the limited target (-quick: 2000)")
 	rateLimit := flag.Int("rate-limit", 500, "rate: the target's BRIDGE_TARGET_RATE, msgs/s")
 	recurring := flag.Int("recurring", 1000, "recurring: messages every 1s (firings per second) (-quick: 500)")
+	quotaN := flag.Int("quota-n", 50_000, "quota: messages parked with and without a BRIDGE_TARGET_QUOTA pattern (-quick: 10000)")
 	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
 	flag.Parse()
 	var err error
@@ -144,11 +145,15 @@ func main() {
 		if !set["recurring-for"] {
 			*recurFor = 5 * time.Second
 		}
+		if !set["quota-n"] {
+			*quotaN = 10_000
+		}
 	}
 	fp := fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: max(1, min(*runs, 2)),
 		idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
 		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate,
-		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor}}
+		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor},
+		quotaN: *quotaN}
 	if set["variants"] {
 		extra = nil
 		for _, s := range splitList(*variants) {
@@ -168,7 +173,7 @@ func main() {
 	}
 	wl := splitList(*workloads)
 	for _, w := range wl {
-		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring"}, w) {
+		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "quota"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
@@ -299,7 +304,7 @@ func runOne(bin string, v variant, w string, p params) result {
 }
 
 // fleetWorkloads run once on delaybridge (not per variant, not on asynq).
-var fleetWorkloads = []string{"fleet", "idle", "cluster", "rate", "recurring"}
+var fleetWorkloads = []string{"fleet", "idle", "cluster", "rate", "recurring", "quota"}
 
 // runFleetSets runs the fleet, idle and cluster workloads that wl names.
 func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) extraSections {
@@ -346,6 +351,18 @@ func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) ex
 		x.cluster = medians(all)
 	}
 	x.rate, x.recurring = runFiringSets(bin, wl, fp.firing, fp.runs, logf)
+	if slices.Contains(wl, "quota") {
+		var all []result
+		for run := range max(fp.runs, 3) { // alternating: without, with, without, ...
+			for _, with := range []bool{false, true} {
+				park := runQuotaRow(bin, fp.quotaN, with)
+				logf("delaybridge x1 %s run %d: %s", park.workload, run+1, brief(park))
+				all = append(all, park)
+				runtime.GC()
+			}
+		}
+		x.quota = medians(all)
+	}
 	return x
 }
 
