@@ -208,10 +208,10 @@ func (s *Store) countQuotas(ctx context.Context, force bool) error {
 	if s.quota.mark == "" && !force {
 		// No rule: only a mark left by an earlier configuration needs a count (to drop
 		// its mappings); an absent hash has none.
-		pipe := s.rdb.Pipeline() // one EXISTS per key: on Cluster they live in different slots
-		var cmds []*redis.IntCmd
+		pipe := s.rdb.Pipeline() // one HEXISTS per key (the ACL grants no EXISTS)
+		var cmds []*redis.BoolCmd
 		for _, k := range s.quotaMarkKeys() {
-			cmds = append(cmds, pipe.Exists(ctx, k))
+			cmds = append(cmds, pipe.HExists(ctx, k, "#"))
 		}
 		_, _ = pipe.Exec(ctx)
 		found := false
@@ -220,7 +220,7 @@ func (s *Store) countQuotas(ctx context.Context, force bool) error {
 			if err != nil {
 				return fmt.Errorf("quota counts: %w", err)
 			}
-			found = found || n > 0
+			found = found || n
 		}
 		if !found {
 			return nil

@@ -11,10 +11,10 @@
 
 -- quotaSettle adds deltas to the counts of the patterns their targets are mapped to, and
 -- forgets the mapping of a target that has no message left in the shard (hash n, already
--- counted by count). Call it after count. Costs one EXISTS when the shard maps no target
--- (no quota, or only targets that match none): nothing more for such targets.
+-- counted by count). Call it after count. Costs one HMGET of the changed targets (on an
+-- absent key when the shard maps none) for targets that match no pattern: nothing more.
+-- (HMGET, not EXISTS: the bridge's ACL grants no EXISTS, docs/operating.md "Security".)
 local function quotaSettle(qt, qc, n, deltas)
-  if redis.call('EXISTS', qt) == 0 then return end
   local tgts = {}
   for tgt, d in pairs(deltas) do
     if d ~= 0 and tgt ~= '' then tgts[#tgts + 1] = tgt end
@@ -56,14 +56,12 @@ local function quotaGate(qt, qc, args)
   local gate = {}
   local any = len > 0
   local mapped, fresh, running = {}, {}, {}
-  local hasMap = nil
   -- patternOf: the pattern tgt counts against: its mapping, else the caller's rule.
   local function patternOf(tgt)
     if tgt == nil or tgt == '' then return nil end
     local p = mapped[tgt]
     if p == nil then
-      if hasMap == nil then hasMap = redis.call('EXISTS', qt) == 1 end
-      p = hasMap and redis.call('HGET', qt, tgt) or false
+      p = redis.call('HGET', qt, tgt)
       if not p and rules[tgt] then
         p = rules[tgt][1]
         fresh[tgt] = p
