@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/testredis"
@@ -382,5 +383,36 @@ func TestQuotaCluster(t *testing.T) {
 	}
 	if u := usage(t, s, "tenant-*"); u.Parked != limit {
 		t.Fatalf("recounted on the cluster: %+v", u)
+	}
+}
+
+// The dev mode's miniredis (gopher-lua) runs the quota scripts too: park refuses over the
+// quota, a cancel frees a place, a changed pattern list is counted again.
+func TestQuotaMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	open := func(quota string) *Store {
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute, TargetQuota: quota})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open("t.*=2")
+	if p, o := parkCount(t, s, quotaReq("a", "nats:t.x"), quotaReq("b", "nats:t.y"), quotaReq("c", "nats:t.x"), quotaReq("d", "nats:u")); p != 3 || o != 1 {
+		t.Fatalf("miniredis: %d parked, %d over", p, o)
+	}
+	if ok, err := s.Cancel(t.Context(), "a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if p, o := parkCount(t, s, quotaReq("e", "nats:t.z")); p != 1 || o != 0 {
+		t.Fatalf("miniredis after a cancel: %d parked, %d over", p, o)
+	}
+	if u := usage(t, open("x=1,t.*=5"), "t.*"); u.Parked != 2 {
+		t.Fatalf("miniredis recount: %+v", u)
 	}
 }
