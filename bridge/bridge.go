@@ -319,6 +319,9 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	}
 	// The store gauges cover the shards this replica owns.
 	b.reg.MustRegister(monitor.NewStoreCollector(store, b.out.Owned, b.redisUp.Err))
+	if len(store.QuotaRules()) > 0 {
+		b.reg.MustRegister(monitor.NewQuotaCollector(store))
+	}
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})

@@ -51,6 +51,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_LOG_FORMAT", "json"},
 	// Section 9.
 	{"BRIDGE_TARGET_RATE", ""},
+	{"BRIDGE_TARGET_QUOTA", ""},
 	// Extensions.
 	{"BRIDGE_SHUTDOWN_TIMEOUT", "25s"},
 	{"BRIDGE_NATS_ACK_WAIT", "30s"},
@@ -430,6 +431,8 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_TARGET_ALLOW", "orders.>", "can never match"},
 		{"BRIDGE_TARGET_ALLOW", "foo:orders.*", "can never match"},
 		{"BRIDGE_TARGET_ALLOW", " , ", "no pattern"},
+		{"BRIDGE_TARGET_QUOTA", "tenant-a.*=0", "want a quota of 1 to"},
+		{"BRIDGE_TARGET_QUOTA", "tenant-a.*", "want <glob>=<n>"},
 		{"BRIDGE_MAX_DELAY", "0s", "must be > 0"},
 		{"BRIDGE_MAX_DELAY", "-1h", "must be > 0"},
 		{"BRIDGE_MAX_DELAY", "876601h", "at most 876600h"},

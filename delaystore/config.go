@@ -37,6 +37,10 @@ type Config struct {
 	// WaitTimeout bounds that WAIT (whole milliseconds, rounded up; at least
 	// MinWaitTimeout when MinReplicas > 0).
 	WaitTimeout time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"1s" envDoc:"how long that WAIT may take; fewer replicas in time = the write failed (source not acked, API 503)"`
+	// TargetQuota is BRIDGE_TARGET_QUOTA ([ParseQuotaRules]): at most n messages parked per
+	// pattern, summed over the targets it matches (the first matching pattern applies)
+	// and over the fleet; Park refuses the rest (Parked.OverQuota).
+	TargetQuota string `env:"TARGET_QUOTA" envDoc:"at most n messages parked per pattern, summed over its targets and all replicas: comma-separated <glob>=<n> (tenant-a.*=100000); the first matching pattern applies; a message over it is dead-lettered quota_exceeded (API: 429)"`
 }
 
 // DefaultTombstoneTTL is the Config.TombstoneTTL used when it is 0: JetStream's default
@@ -85,6 +89,9 @@ func (c Config) Validate() envconf.Problems {
 	}
 	if c.MinReplicas > 0 {
 		ps.PositiveDuration("REDIS_WAIT_TIMEOUT", c.WaitTimeout, MinWaitTimeout)
+	}
+	if _, err := ParseQuotaRules(c.TargetQuota); err != nil {
+		ps.Add("TARGET_QUOTA", "%v", err)
 	}
 	return ps
 }

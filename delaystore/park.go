@@ -41,6 +41,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		byShard[sh] = append(byShard[sh], i)
 	}
 	groups := make([]group, len(order))
+	match := map[string]int{} // target -> quota rule, -1: none (quota.go)
 	for ci, sh := range order {
 		idx := byShard[sh]
 		args := make([]any, 0, 2+5*len(idx))
@@ -65,6 +66,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent))
 		}
+		args = append(args, s.quota.block(reqs, idx, sh, match)...)
 		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}
 	}
 	var list callList
@@ -76,6 +78,14 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	for ci, sh := range order {
 		if err := parkResults(replies[ci], reqs, byShard[sh], out); err != nil {
 			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
+			continue
+		}
+		for _, i := range byShard[sh] {
+			if out[i].OverQuota {
+				if r := match[reqs[i].Envelope.Target]; r >= 0 {
+					s.quota.rejected[r].Add(1)
+				}
+			}
 		}
 	}
 	return out, errors.Join(errs...)
@@ -102,7 +112,8 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1, Delivered: existed == 2, Cancelled: existed == 3}
+		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1 && existed <= 3, Delivered: existed == 2,
+			Cancelled: existed == 3, OverQuota: existed == 4}
 	}
 	for k, i := range idx {
 		out[i] = got[k]

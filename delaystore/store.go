@@ -66,6 +66,7 @@ type Store struct {
 	// with the same value by Load) and which form the server takes, so sharing them is safe.
 	scripts scriptSet
 	mem     memoryState // what parks learned about Redis memory
+	quota   *quotas     // BRIDGE_TARGET_QUOTA (quota.go)
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
@@ -77,32 +78,42 @@ type shardKeys struct {
 	zm       []string // z, m
 	zmRSeq   []string // z, m, r, seq: retry
 	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
-	zmtRN    []string // z, m, t, r, n: ack, cancel
-	zmSeqTRN []string // z, m, seq, t, r, n, b, bx: bulk
+	zmtRN    []string // z, m, t, r, n, qt, qc: ack
+	zmSeqTRN []string // z, m, seq, t, r, n, b, bx, qt, qc: bulk
 	b, bx    string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
-	park     []string // z, m, seq, t, r, n, c, cx: park
-	cancel   []string // z, m, t, r, n, c, cx: cancel
+	park     []string // z, m, seq, t, r, n, c, cx, qt, qc: park
+	cancel   []string // z, m, t, r, n, c, cx, qt, qc: cancel
+	qt       string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
+	qc       string   // the quota counter hash: {P:quota}, or {P:s}:q on Cluster (quota.lua)
 	seq      string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
 	shardID  string   // the shard number as a decimal string
 	wake     string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
 }
 
-// newShardKeys are the keys of shard i under prefix p, all with the hash tag {p:i}.
-func newShardKeys(p string, i int) shardKeys {
+// newShardKeys are the keys of shard i under prefix p, all with the hash tag {p:i} but
+// the quota counter hash {p:quota} of a store on one Redis node (perShard false: every
+// shard's scripts count against it; on Cluster each shard has its own, {p:i}:q).
+func newShardKeys(p string, i int, perShard bool) shardKeys {
 	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
 	z, m, seq, t, r, n := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r", tag+":n"
 	c, cx := tag+":c", tag+":cx" // remembered cancels and their expiry index
 	b, bx := tag+":b", tag+":bx" // bulk operations' progress and its expiry index
+	qt, qc := tag+":qt", "{"+p+":quota}"
+	if perShard {
+		qc = tag + ":q"
+	}
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
 		zm:       []string{z, m},
 		zmRSeq:   []string{z, m, r, seq},
 		n:        n,
-		zmtRN:    []string{z, m, t, r, n},
-		zmSeqTRN: []string{z, m, seq, t, r, n, b, bx},
+		zmtRN:    []string{z, m, t, r, n, qt, qc},
+		zmSeqTRN: []string{z, m, seq, t, r, n, b, bx, qt, qc},
 		b:        b, bx: bx,
-		park:    []string{z, m, seq, t, r, n, c, cx},
-		cancel:  []string{z, m, t, r, n, c, cx},
+		park:    []string{z, m, seq, t, r, n, c, cx, qt, qc},
+		cancel:  []string{z, m, t, r, n, c, cx, qt, qc},
+		qt:      qt,
+		qc:      qc,
 		seq:     seq,
 		shardID: strconv.Itoa(i),
 		wake:    p + ":wake:" + strconv.Itoa(i),
@@ -153,8 +164,11 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
 		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
+	_, perShard := rdb.(*redis.ClusterClient)
+	s.quota = newQuotas(rules, cfg.Shards, perShard)
 	for i := range s.keys {
-		s.keys[i] = newShardKeys(p, i)
+		s.keys[i] = newShardKeys(p, i, perShard)
 	}
 	s.audit = newAuditLog(p, DefaultAuditConfig())
 	for _, o := range opts {
@@ -224,6 +238,11 @@ func (s *Store) Init(ctx context.Context) error {
 			return fmt.Errorf("init: parked counts per target: %w", err)
 		}
 		s.log.Warn("parked counts per target not complete yet: GET /v1/targets completes them", "err", err)
+	}
+	// Quota counts (quota.go): counted again from the parked counts per target when the
+	// pattern list changed, so a new pattern counts what is parked already.
+	if err := s.countQuotas(ctx, false); err != nil {
+		return fmt.Errorf("init: %w", err)
 	}
 	return nil
 }

@@ -58,6 +58,11 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 	if err := s.completeCounts(ctx, recount); err != nil {
 		return nil, nil, fmt.Errorf("targets: %w", err)
 	}
+	if recount { // the quota counts derive from these counts: again too
+		if err := s.countQuotas(ctx, true); err != nil {
+			return nil, nil, fmt.Errorf("targets: %w", err)
+		}
+	}
 	read := s.rdb.Pipeline()
 	alls := make([]*redis.MapStringStringCmd, len(s.keys))
 	for i := range s.keys {

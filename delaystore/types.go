@@ -157,6 +157,11 @@ type Parked struct {
 	// remembered (CancelAt, within Config.CancelWindow): nothing was parked, Due is 0, and
 	// Existed is true. The caller acknowledges the source as usual.
 	Cancelled bool
+	// OverQuota: the message would take its target's BRIDGE_TARGET_QUOTA pattern over its
+	// limit (Config.TargetQuota): nothing was parked (an entry it would replace is kept),
+	// Due is 0. The caller dead-letters it (reason quota_exceeded) and then acknowledges
+	// the source; the API answers 429.
+	OverQuota bool
 }
 
 // Receipt identifies one claim of one message; it fences Ack and Retry, so a stale claim

@@ -59,6 +59,8 @@ func TestAlertRulesCatchMutations(t *testing.T) {
 		{"lateness threshold 10 s", "rate(delaybridge_delivery_lateness_seconds_bucket[5m]))) > 1", "rate(delaybridge_delivery_lateness_seconds_bucket[5m]))) > 10", "test"},
 		{"stuck alert without for", "max(delaybridge_oldest_overdue_seconds) > 60\n        for: 5m", "max(delaybridge_oldest_overdue_seconds) > 60\n        for: 0m", "test"},
 		{"full alert on a blip", "max(avg_over_time(delaybridge_redis_oom[5m])) > 0.5", "max(max_over_time(delaybridge_redis_oom[5m])) > 0.5", "test"},
+		{"quota alert summed over replicas", "max by (pattern) (delaybridge_quota_parked)", "sum by (pattern) (delaybridge_quota_parked)", "test"},
+		{"quota alert at 99%", "(delaybridge_quota_limit) > 0.9", "(delaybridge_quota_limit) > 0.99", "test"},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -53,6 +53,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	const token = "console-token"
 	env := maps.Clone(s.env)
 	env["BRIDGE_API_TOKEN"] = token
+	env["BRIDGE_TARGET_QUOTA"] = "billing.*=8,orders.*=100"
 	b := startBridge(t, env)
 	c := &client.Client{Base: "http://" + b.APIAddr, Token: token}
 	dues := map[string]int64{}
@@ -113,6 +114,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("the overview's charts", chromedp.WaitVisible("#forecast-hour rect"), chromedp.Sleep(300*time.Millisecond), shot("console-overview"))
 	if rows := text("#targets tbody"); !strings.Contains(rows, "nats:billing.invoice\t6") || !strings.Contains(rows, "nats:orders.timeout\t3") {
 		t.Fatalf("targets table:\n%s", rows)
+	}
+	if rows := text("#quotas tbody"); !strings.Contains(rows, "billing.*\t6\t8\t75.0%\t0") || !strings.Contains(rows, "orders.*\t3\t100\t3.0%\t0") {
+		t.Fatalf("quotas table:\n%s", rows)
 	}
 	do("the list of one target",
 		chromedp.Click(`//a[text()="nats:billing.invoice"]`),

@@ -90,6 +90,8 @@ func TestMetricsMove(t *testing.T) {
 	// ownership TTL the replica would drop its shards meanwhile, and the store gauges
 	// cover owned shards only.
 	s.env["BRIDGE_OWNERSHIP_TTL"] = "10s"
+	// The quota series (exported only with a quota) are named by the alert rules.
+	s.env["BRIDGE_TARGET_QUOTA"] = "tenant-a.*=1000"
 	b := startBridge(t, s.env)
 	out := subscribe(t, s.nc, "orders.timeout")
 

@@ -38,24 +38,20 @@ type RateRule struct {
 // ParseRateRules reads BRIDGE_TARGET_RATE: comma-separated "<glob>=<n>/s", for example
 // "orders.*=200/s,kafka:billing.*=1000/s". Blank entries are ignored; "" is no rule.
 func ParseRateRules(s string) ([]RateRule, error) {
-	var rules []RateRule
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		pat, rate, ok := strings.Cut(item, "=")
-		pat, rate = strings.TrimSpace(pat), strings.TrimSpace(rate)
+	items, err := glob.ParseRules(s, "<n>/s", func(rate string) error {
 		n, err := strconv.Atoi(strings.TrimSuffix(rate, "/s"))
-		switch {
-		case !ok || pat == "":
-			return nil, fmt.Errorf("%q: want <glob>=<n>/s", item)
-		case !glob.Valid(pat):
-			return nil, fmt.Errorf("%q: malformed pattern %q", item, pat)
-		case !strings.HasSuffix(rate, "/s") || err != nil || n < 1 || n > MaxTargetRate:
-			return nil, fmt.Errorf("%q: want a rate of 1/s to %d/s, as <n>/s", item, MaxTargetRate)
+		if !strings.HasSuffix(rate, "/s") || err != nil || n < 1 || n > MaxTargetRate {
+			return fmt.Errorf("want a rate of 1/s to %d/s, as <n>/s", MaxTargetRate)
 		}
-		rules = append(rules, RateRule{Pattern: pat, PerSecond: n})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var rules []RateRule
+	for _, it := range items {
+		n, _ := strconv.Atoi(strings.TrimSuffix(it.Value, "/s")) // checked above
+		rules = append(rules, RateRule{Pattern: it.Pattern, PerSecond: n})
 	}
 	return rules, nil
 }

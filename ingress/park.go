@@ -11,6 +11,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -42,7 +43,9 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 			}
 		}
 		parked, err := in.store.Park(opCtx, reqs)
-		batch = in.ackParked(src, batch, reqs, parked)
+		var over []prepared
+		batch, over = in.ackParked(src, batch, reqs, parked)
+		in.rejectOverQuota(ctx, src, over)
 		if err == nil && len(batch) > 0 {
 			err = fmt.Errorf("park: %d of %d messages without a result", len(batch), len(reqs))
 		}
@@ -65,19 +68,25 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 }
 
 // ackParked acks the messages of batch whose park succeeded (parked[i].ID set; reqs[i]
-// is batch[i]'s request) and returns the others, in order. A message whose source id had
-// a live tombstone (Parked.Delivered) is acked and counted as already delivered; one that
-// a remembered cancel covers (Parked.Cancelled) as cancelled_on_arrival.
-func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.ParkRequest, parked []delaystore.Parked) []prepared {
+// is batch[i]'s request) and returns the others, in order, and apart those that the
+// store refused for their quota (Parked.OverQuota: not acked; the caller dead-letters
+// them). A message whose source id had a live tombstone (Parked.Delivered) is acked and
+// counted as already delivered; one that a remembered cancel covers (Parked.Cancelled)
+// as cancelled_on_arrival.
+func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.ParkRequest, parked []delaystore.Parked) (rest, over []prepared) {
 	if len(parked) != len(batch) {
-		return batch // nothing was parked (the call was refused before any shard ran)
+		return batch, nil // nothing was parked (the call was refused before any shard ran)
 	}
-	rest := batch[:0:0]
+	rest = batch[:0:0]
 	acked, delivered, cancelled := 0, 0, 0
 	for i, p := range batch {
 		r := parked[i]
 		if r.ID == "" {
 			rest = append(rest, p)
+			continue
+		}
+		if r.OverQuota {
+			over = append(over, p)
 			continue
 		}
 		if acked == 0 {
@@ -109,7 +118,18 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 	in.metrics.Count(src.Broker, "parked", acked-delivered-cancelled)
 	in.metrics.Count(src.Broker, "already_delivered", delivered)
 	in.metrics.Count(src.Broker, "cancelled_on_arrival", cancelled)
-	return rest
+	return rest, over
+}
+
+// rejectOverQuota dead-letters the messages the store refused for their target's
+// BRIDGE_TARGET_QUOTA (reason quota_exceeded) and acks each source only after its dead
+// letter was published (reject: nacked when that cannot be done before ctx ends, so the
+// source redelivers it and the quota is asked again). Blocks while it publishes.
+func (in *Ingress) rejectOverQuota(ctx context.Context, src Source, over []prepared) {
+	for _, p := range over {
+		endSpan(p.span, "quota exceeded")
+		in.reject(ctx, src, p.msg, fmt.Errorf("%w: target %s is at its BRIDGE_TARGET_QUOTA limit", intake.ErrQuotaExceeded, p.req.Envelope.Target))
+	}
 }
 
 // refuseRequests answers the core requests of batch (headers.MetaRequest) with

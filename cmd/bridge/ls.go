@@ -136,5 +136,25 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if len(res.Targets) == 0 {
 		fmt.Fprintln(stdout, "(nothing parked)")
 	}
-	return nil
+	return printQuotas(stdout, res.Quotas)
+}
+
+// printQuotas prints the BRIDGE_TARGET_QUOTA table of `bridge targets` (nothing when no
+// quota is configured).
+func printQuotas(w io.Writer, qs []httpapi.QuotaResponse) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUOTA PATTERN\tPARKED\tLIMIT\tUSED\tREJECTED (THIS REPLICA)")
+	for _, q := range qs {
+		limit, used := "-", "-" // a pattern another replica's configuration counts
+		if q.Limit > 0 {
+			limit = fmt.Sprint(q.Limit)
+			used = fmt.Sprintf("%.1f%%", 100*float64(q.Parked)/float64(q.Limit))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\n", q.Pattern, q.Parked, limit, used, q.Rejected)
+	}
+	return tw.Flush()
 }

@@ -2,7 +2,7 @@
 -- ack: delete delivered messages, leaving tombstones of their source messages; one group
 -- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n (parked count per
---       target: -1 per deleted entry)
+--       target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter hash (quota.lua)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
 --       of the shard follows in the same round trip and reads it), then per message 3
 --       values: id, version, token
@@ -29,6 +29,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 --!include groups.lua
 
 --!include settled.lua
+
+--!include quota.lua
 
 local function shard(KEYS, ARGV)
   local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
@@ -73,6 +75,7 @@ local function shard(KEYS, ARGV)
 
   if n > 0 then
     count(KEYS[5], deltas)
+    quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)
     if ttl > 0 and #tombs > 0 then
       local exp = string.format('%d', now + ttl)
       local zadd = {}

@@ -3,7 +3,8 @@
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r,
 --       6 = {P:s}:n (parked count per target: -1 per cancelled message),
 --       7 = {P:s}:b (progress of resumable operations: op id -> progress),
---       8 = {P:s}:bx (op id -> when its progress was last written, ms: the expiry index)
+--       8 = {P:s}:bx (op id -> when its progress was last written, ms: the expiry index),
+--       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
 --       (the bound), 4 = the shard's wake channel (P:wake:<s>),
@@ -50,6 +51,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
 
+--!include quota.lua
+
 -- bounded is the new due of a message stored with due under op 'shift', 'at' or 'now',
 -- or nil when it lies beyond now + ARGV[3] ms (shift, at) or is no finite number.
 local function bounded(op, due)
@@ -71,6 +74,7 @@ local headScore = nil
 if head[2] then headScore = tonumber(head[2]) end
 local earliest = nil
 local n, newer = 0, 0
+local cancelled = {} -- target -> minus its cancelled messages, for the quota counts
 for i = 11, #ARGV, 3 do
   local id, want = ARGV[i], ARGV[i + 1]
   local lineage = string.sub(want, 1, 1) == '>'
@@ -90,7 +94,9 @@ for i = 11, #ARGV, 3 do
         redis.call('ZREM', z, id)
         redis.call('HDEL', m, id)
         redis.call('ZREM', r, id)
-        count(KEYS[6], {[targetOf(env, p)] = -1})
+        local tgt = targetOf(env, p)
+        count(KEYS[6], {[tgt] = -1})
+        cancelled[tgt] = (cancelled[tgt] or 0) - 1
         local src = sourceOf(env, p, id)
         if ttl > 0 and src ~= '' then
           redis.call('ZADD', tz, string.format('%d', now + ttl), src)
@@ -108,6 +114,7 @@ for i = 11, #ARGV, 3 do
     end
   end
 end
+quotaSettle(KEYS[9], KEYS[10], KEYS[6], cancelled)
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end

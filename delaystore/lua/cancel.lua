@@ -4,7 +4,8 @@
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
 --       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
---       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6)
+--       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6), 8 = {P:s}:qt,
+--       9 = the quota counter hash (quota.lua)
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
 --       source time), 4 = window ms (<= 0: remember nothing)
@@ -23,6 +24,8 @@
 -- (delaystore/scripts.go).
 
 --!include envelope.lua
+
+--!include quota.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -58,7 +61,11 @@ end
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-if p then count(KEYS[5], {[targetOf(env, p)] = -1}) end
+if p then
+  local deltas = {[targetOf(env, p)] = -1}
+  count(KEYS[5], deltas)
+  quotaSettle(KEYS[8], KEYS[9], KEYS[5], deltas)
+end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
   if src ~= '' then

@@ -4,12 +4,16 @@
 --       5 = {P:s}:r (retry set; a replaced id leaves it), 6 = {P:s}:n (parked count per
 --       target: +1 per message written, -1 for the target of an entry it replaces),
 --       7 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
---       8 = {P:s}:cx (zset id -> until ms: only its size is read here)
+--       8 = {P:s}:cx (zset id -> until ms: only its size is read here),
+--       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua: {P:quota}, or {P:s}:q on Cluster)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode and source time ('r' relative | 'a' absolute, followed by the message's
 --       time by its source in ms when known: 'r1700000000123'; unknown: never covered by a
---       remembered cancel), replace ('0' | '1'), delay-or-at ms, body
--- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3)}
+--       remembered cancel), replace ('0' | '1'), delay-or-at ms, body; then the quota block
+--       (quota.lua quotaGate: triples target, pattern, limit, then their count; '0': none)
+-- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4)}
+-- A message that would take its target's quota pattern past the limit is not parked:
+-- {0, 4} (BRIDGE_TARGET_QUOTA; an entry it would replace stays as it was).
 -- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
 -- parked: {0, 2}. A message whose id has a live remembered cancel (until > now) with a
 -- source time at or after the message's is not parked either: {0, 3} (the cancel was read
@@ -30,6 +34,8 @@ local W = 5 -- ARGV values per message
 --!include envelope.lua
 
 --!include groups.lua
+
+--!include quota.lua
 
 local function chunked(cmd, key, list)
   for i = 1, #list, CHUNK do
@@ -60,6 +66,7 @@ end
 
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
+  local gate = quotaGate(KEYS[9], KEYS[10], ARGV) -- takes the quota block off ARGV
   local ids = {}
   for i = 3, #ARGV, W do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return {} end
@@ -111,6 +118,8 @@ local function shard(KEYS, ARGV)
     elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
       cur[id] = existing
       out[k] = {existing, 1}
+    elseif not gate.admit(existing ~= nil and curTgt[id] or nil, ARGV[a + 4]) then
+      out[k] = {0, 4}
     else
       local due
       if string.byte(ARGV[a + 1]) == 97 then -- 'a'
@@ -150,6 +159,7 @@ local function shard(KEYS, ARGV)
     chunked('ZADD', z, zadd)
     chunked('ZREM', KEYS[5], replaced)
     count(KEYS[6], deltas)
+    gate.flush(KEYS[6], deltas)
     if head[2] == nil or earliest < tonumber(head[2]) then
       redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
     end

@@ -17,7 +17,19 @@ import (
 // closed in t.Cleanup.
 func New(t testing.TB, lease time.Duration) *delaystore.Store {
 	t.Helper()
-	st, err := delaystore.New(testredis.Client(t), delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: lease})
+	return NewWith(t, delaystore.Config{Lease: lease})
+}
+
+// NewWith is New with cfg (KeyPrefix and Shards, when unset, are a random prefix and 4).
+func NewWith(t testing.TB, cfg delaystore.Config) *delaystore.Store {
+	t.Helper()
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = testredis.Prefix(t)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
+	}
+	st, err := delaystore.New(testredis.Client(t), cfg)
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}

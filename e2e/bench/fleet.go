@@ -31,6 +31,7 @@ type fleetParams struct {
 	clusterRate    float64
 
 	firing firingParams
+	quotaN int // quota: messages per row
 }
 
 // fleetMembersKey is the membership set of the fleet design (docs/design.md, "Fleet:

@@ -69,7 +69,7 @@ func (v variant) aofLabel() string {
 func main() {
 	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
-	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring,window", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring, window")
+	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring,window,quota", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring, window, quota")
 	systems := flag.String("systems", "delaybridge,asynq,minimal", "comma-separated: delaybridge, asynq, minimal (the minimal-store baseline: one sorted set + one hash, see minimal.go)")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -93,6 +93,7 @@ func main() {
 	rateN := flag.Int("rate-n", 10_000, "rate: messages due at once to the limited target (-quick: 2000)")
 	rateLimit := flag.Int("rate-limit", 500, "rate: the target's BRIDGE_TARGET_RATE, msgs/s")
 	recurring := flag.Int("recurring", 1000, "recurring: messages every 1s (firings per second) (-quick: 500)")
+	quotaN := flag.Int("quota-n", 50_000, "quota: messages parked with and without a BRIDGE_TARGET_QUOTA pattern (-quick: 10000)")
 	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
 	windowN := flag.Int("window-n", 100_000, "window: messages of the burst due at once, with a 10 s x-delay-window and without (-quick: 20000)")
 	flag.Parse()
@@ -148,11 +149,15 @@ func main() {
 		if !set["window-n"] {
 			*windowN = 20_000
 		}
+		if !set["quota-n"] {
+			*quotaN = 10_000
+		}
 	}
 	fp := fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: max(1, min(*runs, 2)),
 		idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
 		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate,
-		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor, windowN: *windowN}}
+		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor, windowN: *windowN},
+		quotaN: *quotaN}
 	if set["variants"] {
 		extra = nil
 		for _, s := range splitList(*variants) {
@@ -172,7 +177,7 @@ func main() {
 	}
 	wl := splitList(*workloads)
 	for _, w := range wl {
-		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "window"}, w) {
+		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "window", "quota"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
@@ -303,7 +308,7 @@ func runOne(bin string, v variant, w string, p params) result {
 }
 
 // fleetWorkloads run once on delaybridge (not per variant, not on asynq).
-var fleetWorkloads = []string{"fleet", "idle", "cluster", "rate", "recurring", "window"}
+var fleetWorkloads = []string{"fleet", "idle", "cluster", "rate", "recurring", "window", "quota"}
 
 // runFleetSets runs the fleet, idle and cluster workloads that wl names.
 func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) extraSections {
@@ -352,6 +357,18 @@ func runFleetSets(bin string, wl []string, fp fleetParams, started time.Time) ex
 	x.rate, x.recurring = runFiringSets(bin, wl, fp.firing, fp.runs, logf)
 	if slices.Contains(wl, "window") {
 		x.window = runWindowSet(bin, fp.firing.windowN, fp.runs, logf)
+	}
+	if slices.Contains(wl, "quota") {
+		var all []result
+		for run := range max(fp.runs, 3) { // alternating: without, with, without, ...
+			for _, with := range []bool{false, true} {
+				park := runQuotaRow(bin, fp.quotaN, with)
+				logf("delaybridge x1 %s run %d: %s", park.workload, run+1, brief(park))
+				all = append(all, park)
+				runtime.GC()
+			}
+		}
+		x.quota = medians(all)
 	}
 	return x
 }

@@ -140,6 +140,7 @@ type extraSections struct {
 	rate           []row // firing control: BRIDGE_TARGET_RATE rows
 	recurring      []row // firing control: recurring and one-shot rows
 	window         []row // firing control: a burst with and without a spread window
+	quota          []row // BRIDGE_TARGET_QUOTA's cost: with and without a pattern
 }
 
 func renderReport(rows []row, runs int, p params, took time.Duration, x extraSections) string {
@@ -235,6 +236,7 @@ func renderReport(rows []row, runs int, p params, took time.Duration, x extraSec
 	b.WriteString(renderCluster(x.cluster, x.perMaster))
 	b.WriteString(renderFiring(x.rate, x.recurring))
 	b.WriteString(renderWindow(x.window))
+	b.WriteString(renderQuota(x.quota))
 	fmt.Fprintf(&b, "\nMedians of up to %d runs per row (steady, parked, fleet and cluster: at most 2; idle: 1); whole run took %s.\n", runs, took.Round(time.Second))
 	return b.String()
 }

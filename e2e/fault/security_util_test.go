@@ -78,7 +78,8 @@ func secACLCommands(line string) []string {
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n|c|cx|b|bx)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|r|n|c|cx|b|bx|qt|q)$`),
+		regexp.MustCompile(`^\{` + q + `:quota\}$`), // BRIDGE_TARGET_QUOTA's counts (one Redis node)
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:stats:1[mh]:[0-9]+$`), // the fleet's counts by minute and hour

@@ -102,7 +102,10 @@ const (
 	ReasonInvalidID           = "invalid_id"
 	ReasonPayloadTooLarge     = "payload_too_large"
 	ReasonInvalidHeaders      = "invalid_headers"
-	ReasonUnknown             = "unknown"
+	// ReasonQuotaExceeded: parking the message would take its target's BRIDGE_TARGET_QUOTA
+	// pattern over its limit (SPEC section 9); the message API answers 429.
+	ReasonQuotaExceeded = "quota_exceeded"
+	ReasonUnknown       = "unknown"
 
 	// ReasonInvalidRequest starts the 400 answer of the message API to a body that is not a
 	// message (not JSON, an unknown field, a field of the wrong type, payload and

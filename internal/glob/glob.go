@@ -268,3 +268,48 @@ func (p *Pattern) Literals() []string {
 	flush()
 	return out
 }
+
+// Rule is one item "<glob>=<value>" of a per-target setting (BRIDGE_TARGET_RATE,
+// BRIDGE_TARGET_QUOTA): Value as written, trimmed.
+type Rule struct {
+	Pattern string
+	Value   string
+}
+
+// ParseRules reads a per-target setting: comma-separated "<glob>=<value>" (blank items
+// ignored; "" is no rule), each pattern well formed and each value accepted by check (its
+// error is reported with the item, want says what a value looks like). The first rule
+// whose pattern matches a target applies to it ([FirstMatch]).
+func ParseRules(s, want string, check func(value string) error) ([]Rule, error) {
+	var rules []Rule
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		pat, val, ok := strings.Cut(item, "=")
+		pat, val = strings.TrimSpace(pat), strings.TrimSpace(val)
+		switch {
+		case !ok || pat == "":
+			return nil, fmt.Errorf("%q: want <glob>=%s", item, want)
+		case !Valid(pat):
+			return nil, fmt.Errorf("%q: malformed pattern %q", item, pat)
+		}
+		if err := check(val); err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
+		}
+		rules = append(rules, Rule{Pattern: pat, Value: val})
+	}
+	return rules, nil
+}
+
+// FirstMatch returns the index of the first of pats that matches target ("broker:name",
+// as [Pattern.MatchTarget]), -1 when none does.
+func FirstMatch(pats []*Pattern, target string) int {
+	for i, p := range pats {
+		if p.MatchTarget(target) {
+			return i
+		}
+	}
+	return -1
+}

@@ -117,9 +117,22 @@ type TargetResponse struct {
 	NextDue *int64 `json:"next_due"`
 }
 
-// TargetsResponse is the 200 body of GET /v1/targets, most parked first.
+// TargetsResponse is the 200 body of GET /v1/targets, most parked first; Quotas (an
+// extension) is the use of every BRIDGE_TARGET_QUOTA pattern, in configuration order.
 type TargetsResponse struct {
 	Targets []TargetResponse `json:"targets"`
+	Quotas  []QuotaResponse  `json:"quotas"`
+}
+
+// QuotaResponse is one BRIDGE_TARGET_QUOTA pattern in GET /v1/targets: Parked is the
+// fleet's count against it, Limit this replica's quota (0: a pattern counted by another
+// replica's configuration that this one lacks), Rejected the messages this replica
+// refused for it since it started.
+type QuotaResponse struct {
+	Pattern  string `json:"pattern"`
+	Limit    int64  `json:"limit"`
+	Parked   int64  `json:"parked"`
+	Rejected uint64 `json:"rejected"`
 }
 
 // ForecastResponse is the 200 body of GET /v1/forecast: Overdue messages are scheduled

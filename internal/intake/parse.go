@@ -51,6 +51,9 @@ var (
 	// ErrInvalidHeaders: too many headers, too many header bytes, a repeated or malformed
 	// x-kafka-key or x-delay-hops, or (for a NATS target) a header NATS would alter.
 	ErrInvalidHeaders = errors.New("invalid headers")
+	// ErrQuotaExceeded: the store refused the message: its target's BRIDGE_TARGET_QUOTA
+	// pattern is full (delaystore.Parked.OverQuota). Not a parse error: ingress wraps it.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 
 // reasons is ordered from the most to the least specific: an error may wrap several
@@ -74,6 +77,7 @@ var reasons = []struct {
 	{ErrInvalidID, contract.ReasonInvalidID},
 	{ErrPayloadTooLarge, contract.ReasonPayloadTooLarge},
 	{ErrInvalidHeaders, contract.ReasonInvalidHeaders},
+	{ErrQuotaExceeded, contract.ReasonQuotaExceeded},
 }
 
 // Reasons lists every code [Reason] can return for a non-nil error, contract.ReasonUnknown last.

@@ -482,6 +482,7 @@ func TestReason(t *testing.T) {
 		{fmt.Errorf("%w: x-delay-expires: %w", ErrInvalidExpires, ErrInvalidDelay), contract.ReasonInvalidExpires},
 		{fmt.Errorf("wrapped: %w", ErrInvalidEvery), contract.ReasonInvalidEvery},
 		{fmt.Errorf("%w: x-delay-window: %w", ErrInvalidWindow, ErrInvalidDelay), contract.ReasonInvalidWindow},
+		{fmt.Errorf("%w: target x", ErrQuotaExceeded), contract.ReasonQuotaExceeded},
 	}
 	for _, tt := range tests {
 		if got := Reason(tt.err); got != tt.want {

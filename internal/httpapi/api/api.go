@@ -257,6 +257,13 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "cancelled: a cancel of this id at or after this request is remembered for BRIDGE_CANCEL_WINDOW")
 		return
 	}
+	if parked[0].OverQuota {
+		// The target's BRIDGE_TARGET_QUOTA pattern is full: nothing parked, nothing
+		// dead-lettered (the caller has the answer); retry after deliveries or cancels.
+		a.cfg.Metrics.Invalid("http", contract.ReasonQuotaExceeded)
+		writeError(w, http.StatusTooManyRequests, contract.ReasonQuotaExceeded+": target "+park.Envelope.Target+" is at its BRIDGE_TARGET_QUOTA limit")
+		return
+	}
 	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
 	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due})

@@ -20,6 +20,12 @@ type Targeter interface {
 	Targets(ctx context.Context, recount bool, maxRead int) ([]delaystore.TargetCount, error)
 }
 
+// Quotaer is what GET /v1/targets needs of the store for its quotas (delaystore.Store);
+// a store without it answers no quotas.
+type Quotaer interface {
+	Quotas(ctx context.Context) ([]delaystore.QuotaUsage, error)
+}
+
 // targets serves GET /v1/targets: parked count and next due per target, most parked
 // first; ?recount=1 counts every shard from its entries first. 400 for another
 // parameter, 503 when Redis failed.
@@ -43,7 +49,18 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
-	out := httpapi.TargetsResponse{Targets: make([]httpapi.TargetResponse, len(ts))}
+	out := httpapi.TargetsResponse{Targets: make([]httpapi.TargetResponse, len(ts)), Quotas: []httpapi.QuotaResponse{}}
+	if q, ok := a.store.(Quotaer); ok {
+		us, err := q.Quotas(r.Context())
+		if err != nil {
+			a.log.Warn("quotas", "err", err)
+			writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+			return
+		}
+		for _, u := range us {
+			out.Quotas = append(out.Quotas, httpapi.QuotaResponse{Pattern: u.Pattern, Limit: u.Limit, Parked: u.Parked, Rejected: u.Rejected})
+		}
+	}
 	for i, t := range ts {
 		out.Targets[i] = httpapi.TargetResponse{Target: t.Target, Parked: t.Parked}
 		if t.NextDue != 0 {

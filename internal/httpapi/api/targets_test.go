@@ -2,13 +2,20 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/testproxy"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -57,5 +64,40 @@ func TestTargetsNextDueOnSlowRedis(t *testing.T) {
 		if tg.NextDue == nil || *tg.NextDue != want[tg.Target] {
 			t.Errorf("%s: next_due %v, want %d", tg.Target, tg.NextDue, want[tg.Target])
 		}
+	}
+}
+
+// TestQuotaAPI: a POST over its target's BRIDGE_TARGET_QUOTA is answered 429
+// quota_exceeded and parks nothing; a DELETE frees the place at once; GET /v1/targets
+// shows the quota's use.
+func TestQuotaAPI(t *testing.T) {
+	st := storetest.NewWith(t, delaystore.Config{Lease: time.Second, TargetQuota: "tenant-a.*=2"})
+	c := newAPIOn(t, "", st)
+	ctx := context.Background()
+	send := func(id string) error {
+		_, err := c.Send(ctx, httpapi.PostRequest{Target: "tenant-a.orders", Delay: []byte(`"1h"`), ID: id, Payload: str("x")})
+		return err
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := send(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var apiErr *client.APIError
+	if err := send("c"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || !strings.HasPrefix(apiErr.Message, contract.ReasonQuotaExceeded+":") {
+		t.Fatalf("third POST: %v, want 429 quota_exceeded", err)
+	}
+	if _, err := c.Get(ctx, "c"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
+		t.Fatalf("the refused message is parked: %v", err)
+	}
+	ts, err := c.Targets(ctx, false)
+	if err != nil || len(ts.Quotas) != 1 || ts.Quotas[0] != (httpapi.QuotaResponse{Pattern: "tenant-a.*", Limit: 2, Parked: 2, Rejected: 1}) {
+		t.Fatalf("targets: %+v %v", ts.Quotas, err)
+	}
+	if ok, err := c.Cancel(ctx, "a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := send("c"); err != nil {
+		t.Fatalf("POST after a DELETE freed a place: %v", err)
 	}
 }

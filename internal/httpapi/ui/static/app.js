@@ -128,7 +128,8 @@ async function overview() {
     chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
     el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
       el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
-        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))));
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))),
+    quotaTable(targets.quotas || []));
 }
 
 // replicaCards are the cards of this replica's own counters (GET /v1/overview).
@@ -150,6 +151,23 @@ function replicaCards(ov, card) {
     card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms',
       num(ov.delivered) + ' deliveries by this replica' + (ov.lateness_max_ms === null ? '' : '; slowest ' + num(ov.lateness_max_ms) + ' ms')),
   ];
+}
+
+// quotaTable is the use of every BRIDGE_TARGET_QUOTA pattern (GET /v1/targets "quotas"),
+// or nothing when none is configured.
+function quotaTable(quotas) {
+  if (!quotas.length) return '';
+  const rows = quotas.map(q => {
+    const used = q.limit > 0 ? q.parked / q.limit : null;
+    return el('tr', {class: used !== null && used >= 0.9 ? 'warn' : ''},
+      el('td', {}, q.pattern), el('td', {class: 'n'}, num(q.parked)),
+      el('td', {class: 'n'}, q.limit > 0 ? num(q.limit) : '-'),
+      el('td', {class: 'n'}, used === null ? '-' : (100 * used).toFixed(1) + '%'),
+      el('td', {class: 'n'}, num(q.rejected)));
+  });
+  return el('section', {class: 'card wide'}, el('h3', {}, 'Quotas (BRIDGE_TARGET_QUOTA)'),
+    el('table', {id: 'quotas'}, el('thead', {}, el('tr', {}, el('th', {}, 'pattern'), el('th', {}, 'parked'), el('th', {}, 'limit'),
+      el('th', {}, 'used'), el('th', {}, 'rejected here'))), el('tbody', {}, rows)));
 }
 
 // --- messages -------------------------------------------------------------------------
