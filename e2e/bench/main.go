@@ -282,6 +282,7 @@ func runOne(bin string, v variant, w string, p params) result {
 		res = runSteady(sys, p.steadyRate, p.steadyFor, 0)
 	case "burst":
 		res = runBurst(sys, p.burstN, 0, fmt.Sprintf("burst %dk due at once", p.burstN/1000))
+		withCeiling(sys, &res)
 	case "parked":
 		res = runParked(sys, p.parkedN, p.parkedBurst)
 	}
@@ -414,6 +415,10 @@ func brief(r result) string {
 		fnum(r.bytesBeyond, 0), fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2))
 	if !math.IsNaN(r.bytesTomb) {
 		s += fmt.Sprintf(", tombstones %s x %s B", fnum(r.tombs, 0), fnum(r.bytesTomb, 0))
+	}
+	if !math.IsNaN(r.ceiling) {
+		s += fmt.Sprintf(", ceiling %s/s, release/ceiling %s, bridge us per released %s per parked %s",
+			fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), fnum(r.relCPUus, 1), fnum(r.parkCPUus, 1))
 	}
 	if r.err != "" {
 		s += " ERROR: " + r.err
