@@ -67,6 +67,10 @@ func withCeiling(sys system, res *result) {
 		return
 	}
 	res.ceiling, res.vsCeiling = c, res.release/c
+	res.peakRSS = 0
+	for _, b := range db.bridges {
+		res.peakRSS = max(res.peakRSS, b.peakRSS())
+	}
 }
 
 // renderCeiling is issue 26 item 1's table: every delaybridge burst row's release rate
@@ -81,11 +85,11 @@ func renderCeiling(rows []row) string {
 		if b.Len() == 0 {
 			fmt.Fprintf(&b, "\nBurst release vs the JetStream async publish ceiling of the same run (one client, same messages, straight to the target stream); "+
 				"issue 26 item 1's targets: release >= 0.5x the ceiling, bridge CPU <= 7 us per released message and <= 10 us per parked one:\n\n")
-			fmt.Fprintf(&b, "| system | replicas | AOF | workload | release msgs/s | ceiling msgs/s | release / ceiling | >= 0.5 | bridge CPU us per released msg | <= 7 | per parked msg | <= 10 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			fmt.Fprintf(&b, "| system | replicas | AOF | workload | release msgs/s | ceiling msgs/s | release / ceiling | >= 0.5 | bridge CPU us per released msg | <= 7 | per parked msg | <= 10 | bridge peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.system, r.replicas, r.aof, r.workload,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.system, r.replicas, r.aof, r.workload,
 			fnum(r.release, 0), fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), verdict(0.5/r.vsCeiling, 1),
-			fnum(r.relCPUus, 1), verdict(r.relCPUus/7, 1), fnum(r.parkCPUus, 1), verdict(r.parkCPUus/10, 1))
+			fnum(r.relCPUus, 1), verdict(r.relCPUus/7, 1), fnum(r.parkCPUus, 1), verdict(r.parkCPUus/10, 1), fnum(r.peakRSS, 0))
 	}
 	return b.String()
 }

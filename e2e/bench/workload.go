@@ -135,6 +135,7 @@ type result struct {
 	// in us per released message (due time until the last arrival) and per parked one
 	// (first publish until all acked).
 	ceiling, vsCeiling, relCPUus, parkCPUus float64
+	peakRSS                                 float64 // burst (delaybridge): the largest bridge's peak RSS (VmHWM), MiB
 	missing, early                          int
 	err                                     string
 }
@@ -150,7 +151,7 @@ func blankResult(system, w string) result {
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
 		forks: nan(), relForks: nan(), cmdsMsg: nan(), scriptsMsg: nan(), readsMsg: nan(), rate: nan(),
-		ceiling: nan(), vsCeiling: nan(), relCPUus: nan(), parkCPUus: nan()}
+		ceiling: nan(), vsCeiling: nan(), relCPUus: nan(), parkCPUus: nan(), peakRSS: nan()}
 }
 
 func (res *result) lateness(r *recorder) {
