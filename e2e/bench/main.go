@@ -94,6 +94,7 @@ func main() {
 	rateLimit := flag.Int("rate-limit", 500, "rate: the target's BRIDGE_TARGET_RATE, msgs/s")
 	recurring := flag.Int("recurring", 1000, "recurring: messages every 1s (firings per second) (-quick: 500)")
 	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
+	flag.Float64Var(&firstIngestEstimate, "ingest-estimate", 8000, "burst and parked: the ingest rate (msgs/s) assumed before one is measured in the run, which sizes the lead before the due time (lower it on a busy machine, where a single run would otherwise fail with \"lead too short\")")
 	flag.Parse()
 	var err error
 	if extraEnv, err = parseEnvList(*bridgeEnv); err != nil {

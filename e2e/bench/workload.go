@@ -186,6 +186,9 @@ var ingestEstimate = map[string]float64{}
 // currentVariant keys ingestEstimate (AOF always ingests slower than everysec).
 var currentVariant string
 
+// firstIngestEstimate is -ingest-estimate: the estimate before the run measured one.
+var firstIngestEstimate = 8000.0
+
 // Set by -profile and -profile-for; profileSeq numbers the profiled runs. perCommand is
 // -commands. extraEnv is -bridge-env: variables added to every bridge's environment
 // (experiments, e.g. BRIDGE_SHARDS=4), named in the report's set-up.
@@ -200,7 +203,7 @@ var (
 func leadFor(sys system, n int) time.Duration {
 	est := ingestEstimate[currentVariant]
 	if est <= 0 {
-		est = 8000
+		est = firstIngestEstimate
 	}
 	return time.Duration((1.4*float64(n)/est + 2) * float64(time.Second))
 }
