@@ -8,8 +8,11 @@
 // configured redis-server as the peer baseline, and on a minimal store (minimal.go: one
 // sorted set + one hash, parks batched per 1 ms, pops per 1 ms tick, same JetStream
 // streams; not the parked workload) as the floor that issue 26 item 2 measures the steady
-// row against. Every (system, variant, workload, run) gets fresh servers, so counters and
-// memory are not polluted by earlier runs.
+// row against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
+// messages published straight to the target stream from one client, JetStream async
+// publish), which issue 26 item 1 measures the release rate against, with the bridge's CPU
+// per released and per parked message. Every (system, variant, workload, run) gets fresh
+// servers, so counters and memory are not polluted by earlier runs.
 //
 //	go run ./e2e/bench                 # full run (~32 min): prints the tables
 //	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
