@@ -68,7 +68,7 @@ func (d *delivery) deadMessage(ctx context.Context, o *outgoing, withPayload boo
 		payload = nil
 	}
 	dead := message.NewMessage(o.out.ID+":dlq", payload)
-	dead.Metadata = headers.ToMetadata(o.out.Headers, o.extra)
+	dead.Metadata = headers.ToMetadata(o.out.Headers, kafkaMeta(o.out))
 	dead.Metadata.Set(contract.HeaderTarget, o.claimed.Envelope.Target)
 	if reason, ok := rejected(o.err); ok {
 		dead.Metadata.Set(contract.HeaderError, fmt.Sprintf("%s: %v", reason, o.err))

@@ -63,8 +63,7 @@ type outgoing struct {
 	claimed delaystore.Claimed
 	broker  string
 	topic   string
-	out     headers.Message   // outputHeaders: what is published
-	extra   map[string]string // outputHeaders: reserved metadata for a Kafka target, or nil
+	out     headers.Message // outputHeaders: what is published
 	err     error
 	span    trace.Span
 }
@@ -72,19 +71,19 @@ type outgoing struct {
 // message is o's watermill message (for a publisher without the fast path, and the
 // dead letter), with context ctx.
 func (o *outgoing) message(ctx context.Context) *message.Message {
-	msg := toMessage(o.out, o.extra)
+	msg := toMessage(o.out)
 	msg.SetContext(ctx)
 	return msg
 }
 
-// envelopePublisher is the fast path of a publisher (the NATS adapter implements it): it
+// envelopePublisher is the fast path of a publisher (the NATS and Kafka adapters implement it): it
 // publishes messages given as header lists, without building watermill messages and their
 // Metadata maps only for the publisher to turn them back into header lists. It must put
 // the same messages on the wire as Publish does with the watermill message of each (see
 // outgoing.message), and report failures the same way (a PartialFailure keyed by
 // headers.Message.ID). ctx is the context of every message; the call bounds itself as
-// Publish does. Safe for concurrent use. A message with reserved metadata (extra: a Kafka
-// key or tombstone) takes Publish.
+// Publish does. Safe for concurrent use. A Kafka target's messages carry the record key and
+// tombstone mark in headers.Message Key and Tombstone (a watermill message: reserved metadata).
 type envelopePublisher interface {
 	PublishList(ctx context.Context, topic string, msgs []headers.Message) error
 }
@@ -168,10 +167,12 @@ func (d *delivery) runGroup(ctx context.Context, target string, claimed []delays
 	claimed, wait := d.admit(dctx, target, claimed, claimedAt)
 	group := make([]*outgoing, len(claimed))
 	live := make([]*outgoing, 0, len(claimed))
+	slab := make([]outgoing, len(claimed)) // one allocation for the group's entries
 	for i, c := range claimed {
-		o := &outgoing{claimed: c}
+		o := &slab[i]
+		o.claimed = c
 		o.broker, o.topic, _ = strings.Cut(target, ":")
-		o.out, o.extra = outputHeaders(c)
+		o.out = outputHeaders(c)
 		o.span = d.startSpan(o)
 		group[i] = o
 		// Past due + x-delay-expires: not published, dead-lettered as expired (outcomes).
@@ -227,7 +228,7 @@ func (d *delivery) publish(ctx context.Context, group []*outgoing) {
 		return
 	}
 	var err error
-	if ep, ok := pub.(envelopePublisher); ok && !hasExtra(group) {
+	if ep, ok := pub.(envelopePublisher); ok {
 		msgs := make([]headers.Message, len(group))
 		for i, o := range group {
 			msgs[i] = o.out
@@ -254,15 +255,4 @@ func (d *delivery) publish(ctx context.Context, group []*outgoing) {
 	for _, o := range group {
 		o.err = err
 	}
-}
-
-// hasExtra reports whether a message of group has reserved metadata (extra), which only
-// a watermill message carries.
-func hasExtra(group []*outgoing) bool {
-	for _, o := range group {
-		if o.extra != nil {
-			return true
-		}
-	}
-	return false
 }

@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	wmnats "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testnats"
@@ -135,3 +136,5 @@ func TestFastPathSameWire(t *testing.T) {
 		})
 	}
 }
+
+var _ envelopePublisher = (*wmkafka.Publisher)(nil)

@@ -39,9 +39,9 @@ func (d *delivery) startSpan(o *outgoing) trace.Span {
 
 // outputHeaders is the message for the target, c's stored headers plus x-delay-id,
 // x-delay-due and x-delay-source, as a header list with its ID "<id>:<version>" (unique per
-// scheduled firing: the NATS adapter sends it as Nats-Msg-Id), and extra, the reserved
-// metadata a Kafka target needs (the record key, the tombstone mark; nil otherwise).
-func outputHeaders(c delaystore.Claimed) (out headers.Message, extra map[string]string) {
+// scheduled firing: the NATS adapter sends it as Nats-Msg-Id), and for a Kafka target the
+// record key and the tombstone mark (headers.Message Key and Tombstone).
+func outputHeaders(c delaystore.Claimed) headers.Message {
 	env := c.Envelope
 	hs := make(headers.List, 0, len(env.Headers)+4)
 	for _, f := range env.Headers {
@@ -52,6 +52,7 @@ func outputHeaders(c delaystore.Claimed) (out headers.Message, extra map[string]
 	hs.Add(contract.HeaderID, c.ID)
 	hs.Add(contract.HeaderDue, strconv.FormatInt(c.Due, 10))
 	hs.Add(contract.HeaderSource, env.Source)
+	out := headers.Message{ID: c.ID + ":" + strconv.FormatInt(c.Version, 10), Payload: env.Payload}
 	// docs/contract.md section 1: a Kafka key is kept Kafka to Kafka, travels to NATS as x-kafka-key,
 	// and a message from NATS gets its x-kafka-key header as the record key.
 	key := env.Key
@@ -63,7 +64,7 @@ func outputHeaders(c delaystore.Claimed) (out headers.Message, extra map[string]
 	}
 	if key != nil {
 		if toKafka {
-			extra = map[string]string{headers.MetaKafkaKey: string(key)}
+			out.Key = key
 		} else if _, ok := env.Headers.Get(contract.HeaderKafkaKey); !ok {
 			hs.Add(contract.HeaderKafkaKey, string(key))
 		}
@@ -73,25 +74,39 @@ func outputHeaders(c delaystore.Claimed) (out headers.Message, extra map[string]
 	tombstone := env.Tombstone || contract.Tombstone(env.Headers.Values(contract.HeaderKafkaTombstone))
 	switch {
 	case tombstone && toKafka:
-		if extra == nil {
-			extra = map[string]string{}
-		}
-		extra[headers.MetaKafkaTombstone] = "1"
+		out.Tombstone = true
 	case env.Tombstone && !contract.Tombstone(env.Headers.Values(contract.HeaderKafkaTombstone)):
 		hs.Add(contract.HeaderKafkaTombstone, "true")
 	}
-	return headers.Message{ID: c.ID + ":" + strconv.FormatInt(c.Version, 10), Headers: hs, Payload: env.Payload}, extra
+	out.Headers = hs
+	return out
 }
 
-// outputMessage is the watermill message of [outputHeaders]: the header list as Metadata
-// (headers.ToMetadata, with extra).
+// outputMessage is the watermill message of [outputHeaders].
 func outputMessage(c delaystore.Claimed) *message.Message {
 	return toMessage(outputHeaders(c))
 }
 
-// toMessage is the watermill message of out, with extra in its Metadata.
-func toMessage(out headers.Message, extra map[string]string) *message.Message {
+// toMessage is the watermill message of out: the header list as Metadata
+// (headers.ToMetadata), with the Kafka key and tombstone mark as reserved metadata.
+func toMessage(out headers.Message) *message.Message {
 	msg := message.NewMessage(out.ID, out.Payload)
-	msg.Metadata = headers.ToMetadata(out.Headers, extra)
+	msg.Metadata = headers.ToMetadata(out.Headers, kafkaMeta(out))
 	return msg
+}
+
+// kafkaMeta is the reserved metadata of out's Kafka key and tombstone mark, nil when it
+// has neither.
+func kafkaMeta(out headers.Message) map[string]string {
+	if out.Key == nil && !out.Tombstone {
+		return nil
+	}
+	extra := map[string]string{}
+	if out.Key != nil {
+		extra[headers.MetaKafkaKey] = string(out.Key)
+	}
+	if out.Tombstone {
+		extra[headers.MetaKafkaTombstone] = "1"
+	}
+	return extra
 }

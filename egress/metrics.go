@@ -98,9 +98,10 @@ func (m *Metrics) deadLettered(broker, reason string) {
 	m.dead.WithLabelValues(broker, reason).Inc()
 }
 
-func (m *Metrics) published(broker string, latenessMs int64) {
+// observeLateness observes the lateness of one published message (the published count is
+// added per group: count).
+func (m *Metrics) observeLateness(latenessMs int64) {
 	if m != nil {
-		m.messages.WithLabelValues(broker, "published").Inc()
 		latenessMs = max(latenessMs, 0)
 		m.lateness.Observe(float64(latenessMs) / 1000)
 		m.raise(latenessMs)

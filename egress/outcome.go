@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -16,9 +17,10 @@ import (
 // dead letter, then ack; otherwise (or when the dead letter fails) retry. For a recurring
 // message the ack is its next occurrence ([delivery.fired]).
 func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt int64) *settlement {
-	st := &settlement{n: len(group)}
+	st := &settlement{n: len(group), acks: make([]delaystore.Receipt, 0, len(group))}
 	var firstErr error
-	failed, published := 0, false
+	failed, published := 0, 0
+	debug := d.log.Enabled(ctx, slog.LevelDebug) // no boxed arguments per message otherwise
 	for _, o := range group {
 		if o.err != nil && !d.permanent(o) {
 			// A retry that would come after due + x-delay-expires is not made.
@@ -32,10 +34,12 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 		}
 		switch {
 		case o.err == nil:
-			published = true
+			published++
 			d.fired(st, o)
-			d.metrics.published(o.broker, confirmedAt-o.claimed.Due)
-			d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
+			d.metrics.observeLateness(confirmedAt - o.claimed.Due)
+			if debug {
+				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
+			}
 		case d.permanent(o) && d.deadLetter(ctx, o) == nil:
 			d.fired(st, o)
 		default:
@@ -50,10 +54,13 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 			}
 		}
 	}
+	if published > 0 {
+		d.metrics.count(group[0].broker, "published", published) // one group: one target, one broker
+	}
 	switch {
 	case failed > 0:
 		d.failures.failed(ctx, group[0].claimed.Envelope.Target, failRetried, failed, "", firstErr)
-	case published:
+	case published > 0:
 		d.failures.published(ctx, group[0].claimed.Envelope.Target)
 	}
 	return st

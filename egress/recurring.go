@@ -2,6 +2,7 @@ package egress
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,7 +74,10 @@ func nextFiring(c delaystore.Claimed, after int64) (int64, error) {
 // occurrence after now in the same fenced script as any next firing. The others are
 // returned in fire unchanged; a schedule that no longer parses is left to fired.
 func (d *delivery) misfires(claimed []delaystore.Claimed, now int64) (fire []delaystore.Claimed, skipped []delaystore.RetryRequest) {
-	fire = claimed[:0:0]
+	if !slices.ContainsFunc(claimed, func(c delaystore.Claimed) bool { return c.Envelope.Every != "" }) {
+		return claimed, nil // no recurring message: nothing to copy (the usual group)
+	}
+	fire = make([]delaystore.Claimed, 0, len(claimed))
 	for _, c := range claimed {
 		if c.Envelope.Every == "" {
 			fire = append(fire, c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -79,6 +80,7 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 	}
 	rest = batch[:0:0]
 	acked, delivered, cancelled := 0, 0, 0
+	debug := in.log.Enabled(context.Background(), slog.LevelDebug) // no boxed arguments per message otherwise
 	for i, p := range batch {
 		r := parked[i]
 		if r.ID == "" {
@@ -93,27 +95,37 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 			failpoint.Inject(failpoint.AfterPark)
 		}
 		acked++
-		p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
-			ID        string `json:"id"`
-			Due       int64  `json:"due"`
-			Cancelled bool   `json:"cancelled,omitempty"`
-		}{r.ID, r.Due, r.Cancelled}))
+		if p.msg.Metadata.Get(headers.MetaRequest) == "1" { // a core request: the ack sends this reply
+			p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
+				ID        string `json:"id"`
+				Due       int64  `json:"due"`
+				Cancelled bool   `json:"cancelled,omitempty"`
+			}{r.ID, r.Due, r.Cancelled}))
+		}
 		p.msg.Ack()
 		endSpan(p.span, "")
 		if r.Delivered {
 			// A redelivery of a source message that was delivered already (its source ack
 			// was lost): acked, not parked again.
 			delivered++
+			if !debug {
+				continue
+			}
 			in.log.Debug("already delivered", "id", r.ID, "source_id", reqs[i].Envelope.SourceID)
 			continue
 		}
 		if r.Cancelled {
 			// Published before a cancel of its id that was read first: acked, not parked.
 			cancelled++
+			if !debug {
+				continue
+			}
 			in.log.Debug("cancelled on arrival", "id", r.ID, "published", reqs[i].Published)
 			continue
 		}
-		in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
+		if debug {
+			in.log.Debug("parked", "id", r.ID, "due", r.Due, "target", reqs[i].Envelope.Target, "existed", r.Existed)
+		}
 	}
 	in.metrics.Count(src.Broker, "parked", acked-delivered-cancelled)
 	in.metrics.Count(src.Broker, "already_delivered", delivered)

@@ -30,6 +30,8 @@ type dbSystem struct {
 	r       *recorder
 	pubErrs atomic.Int64
 	ks      *kafkaSource // Kafka variant: the source is kfake, the target still NATS
+	// sample is the first released message seen (the ceiling publishes copies of it).
+	sample atomic.Pointer[nats.Msg]
 }
 
 // dbOpts shapes a delaybridge system.
@@ -155,6 +157,9 @@ func (s *dbSystem) startJetStream() (err error) {
 	}
 	sub, err := s.subNC.Subscribe("bench.out.>", func(m *nats.Msg) {
 		now := time.Now().UnixNano()
+		if s.sample.Load() == nil {
+			s.sample.CompareAndSwap(nil, m)
+		}
 		due, perr := strconv.ParseInt(headerValue(m.Header, "x-delay-due"), 10, 64)
 		if perr != nil {
 			s.r.bad.Add(1)
@@ -250,7 +255,7 @@ func (s *dbSystem) send(n int, gen func(int) sched, rate float64) error {
 		} else {
 			m.Header["x-delay"] = []string{strconv.FormatInt(sc.delay.Milliseconds(), 10)}
 		}
-		if _, err := s.js.PublishMsgAsync(m); err != nil {
+		if _, err := s.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("publish %d: %w", i, err)
 		}
 	}

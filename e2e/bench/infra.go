@@ -539,6 +539,25 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ is 100 on Linux
 }
 
+// peakRSS is the peak resident set of the process (VmHWM of /proc/<pid>/status) in MiB,
+// NaN when unknown.
+func (b *bridgeProc) peakRSS() float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid))
+	if err != nil {
+		return nan()
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return nan()
+			}
+			return kb / 1024
+		}
+	}
+	return nan()
+}
+
 // selfCPU is the CPU time of this (harness) process: embedded NATS, publishers,
 // subscribers, and for asynq its client and server.
 func selfCPU() float64 {

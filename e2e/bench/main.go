@@ -8,8 +8,11 @@
 // configured redis-server as the peer baseline, and on a minimal store (minimal.go: one
 // sorted set + one hash, parks batched per 1 ms, pops per 1 ms tick, same JetStream
 // streams; not the parked workload) as the floor that issue 26 item 2 measures the steady
-// row against. Every (system, variant, workload, run) gets fresh servers, so counters and
-// memory are not polluted by earlier runs.
+// row against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
+// messages published straight to the target stream from one client, JetStream async
+// publish), which issue 26 item 1 measures the release rate against, with the bridge's CPU
+// per released and per parked message. Every (system, variant, workload, run) gets fresh
+// servers, so counters and memory are not polluted by earlier runs.
 //
 //	go run ./e2e/bench                 # full run (~32 min): prints the tables
 //	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
@@ -96,6 +99,7 @@ func main() {
 	quotaN := flag.Int("quota-n", 50_000, "quota: messages parked with and without a BRIDGE_TARGET_QUOTA pattern (-quick: 10000)")
 	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
 	windowN := flag.Int("window-n", 100_000, "window: messages of the burst due at once, with a 10 s x-delay-window and without (-quick: 20000)")
+	flag.Float64Var(&firstIngestEstimate, "ingest-estimate", 8000, "burst and parked: the ingest rate (msgs/s) assumed before one is measured in the run, which sizes the lead before the due time (lower it on a busy machine, where a single run would otherwise fail with \"lead too short\")")
 	flag.Parse()
 	var err error
 	if extraEnv, err = parseEnvList(*bridgeEnv); err != nil {
@@ -291,6 +295,7 @@ func runOne(bin string, v variant, w string, p params) result {
 		res = runSteady(sys, p.steadyRate, p.steadyFor, 0)
 	case "burst":
 		res = runBurst(sys, p.burstN, 0, fmt.Sprintf("burst %dk due at once", p.burstN/1000))
+		withCeiling(sys, &res)
 	case "parked":
 		res = runParked(sys, p.parkedN, p.parkedBurst)
 	}
@@ -438,6 +443,10 @@ func brief(r result) string {
 		fnum(r.bytesBeyond, 0), fnum(r.redisCPUk, 4), fnum(r.workerCPUk, 4), fnum(r.cmdsMsg, 1), fnum(r.scriptsMsg, 2), fnum(r.readsMsg, 2))
 	if !math.IsNaN(r.bytesTomb) {
 		s += fmt.Sprintf(", tombstones %s x %s B", fnum(r.tombs, 0), fnum(r.bytesTomb, 0))
+	}
+	if !math.IsNaN(r.ceiling) {
+		s += fmt.Sprintf(", ceiling %s/s, release/ceiling %s, bridge us per released %s per parked %s, bridge peak RSS %s MiB",
+			fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), fnum(r.relCPUus, 1), fnum(r.parkCPUus, 1), fnum(r.peakRSS, 0))
 	}
 	if r.err != "" {
 		s += " ERROR: " + r.err

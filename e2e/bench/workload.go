@@ -149,8 +149,14 @@ type result struct {
 	members        int
 	releasedIn     float64 // burst: seconds from due to the last arrival
 	releaseVsEmpty float64 // parked: release rate / release rate of the burst on an empty store
-	missing, early int
-	err            string
+	// burst (delaybridge): the JetStream async publish ceiling of the same run (msgs/s, see
+	// ceiling.go), release / ceiling, and the bridge CPU (all replicas, /proc utime+stime)
+	// in us per released message (due time until the last arrival) and per parked one
+	// (first publish until all acked).
+	ceiling, vsCeiling, relCPUus, parkCPUus float64
+	peakRSS                                 float64 // burst (delaybridge): the largest bridge's peak RSS (VmHWM), MiB
+	missing, early                          int
+	err                                     string
 }
 
 func nan() float64 { return math.NaN() }
@@ -163,7 +169,8 @@ func blankResult(system, w string) result {
 		p999: nan(), max: nan(), bytesBeyond: nan(), bytesTomb: nan(), tombs: nan(), redisCPUk: nan(), workerCPUk: nan(), redisUtil: nan(),
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
-		forks: nan(), relForks: nan(), cmdsMsg: nan(), scriptsMsg: nan(), readsMsg: nan(), rate: nan()}
+		forks: nan(), relForks: nan(), cmdsMsg: nan(), scriptsMsg: nan(), readsMsg: nan(), rate: nan(),
+		ceiling: nan(), vsCeiling: nan(), relCPUus: nan(), parkCPUus: nan(), peakRSS: nan()}
 }
 
 func (res *result) lateness(r *recorder) {
@@ -198,6 +205,9 @@ var ingestEstimate = map[string]float64{}
 // currentVariant keys ingestEstimate (AOF always ingests slower than everysec).
 var currentVariant string
 
+// firstIngestEstimate is -ingest-estimate: the estimate before the run measured one.
+var firstIngestEstimate = 8000.0
+
 // Set by -profile and -profile-for; profileSeq numbers the profiled runs. perCommand is
 // -commands. extraEnv is -bridge-env: variables added to every bridge's environment
 // (experiments, e.g. BRIDGE_SHARDS=4), named in the report's set-up.
@@ -212,7 +222,7 @@ var (
 func leadFor(sys system, n int) time.Duration {
 	est := ingestEstimate[currentVariant]
 	if est <= 0 {
-		est = 8000
+		est = firstIngestEstimate
 	}
 	return time.Duration((1.4*float64(n)/est + 2) * float64(time.Second))
 }
@@ -392,6 +402,8 @@ func runBurst(sys system, n, base int, label string) result {
 		}
 	}
 	res.relRedis, res.relWorker, res.relHarness = utils(cDue, c1)
+	res.parkCPUus = (mid.worker - c0.worker) / float64(n) * 1e6
+	res.relCPUus = (c1.worker - cDue.worker) / float64(n) * 1e6
 	res.forks, res.relForks = float64(c1.redis.forks-c0.redis.forks), float64(c1.redis.forks-cDue.redis.forks)
 	from := max(due.UnixNano(), tIng.UnixNano()) // never credit time spent before everything was parked
 	res.release = float64(r.n.Load()) / (float64(r.last.Load()-from) / 1e9)

@@ -48,8 +48,8 @@ type Header struct {
 type List []Header
 
 // Message is one outgoing message as a header list, for a publisher that takes it without
-// the watermill Metadata round trip (egress's fast path: the NATS publisher's PublishList).
-// Reserved keys in Headers are not sent.
+// the watermill Metadata round trip (egress's fast path: the NATS and Kafka publishers'
+// PublishList). Reserved keys in Headers are not sent.
 type Message struct {
 	// ID is the identity of this publish, unique per scheduled firing (NATS: Nats-Msg-Id,
 	// on which JetStream deduplicates). A publish error names failed messages by it.
@@ -58,6 +58,11 @@ type Message struct {
 	Headers List
 	// Payload is the body; it is not modified.
 	Payload []byte
+	// Key is a Kafka record key (nil: a null key) and Tombstone a Kafka record with a null
+	// value: what [MetaKafkaKey] and [MetaKafkaTombstone] carry in a watermill message.
+	// Set for Kafka targets only; other publishers never get them.
+	Key       []byte
+	Tombstone bool
 }
 
 // Add appends a field.
@@ -124,7 +129,7 @@ func ToMetadata(l List, extra map[string]string) map[string]string {
 // mention (set after ToMetadata) are appended. Plain map keys come out sorted, so the
 // result is deterministic.
 func FromMetadata(md map[string]string) List {
-	var out List
+	out := make(List, 0, len(md))
 	seen := map[string]bool{}
 	if enc, ok := md[MetaHeaders]; ok {
 		if l, ok := decodeList(enc); ok {

@@ -19,32 +19,39 @@ import (
 // it (a published record gets the time of its publication).
 const MetaKafkaTimestamp = headers.MetaSourceTime
 
-// toKafka builds the record for msg: the non-reserved metadata as headers (repeated keys
-// in order, names as given), the key from metadata [headers.MetaKafkaKey] when present
-// (an empty value is an empty, non-null key; absent means a null key), and, when
-// uuidHeader is set, that header = msg.UUID (replacing any such header in the metadata).
-// The value is the payload, never null, except for a message with metadata
-// [headers.MetaKafkaTombstone]: a tombstone, written with a null value.
+// toKafka builds the record for msg: [listToKafka] of its non-reserved metadata
+// (headers.FromMetadata) with ID msg.UUID, the key from metadata [headers.MetaKafkaKey]
+// when present (an empty value is an empty, non-null key; absent means a null key) and a
+// tombstone when metadata [headers.MetaKafkaTombstone] is there.
 func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Message {
-	list := headers.FromMetadata(msg.Metadata)
-	hs := make([]kafkago.Header, 0, len(list)+1)
-	for _, h := range list {
-		if uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader) {
+	m := headers.Message{ID: msg.UUID, Headers: headers.FromMetadata(msg.Metadata), Payload: msg.Payload}
+	if k, ok := msg.Metadata[headers.MetaKafkaKey]; ok {
+		m.Key = []byte(k)
+	}
+	_, m.Tombstone = msg.Metadata[headers.MetaKafkaTombstone]
+	return listToKafka(topic, &m, uuidHeader)
+}
+
+// listToKafka builds the record for m: its non-reserved headers (repeated keys in order,
+// names as given), key m.Key (nil: a null key), and, when uuidHeader is set, that header =
+// m.ID (replacing any such header in the list). The value is the payload, never null,
+// except for a tombstone (m.Tombstone): a null value.
+func listToKafka(topic string, m *headers.Message, uuidHeader string) kafkago.Message {
+	hs := make([]kafkago.Header, 0, len(m.Headers)+1)
+	for _, h := range m.Headers {
+		if headers.IsReserved(h.Key) || (uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader)) {
 			continue
 		}
 		hs = append(hs, kafkago.Header{Key: h.Key, Value: []byte(h.Value)})
 	}
 	if uuidHeader != "" {
-		hs = append(hs, kafkago.Header{Key: uuidHeader, Value: []byte(msg.UUID)})
+		hs = append(hs, kafkago.Header{Key: uuidHeader, Value: []byte(m.ID)})
 	}
-	km := kafkago.Message{Topic: topic, Headers: hs, Value: msg.Payload}
-	if _, ok := msg.Metadata[headers.MetaKafkaTombstone]; ok {
+	km := kafkago.Message{Topic: topic, Headers: hs, Value: m.Payload, Key: m.Key}
+	if m.Tombstone {
 		km.Value = nil // a tombstone: a null value
 	} else if km.Value == nil {
 		km.Value = []byte{} // an empty payload is an empty value, not a null one
-	}
-	if k, ok := msg.Metadata[headers.MetaKafkaKey]; ok {
-		km.Key = []byte(k)
 	}
 	return km
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/broker"
 	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // Publisher defaults.
@@ -152,25 +153,68 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	defer p.gate.Leave()
 
+	out := make([]outRecord, len(msgs))
+	for i, msg := range msgs {
+		out[i] = outRecord{id: msg.UUID, ctx: msg.Context()}
+		if out[i].ctx.Err() == nil {
+			out[i].km = toKafka(topic, msg, p.cfg.UUIDHeader)
+		}
+	}
+	return p.send(topic, out)
+}
+
+// PublishList is [Publisher.Publish] for messages given as header lists, without the
+// watermill message and its Metadata map (egress's fast path): the same records (headers
+// with the names as given, repeated values in order, no reserved keys, UUIDHeader = msg.ID
+// when configured, key msg.Key, a null value when msg.Tombstone), the same waits and errors
+// (a [*broker.PublishError] names failed messages by ID). ctx is the context of every
+// message (as a watermill message's Context); the call is bounded by WriteTimeout as
+// Publish is. Messages are not modified. Safe for concurrent use; returns [ErrClosed] after
+// Close.
+func (p *Publisher) PublishList(ctx context.Context, topic string, msgs []headers.Message) error {
+	if !p.gate.Enter() {
+		return fmt.Errorf("publish to %s: publisher %w", topic, ErrClosed)
+	}
+	defer p.gate.Leave()
+	out := make([]outRecord, len(msgs))
+	for i := range msgs {
+		out[i] = outRecord{id: msgs[i].ID, ctx: ctx}
+		if ctx.Err() == nil {
+			out[i].km = listToKafka(topic, &msgs[i], p.cfg.UUIDHeader)
+		}
+	}
+	return p.send(topic, out)
+}
+
+// outRecord is one message of a publish call: its record, its identity (the key of its
+// failure in the call's PublishError) and its context.
+type outRecord struct {
+	id  string
+	ctx context.Context
+	km  kafkago.Message
+}
+
+// send is Publish and PublishList once their records are built (inside the gate).
+func (p *Publisher) send(topic string, msgs []outRecord) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	perr := broker.NewPublishError(topic, len(msgs))
 	records := make([]kafkago.Message, 0, len(msgs))
 	uuids := make([]string, 0, len(msgs))
-	for _, msg := range msgs {
-		if err := msg.Context().Err(); err != nil {
-			perr.Add(msg.UUID, fmt.Errorf("message context: %w", err))
+	for i := range msgs {
+		msg := &msgs[i]
+		if err := msg.ctx.Err(); err != nil {
+			perr.Add(msg.id, fmt.Errorf("message context: %w", err))
 			continue
 		}
-		km := toKafka(topic, msg, p.cfg.UUIDHeader)
-		if n := recordSize(&km); n > p.cfg.MaxRecordBytes {
-			perr.Add(msg.UUID, broker.Reject(contract.ReasonTooLarge,
+		if n := recordSize(&msg.km); n > p.cfg.MaxRecordBytes {
+			perr.Add(msg.id, broker.Reject(contract.ReasonTooLarge,
 				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, p.cfg.MaxRecordBytes, kafkago.MessageSizeTooLarge)))
 			continue
 		}
-		records = append(records, km)
-		uuids = append(uuids, msg.UUID)
+		records = append(records, msg.km)
+		uuids = append(uuids, msg.id)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)

@@ -807,3 +807,45 @@ func TestPublishList(t *testing.T) {
 		})
 	}
 }
+
+// Publishes awaiting their acknowledgements when the connection goes away fail at once
+// with nats.ErrDisconnected (their PubAcks are lost with the connection), not after
+// PublishTimeout: the caller retries promptly.
+func TestPendingAcksFailOnDisconnect(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "HANG", Subjects: []string{"hang.>"}, NoAck: true}); err != nil {
+		t.Fatal(err)
+	}
+	nc := testnats.Connect(t, e.srv.URL())
+	pub, err := wmnats.NewPublisher(nc, wmnats.PublisherConfig{PublishTimeout: time.Minute}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	done := make(chan error, 1)
+	go func() {
+		done <- pub.PublishList(context.Background(), "hang.x", []headers.Message{{ID: "a", Payload: []byte("x")}, {ID: "b", Payload: []byte("y")}})
+	}()
+	deadline := time.Now().Add(waitFor)
+	for e.streamMsgs(t, "HANG") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not get the messages")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	nc.Close()
+	select {
+	case err := <-done:
+		var perr interface{ FailedMessages() map[string]error }
+		if !errors.As(err, &perr) || !errors.Is(perr.FailedMessages()["a"], natsgo.ErrDisconnected) ||
+			!errors.Is(perr.FailedMessages()["b"], natsgo.ErrDisconnected) {
+			t.Fatalf("PublishList = %v, want both messages failed with ErrDisconnected", err)
+		}
+		t.Logf("failed %s after the connection closed", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("PublishList still waiting 10 s after its connection closed")
+	}
+}

@@ -1,8 +1,8 @@
 package nats
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -54,15 +54,16 @@ func listToNATS(subject string, m *headers.Message) *natsgo.Msg {
 // fromNATS builds the watermill message for a received NATS message. The UUID is the
 // Nats-Msg-Id header when present, else a new ULID; Nats-Msg-Id itself is not metadata.
 // Headers with the reserved prefix are dropped: a producer cannot set the bridge's
-// internal metadata. extra (reserved keys set by the adapter) is added as is.
-func fromNATS(h natsgo.Header, data []byte, extra map[string]string) *message.Message {
+// internal metadata. extra (reserved keys set by the adapter, as key, value, key, value...)
+// is added as is.
+func fromNATS(h natsgo.Header, data []byte, extra ...string) *message.Message {
 	var uuid string
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // a Go map has no order; repeated values keep theirs below
-	var list headers.List
+	list := make(headers.List, 0, len(h))
 	for _, k := range keys {
 		vs := h[k]
 		switch {
@@ -82,11 +83,17 @@ func fromNATS(h natsgo.Header, data []byte, extra map[string]string) *message.Me
 		uuid = watermill.NewULID()
 	}
 	msg := message.NewMessage(uuid, data)
-	msg.Metadata = headers.ToMetadata(list, extra)
+	msg.Metadata = headers.ToMetadata(list, nil)
+	for i := 0; i+1 < len(extra); i += 2 {
+		msg.Metadata[extra[i]] = extra[i+1]
+	}
 	return msg
 }
 
-// sourceID is the stable identity of a JetStream message.
+// sourceID is the stable identity of a JetStream message, "js:<stream>:<seq>" (built in
+// one allocation).
 func sourceID(stream string, seq uint64) string {
-	return fmt.Sprintf("js:%s:%d", stream, seq)
+	b := make([]byte, 0, len("js::")+len(stream)+20)
+	b = append(append(append(b, "js:"...), stream...), ':')
+	return string(strconv.AppendUint(b, seq, 10))
 }

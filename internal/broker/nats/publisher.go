@@ -31,10 +31,6 @@ const (
 // dropped, and if that is not enough, all of them.
 const maxStreamCacheEntries = 10_000
 
-// maxStreamPublishers bounds the per-stream JetStream contexts; streams beyond it share
-// the publisher's own context (and its window of pending acknowledgements).
-const maxStreamPublishers = 1_000
-
 var _ message.Publisher = (*Publisher)(nil)
 
 // PublisherConfig configures a [Publisher]. The zero value is valid.
@@ -76,11 +72,7 @@ type Publisher struct {
 	cacheMu sync.Mutex
 	cache   map[string]streamEntry
 
-	// byStream holds one JetStream context per stream for async publishes: each has its
-	// own window of pending acknowledgements (PublishAsyncMaxPending), so a stream that
-	// never acknowledges cannot stall the publishes to another stream.
-	byStreamMu sync.Mutex
-	byStream   map[string]*streamPub
+	acks *acks // the acknowledgements of JetStream publishes
 
 	viol *violations
 }
@@ -100,21 +92,21 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 	if err != nil {
 		return nil, err
 	}
-	// The async timeout lets nats.go forget acknowledgements that never come.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
+	js, err := jetstream.New(nc) // stream lookups; publishes go through acks
+
 	if err != nil {
 		return nil, fmt.Errorf("new nats publisher: %w", err)
 	}
 	v := newViolations()
 	v.install(nc)
 	return &Publisher{
-		nc:       nc,
-		js:       js,
-		cfg:      cfg,
-		log:      loggerOrDiscard(logger).With("component", "nats.publisher"),
-		cache:    make(map[string]streamEntry),
-		byStream: make(map[string]*streamPub),
-		viol:     v,
+		nc:    nc,
+		js:    js,
+		cfg:   cfg,
+		log:   loggerOrDiscard(logger).With("component", "nats.publisher"),
+		cache: make(map[string]streamEntry),
+		acks:  newAcks(nc),
+		viol:  v,
 	}, nil
 }
 
@@ -125,11 +117,11 @@ func NewPublisher(nc *natsgo.Conn, cfg PublisherConfig, logger *slog.Logger) (*P
 // captures topic (looked up once per StreamCacheTTL; a server without JetStream means
 // none), the messages are published asynchronously, then Publish waits for all the
 // publish acknowledgements (a duplicate within the stream's window counts as
-// confirmed). Each stream has its own window of pending acknowledgements, so a stream that
+// confirmed; a disconnection fails the messages still awaiting theirs). No call waits
+// for room among another call's pending acknowledgements (see acks), so a stream that
 // stores but never acknowledges delays only the publishes to itself. Otherwise each
-// message is a core publish, and a single flush confirms that
-// the server has them all (core NATS drops a message nobody subscribes to: that is not
-// an error).
+// message is a core publish, and a single flush confirms that the server has them all
+// (core NATS drops a message nobody subscribes to: that is not an error).
 //
 // A message whose Context is done before it is sent, or while its acknowledgement is
 // awaited, fails. A publish the server refuses for lack of permission (reported
@@ -200,95 +192,42 @@ func (p *Publisher) send(topic string, msgs []outMsg) error {
 	return p.publishCore(ctx, topic, msgs)
 }
 
-// streamPub is the JetStream context that publishes to one stream, and its users.
-// Its async publishes have no per-message acknowledgement timer (nats.go's
-// WithPublishAsyncTimeout arms a time.AfterFunc per message; issue 26): each Publish call
-// bounds its own wait instead. A call that stops waiting for some acknowledgement (timeout,
-// message context, refused publish) retires the context: later calls get a fresh one, and
-// the retired one is cleaned up (its pending acknowledgements forgotten, its reply
-// subscription removed) when its last user leaves, so that acknowledgements that never
-// come cannot fill the window of pending ones.
-type streamPub struct {
-	js      jetstream.JetStream
-	users   int  // guarded by Publisher.byStreamMu
-	retired bool // guarded by Publisher.byStreamMu
-}
-
-// jetStreamFor returns the JetStream context that publishes to stream, counted as used
-// until releaseJetStream: its own, created on first use (at most maxStreamPublishers of
-// them; further streams share p.js, nil here, whose acknowledgements time out on their own).
-func (p *Publisher) jetStreamFor(stream string) (jetstream.JetStream, *streamPub) {
-	p.byStreamMu.Lock()
-	defer p.byStreamMu.Unlock()
-	if sp, ok := p.byStream[stream]; ok {
-		sp.users++
-		return sp.js, sp
-	}
-	if len(p.byStream) >= maxStreamPublishers {
-		return p.js, nil
-	}
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		return p.js, nil
-	}
-	sp := &streamPub{js: js, users: 1}
-	p.byStream[stream] = sp
-	return js, sp
-}
-
-// releaseJetStream ends a use of sp (nil: no-op); abandoned: the call stopped waiting for
-// an acknowledgement, which retires sp.
-func (p *Publisher) releaseJetStream(stream string, sp *streamPub, abandoned bool) {
-	if sp == nil {
-		return
-	}
-	p.byStreamMu.Lock()
-	sp.users--
-	if abandoned && !sp.retired {
-		sp.retired = true
-		if p.byStream[stream] == sp {
-			delete(p.byStream, stream)
-		}
-	}
-	cleanup := sp.retired && sp.users == 0
-	p.byStreamMu.Unlock()
-	if cleanup {
-		sp.js.CleanupPublisher()
-	}
-}
-
+// publishJetStream sends msgs as core publishes with reply subjects of one ackCall (see
+// acks) and waits for their acknowledgements: every one resolved, PublishTimeout (ctx),
+// a message's own context, a permissions violation for topic, or a disconnection.
 func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, msgs []outMsg) error {
 	start := time.Now()
-	js, sp := p.jetStreamFor(stream)
-	abandoned := false
-	defer func() { p.releaseJetStream(stream, sp, abandoned) }()
-	perr := broker.NewPublishError(topic, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
+	call, err := p.acks.start(len(msgs))
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	defer p.acks.finish(call)
 	for i, msg := range msgs {
 		if err := msg.ctx.Err(); err != nil {
-			perr.Add(msg.id, fmt.Errorf("message context: %w", err))
+			call.resolve(i, false, fmt.Errorf("message context: %w", err))
 			continue
 		}
-		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait(ctx))}
-		if msg.id != "" {
-			opts = append(opts, jetstream.WithMsgID(msg.id))
-		}
-		f, err := js.PublishMsgAsync(msg.nm, opts...)
+		msg.nm.Reply = call.reply(i)
+		err := p.nc.PublishMsg(msg.nm)
+		msg.nm.Reply = ""
 		if err != nil {
-			perr.Add(msg.id, classify(err))
-			continue
+			call.resolve(i, false, classify(err))
 		}
-		futures[i] = f
 	}
-	for i, f := range futures {
-		if f == nil {
+	p.awaitAcks(ctx, topic, start, msgs, call)
+	perr := broker.NewPublishError(topic, len(msgs))
+	for i, msg := range msgs {
+		r := call.result(i)
+		switch {
+		case r.err == nil:
+			if r.duplicate {
+				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.id, "stream", stream)
+			}
 			continue
+		case errors.Is(r.err, jetstream.ErrNoStreamResponse):
+			p.forget(topic) // the stream may be gone: look it up again next time
 		}
-		resolved, err := p.awaitAck(ctx, topic, start, msgs[i], f)
-		if err != nil {
-			perr.Add(msgs[i].id, err)
-		}
-		abandoned = abandoned || !resolved
+		perr.Add(msg.id, classify(r.err))
 	}
 	if perr.Len() == 0 {
 		return nil
@@ -297,33 +236,33 @@ func (p *Publisher) publishJetStream(ctx context.Context, topic, stream string, 
 	return perr
 }
 
-// awaitAck waits for msg's publish acknowledgement f. A permissions violation for topic
-// recorded since start ends the wait with a rejection: the server answers a refused
-// publish with -ERR, never with an acknowledgement. resolved: f was answered (an
-// acknowledgement or an error); otherwise the wait was given up and f is still pending.
-func (p *Publisher) awaitAck(ctx context.Context, topic string, start time.Time, msg outMsg, f jetstream.PubAckFuture) (resolved bool, err error) {
+// awaitAcks waits until every entry of call is resolved, giving up (resolving what is
+// left with an error) on ctx (PublishTimeout), on a permissions violation for topic
+// recorded since start (the server answers a refused publish with -ERR, never with an
+// acknowledgement), and message by message on each one's context.
+func (p *Publisher) awaitAcks(ctx context.Context, topic string, start time.Time, msgs []outMsg, call *ackCall) {
+	i := 0
 	for {
+		for i < len(msgs) && call.resolvedAt(i) {
+			i++
+		}
+		if i == len(msgs) {
+			return
+		}
 		forbidden, changed := p.viol.since(topic, start)
 		if forbidden {
-			return false, forbiddenErr(topic)
+			call.giveUp(forbiddenErr(topic))
+			return
 		}
 		select {
+		case <-call.done:
+			return
 		case <-changed:
-			continue
-		case ack := <-f.Ok():
-			if ack.Duplicate {
-				p.log.Debug("jetstream publish was a duplicate", "topic", topic, "uuid", msg.id, "stream", ack.Stream, "seq", ack.Sequence)
-			}
-			return true, nil
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) {
-				p.forget(topic) // the stream may be gone: look it up again next time
-			}
-			return true, classify(err)
-		case <-msg.ctx.Done():
-			return false, fmt.Errorf("message context: %w", msg.ctx.Err())
+		case <-msgs[i].ctx.Done():
+			call.resolve(i, false, fmt.Errorf("message context: %w", msgs[i].ctx.Err()))
 		case <-ctx.Done():
-			return false, fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout)
+			call.giveUp(fmt.Errorf("no publish acknowledgement within %s", p.cfg.PublishTimeout))
+			return
 		}
 	}
 }
@@ -376,17 +315,6 @@ func classify(err error) error {
 	return err
 }
 
-// stallWait is how long PublishMsgAsync may wait for room among the pending async
-// publishes: the rest of the call's time.
-func stallWait(ctx context.Context) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		if w := time.Until(d); w > time.Millisecond {
-			return w
-		}
-	}
-	return time.Millisecond
-}
-
 // streamFor returns the stream that captures subject, "" when none does, using the cache.
 func (p *Publisher) streamFor(ctx context.Context, subject string) (string, error) {
 	now := time.Now()
@@ -433,11 +361,6 @@ func (p *Publisher) forget(subject string) {
 // not close the connection. Idempotent; always returns nil.
 func (p *Publisher) Close() error {
 	p.gate.Close()
-	p.byStreamMu.Lock()
-	defer p.byStreamMu.Unlock()
-	for name, sp := range p.byStream {
-		sp.js.CleanupPublisher()
-		delete(p.byStream, name)
-	}
+	p.acks.close()
 	return nil
 }

@@ -61,11 +61,11 @@ func (s *Subscriber) runCore(ctx context.Context, out chan *message.Message, sub
 			log.Warn("core subscription ended", "error", err)
 			return
 		}
-		var extra map[string]string
+		var extra []string
 		if m.Reply != "" {
-			extra = map[string]string{headers.MetaRequest: "1"}
+			extra = []string{headers.MetaRequest, "1"}
 		}
-		wm := fromNATS(m.Header, m.Data, extra)
+		wm := fromNATS(m.Header, m.Data, extra...)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
 		select {

@@ -164,16 +164,18 @@ func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesCo
 			<-sem
 			return ctx.Err()
 		}
-		var extra map[string]string
+		var extra []string
 		if md, err := jm.Metadata(); err == nil {
-			extra = map[string]string{headers.MetaSourceID: sourceID(md.Stream, md.Sequence.Stream)}
+			extra = []string{headers.MetaSourceID, sourceID(md.Stream, md.Sequence.Stream), "", ""}
 			if !md.Timestamp.IsZero() {
-				extra[headers.MetaSourceTime] = strconv.FormatInt(md.Timestamp.UnixMilli(), 10)
+				extra[2], extra[3] = headers.MetaSourceTime, strconv.FormatInt(md.Timestamp.UnixMilli(), 10)
+			} else {
+				extra = extra[:2]
 			}
 		} else {
 			log.Debug("jetstream message without metadata", "error", err)
 		}
-		wm := fromNATS(jm.Headers(), jm.Data(), extra)
+		wm := fromNATS(jm.Headers(), jm.Data(), extra...)
 		msgCtx, cancelMsg := context.WithCancel(ctx)
 		wm.SetContext(msgCtx)
 		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg, tr: prog.track(jm)}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The ceiling of a burst row (issue 26 item 1): after the burst, the harness publishes the
+// same number of messages straight to the target stream (OUT, subject bench.out.w) from
+// one client with JetStream async publish (4096 in flight, as the ingest publisher), each a
+// copy of a message the bridge released in that run (same headers and payload, its own
+// Nats-Msg-Id so that none is a duplicate). Its rate is what this machine's NATS can take
+// from one publisher at that moment, so release / ceiling compares the bridge with the
+// broker it feeds, measured in the same run on the same (shared) cores.
+
+// ceiling publishes n copies of the sample release to bench.out.w and returns the
+// messages per second from the first publish until every PubAck arrived.
+func (s *dbSystem) ceiling(n int) (float64, error) {
+	sample := s.sample.Load()
+	if sample == nil {
+		return nan(), errors.New("no released message to copy")
+	}
+	r := s.rec()
+	defer r.reset() // the copies reach the recorder too; the row is measured already
+	start := time.Now()
+	for i := range n {
+		m := &nats.Msg{Subject: sample.Subject, Data: sample.Data, Header: make(nats.Header, len(sample.Header))}
+		for k, v := range sample.Header {
+			m.Header[k] = v
+		}
+		if _, ok := m.Header[nats.MsgIdHdr]; ok {
+			m.Header[nats.MsgIdHdr] = []string{"ceiling-" + strconv.Itoa(i)}
+		}
+		if _, err := s.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
+			return nan(), fmt.Errorf("ceiling publish %d: %w", i, err)
+		}
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return nan(), errors.New("ceiling publishes not acknowledged within 2 min")
+	}
+	took := time.Since(start)
+	if e := s.pubErrs.Load(); e > 0 {
+		return nan(), fmt.Errorf("%d ceiling publishes failed", e)
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// withCeiling adds to a burst row of a delaybridge system the ceiling of the same run and
+// release / ceiling.
+func withCeiling(sys system, res *result) {
+	db, ok := sys.(*dbSystem)
+	if !ok || res.err != "" {
+		return
+	}
+	c, err := db.ceiling(res.n)
+	if err != nil {
+		res.err = "ceiling: " + err.Error()
+		return
+	}
+	res.ceiling, res.vsCeiling = c, res.release/c
+	res.peakRSS = 0
+	for _, b := range db.bridges {
+		res.peakRSS = max(res.peakRSS, b.peakRSS())
+	}
+}
+
+// renderCeiling is issue 26 item 1's table: every delaybridge burst row's release rate
+// beside the ceiling of the same run, their ratio (median of the per-run ratios), and the
+// bridge CPU per released and per parked message, with the targets.
+func renderCeiling(rows []row) string {
+	var b strings.Builder
+	for _, r := range rows {
+		if !strings.HasPrefix(r.system, "delaybridge") || !strings.HasPrefix(r.workload, "burst") || math.IsNaN(r.ceiling) {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\nBurst release vs the JetStream async publish ceiling of the same run (one client, same messages, straight to the target stream); "+
+				"issue 26 item 1's targets: release >= 0.5x the ceiling, bridge CPU <= 7 us per released message and <= 10 us per parked one:\n\n")
+			fmt.Fprintf(&b, "| system | replicas | AOF | workload | release msgs/s | ceiling msgs/s | release / ceiling | >= 0.5 | bridge CPU us per released msg | <= 7 | per parked msg | <= 10 | bridge peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.system, r.replicas, r.aof, r.workload,
+			fnum(r.release, 0), fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), verdict(0.5/r.vsCeiling, 1),
+			fnum(r.relCPUus, 1), verdict(r.relCPUus/7, 1), fnum(r.parkCPUus, 1), verdict(r.parkCPUus/10, 1), fnum(r.peakRSS, 0))
+	}
+	return b.String()
+}
