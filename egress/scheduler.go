@@ -26,6 +26,16 @@ const (
 // shutdown send them at once.
 const settleDelay = 2 * time.Millisecond
 
+// ackHold is how long completed acks wait before they may go at all (with the next claim,
+// or alone settleDelay later), so that each shard's ack group carries several messages:
+// Redis' cost follows the shard groups a script run touches more than the messages (issue
+// 26; docs/design.md "Egress"). At a steady 5k msgs/s over 16 shards a 1 ms claim's acks
+// hold ~1 message per shard; held 8 ms, ~3. The acks of messages already published only
+// come later: lateness does not move; a replica killed meanwhile leaves up to 10 ms more
+// of published messages to be published again after their lease (same Nats-Msg-Id, as
+// any duplicate from a lease expiry). Retries (and put-backs) are not held.
+const ackHold = 8 * time.Millisecond
+
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n
 // add up to len(b.claimed), each from whatever goroutine finished it.
@@ -59,7 +69,9 @@ type scheduler struct {
 	offers  map[int]int64 // shard -> earliest due offered by wake-ups
 	resync  bool          // re-read every owned head (a resubscription)
 	settleQ []*settlement
-	settleT time.Time    // when the oldest queued settlement arrived (s.now)
+	settleT time.Time // when the oldest queued settlement arrived (s.now)
+	// settleR: a queued settlement holds retries (nothing of the queue is held, ackHold)
+	settleR bool
 	handed  atomic.Int64 // messages handed to deliver whose settlements have not come back
 }
 
@@ -99,6 +111,7 @@ func (s *scheduler) settle(st *settlement) {
 		s.settleT = s.now()
 	}
 	s.settleQ = append(s.settleQ, st)
+	s.settleR = s.settleR || len(st.retries) > 0
 	s.mu.Unlock()
 	s.poke()
 }
@@ -172,7 +185,7 @@ func (s *scheduler) run(ctx context.Context) {
 		var acks []delaystore.Receipt
 		var retries []delaystore.RetryRequest
 		var n map[int]int
-		if len(claims) > 0 || !claiming || s.settleNow() {
+		if !claiming || s.settleNow(len(claims) > 0) {
 			acks, retries, n = s.takeSettlements()
 		}
 		if len(acks)+len(retries)+len(claims) > 0 {
@@ -193,17 +206,18 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 }
 
-// settleNow reports whether queued settlements should go without a claim: the oldest
-// waited settleDelay, or capacity is short (settling frees it).
-func (s *scheduler) settleNow() bool {
+// settleNow reports whether the queued settlements go in this round trip: with a claim
+// (withClaims) once the oldest was held (settleHold), alone settleDelay after that, and at
+// once when capacity is short (settling frees it).
+func (s *scheduler) settleNow(withClaims bool) bool {
 	s.mu.Lock()
-	queued, since := len(s.settleQ), s.settleT
+	queued, since, hold := len(s.settleQ), s.settleT, s.settleHold()
 	s.mu.Unlock()
 	if queued == 0 {
 		return false
 	}
 	batch := s.cfg.BatchSize
-	if s.total >= replicaCapacity*batch/2 || s.now().Sub(since) >= settleDelay {
+	if age := s.now().Sub(since); s.total >= replicaCapacity*batch/2 || age >= hold+settleDelay || (withClaims && age >= hold) {
 		return true
 	}
 	for _, st := range s.shards {
@@ -212,6 +226,15 @@ func (s *scheduler) settleNow() bool {
 		}
 	}
 	return false
+}
+
+// settleHold is how long the queued settlements are held before they may go: ackHold
+// for acks only, none when a retry is queued. Called with s.mu held.
+func (s *scheduler) settleHold() time.Duration {
+	if s.settleR {
+		return 0
+	}
+	return ackHold
 }
 
 // settleEmpty reports whether no settlement is queued.
@@ -226,7 +249,7 @@ func (s *scheduler) settleEmpty() bool {
 func (s *scheduler) takeSettlements() (acks []delaystore.Receipt, retries []delaystore.RetryRequest, n map[int]int) {
 	s.mu.Lock()
 	q := s.settleQ
-	s.settleQ = nil
+	s.settleQ, s.settleR = nil, false
 	s.mu.Unlock()
 	n = map[int]int{}
 	for _, st := range q {
@@ -252,7 +275,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 	}
 	s.mu.Lock()
 	if len(s.settleQ) > 0 {
-		consider(s.settleT.Add(settleDelay))
+		consider(s.settleT.Add(s.settleHold() + settleDelay)) // alone; with a claim once held
 	}
 	s.mu.Unlock()
 	if !time.Now().Before(s.view.until) {
