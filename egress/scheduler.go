@@ -73,7 +73,7 @@ type scheduler struct {
 	// settleR: a queued settlement holds retries (nothing of the queue is held, ackHold)
 	settleR bool
 	ackHold time.Duration // ackHold; a benchmark compares others
-	handed  atomic.Int64 // messages handed to deliver whose settlements have not come back
+	handed  atomic.Int64  // messages handed to deliver whose settlements have not come back
 }
 
 // newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
