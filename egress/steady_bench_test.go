@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,11 +105,14 @@ func benchSteady(b *testing.B, shards int, byPosition bool, hold time.Duration) 
 	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/msg")
 	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/msg")
 	if os.Getenv("BENCH_COMMANDS") != "" && b.N >= 1000 {
+		var line []string
 		for k, v := range commandCalls(b, rdb) {
 			if d := float64(v-per0[k]) / float64(b.N); d >= 0.01 {
-				b.Logf("%-14s %.3f calls/msg", k, d)
+				line = append(line, fmt.Sprintf("%s %.3f", k, d))
 			}
 		}
+		slices.Sort(line)
+		b.Logf("calls/msg: %s", strings.Join(line, ", "))
 	}
 }
 
