@@ -28,13 +28,15 @@ const settleDelay = 2 * time.Millisecond
 
 // ackHold is how long completed acks wait before they may go at all (with the next claim,
 // or alone settleDelay later), so that each shard's ack group carries several messages:
-// Redis' cost follows the shard groups a script run touches more than the messages (issue
-// 26; docs/design.md "Egress"). At a steady 5k msgs/s over 16 shards a 1 ms claim's acks
-// hold ~1 message per shard; held 8 ms, ~3. The acks of messages already published only
-// come later: lateness does not move; a replica killed meanwhile leaves up to 10 ms more
-// of published messages to be published again after their lease (same Nats-Msg-Id, as
-// any duplicate from a lease expiry). Retries (and put-backs) are not held.
-const ackHold = 8 * time.Millisecond
+// Redis' cost follows the commands of the shard groups a script run touches more than the
+// messages (issue 26; docs/design.md "Egress"). At a steady 5k msgs/s over 16 shards a
+// 1 ms claim's acks hold ~1 message per shard; held 32 ms, ~10
+// (BenchmarkSteadyRedisCPU: 8 ms 45-49, 16 ms 45-47, 32 ms 38-44 us of Redis CPU per
+// message). The acks of messages already published only come later: lateness does not
+// move; a replica killed meanwhile leaves up to ackHold + settleDelay more of published
+// messages to be published again after their lease (same Nats-Msg-Id, as any duplicate
+// from a lease expiry). Retries (and put-backs) are not held.
+const ackHold = 32 * time.Millisecond
 
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n
