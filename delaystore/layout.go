@@ -77,6 +77,15 @@ func fnv32a(s string) uint32 {
 	return h.Sum32()
 }
 
+// layoutErr is ErrNotInitialised until Init has read the layout: before that the shard
+// of a position id is not known (another replica may have created either layout).
+func (s *Store) layoutErr() error {
+	if s.layoutKnown.Load() {
+		return nil
+	}
+	return ErrNotInitialised
+}
+
 // shardsValue is what this store records in P:shards: the shard count, and the mark of
 // the position layout when it runs with it.
 func (s *Store) shardsValue() string {

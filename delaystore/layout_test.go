@@ -177,3 +177,28 @@ func TestLayoutAgreedByReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestNotInitialisedRefusesIDs: before Init has read the layout, calls that address an id
+// refuse (ErrNotInitialised) instead of guessing its shard.
+func TestNotInitialisedRefusesIDs(t *testing.T) {
+	s, err := New(testredis.Client(t), Config{KeyPrefix: testredis.Prefix(t), Shards: 16, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := s.Park(ctx, []ParkRequest{{ID: "js:IN:1", Envelope: sampleEnvelope(0)}}); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("park: %v", err)
+	}
+	if _, err := s.Get(ctx, "js:IN:1"); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("get: %v", err)
+	}
+	if _, err := s.Cancel(ctx, "js:IN:1"); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("cancel: %v", err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Park(ctx, []ParkRequest{{ID: "js:IN:1", Envelope: sampleEnvelope(0)}}); err != nil {
+		t.Errorf("park after Init: %v", err)
+	}
+}

@@ -25,6 +25,8 @@ type Store struct {
 	// byPosition: the store has the position layout (layout.go); set by Init from
 	// P:shards, true until then (what Init gives an empty store).
 	byPosition atomic.Bool
+	// layoutKnown: Init has read the layout; until then calls that address ids refuse.
+	layoutKnown atomic.Bool
 	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
 	// Cluster (groups.go: set when a packed call failed on one group's error).
 	unpackUntil atomic.Int64
@@ -198,6 +200,7 @@ func (s *Store) Init(ctx context.Context) error {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
 	s.byPosition.Store(byPosition)
+	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
