@@ -27,16 +27,15 @@ const (
 const settleDelay = 2 * time.Millisecond
 
 // ackHold is how long completed acks wait before they may go at all (with the next claim,
-// or alone settleDelay later), so that each shard's ack group carries several messages:
-// Redis' cost follows the commands of the shard groups a script run touches more than the
-// messages (issue 26; docs/design.md "Egress"). At a steady 5k msgs/s over 16 shards a
-// 1 ms claim's acks hold ~1 message per shard; held 32 ms, ~10
-// (BenchmarkSteadyRedisCPU: 8 ms 45-49, 16 ms 45-47, 32 ms 38-44 us of Redis CPU per
-// message). The acks of messages already published only come later: lateness does not
-// move; a replica killed meanwhile leaves up to ackHold + settleDelay more of published
-// messages to be published again after their lease (same Nats-Msg-Id, as any duplicate
-// from a lease expiry). Retries (and put-backs) are not held.
-const ackHold = 32 * time.Millisecond
+// or alone settleDelay later), so that each shard's ack group carries several messages
+// (Redis' cost follows the commands of the shard groups a script run touches; issue 26).
+// OFF (0: acks ride with every claim, as before): at the store a hold cut Redis CPU at a
+// steady 5k msgs/s (BenchmarkSteadyRedisCPU, 16 shards: hold 0 53-59, 8 ms 45-49, 32 ms
+// 38-44 us per message), but in the e2e steady row (real JetStream publishing, a loaded
+// machine) p99 lateness rose from 0.15-0.23 s to 0.9-2.4 s with holds of 8 and 32 ms, for a
+// reason not found yet (publishing does not wait for acks). docs/design.md "Egress".
+// Retries (and put-backs) are never held.
+const ackHold = 0
 
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n

@@ -23,13 +23,14 @@ import (
 // 0..1 s, parked every 1 ms as ingress's group commit does, claimed and acked by the real
 // scheduler over 16 shards, or 1 (a fake delivery acks at once); it reports Redis CPU per
 // message. Variants: the store's layout (id: fnv32a of every id; position: runs of 64
-// positions share a shard) and the ack hold (0: acks ride with every claim).
+// positions share a shard) and the ack hold (0, the default ackHold: acks ride with every
+// claim).
 //
 //	go test -run '^$' -bench BenchmarkSteadyRedisCPU -benchtime 25000x ./egress/
 func BenchmarkSteadyRedisCPU(b *testing.B) {
 	for _, shards := range []int{16, 1} {
 		for _, layout := range []string{"id", "position"} {
-			for _, hold := range []time.Duration{0, ackHold} {
+			for _, hold := range []time.Duration{0, 32 * time.Millisecond} {
 				b.Run(fmt.Sprintf("shards=%d/layout=%s/hold=%s", shards, layout, hold), func(b *testing.B) {
 					benchSteady(b, shards, layout == "position", hold)
 				})
