@@ -101,7 +101,7 @@ func (s *Store) CheckDataset(ctx context.Context) (reset []int, err error) {
 	if reset, err = s.changedEpochs(ctx, all); err != nil || len(reset) == 0 {
 		return nil, err
 	}
-	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil {
+	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shardsValue(), 0).Err(); err != nil {
 		return nil, fmt.Errorf("check dataset: record shard count: %w", err)
 	}
 	seen, err := s.establishEpochs(ctx, reset)

@@ -55,8 +55,8 @@ func TestCheckDataset(t *testing.T) {
 			}
 		}
 	}
-	if n, err := f.rdb.Get(t.Context(), f.s.shardsKey).Int(); err != nil || n != 4 {
-		t.Fatalf("shard count record %d, %v; want 4", n, err)
+	if v, err := f.rdb.Get(t.Context(), f.s.shardsKey).Result(); err != nil || v != "4,p64" {
+		t.Fatalf("shard count record %q, %v; want 4,p64 (a new store has the position layout)", v, err)
 	}
 }
 
@@ -90,8 +90,8 @@ func TestCheckDatasetFlushAll(t *testing.T) {
 			t.Fatalf("reported twice: reset %d shards, err %v", len(reset), err)
 		}
 	}
-	if n, err := f.rdb.Get(ctx, f.s.shardsKey).Int(); err != nil || n != 1024 {
-		t.Fatalf("shard count record %d, %v; want 1024", n, err)
+	if v, err := f.rdb.Get(ctx, f.s.shardsKey).Result(); err != nil || v != "1024,p64" {
+		t.Fatalf("shard count record %q, %v; want 1024,p64", v, err)
 	}
 }
 

@@ -25,6 +25,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	if err := s.layoutErr(); err != nil {
+		return nil, fmt.Errorf("park: %w", err)
+	}
 	byShard := make(map[int][]int)
 	var order []int // shards in first-seen order, for deterministic calls
 	for i, r := range reqs {
@@ -143,6 +146,9 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
+	}
+	if err := s.layoutErr(); err != nil {
+		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	sh := s.ShardOf(id)
 	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS}

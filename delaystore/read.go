@@ -12,6 +12,9 @@ import (
 // Get returns the parked message with this id (pending or claimed), or an error wrapping
 // ErrNotFound. It blocks until Redis answered or ctx is done.
 func (s *Store) Get(ctx context.Context, id string) (Message, error) {
+	if err := s.layoutErr(); err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
 	sh := s.ShardOf(id)
 	raw, err := s.rdb.HGet(ctx, s.keys[sh].m, id).Result()
 	if errors.Is(err, redis.Nil) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"strconv"
@@ -23,6 +22,11 @@ import (
 type Store struct {
 	rdb    redis.UniversalClient
 	shards int
+	// byPosition: the store has the position layout (layout.go); set by Init from
+	// P:shards, true until then (what Init gives an empty store).
+	byPosition atomic.Bool
+	// layoutKnown: Init has read the layout; until then calls that address ids refuse.
+	layoutKnown atomic.Bool
 	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
 	// Cluster (groups.go: set when a packed call failed on one group's error).
 	unpackUntil atomic.Int64
@@ -167,6 +171,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
 	_, perShard := rdb.(*redis.ClusterClient)
 	s.quota = newQuotas(rules, cfg.Shards, perShard)
+	s.byPosition.Store(true)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
@@ -181,7 +186,9 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // an error wrapping ErrEvictionPolicy (noeviction, the default, is right; volatile-* only
 // evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
 // with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
-// it: a different recorded count is an error wrapping ErrShardMismatch. It creates or reads
+// it: a different recorded count is an error wrapping ErrShardMismatch. The same key gives
+// the store's layout (layout.go): an empty store gets the position layout, an existing
+// one keeps what it has. It creates or reads
 // every shard's dataset epoch, which CheckDataset compares against, and the key that seals
 // cursors (P:cursor, created once: cursor.go). It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
@@ -200,20 +207,23 @@ func (s *Store) Init(ctx context.Context) error {
 		return err
 	}
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
-	if err := s.rdb.SetNX(ctx, s.shardsKey, s.shards, 0).Err(); err != nil && !IsOOM(err) {
+	// An empty store gets the position layout; a store that has P:shards keeps its own.
+	if err := s.rdb.SetNX(ctx, s.shardsKey, strconv.Itoa(s.shards)+positionMark, 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
 	if err != nil {
 		return fmt.Errorf("init: read shard count: %w", err)
 	}
-	recorded, err := strconv.Atoi(v)
+	recorded, byPosition, err := parseShardsValue(v)
 	if err != nil {
-		return fmt.Errorf("init: redis key %s holds %q, not a shard count: %w", s.shardsKey, v, ErrShardMismatch)
+		return fmt.Errorf("init: redis key %s: %w: %w", s.shardsKey, err, ErrShardMismatch)
 	}
 	if recorded != s.shards {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
+	s.byPosition.Store(byPosition)
+	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err
 	}
@@ -274,21 +284,6 @@ func (s *Store) checkEviction(ctx context.Context) error {
 
 // Shards returns the configured shard count. It does not block.
 func (s *Store) Shards() int { return s.shards }
-
-// ShardOf returns the shard of a message id in this store. It does not block.
-func (s *Store) ShardOf(id string) int { return ShardOf(id, s.shards) }
-
-// ShardOf returns fnv32a(id) mod shards, the shard of a message id; shards < 1 yields 0.
-// This mapping must never change: entries of existing ids would become unreachable by
-// Cancel and Get. It is a pure function.
-func ShardOf(id string, shards int) int {
-	if shards < 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(shards))
-}
 
 func (s *Store) checkShard(sh int) error {
 	if sh < 0 || sh >= s.shards {

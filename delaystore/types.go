@@ -12,6 +12,9 @@ import (
 var (
 	// ErrNotFound: no pending message has that id.
 	ErrNotFound = errors.New("delaystore: message not found")
+	// ErrNotInitialised: Init has not read the store's layout yet, on which the shard of an
+	// id depends (Park, Get, Cancel refuse until it has).
+	ErrNotInitialised = errors.New("delaystore: not initialised yet (Init has not read the store's layout)")
 	// ErrShardMismatch: the shard count recorded in Redis differs from Config.Shards.
 	ErrShardMismatch = errors.New("delaystore: shard count differs from the one recorded in redis")
 	// ErrEvictionPolicy: Redis runs an allkeys-* maxmemory-policy, which would silently

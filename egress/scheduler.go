@@ -26,6 +26,17 @@ const (
 // shutdown send them at once.
 const settleDelay = 2 * time.Millisecond
 
+// ackHold is how long completed acks wait before they may go at all (with the next claim,
+// or alone settleDelay later), so that each shard's ack group carries several messages
+// (Redis' cost follows the commands of the shard groups a script run touches; issue 26).
+// OFF (0: acks ride with every claim, as before): at the store a hold cut Redis CPU at a
+// steady 5k msgs/s (BenchmarkSteadyRedisCPU, 16 shards: hold 0 53-59, 8 ms 45-49, 32 ms
+// 38-44 us per message), but in the e2e steady row (real JetStream publishing, a loaded
+// machine) p99 lateness rose from 0.15-0.23 s to 0.9-2.4 s with holds of 8 and 32 ms, for a
+// reason not found yet (publishing does not wait for acks). docs/design.md "Egress".
+// Retries (and put-backs) are never held.
+const ackHold = 0
+
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n
 // add up to len(b.claimed), each from whatever goroutine finished it.
@@ -59,8 +70,11 @@ type scheduler struct {
 	offers  map[int]int64 // shard -> earliest due offered by wake-ups
 	resync  bool          // re-read every owned head (a resubscription)
 	settleQ []*settlement
-	settleT time.Time    // when the oldest queued settlement arrived (s.now)
-	handed  atomic.Int64 // messages handed to deliver whose settlements have not come back
+	settleT time.Time // when the oldest queued settlement arrived (s.now)
+	// settleR: a queued settlement holds retries (nothing of the queue is held, ackHold)
+	settleR bool
+	ackHold time.Duration // ackHold; a benchmark compares others
+	handed  atomic.Int64  // messages handed to deliver whose settlements have not come back
 }
 
 // newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
@@ -69,7 +83,7 @@ func newScheduler(cfg Config, store Claimer, own *ownership, wakes *delaystore.W
 	log *slog.Logger, metrics *Metrics, deliver deliverFunc) *scheduler {
 	s := &scheduler{cfg: cfg, store: store, own: own, wakes: wakes, clock: clock, now: cfg.Now, log: log,
 		metrics: metrics, deliver: deliver, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
-		offers: map[int]int64{}}
+		offers: map[int]int64{}, ackHold: ackHold}
 	own.notify = s.poke
 	return s
 }
@@ -99,6 +113,7 @@ func (s *scheduler) settle(st *settlement) {
 		s.settleT = s.now()
 	}
 	s.settleQ = append(s.settleQ, st)
+	s.settleR = s.settleR || len(st.retries) > 0
 	s.mu.Unlock()
 	s.poke()
 }
@@ -172,7 +187,7 @@ func (s *scheduler) run(ctx context.Context) {
 		var acks []delaystore.Receipt
 		var retries []delaystore.RetryRequest
 		var n map[int]int
-		if len(claims) > 0 || !claiming || s.settleNow() {
+		if !claiming || s.settleNow(len(claims) > 0) {
 			acks, retries, n = s.takeSettlements()
 		}
 		if len(acks)+len(retries)+len(claims) > 0 {
@@ -193,17 +208,18 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 }
 
-// settleNow reports whether queued settlements should go without a claim: the oldest
-// waited settleDelay, or capacity is short (settling frees it).
-func (s *scheduler) settleNow() bool {
+// settleNow reports whether the queued settlements go in this round trip: with a claim
+// (withClaims) once the oldest was held (settleHold), alone settleDelay after that, and at
+// once when capacity is short (settling frees it).
+func (s *scheduler) settleNow(withClaims bool) bool {
 	s.mu.Lock()
-	queued, since := len(s.settleQ), s.settleT
+	queued, since, hold := len(s.settleQ), s.settleT, s.settleHold()
 	s.mu.Unlock()
 	if queued == 0 {
 		return false
 	}
 	batch := s.cfg.BatchSize
-	if s.total >= replicaCapacity*batch/2 || s.now().Sub(since) >= settleDelay {
+	if age := s.now().Sub(since); s.total >= replicaCapacity*batch/2 || age >= hold+settleDelay || (withClaims && age >= hold) {
 		return true
 	}
 	for _, st := range s.shards {
@@ -212,6 +228,15 @@ func (s *scheduler) settleNow() bool {
 		}
 	}
 	return false
+}
+
+// settleHold is how long the queued settlements are held before they may go: ackHold
+// for acks only, none when a retry is queued. Called with s.mu held.
+func (s *scheduler) settleHold() time.Duration {
+	if s.settleR {
+		return 0
+	}
+	return s.ackHold
 }
 
 // settleEmpty reports whether no settlement is queued.
@@ -226,7 +251,7 @@ func (s *scheduler) settleEmpty() bool {
 func (s *scheduler) takeSettlements() (acks []delaystore.Receipt, retries []delaystore.RetryRequest, n map[int]int) {
 	s.mu.Lock()
 	q := s.settleQ
-	s.settleQ = nil
+	s.settleQ, s.settleR = nil, false
 	s.mu.Unlock()
 	n = map[int]int{}
 	for _, st := range q {
@@ -252,7 +277,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 	}
 	s.mu.Lock()
 	if len(s.settleQ) > 0 {
-		consider(s.settleT.Add(settleDelay))
+		consider(s.settleT.Add(s.settleHold() + settleDelay)) // alone; with a claim once held
 	}
 	s.mu.Unlock()
 	if !time.Now().Before(s.view.until) {

@@ -3,7 +3,11 @@
 -- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m; ARGV: 1 = lease ms, 2 = max messages
 -- returns: per group {now ms, token, next head score or -1, id1, env1, id2, env2, ...}
 -- Members with score <= now (Redis TIME) are re-scored to token = now + lease and returned
--- with their stored envelope; a member without envelope is removed.
+-- with their stored envelope; a member without envelope is removed. The next head is the
+-- least score left: of the first entry after the due ones and of the token (read again
+-- only when more than PEEK were due).
+-- Per group: one ZRANGE of the first PEEK entries (+ a ZRANGEBYSCORE and a second ZRANGE
+-- when more were due), HMGET, ZADD XX: the commands, not the messages, cost Redis most.
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory
 -- (maxmemory reached, noeviction). It only re-scores existing members (ZADD XX) and removes
 -- orphans, so it needs no new memory, and delivering is what frees memory: refused, it would
@@ -15,12 +19,31 @@ local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
 --!include groups.lua
 
+local PEEK = 8 -- entries read by rank first: at a steady load a claim finds a few due
+
+-- due returns the ids of z due now (score <= now), at most max, in score order, and, when
+-- it is known without another read, the score of the first entry left after them (false:
+-- none is left; nil: not known). One ZRANGE of the first PEEK entries answers both when
+-- fewer than PEEK are due (the common case); else a ZRANGEBYSCORE reads the due ones.
+local function due(z, max)
+  local first = redis.call('ZRANGE', z, 0, PEEK - 1, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #first, 2 do
+    local score = tonumber(first[i + 1])
+    if score > now or #ids == max then return ids, score end
+    ids[#ids + 1] = first[i]
+  end
+  if #first < 2 * PEEK then return ids, false end
+  return redis.call('ZRANGEBYSCORE', z, '-inf', string.format('%d', now), 'LIMIT', 0, max), nil
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local token = now + tonumber(ARGV[1])
   local tokenStr = string.format('%d', token)
   local out = {now, token, -1}
-  local ids = redis.call('ZRANGEBYSCORE', z, '-inf', string.format('%d', now), 'LIMIT', 0, tonumber(ARGV[2]))
+  local ids, rest = due(z, tonumber(ARGV[2]))
+  local leased = false
   for i = 1, #ids, CHUNK do
     local last = math.min(i + CHUNK - 1, #ids)
     local envs = redis.call('HMGET', m, unpack(ids, i, last))
@@ -36,11 +59,22 @@ local function shard(KEYS, ARGV)
         orphans[#orphans + 1] = id
       end
     end
-    if #zadd > 0 then redis.call('ZADD', z, 'XX', unpack(zadd)) end
+    if #zadd > 0 then
+      redis.call('ZADD', z, 'XX', unpack(zadd))
+      leased = true
+    end
     if #orphans > 0 then redis.call('ZREM', z, unpack(orphans)) end
   end
-  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  if head[2] then out[3] = tonumber(head[2]) end
+  if rest == nil then
+    local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+    if head[2] then out[3] = tonumber(head[2]) end
+  elseif rest and leased then
+    out[3] = math.min(rest, token)
+  elseif rest then
+    out[3] = rest
+  elseif leased then
+    out[3] = token
+  end
   return out
 end
 

@@ -1,0 +1,204 @@
+package delaystore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/internal/testredis"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestPositionShard: 64 consecutive positions of one stream or partition share a shard,
+// the next 64 go to the next shard (from the fnv32a of the id up to its last ':'); ids
+// that are no source position are not sharded by position.
+func TestPositionShard(t *testing.T) {
+	for _, prefix := range []string{"js:IN", "kafka:delay.in:2", "js:a:b"} {
+		base := ShardOf(prefix, 16)
+		for pos := range 64 * 20 {
+			id := fmt.Sprintf("%s:%d", prefix, pos)
+			got, ok := PositionShard(id, 16)
+			if want := (base + pos/64) % 16; !ok || got != want {
+				t.Fatalf("PositionShard(%q) = %d, %v; want %d", id, got, ok, want)
+			}
+		}
+	}
+	if got, ok := PositionShard("js:IN:9999999999999999999", 7); !ok || got != int((uint64(fnv32a("js:IN"))+9999999999999999999/64)%7) {
+		t.Fatalf("largest position: %d, %v", got, ok)
+	}
+	for _, id := range []string{"", "js:", "js:IN:", "js:IN:12a", "js:IN:+5", "js:IN:-5", "js:IN: 5",
+		"js:IN:18446744073709551616", "js:IN:00000000000000000001", "order-1", "nats:IN:5", "JS:IN:5", "kafka5"} {
+		if sh, ok := PositionShard(id, 16); ok {
+			t.Errorf("PositionShard(%q) = %d, true; want no position", id, sh)
+		}
+	}
+	if _, ok := PositionShard("js:IN:5", 0); ok {
+		t.Error("PositionShard with 0 shards")
+	}
+}
+
+// TestLayoutOfNewStore: an empty store gets the position layout (recorded in P:shards):
+// a run of consecutive arrivals of one stream parks in one shard, and every one of them
+// is found by id (Get, Cancel); an explicit id stays in its fnv shard.
+func TestLayoutOfNewStore(t *testing.T) {
+	f := setup(t, func(c *Config) { c.Shards = 16 })
+	ctx := t.Context()
+	if v := f.rdb.Get(ctx, f.s.shardsKey).Val(); v != "16,p64" {
+		t.Fatalf("P:shards = %q, want 16,p64", v)
+	}
+	var reqs []ParkRequest
+	for i := 128; i < 192; i++ { // one run of 64 positions
+		id := fmt.Sprintf("js:IN:%d", i)
+		r := sourced(id, id, false)
+		r.Delay = time.Hour
+		reqs = append(reqs, r)
+	}
+	reqs = append(reqs, ParkRequest{ID: "order-1", Replace: true, Delay: time.Hour, Envelope: sampleEnvelope(0)})
+	f.park(t, reqs...)
+	run := (ShardOf("js:IN", 16) + 2) % 16
+	if n := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); n != 64 {
+		t.Fatalf("shard %d holds %d of the run of 64", run, n)
+	}
+	if sh := ShardOf("order-1", 16); f.rdb.ZScore(ctx, f.s.keys[sh].z, "order-1").Err() != nil {
+		t.Fatalf("order-1 not in its fnv shard %d", sh)
+	}
+	for _, r := range reqs {
+		if m, err := f.s.Get(ctx, r.ID); err != nil || m.Shard != f.s.ShardOf(r.ID) {
+			t.Fatalf("get %s: %+v, %v", r.ID, m, err)
+		}
+	}
+	for _, id := range []string{"js:IN:130", "order-1"} {
+		if ok, err := f.s.Cancel(ctx, id); err != nil || !ok {
+			t.Fatalf("cancel %s: %v, %v", id, ok, err)
+		}
+	}
+}
+
+// TestLayoutOfExistingStore: a store recorded by an earlier version ("<N>": the id layout)
+// keeps fnv32a(id) for every id, so what that version parked is still found by id and a
+// redelivery of what it delivered meets its tombstone; a malformed record is refused.
+func TestLayoutOfExistingStore(t *testing.T) {
+	url := testredis.URL(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := testredis.Prefix(t)
+	if err := rdb.Set(t.Context(), prefix+":shards", "16", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, Config{KeyPrefix: prefix, Shards: 16, Lease: 30 * time.Second, TombstoneTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{s: s, rdb: rdb, prefix: prefix}
+	id := "js:IN:4242"
+	if s.ShardOf(id) != ShardOf(id, 16) {
+		t.Fatalf("id layout: shard %d, want fnv %d", s.ShardOf(id), ShardOf(id, 16))
+	}
+	if pos, _ := PositionShard(id, 16); pos == ShardOf(id, 16) {
+		t.Fatalf("test id %s has the same shard in both layouts", id)
+	}
+	f.park(t, sourced(id, id, false))
+	f.deliver(t, id)
+	if p := f.park(t, sourced(id, id, false)); !p[0].Delivered {
+		t.Fatalf("redelivery: %+v, want Delivered", p[0])
+	}
+	if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != "16" {
+		t.Fatalf("P:shards rewritten to %q", v)
+	}
+	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64"} {
+		if err := rdb.Set(t.Context(), prefix+":shards", bad, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(t.Context()); !errors.Is(err, ErrShardMismatch) || !strings.Contains(err.Error(), bad) {
+			t.Errorf("P:shards %q: Init err %v, want ErrShardMismatch naming it", bad, err)
+		}
+	}
+}
+
+// TestLayoutRedeliveryDedup: in the position layout a redelivery of a delivered message
+// (same source id, so same id) meets its tombstone, and one of a parked message keeps the
+// entry, for JetStream and Kafka positions across run boundaries.
+func TestLayoutRedeliveryDedup(t *testing.T) {
+	f := setup(t, func(c *Config) { c.Shards = 16; c.TombstoneTTL = time.Minute })
+	for _, id := range []string{"js:IN:63", "js:IN:64", "kafka:delay.in:1:127", "kafka:delay.in:1:128"} {
+		if p := f.park(t, sourced(id, id, false)); p[0].Existed {
+			t.Fatalf("first park of %s: %+v", id, p[0])
+		}
+		if p := f.park(t, sourced(id, id, false)); !p[0].Existed || p[0].Delivered {
+			t.Fatalf("redelivery of parked %s: %+v, want the entry kept", id, p[0])
+		}
+		f.deliver(t, id)
+		if p := f.park(t, sourced(id, id, false)); !p[0].Delivered {
+			t.Fatalf("redelivery of delivered %s: %+v, want Delivered", id, p[0])
+		}
+	}
+	if z, m := f.counts(t); z != 0 || m != 0 {
+		t.Fatalf("store holds z %d m %d, want empty", z, m)
+	}
+}
+
+// TestLayoutAgreedByReplicas: replicas starting together on an empty store all get the
+// position layout (one SET NX decides).
+func TestLayoutAgreedByReplicas(t *testing.T) {
+	url := testredis.URL(t)
+	prefix := testredis.Prefix(t)
+	var wg sync.WaitGroup
+	stores := make([]*Store, 8)
+	for i := range stores {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(opt)
+		t.Cleanup(func() { _ = rdb.Close() })
+		if stores[i], err = New(rdb, Config{KeyPrefix: prefix, Shards: 16, Lease: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := stores[i].Init(t.Context()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i, s := range stores {
+		if pos, _ := PositionShard("js:IN:999", 16); s.ShardOf("js:IN:999") != pos {
+			t.Fatalf("replica %d does not shard by position", i)
+		}
+	}
+}
+
+// TestNotInitialisedRefusesIDs: before Init has read the layout, calls that address an id
+// refuse (ErrNotInitialised) instead of guessing its shard.
+func TestNotInitialisedRefusesIDs(t *testing.T) {
+	s, err := New(testredis.Client(t), Config{KeyPrefix: testredis.Prefix(t), Shards: 16, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := s.Park(ctx, []ParkRequest{{ID: "js:IN:1", Envelope: sampleEnvelope(0)}}); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("park: %v", err)
+	}
+	if _, err := s.Get(ctx, "js:IN:1"); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("get: %v", err)
+	}
+	if _, err := s.Cancel(ctx, "js:IN:1"); !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("cancel: %v", err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Park(ctx, []ParkRequest{{ID: "js:IN:1", Envelope: sampleEnvelope(0)}}); err != nil {
+		t.Errorf("park after Init: %v", err)
+	}
+}
