@@ -17,6 +17,10 @@ func (f *fixture) replica(t *testing.T, lease time.Duration) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A replica reads the store's layout before it finds the shard of an id.
+	if err := s.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	s.audit.lease, s.audit.renew = lease, lease/3
 	return s
 }
