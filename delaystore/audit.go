@@ -236,6 +236,40 @@ func (r *AuditRecord) End(ctx context.Context, matched, changed int64, failed er
 	return r.set(ctx, state, true, matched, changed)
 }
 
+// Hold keeps the entry running while a change outlasts the lease (a CLI redrive that
+// watches for letters refused again): it renews the lease every few seconds (opRenew) in
+// a goroutine, counts 0 until End, until the returned stop is called or ctx is done. A
+// renewal that fails is tried again at the next tick (meanwhile the entry may show
+// interrupted); one refused because another run took the entry over ends the renewals.
+// stop waits for the goroutine: call it before End (a record is not safe for concurrent
+// use).
+func (r *AuditRecord) Hold(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.s.audit.renew)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, r.s.audit.renew)
+			err := r.set(rctx, AuditRunning, false, 0, 0)
+			rcancel()
+			if errors.Is(err, ErrOpLost) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // AuditPage is one page of the audit log, newest first; Next is the op id to go on after
 // ("" when none is older).
 type AuditPage struct {

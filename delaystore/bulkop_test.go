@@ -343,3 +343,30 @@ func TestAuditListPagesAndBounds(t *testing.T) {
 		t.Fatalf("a malformed position: %v", err)
 	}
 }
+
+// TestAuditHold: a record held past its lease is listed running, not interrupted; once
+// the holding stops, the lease runs out (interrupted) and End still settles it done.
+func TestAuditHold(t *testing.T) {
+	f := setup(t)
+	s := f.replica(t, 600*time.Millisecond)
+	rec, err := s.AuditBegin(t.Context(), AuditEntry{Op: "redrive", Actor: "alice", Remote: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := rec.Hold(t.Context())
+	time.Sleep(1800 * time.Millisecond) // three leases
+	if e := auditEntryOf(t, s, rec.OpID()); e.State != AuditRunning {
+		t.Errorf("held for three leases: %+v, want running", e)
+	}
+	stop()
+	time.Sleep(800 * time.Millisecond)
+	if e := auditEntryOf(t, s, rec.OpID()); e.State != AuditInterrupted {
+		t.Errorf("a lease after the holding stopped: %+v, want interrupted", e)
+	}
+	if err := rec.End(t.Context(), 4, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e := auditEntryOf(t, s, rec.OpID()); e.State != AuditDone || e.Matched != 4 || e.Changed != 3 {
+		t.Errorf("ended: %+v, want done 4/3", e)
+	}
+}

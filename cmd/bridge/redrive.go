@@ -20,8 +20,9 @@ import (
 )
 
 // runRedrive is `bridge redrive`: dead letters of one broker back to its ingress
-// (internal/redrive; docs/design.md "Dead-letter redrive"). The counts by reason are
-// printed also when it stops on an error.
+// (internal/redrive; docs/design.md "Dead-letter redrive"), recorded in the audit log
+// (beginRedriveAudit) unless --no-audit. The counts by reason are printed also when it
+// stops on an error.
 func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge redrive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,8 +33,12 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped (resets the group's offsets: refused while another run is in the group)")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	wait := fs.Duration("wait", 5*time.Second, "after the last letter, watch the dead letters this long (renewed by each one seen) for letters refused again (0: no watch)")
+	noAudit := fs.Bool("no-audit", false, "do not record the run in the audit log (a run whose entry cannot be written to Redis is refused without it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--wait D] [--from-start] [--json]")
+		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--wait D] [--from-start] [--json] [--no-audit]")
+		fmt.Fprintln(stderr, "Each run is recorded in the audit log (bridge audit) in the Redis of BRIDGE_REDIS_URL (or the")
+		fmt.Fprintln(stderr, "BRIDGE_REDIS_* topology): a redrive whose entry cannot be written within 5s is not run unless")
+		fmt.Fprintln(stderr, "--no-audit is given; a --dry-run, which changes nothing, then warns and goes on.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -57,12 +62,19 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 			opts.Reasons = append(opts.Reasons, r)
 		}
 	}
+	end := func(redrive.Counts, error) {}
+	if *noAudit {
+		fmt.Fprintln(stderr, "note: not recorded in the audit log (--no-audit)")
+	} else if end, err = beginRedriveAudit(ctx, cfg, environ, redriveSelector(broker, opts, *fromStart), *dryRun, stderr); err != nil {
+		return err
+	}
 	var counts redrive.Counts
 	if broker == "nats" {
 		counts, err = redriveNATS(ctx, cfg, opts)
 	} else {
 		counts, err = redriveKafka(ctx, cfg, opts, *fromStart)
 	}
+	end(counts, err)
 	if counts != nil {
 		if *asJSON {
 			_ = json.NewEncoder(stdout).Encode(counts)

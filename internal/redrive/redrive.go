@@ -117,6 +117,18 @@ func (c Counts) of(reason string) *Tally {
 	return t
 }
 
+// Totals are a run's matched and changed, as the API's answer and the audit log count
+// them: matched the letters selected (a dry run: those it would send), changed those sent
+// back that left the dead-letter store (redriven, or refused again and replaced by their
+// new letter).
+func (c Counts) Totals() (matched, changed int) {
+	for _, t := range c {
+		matched += t.Selected
+		changed += t.Redriven + t.Refused
+	}
+	return matched, changed
+}
+
 // Print writes the counts as a table, one line per reason, sorted.
 func (c Counts) Print(w io.Writer, dryRun bool) error {
 	reasons := make([]string, 0, len(c))

@@ -282,9 +282,8 @@ func redriveResponse(dryRun bool, counts redrive.Counts) httpapi.RedriveResponse
 	out := httpapi.RedriveResponse{DryRun: dryRun, ByReason: make(map[string]httpapi.RedriveTally, len(counts))}
 	for reason, t := range counts {
 		out.ByReason[reason] = httpapi.RedriveTally{Redriven: t.Redriven, Refused: t.Refused, Other: t.Other, Selected: t.Selected, Left: t.Left}
-		out.Matched += t.Selected
-		out.Changed += t.Redriven + t.Refused
 	}
+	out.Matched, out.Changed = counts.Totals()
 	return out
 }
 
