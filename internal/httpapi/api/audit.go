@@ -92,6 +92,16 @@ func (r *AuditRecord) End(ctx context.Context, matched, changed int64, failed er
 	return r.rec.End(ctx, matched, changed, failed)
 }
 
+// Hold keeps the record running while a change outlasts the entry's lease (a redrive may
+// take its 40 s): see delaystore.AuditRecord.Hold. Call stop before End. A nil record
+// holds nothing.
+func (r *AuditRecord) Hold(ctx context.Context) (stop func()) {
+	if r == nil {
+		return func() {}
+	}
+	return r.rec.Hold(ctx)
+}
+
 // OpID is the record's op id ("" for a nil record).
 func (r *AuditRecord) OpID() string {
 	if r == nil {

@@ -220,14 +220,18 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
 	}
-	end := func(o RedriveOutcome) {
-		// The entry is settled even when the client went away (a redrive sent what it sent).
+	// The entry stays running while the redrive outlasts its lease, and is settled even when
+	// the client went away (a redrive sent what it sent).
+	stopHold := rec.Hold(r.Context())
+	settle := func(o RedriveOutcome) {
+		stopHold()
 		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
 	}
+	end := settle
 	if a.cfg.RedriveHook != nil {
 		hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
 		end = func(o RedriveOutcome) {
-			_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
+			settle(o)
 			hookEnd(o)
 		}
 	}
