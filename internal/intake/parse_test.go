@@ -489,7 +489,7 @@ func TestReason(t *testing.T) {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
-	if got := Reasons(); len(got) != 16 || got[len(got)-1] != contract.ReasonUnknown {
+	if got := Reasons(); len(got) != 17 || got[len(got)-1] != contract.ReasonUnknown {
 		t.Errorf("Reasons() = %v", got)
 	}
 }
