@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,11 +18,19 @@ type TargetCount struct {
 	// NextDue is the earliest scheduled time of the target's messages (unix ms); 0 when
 	// it is unknown: Targets read maxRead entries before it could be sure of it.
 	NextDue int64
+	// Window is the spread window (x-delay-window) of the message due at NextDue, the one
+	// Targets read to find it: not a summary of the target's messages; 0 when it has none
+	// or NextDue is unknown.
+	Window time.Duration
+	// Quota is the BRIDGE_TARGET_QUOTA pattern the target counts against (the first of
+	// the store's rules that matches it), "" for none.
+	Quota string
 }
 
 // Targets returns every target with parked messages, most parked first (then by name):
 // the counts that park, ack, cancel and bulk keep per shard, summed, and each target's
-// next due time. A shard whose counts are not marked complete (written by a version that
+// next due time with that message's spread window, and the quota pattern it counts
+// against. A shard whose counts are not marked complete (written by a version that
 // kept none), or every shard with recount, is counted from its entries first (counts.lua:
 // one script run per shard, ~3 us per entry). Next dues are found by reading each shard
 // in scheduled order, all shards' chunks in one pipeline a round, until the shard showed
@@ -38,7 +47,11 @@ func (s *Store) Targets(ctx context.Context, recount bool, maxRead int) ([]Targe
 	}
 	out := make([]TargetCount, 0, len(counts))
 	for t, n := range counts {
-		out = append(out, TargetCount{Target: t, Parked: n})
+		tc := TargetCount{Target: t, Parked: n}
+		if r := s.quota.match(t); r >= 0 {
+			tc.Quota = s.quota.rules[r].Pattern
+		}
+		out = append(out, tc)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Parked != out[j].Parked {
@@ -161,7 +174,7 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 				if t, ok := index[l.Target]; ok && held[sh.shard][l.Target] {
 					delete(held[sh.shard], l.Target)
 					if targets[t].NextDue == 0 || l.Scheduled < targets[t].NextDue {
-						targets[t].NextDue = l.Scheduled
+						targets[t].NextDue, targets[t].Window = l.Scheduled, l.Window
 					}
 				}
 			}
@@ -171,7 +184,7 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 	for _, h := range held {
 		for t := range h { // counted here, not seen: this shard may hold an earlier one
 			if i, ok := index[t]; ok {
-				targets[i].NextDue = 0
+				targets[i].NextDue, targets[i].Window = 0, 0
 			}
 		}
 	}

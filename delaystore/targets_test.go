@@ -98,3 +98,76 @@ func TestTargetsCountsAnOldStore(t *testing.T) {
 		t.Fatalf("after a recount: %v", counts)
 	}
 }
+
+// Each target's window is that of the message due at its next due (the earliest over the
+// shards), not of a later one; its quota is the first BRIDGE_TARGET_QUOTA pattern that
+// matches it ("" for none). A next due left unknown by the work bound has no window.
+func TestTargetsWindowAndQuota(t *testing.T) {
+	f := setup(t, func(c *Config) { c.TargetQuota = "nats:orders.*=5,orders.*=9,billing.*=3" })
+	now := f.now(t)
+	base := now + 3_600_000
+	park := func(id, target string, at int64, window time.Duration) {
+		env := sampleEnvelope(1)
+		env.Target, env.Window = target, window
+		f.park(t, ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
+	}
+	for i := range 4 { // the earliest has a window, the later ones another or none
+		park(fmt.Sprintf("o%d", i), "nats:orders.a", base+int64(i)*60_000, []time.Duration{10 * time.Second, time.Minute, 0, 0}[i])
+		park(fmt.Sprintf("k%d", i), "kafka:orders.b", base+int64(i)*60_000, []time.Duration{0, 7 * time.Second, 0, 0}[i])
+		park(fmt.Sprintf("x%d", i), "nats:other", base+int64(i)*60_000, []time.Duration{0, 0, 3 * time.Second, 3 * time.Second}[i])
+	}
+	ts, _, dues := targetsOf(t, f, false)
+	got := map[string]TargetCount{}
+	for _, tc := range ts {
+		got[tc.Target] = tc
+	}
+	if o := got["nats:orders.a"]; o.Window != 10*time.Second || o.Quota != "nats:orders.*" || o.NextDue < base || o.NextDue > base+10_000 {
+		t.Errorf("nats:orders.a: %+v, want window 10s, quota nats:orders.*, next due in [%d, %d]", o, base, base+10_000)
+	}
+	if k := got["kafka:orders.b"]; k.Window != 0 || k.Quota != "orders.*" || k.NextDue != base {
+		t.Errorf("kafka:orders.b: %+v, want no window, quota orders.* (first match)", k)
+	}
+	if x := got["nats:other"]; x.Window != 0 || x.Quota != "" || dues["nats:other"] != base {
+		t.Errorf("nats:other: %+v, want no window, no quota", x)
+	}
+
+	// A target seen with a window in one shard and still unseen behind 600 entries of
+	// another: its next due is unknown, and so is its window.
+	g := setup(t)
+	idIn := func(sh int, prefix string, skip int) string {
+		for i := 0; ; i++ {
+			if id := fmt.Sprintf("%s%d", prefix, i); g.s.ShardOf(id) == sh {
+				if skip == 0 {
+					return id
+				}
+				skip--
+			}
+		}
+	}
+	parkIn := func(id, target string, at int64, window time.Duration) {
+		env := sampleEnvelope(1)
+		env.Target, env.Window = target, window
+		g.park(t, ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
+	}
+	parkIn(idIn(0, "rare-", 0), "nats:rare", base, 5*time.Second)
+	var reqs []ParkRequest
+	for i := range 600 {
+		env := sampleEnvelope(1)
+		env.Target = "nats:common"
+		reqs = append(reqs, ParkRequest{ID: idIn(1, "c-", i), Absolute: true, At: base + int64(i), Envelope: env})
+	}
+	g.park(t, reqs...)
+	parkIn(idIn(1, "rare-", 0), "nats:rare", base+10_000, 0)
+	ts, err := g.s.Targets(t.Context(), false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range ts {
+		if tc.Target == "nats:rare" && (tc.NextDue != 0 || tc.Window != 0) {
+			t.Errorf("nats:rare unseen in shard 1: %+v, want next due and window unknown (0)", tc)
+		}
+	}
+	if ts, err = g.s.Targets(t.Context(), false, 1_000_000); err != nil || len(ts) != 2 || ts[1].Target != "nats:rare" || ts[1].Window != 5*time.Second {
+		t.Errorf("read to the end: %+v %v, want nats:rare with window 5s", ts, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	if _, err := c.Send(t.Context(), httpapi.PostRequest{ID: "inv-2", Target: "billing.invoice", Delay: []byte(`"20m"`), Window: []byte(`"90s"`), Payload: &windowed}); err != nil {
 		t.Fatal(err)
 	}
+	// A target of no quota pattern whose next message has a window.
+	reminder := `{"remind":1}`
+	if _, err := c.Send(t.Context(), httpapi.PostRequest{ID: "rem-1", Target: "reminders.daily", Delay: []byte(`"30m"`), Window: []byte(`"10m"`), Payload: &reminder}); err != nil {
+		t.Fatal(err)
+	}
 	const hostile = `<img src=x onerror="document.title='owned'">`
 	send("xss-1", "billing.invoice", "2h", hostile, map[string]string{"note": hostile})
 
@@ -108,12 +114,26 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SendKeys("#token", token),
 		chromedp.Click("#token-save"),
 		chromedp.WaitVisible(`//table[@id="targets"]//a[text()="nats:billing.invoice"]`))
-	if got := text("#parked-total .big"); got != "9" {
-		t.Fatalf("overview parked total %q, want 9", got)
+	if got := text("#parked-total .big"); got != "10" {
+		t.Fatalf("overview parked total %q, want 10", got)
 	}
 	do("the overview's charts", chromedp.WaitVisible("#forecast-hour rect"), chromedp.Sleep(300*time.Millisecond), shot("console-overview"))
 	if rows := text("#targets tbody"); !strings.Contains(rows, "nats:billing.invoice\t6") || !strings.Contains(rows, "nats:orders.timeout\t3") {
 		t.Fatalf("targets table:\n%s", rows)
+	}
+	// Each target's window (of its next message) and quota (pattern and its use) cells.
+	for target, want := range map[string][2]string{
+		"nats:billing.invoice": {"-", "billing.* 6/8 (75.0%)"}, // inv-1 first, no window
+		"nats:orders.timeout":  {"-", "orders.* 3/100 (3.0%)"},
+		"nats:reminders.daily": {"10m", "-"},
+	} {
+		cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+			const a = [...document.querySelectorAll('#targets a.target-link')].find(a => a.textContent === `+strconv.Quote(target)+`);
+			return a ? [...a.closest('tr').cells].map(c => c.textContent) : [];
+		})()`))
+		if err != nil || len(cells) != 6 || cells[4] != want[0] || cells[5] != want[1] {
+			t.Errorf("%s's row: %q %v; want window %q, quota %q", target, cells, err, want[0], want[1])
+		}
 	}
 	if rows := text("#quotas tbody"); !strings.Contains(rows, "billing.*\t6\t8\t75.0%\t0") || !strings.Contains(rows, "orders.*\t3\t100\t3.0%\t0") {
 		t.Fatalf("quotas table:\n%s", rows)

@@ -110,11 +110,16 @@ type ListResponse struct {
 }
 
 // TargetResponse is one target of GET /v1/targets: NextDue (unix ms) is null when the
-// request's time ran out before the target's first message was found.
+// request's time ran out before the target's first message was found. Window (ms, an
+// extension) is the spread window of that next message only, absent when it has none;
+// Quota (an extension) the BRIDGE_TARGET_QUOTA pattern the target counts against, absent
+// for none.
 type TargetResponse struct {
 	Target  string `json:"target"`
 	Parked  int64  `json:"parked"`
 	NextDue *int64 `json:"next_due"`
+	Window  int64  `json:"window,omitempty"`
+	Quota   string `json:"quota,omitempty"`
 }
 
 // TargetsResponse is the 200 body of GET /v1/targets, most parked first; Quotas (an

@@ -26,9 +26,9 @@ type Quotaer interface {
 	Quotas(ctx context.Context) ([]delaystore.QuotaUsage, error)
 }
 
-// targets serves GET /v1/targets: parked count and next due per target, most parked
-// first; ?recount=1 counts every shard from its entries first. 400 for another
-// parameter, 503 when Redis failed.
+// targets serves GET /v1/targets: parked count, next due (with that message's window)
+// and quota pattern per target, most parked first; ?recount=1 counts every shard from
+// its entries first. 400 for another parameter, 503 when Redis failed.
 func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 	tg, ok := a.store.(Targeter)
 	if !ok {
@@ -62,7 +62,7 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for i, t := range ts {
-		out.Targets[i] = httpapi.TargetResponse{Target: t.Target, Parked: t.Parked}
+		out.Targets[i] = httpapi.TargetResponse{Target: t.Target, Parked: t.Parked, Window: t.Window.Milliseconds(), Quota: t.Quota}
 		if t.NextDue != 0 {
 			due := t.NextDue
 			out.Targets[i].NextDue = &due

@@ -69,19 +69,31 @@ func TestTargetsNextDueOnSlowRedis(t *testing.T) {
 
 // TestQuotaAPI: a POST over its target's BRIDGE_TARGET_QUOTA is answered 429
 // quota_exceeded and parks nothing; a DELETE frees the place at once; GET /v1/targets
-// shows the quota's use.
+// shows the quota's use, and per target its quota pattern and its next message's window.
 func TestQuotaAPI(t *testing.T) {
 	st := storetest.NewWith(t, delaystore.Config{Lease: time.Second, TargetQuota: "tenant-a.*=2"})
 	c := newAPIOn(t, "", st)
 	ctx := context.Background()
-	send := func(id string) error {
-		_, err := c.Send(ctx, httpapi.PostRequest{Target: "tenant-a.orders", Delay: []byte(`"1h"`), ID: id, Payload: str("x")})
+	sendTo := func(id, target, delay, window string) error {
+		req := httpapi.PostRequest{Target: target, Delay: []byte(`"` + delay + `"`), ID: id, Payload: str("x")}
+		if window != "" {
+			req.Window = []byte(`"` + window + `"`)
+		}
+		_, err := c.Send(ctx, req)
 		return err
 	}
-	for _, id := range []string{"a", "b"} {
-		if err := send(id); err != nil {
-			t.Fatal(err)
-		}
+	send := func(id string) error { return sendTo(id, "tenant-a.orders", "2h", "") }
+	if err := sendTo("a", "tenant-a.orders", "1h", "30s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := send("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendTo("free", "other", "1h", "1s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendTo("free-2", "other", "30m", ""); err != nil {
+		t.Fatal(err)
 	}
 	var apiErr *client.APIError
 	if err := send("c"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || !strings.HasPrefix(apiErr.Message, contract.ReasonQuotaExceeded+":") {
@@ -93,6 +105,16 @@ func TestQuotaAPI(t *testing.T) {
 	ts, err := c.Targets(ctx, false)
 	if err != nil || len(ts.Quotas) != 1 || ts.Quotas[0] != (httpapi.QuotaResponse{Pattern: "tenant-a.*", Limit: 2, Parked: 2, Rejected: 1}) {
 		t.Fatalf("targets: %+v %v", ts.Quotas, err)
+	}
+	want := []httpapi.TargetResponse{{Target: "nats:other", Parked: 2}, {Target: "nats:tenant-a.orders", Parked: 2, Window: 30_000, Quota: "tenant-a.*"}}
+	for i, w := range want {
+		if i >= len(ts.Targets) || ts.Targets[i].NextDue == nil {
+			t.Fatalf("targets: %+v, want %+v", ts.Targets, want)
+		}
+		w.NextDue = ts.Targets[i].NextDue
+		if ts.Targets[i] != w {
+			t.Errorf("target %d: %+v, want %+v", i, ts.Targets[i], w)
+		}
 	}
 	if ok, err := c.Cancel(ctx, "a"); !ok || err != nil {
 		t.Fatal(ok, err)

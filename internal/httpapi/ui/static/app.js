@@ -113,9 +113,11 @@ async function overview() {
     api('GET', '/v1/forecast?step=60000&buckets=60'), api('GET', '/v1/forecast?step=3600000&buckets=24'),
   ]);
   const card = (id, title, value, sub) => el('section', {class: 'card', id}, el('h3', {}, title), el('p', {class: 'big'}, value), el('p', {class: 'sub'}, sub || ''));
+  const quotas = new Map((targets.quotas || []).map(q => [q.pattern, q]));
   const rows = targets.targets.map(t => el('tr', {},
     el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
-    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due))));
+    el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due)),
+    el('td', {class: 'window'}, t.window ? fmtSpan(t.window) : '-'), quotaCell(t.quota, quotas.get(t.quota))));
   const fleet = scope === 'fleet';
   if (fleet) lastOverview = null;
   view.replaceChildren(scopeToggle(scope),
@@ -127,8 +129,9 @@ async function overview() {
     chart('forecast-hour', 'Due in the next hour, by minute', hour, i => '+' + i + 'm'),
     chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
     el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
-      el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'))),
-        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 4}, 'nothing parked'))))),
+      el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'),
+        el('th', {title: 'the spread window (x-delay-window) of the next message only'}, 'window'), el('th', {}, 'quota (pattern: parked/limit)'))),
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 6}, 'nothing parked'))))),
     quotaTable(targets.quotas || []));
 }
 
@@ -151,6 +154,15 @@ function replicaCards(ov, card) {
     card('lateness', 'Lateness p50 / p99', ov.lateness_p50_ms === null ? '-' : num(ov.lateness_p50_ms) + ' / ' + num(ov.lateness_p99_ms) + ' ms',
       num(ov.delivered) + ' deliveries by this replica' + (ov.lateness_max_ms === null ? '' : '; slowest ' + num(ov.lateness_max_ms) + ' ms')),
   ];
+}
+
+// quotaCell is a target's quota on the targets table: the BRIDGE_TARGET_QUOTA pattern it
+// counts against and that pattern's use (all its targets), "-" for none.
+function quotaCell(pattern, q) {
+  if (!pattern) return el('td', {class: 'quota'}, '-');
+  const used = q && q.limit > 0 ? q.parked / q.limit : null;
+  const use = !q ? '' : ' ' + num(q.parked) + '/' + (q.limit > 0 ? num(q.limit) : '-') + (used === null ? '' : ' (' + (100 * used).toFixed(1) + '%)');
+  return el('td', {class: 'quota' + (used !== null && used >= 0.9 ? ' warn' : '')}, pattern + use);
 }
 
 // quotaTable is the use of every BRIDGE_TARGET_QUOTA pattern (GET /v1/targets "quotas"),
