@@ -189,7 +189,7 @@ func (sh *listShard) read(out []any, match func(string) bool) error {
 	return nil
 }
 
-// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, stored
+// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, body
 // length, in retry set. ok is false for an entry that does not decode (left out: Get
 // shows it, egress quarantines it).
 func listed(v []any) (Listed, bool) {
@@ -210,7 +210,7 @@ func listed(v []any) (Listed, bool) {
 		return Listed{}, false
 	}
 	return Listed{ID: id, Target: target, Source: source, Due: due, Scheduled: sched, Attempts: attempts,
-		Size: int(size) - len(prefix) - 1 - preambleLen([]byte(head))}, true
+		Size: int(size) - preambleLen([]byte(head), id)}, true
 }
 
 // listFrontier is the smallest position read up to by a shard that is not through (every
@@ -269,11 +269,39 @@ func posOf(l Listed) ListCursor {
 	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
 }
 
-// preambleLen is how many bytes of a body (encodeBody) come before its payload: format,
-// source id, target, source, key, headers; when they do not all lie in head, the bytes
-// before the headers.
-func preambleLen(head []byte) int {
+// preambleLen is how many bytes of the body of message id (encodeBody) come before its
+// payload, read from head, the body's first bytes: format, source id, target, source,
+// key, headers (and, compact, the hops count); when they do not all lie in head, the
+// bytes before the headers.
+func preambleLen(head []byte, id string) int {
+	if len(head) == 0 {
+		return 0
+	}
 	d := decoder{b: head[1:]}
+	if head[0] >= formatCompactNoSource {
+		if head[0] == formatCompactSource {
+			d.bytes("source id")
+		}
+		flags := d.byte("flags")
+		d.bytes("target")
+		if flags&flagSourceHTTP != flagSourceHTTP {
+			d.bytes("source")
+		}
+		if flags&flagKey != 0 {
+			d.bytes("key")
+		}
+		beforeHeaders := len(head) - len(d.b)
+		if flags&flagHeaders != 0 {
+			d.headers(d.uvarint("header count"))
+		}
+		if flags&flagHops != 0 {
+			d.uvarint("hops")
+		}
+		if d.err != nil {
+			return beforeHeaders
+		}
+		return len(head) - len(d.b)
+	}
 	if head[0] == formatSource {
 		d.bytes("source id")
 	}
@@ -283,11 +311,7 @@ func preambleLen(head []byte) int {
 		d.bytes("key")
 	}
 	beforeHeaders := len(head) - len(d.b)
-	count := d.uvarint("header count")
-	for i := uint64(0); i < count && d.err == nil; i++ {
-		d.bytes("header key")
-		d.bytes("header value")
-	}
+	d.headers(d.uvarint("header count"))
 	if d.err != nil {
 		return beforeHeaders
 	}

@@ -61,7 +61,7 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptPark:   {name: "park", includes: []string{"envelope.lua", "groups.lua"}}, // no flags: refused when Redis is full
 	scriptClaim:  {name: "claim", includes: []string{"groups.lua"}, flags: "allow-oom"},
 	scriptAck:    {name: "ack", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
-	scriptRetry:  {name: "retry", includes: []string{"groups.lua", "settled.lua"}, flags: "allow-oom"},
+	scriptRetry:  {name: "retry", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
 	scriptCancel: {name: "cancel", includes: []string{"envelope.lua"}, flags: "allow-oom"},
 	scriptMember: {name: "member", flags: "allow-oom"},
 	scriptRate:   {name: "rate", flags: "allow-oom"},

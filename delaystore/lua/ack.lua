@@ -48,14 +48,13 @@ local function shard(KEYS, ARGV)
       local k = c + j - 1
       local id = ids[k]
       local a = (k - 1) * 3 + 3
-      local version, attempts = string.match(envs[j] or '', '^(%d+),(%d+),')
+      local version, attempts, _, p = entry(envs[j] or '')
       if envs[j] and not seen[id] and version == ARGV[a + 1] then
         local score = scores[j]
         if score and tonumber(score) == tonumber(ARGV[a + 2]) then
           del[#del + 1] = id
           seen[id] = true
           retried = retried or attempts ~= '0'
-          local p = string.match(envs[j], '^%d+,%d+,%d+,()')
           local src = p and sourceOf(envs[j], p, id) or ''
           if src ~= '' then tombs[#tombs + 1] = src end
           local tgt = p and targetOf(envs[j], p) or ''

@@ -59,7 +59,7 @@ for i = 6, #ARGV, 3 do
   local env = redis.call('HGET', m, id)
   local score = redis.call('ZSCORE', z, id)
   if env and score then
-    local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
+    local version, attempts, due, p = entry(env)
     local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
     local pick = not lineage and version == want and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
@@ -80,7 +80,7 @@ for i = 6, #ARGV, 3 do
         local newDue = bounded(op, due)
         local v = redis.call('INCR', seq)
         local d = string.format('%d', newDue)
-        redis.call('HSET', m, id, string.format('%d', v) .. ',' .. attempts .. ',' .. d .. ',' .. string.sub(env, p))
+        redis.call('HSET', m, id, header(v, attempts, newDue) .. string.sub(env, p))
         redis.call('ZADD', z, d, id)
         redis.call('ZREM', r, id)
         if earliest == nil or newDue < earliest then earliest = newDue end

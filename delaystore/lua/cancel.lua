@@ -48,7 +48,7 @@ local at = tonumber(ARGV[3]) or 0
 local operator = at <= 0
 if operator then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
-local p = env and string.match(env, '^%d+,%d+,%d+,()')
+local p = env and select(4, entry(env))
 local sent = p and not operator and sentOf(env, p)
 if sent and sent > at then
   -- Published by its source after this cancel (the cancel was read late): kept.

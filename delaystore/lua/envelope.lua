@@ -1,5 +1,10 @@
--- envelope: functions on a stored envelope "<version>,<attempts>,<due>,<body>" (the body as
--- delaystore/envelope.go writes it), shared by park, ack, cancel and bulk.
+-- envelope: functions on a stored envelope, shared by the scripts that read or write one.
+-- A stored envelope is a header owned by the scripts, then a body encoded by Go
+-- (delaystore/envelope.go). The header is binary: the byte 1, then version, attempts and
+-- due (ms) as uvarints (header, entry); entries of earlier versions have the text header
+-- "<version>,<attempts>,<due>," (entry reads both). The body starts with its format byte:
+-- 1-3 the layout earlier versions wrote, 4-6 the compact one (flags, target and source
+-- without their broker prefix, key, headers and hops as the flags say).
 -- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
 -- script; it is not a script of its own.
 
@@ -34,41 +39,124 @@ local function skip(s, i)
   return i + n
 end
 
+-- bigUvarint returns the uvarint of at most 8 bytes of s at index i (a header number) and
+-- the index after it; nil when malformed.
+local function bigUvarint(s, i)
+  local n, mul = 0, 1
+  for _ = 1, 8 do
+    local b = string.byte(s, i)
+    if b == nil then return nil, i end
+    n = n + (b % 128) * mul
+    i = i + 1
+    if b < 128 then return n, i end
+    mul = mul * 128
+  end
+  return nil, i
+end
+
+-- entry returns the version, attempts and due of the stored envelope s as decimal strings
+-- and the index of its body; nil when the header is malformed. It reads the binary header
+-- and the text one of earlier versions.
+local function entry(s)
+  if string.byte(s, 1) ~= 1 then
+    local v, a, d, p = string.match(s, '^(%d+),(%d+),(%d+),()')
+    return v, a, d, p
+  end
+  local v, a, d, i
+  v, i = bigUvarint(s, 2)
+  if v then a, i = bigUvarint(s, i) end
+  if a then d, i = bigUvarint(s, i) end
+  if not d then return nil end
+  return string.format('%d', v), string.format('%d', a), string.format('%d', d), i
+end
+
+-- putUvarint returns the uvarint of the number (or decimal string) n; a negative n is 0.
+local function putUvarint(n)
+  n = tonumber(n)
+  if n < 0 then n = 0 end
+  local out = ''
+  while n >= 128 do
+    out = out .. string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  return out .. string.char(n)
+end
+
+-- header returns the binary header of a stored envelope: the byte 1, then version,
+-- attempts and due (numbers or decimal strings) as uvarints. The body follows it.
+local function header(version, attempts, due)
+  return '\1' .. putUvarint(version) .. putUvarint(attempts) .. putUvarint(due)
+end
+
+-- PREFIXES are the broker prefixes a compact body leaves out of target and source, by
+-- the two bits of its flags (delaystore/envelope.go brokerPrefixes).
+local PREFIXES = {[0] = '', 'nats:', 'kafka:'}
+
+-- bitOf returns bit k (0 = lowest) of the byte b.
+local function bitOf(b, k)
+  return math.floor(b / 2 ^ k) % 2
+end
+
 -- sourceOf returns the source id of the body of message id starting at index p of s: by
--- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3); ''
--- when none or malformed.
+-- its format byte, none (1, 4), the id itself (2, 5), or a uvarint-length-prefixed field
+-- (3, 6); '' when none or malformed.
 local function sourceOf(s, p, id)
   local f = string.byte(s, p)
-  if f == 2 then return id end
-  if f ~= 3 then return '' end
+  if f == 2 or f == 5 then return id end
+  if f ~= 3 and f ~= 6 then return '' end
   return (field(s, p + 1)) or ''
 end
 
--- targetOf returns the target ("broker:name") of the body starting at index p of s: the
--- field after the format byte and, with format 3, the source id; '' when malformed.
+-- flagsAt returns the index after the format byte and source id of the body starting at
+-- index p of s (the target field, or a compact body's flags) and whether the body is
+-- compact (formats 4-6); nil when malformed.
+local function flagsAt(s, p)
+  local f = string.byte(s, p)
+  if f == 3 or f == 6 then return skip(s, p + 1), f == 6 end
+  return p + 1, f ~= nil and f >= 4
+end
+
+-- targetOf returns the target ("broker:name") of the body starting at index p of s;
+-- '' when malformed.
 local function targetOf(s, p)
-  local i = p + 1
-  if string.byte(s, p) == 3 then
-    local _
-    _, i = field(s, i)
-    if _ == nil then return '' end
+  local i, compact = flagsAt(s, p)
+  if not i then return '' end
+  if not compact then return (field(s, i)) or '' end
+  local flags = string.byte(s, i)
+  local name = flags and field(s, i + 1)
+  if not name then return '' end
+  return (PREFIXES[flags % 4] or '') .. name
+end
+
+-- headersAt returns the index of the header count of the body starting at index p of s;
+-- nil when it has no header list (a compact body without one) or is malformed. It steps
+-- over source id, target, source and key (a few bytes read per field, nothing copied).
+local function headersAt(s, p)
+  local i, compact = flagsAt(s, p)
+  if not i then return nil end
+  if compact then
+    local flags = string.byte(s, i)
+    if not flags or flags >= 128 then return nil end
+    i = skip(s, i + 1) -- target
+    if i and flags % 16 < 12 then i = skip(s, i) end -- source (none when it is "http")
+    if i and bitOf(flags, 4) == 1 then i = skip(s, i) end -- key
+    if bitOf(flags, 5) == 0 then return nil end
+    return i
   end
-  return (field(s, i)) or ''
+  i = skip(s, i) -- target
+  if i then i = skip(s, i) end -- source
+  if not i then return nil end
+  local flag = string.byte(s, i)
+  i = i + 1
+  if flag == 1 then return skip(s, i) elseif flag ~= 0 then return nil end
+  return i
 end
 
 -- recurring reports whether the body starting at index p of s is a recurring message's:
 -- its last header is the schedule (delaystore/envelope.go: metaEvery, the last meta
--- header). It steps over source id, target, source, key and the header pairs (a few
--- bytes read per field, nothing copied but the last key); false when malformed.
+-- header; a compact body's hops count is not in the list). False when malformed.
 local function recurring(s, p)
-  local i = p + 1
-  if string.byte(s, p) == 3 then i = skip(s, i) end
-  if i then i = skip(s, i) end -- target
-  if i then i = skip(s, i) end -- source
-  if not i then return false end
-  local flag = string.byte(s, i)
-  i = i + 1
-  if flag == 1 then i = skip(s, i) elseif flag ~= 0 then return false end
+  local i = headersAt(s, p)
   if not i then return false end
   local n
   n, i = uvarint(s, i)
@@ -87,16 +175,9 @@ end
 -- sentOf returns the source time (ms) stored with the body starting at index p of s (the
 -- reserved header _delaybridge_sent, the first of the trailing meta headers, written for
 -- messages parked with replace: delaystore/envelope.go metaSent), or nil when it has none
--- or is malformed. It steps over the fields as recurring does.
+-- or is malformed.
 local function sentOf(s, p)
-  local i = p + 1
-  if string.byte(s, p) == 3 then i = skip(s, i) end
-  if i then i = skip(s, i) end -- target
-  if i then i = skip(s, i) end -- source
-  if not i then return nil end
-  local flag = string.byte(s, i)
-  i = i + 1
-  if flag == 1 then i = skip(s, i) elseif flag ~= 0 then return nil end
+  local i = headersAt(s, p)
   if not i then return nil end
   local n
   n, i = uvarint(s, i)

@@ -99,7 +99,7 @@ local function shard(KEYS, ARGV)
     local tomb = tombed[k]
     local existing = cur[id]
     if existing == nil and olds[k] then
-      local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
+      local _, _, due, p = entry(olds[k])
       existing = tonumber(due) or 0
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
       curTgt[id] = p and targetOf(olds[k], p) or ''
@@ -139,7 +139,7 @@ local function shard(KEYS, ARGV)
       local id = ids[k]
       local dueStr = string.format('%d', dues[k])
       hset[#hset + 1] = id
-      hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * W + 4]
+      hset[#hset + 1] = header(version, 0, dues[k]) .. ARGV[3 + (k - 1) * W + 4]
       zadd[#zadd + 1] = dueStr
       zadd[#zadd + 1] = id
       if earliest == nil or dues[k] < earliest then earliest = dues[k] end
