@@ -186,9 +186,9 @@ func withHeader(k, v string) []byte {
 func TestParseStoredCorrupt(t *testing.T) {
 	for _, s := range []string{"", "1,2", "1,2,3", "a,0,1,x", "1,b,1,x", "1,0,c,x", "1,99999999999,1,x",
 		"\x01", "\x01\x05", "\x01\x05\x00", "\x01\x05\x00\x80", "\x01\x05\x80\x00\x01x", // binary: truncated, overlong
-		"\x01\x05\x80\x80\x80\x80\x08\x01x",                                                       // attempts > MaxInt32
-		"\x01\x80\x80\x80\x80\x80\x80\x80\x10\x00\x01x",                                       // version > 2^53
-		"\x01\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x01x",                                   // longer than 8 bytes
+		"\x01\x05\x80\x80\x80\x80\x08\x01x",                 // attempts > MaxInt32
+		"\x01\x80\x80\x80\x80\x80\x80\x80\x10\x00\x01x",     // version > 2^53
+		"\x01\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x01x", // longer than 8 bytes
 	} {
 		t.Run(strconv.Quote(s), func(t *testing.T) {
 			if _, _, err := decodeStored(s, testID); !errors.Is(err, ErrCorrupt) {
