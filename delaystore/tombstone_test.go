@@ -2,15 +2,47 @@ package delaystore
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// tombKey is the tombstone set of id's shard.
+// tombKey is the tombstone key of id's shard: the ZSET of earlier versions, and the
+// prefix of the bucket sets and their index (tombs.lua).
 func (f *fixture) tombKey(id string) string {
 	return fmt.Sprintf("{%s:%d}:t", f.prefix, f.s.ShardOf(id))
+}
+
+// tombstone returns the expiry (ms) of the live bucket of id's shard that holds src, 0
+// when none does.
+func (f *fixture) tombstone(t *testing.T, id, src string) int64 {
+	t.Helper()
+	tk := f.tombKey(id)
+	for _, e := range f.rdb.ZRangeByScore(t.Context(), tk+"b", &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Val() {
+		if f.rdb.SIsMember(t.Context(), tk+"b:"+e, src).Val() {
+			at, err := strconv.ParseInt(e, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}
+	}
+	return 0
+}
+
+// tombstones counts the tombstones in the bucket sets of id's shard and those sets.
+func (f *fixture) tombstones(t *testing.T, id string) (n, sets int64) {
+	t.Helper()
+	keys, err := f.rdb.Keys(t.Context(), f.tombKey(id)+"b:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		n += f.rdb.SCard(t.Context(), k).Val()
+	}
+	return n, int64(len(keys))
 }
 
 // deliver claims id (due now) and acks it, as egress does after the target confirmed.
@@ -51,12 +83,16 @@ func TestTombstoneAbsorbsRedelivery(t *testing.T) {
 			before := f.now(t)
 			f.deliver(t, tc.id)
 			after := f.now(t)
-			exp, err := f.rdb.ZScore(ctx, f.tombKey(tc.id), tc.src).Result()
-			if err != nil {
-				t.Fatalf("no tombstone of %s after the ack: %v", tc.src, err)
+			exp := f.tombstone(t, tc.id, tc.src)
+			if exp == 0 {
+				t.Fatalf("no tombstone of %s after the ack", tc.src)
 			}
-			if ttl := time.Minute.Milliseconds(); int64(exp) < before+ttl || int64(exp) > after+ttl {
-				t.Fatalf("tombstone expiry %d not in [%d, %d]", int64(exp), before+ttl, after+ttl)
+			// At least the TTL, at most 1.5 x TTL (buckets of TTL/2).
+			if ttl := time.Minute.Milliseconds(); exp < before+ttl || exp > after+ttl+ttl/2 {
+				t.Fatalf("tombstone expiry %d not in [%d, %d]", exp, before+ttl, after+ttl+ttl/2)
+			}
+			if pttl := f.rdb.PTTL(ctx, fmt.Sprintf("%sb:%d", f.tombKey(tc.id), exp)).Val(); pttl < time.Minute || pttl > 90*time.Second {
+				t.Fatalf("bucket set expires in %s, want 1m..1m30s", pttl)
 			}
 			p := f.park(t, sourced(tc.id, tc.src, tc.replace))
 			if !p[0].Delivered || !p[0].Existed || p[0].Due != 0 {
@@ -124,8 +160,8 @@ func TestTombstoneOnlyWithSourceID(t *testing.T) {
 			f := setup(t, func(c *Config) { c.TombstoneTTL = tc.ttl })
 			f.park(t, sourced("m-1", tc.src, true))
 			f.deliver(t, "m-1")
-			if n := f.rdb.Exists(t.Context(), f.tombKey("m-1")).Val(); n != 0 {
-				t.Fatalf("tombstone key exists")
+			if n, sets := f.tombstones(t, "m-1"); n != 0 || sets != 0 || f.rdb.Exists(t.Context(), f.tombKey("m-1"), f.tombKey("m-1")+"b").Val() != 0 {
+				t.Fatalf("tombstone keys exist")
 			}
 			if p := f.park(t, sourced("m-1", tc.src, true)); p[0].Delivered || p[0].Existed {
 				t.Fatalf("park after delivery: %+v, want parked", p[0])
@@ -152,11 +188,13 @@ func TestTombstoneCancel(t *testing.T) {
 	}
 }
 
-// TestTombstoneExpiryAndPruning: an expired tombstone no longer absorbs a park, and every
-// ack removes at most twice as many expired tombstones as it deleted entries, oldest first:
-// the set stays bounded without a sweeper, and no ack does unbounded work.
+// TestTombstoneExpiryAndPruning: a tombstone absorbs a park for at least the TTL and no
+// longer than 1.5 x TTL; its bucket set then expires by itself (Redis deletes it: no
+// sweeper) and leaves the index. Tombstones an earlier version wrote (the ZSET t) still
+// absorb a park while live, and every ack removes at most twice as many expired ones as it
+// deleted entries, oldest first, until the set is gone.
 func TestTombstoneExpiryAndPruning(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+	const ttl = 400 * time.Millisecond
 	f := setup(t, func(c *Config) { c.TombstoneTTL = ttl })
 	ctx := t.Context()
 	ids := idsOnShard(f.s, 0, 20, "js:IN")
@@ -182,37 +220,48 @@ func TestTombstoneExpiryAndPruning(t *testing.T) {
 			t.Fatalf("ack: %+v %v", a, err)
 		}
 	}
+	// Tombstones of an earlier version: 9 expired, ids[19]'s live.
+	now := f.now(t)
+	for i, id := range ids[10:19] {
+		f.rdb.ZAdd(ctx, tz, redis.Z{Score: float64(now - 100 + int64(i)), Member: id})
+	}
+	f.rdb.ZAdd(ctx, tz, redis.Z{Score: float64(now + time.Minute.Milliseconds()), Member: ids[19]})
+
 	deliverAll(ids[:10])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 10 {
+	if n, _ := f.tombstones(t, ids[0]); n != 10 {
 		t.Fatalf("%d tombstones after 10 deliveries, want 10", n)
+	}
+	// The ack pruned at most 2 x 10 of the earlier version's expired ones: all 9.
+	if n := f.rdb.ZCard(ctx, tz).Val(); n != 1 {
+		t.Fatalf("%d tombstones left in the earlier version's set, want the live one", n)
 	}
 	if p := f.park(t, sourced(ids[0], ids[0], false)); !p[0].Delivered {
 		t.Fatalf("redelivery within the TTL: %+v, want Delivered", p[0])
 	}
-	time.Sleep(ttl + 50*time.Millisecond) // let the tombstones expire (Redis clock)
-
-	// Expired: ids[1] is parked again.
-	if p := f.park(t, sourced(ids[1], ids[1], false)); p[0].Delivered {
-		t.Fatalf("redelivery after the TTL: %+v, want parked", p[0])
+	if p := f.park(t, sourced(ids[19], ids[19], false)); !p[0].Delivered {
+		t.Fatalf("redelivery with an earlier version's live tombstone: %+v, want Delivered", p[0])
 	}
-	// Cancelled: ids[1]'s tombstone is written again, live now (10: 9 expired, 1 live).
+	if p := f.park(t, sourced(ids[18], ids[18], false)); p[0].Delivered {
+		t.Fatalf("an earlier version's expired tombstone absorbed a park: %+v", p[0])
+	}
+	time.Sleep(ttl + ttl/2 + 50*time.Millisecond) // let the buckets expire (Redis clock)
+
+	// Expired: ids[1] is parked again; the bucket set is gone, and the index forgets it
+	// at the next write.
+	if p := f.park(t, sourced(ids[1], ids[1], false)); p[0].Delivered {
+		t.Fatalf("redelivery after 1.5 x TTL: %+v, want parked", p[0])
+	}
+	if n, sets := f.tombstones(t, ids[0]); n != 0 || sets != 0 {
+		t.Fatalf("%d tombstones in %d sets after they expired", n, sets)
+	}
 	if _, err := f.s.Cancel(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	// One delivery: +1 live, at most 2 expired removed: 10 + 1 - 2 = 9.
-	deliverAll(ids[10:11])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 9 {
-		t.Fatalf("%d tombstones after 1 more delivery, want 9 (2 of 9 expired pruned)", n)
+	if n := f.rdb.ZCard(ctx, tz+"b").Val(); n != 1 {
+		t.Fatalf("index holds %d buckets, want the cancel's one", n)
 	}
-	// Three deliveries: +3, at most 6 of the 7 expired removed: 9 + 3 - 6 = 6.
-	deliverAll(ids[11:14])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 6 {
-		t.Fatalf("%d tombstones after 3 more deliveries, want 6 (6 of 7 expired pruned)", n)
-	}
-	deliverAll(ids[14:20])
-	live := f.rdb.ZCount(ctx, tz, fmt.Sprint(f.now(t)+1), "+inf").Val()
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 11 || live != 11 {
-		t.Fatalf("%d tombstones (%d live) at the end, want 11 live: ids[1] cancelled and ids[10:20]", n, live)
+	if f.tombstone(t, ids[1], ids[1]) == 0 {
+		t.Fatal("no tombstone of the cancel")
 	}
 }
 
@@ -238,7 +287,7 @@ func TestTombstoneFormat1Entry(t *testing.T) {
 	if a, err := f.s.Ack(ctx, []Receipt{c.Receipt}); err != nil || a.N != 1 {
 		t.Fatalf("ack: %+v %v", a, err)
 	}
-	if n := f.rdb.Exists(ctx, f.tombKey(id)).Val(); n != 0 {
+	if n, _ := f.tombstones(t, id); n != 0 {
 		t.Fatal("a format 1 entry left a tombstone")
 	}
 }

@@ -26,6 +26,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
 
+--!include tombs.lua
+
 --!include groups.lua
 
 --!include settled.lua
@@ -72,17 +74,7 @@ local function shard(KEYS, ARGV)
 
   if n > 0 then
     count(KEYS[5], deltas)
-    if ttl > 0 and #tombs > 0 then
-      local exp = string.format('%d', now + ttl)
-      local zadd = {}
-      for _, src in ipairs(tombs) do
-        zadd[#zadd + 1] = exp
-        zadd[#zadd + 1] = src
-      end
-      for i = 1, #zadd, CHUNK do
-        redis.call('ZADD', tz, unpack(zadd, i, math.min(i + CHUNK - 1, #zadd)))
-      end
-    end
+    tombAdd(tz, tombs, ttl)
     local old = redis.call('ZRANGEBYSCORE', tz, '-inf', string.format('%d', now), 'LIMIT', 0, 2 * n)
     for i = 1, #old, CHUNK do
       redis.call('ZREM', tz, unpack(old, i, math.min(i + CHUNK - 1, #old)))

@@ -37,6 +37,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
 
+--!include tombs.lua
+
+local tombs = {} -- source ids of the cancelled entries
+
 -- bounded is the new due of a message stored with due under op 'shift', 'at' or 'now',
 -- or nil when it lies beyond now + ARGV[3] ms (shift, at) or is no finite number.
 local function bounded(op, due)
@@ -73,9 +77,7 @@ for i = 6, #ARGV, 3 do
         redis.call('ZREM', r, id)
         count(KEYS[6], {[targetOf(env, p)] = -1})
         local src = sourceOf(env, p, id)
-        if ttl > 0 and src ~= '' then
-          redis.call('ZADD', tz, string.format('%d', now + ttl), src)
-        end
+        if src ~= '' then tombs[#tombs + 1] = src end
       else
         local newDue = bounded(op, due)
         local v = redis.call('INCR', seq)
@@ -92,4 +94,5 @@ end
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end
+if op == 'cancel' then tombAdd(tz, tombs, ttl) end
 return {n, newer}

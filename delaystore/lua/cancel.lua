@@ -27,6 +27,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+--!include tombs.lua
+
 local function remember(id, sent, window)
   if window <= 0 then return end
   local until_ = now + window
@@ -61,9 +63,7 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 if p then count(KEYS[5], {[targetOf(env, p)] = -1}) end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
-  if src ~= '' then
-    redis.call('ZADD', KEYS[3], string.format('%d', now + tonumber(ARGV[2])), src)
-  end
+  if src ~= '' then tombAdd(KEYS[3], {src}, tonumber(ARGV[2])) end
 end
 remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
 if a + b > 0 then return 1 end

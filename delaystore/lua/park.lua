@@ -29,6 +29,8 @@ local W = 5 -- ARGV values per message
 
 --!include envelope.lua
 
+--!include tombs.lua
+
 --!include groups.lua
 
 local function chunked(cmd, key, list)
@@ -82,15 +84,9 @@ local function shard(KEYS, ARGV)
     if srcs[k] ~= '' then withSrc[#withSrc + 1] = k end
   end
   local tombed = {}
-  for i = 1, #withSrc, CHUNK do
-    local last = math.min(i + CHUNK - 1, #withSrc)
-    local names = {}
-    for j = i, last do names[#names + 1] = srcs[withSrc[j]] end
-    local exps = redis.call('ZMSCORE', KEYS[4], unpack(names))
-    for j = 1, #exps do
-      if exps[j] and tonumber(exps[j]) > now then tombed[withSrc[i + j - 1]] = true end
-    end
-  end
+  local names = {}
+  for j = 1, #withSrc do names[j] = srcs[withSrc[j]] end
+  for j in pairs(tombLive(KEYS[4], names)) do tombed[withSrc[j]] = true end
   local cancelled = remembered(KEYS, ARGV, ids)
   for k = 1, #ids do
     local id = ids[k]

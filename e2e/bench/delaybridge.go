@@ -321,29 +321,45 @@ func (s *dbSystem) close() {
 }
 
 // benchShards is the bridge's BRIDGE_SHARDS (its default) and benchPrefix its
-// BRIDGE_KEY_PREFIX: the store's keys are {bench:<shard>}:z, :m, :t.
+// BRIDGE_KEY_PREFIX: the store's keys are {bench:<shard>}:z, :m, :t, :tb, :tb:<e>.
 const (
 	benchShards = 16
 	benchPrefix = "bench"
 )
 
 // storeCounts sums, over the shards, the parked entries (ZCARD z) and the tombstones
-// (ZCARD t), in one pipeline.
+// (the members of the bucket sets {..}:tb:<e> that the index {..}:tb lists, plus ZCARD t,
+// the set earlier versions wrote), in two pipelines.
 func (s *dbSystem) storeCounts() (parked, tombstones int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pipe := s.rp.rdb.Pipeline()
 	zs, ts := make([]*redis.IntCmd, benchShards), make([]*redis.IntCmd, benchShards)
+	idx := make([]*redis.StringSliceCmd, benchShards)
 	for i := range benchShards {
 		tag := fmt.Sprintf("{%s:%d}", benchPrefix, i)
 		zs[i], ts[i] = pipe.ZCard(ctx, tag+":z"), pipe.ZCard(ctx, tag+":t")
+		idx[i] = pipe.ZRange(ctx, tag+":tb", 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, err
 	}
+	pipe = s.rp.rdb.Pipeline()
+	var sets []*redis.IntCmd
 	for i := range benchShards {
 		parked += zs[i].Val()
 		tombstones += ts[i].Val()
+		for _, e := range idx[i].Val() {
+			sets = append(sets, pipe.SCard(ctx, fmt.Sprintf("{%s:%d}:tb:%s", benchPrefix, i, e)))
+		}
+	}
+	if len(sets) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	for _, c := range sets {
+		tombstones += c.Val()
 	}
 	return parked, tombstones, nil
 }
