@@ -442,15 +442,15 @@ type stored struct {
 	headerLen int
 }
 
-// headerBinary is the first byte of a stored envelope with a binary header:
-// headerBinary, then version, attempts and due (ms) as uvarints, then the body
-// (envelope.lua's entry and header). Entries of earlier versions have the text header
-// "<version>,<attempts>,<due>," and begin with a digit.
-const headerBinary = 1
-
-// maxHeaderUvarint bounds a header number: envelope.lua's numbers are doubles, exact up
-// to 2^53.
-const maxHeaderUvarint = 1<<53 - 1
+// headerBinary is the first byte of a stored envelope with a binary header of
+// headerLenBinary bytes: headerBinary, then version (6 bytes), attempts (3) and due (ms, 6
+// bytes), big-endian, then the body (envelope.lua's entry and header: fixed widths, so
+// Lua reads them with one string.byte and arithmetic). Entries of earlier versions have
+// the text header "<version>,<attempts>,<due>," and begin with a digit.
+const (
+	headerBinary    = 1
+	headerLenBinary = 16
+)
 
 var errPrefix = errors.New("bad stored prefix")
 
@@ -485,41 +485,33 @@ func parseStored(s string) (stored, error) {
 
 // parseBinary reads a stored envelope with the binary header (without copying it).
 func parseBinary(s string) (stored, error) {
-	var v [3]uint64
-	i := 1
-	for k, what := range []string{"version", "attempts", "due"} {
-		x, n := headerUvarint(s[i:])
-		if n <= 0 || x > maxHeaderUvarint || (k == 1 && x > math.MaxInt32) {
-			return stored{}, fmt.Errorf("%w: %w: %s", ErrCorrupt, errPrefix, what)
-		}
-		v[k], i = x, i+n
+	if len(s) < headerLenBinary {
+		return stored{}, fmt.Errorf("%w: %w: truncated binary header", ErrCorrupt, errPrefix)
 	}
-	return stored{version: int64(v[0]), attempts: int(v[1]), due: int64(v[2]), body: s[i:], headerLen: i}, nil
-}
-
-// headerUvarint reads a uvarint of at most 8 bytes from the start of s and returns it
-// and its length; n <= 0 when s has none or an overlong one (a last byte of zero).
-func headerUvarint(s string) (x uint64, n int) {
-	for i := 0; i < len(s) && i < 8; i++ {
-		c := s[i]
-		x |= uint64(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			if i > 0 && c == 0 {
-				return 0, -1
-			}
-			return x, i + 1
+	be := func(b string) int64 {
+		var n int64
+		for i := 0; i < len(b); i++ {
+			n = n<<8 | int64(b[i])
 		}
+		return n
 	}
-	return 0, -1
+	return stored{version: be(s[1:7]), attempts: int(be(s[7:10])), due: be(s[10:16]),
+		body: s[headerLenBinary:], headerLen: headerLenBinary}, nil
 }
 
 // binaryHeader is the binary header of a stored envelope (tests and tools write entries
 // as the scripts do).
 func binaryHeader(version int64, attempts int, due int64) []byte {
 	b := []byte{headerBinary}
-	b = binary.AppendUvarint(b, uint64(version))
-	b = binary.AppendUvarint(b, uint64(attempts))
-	return binary.AppendUvarint(b, uint64(due))
+	for _, f := range []struct {
+		v int64
+		n int
+	}{{version, 6}, {int64(attempts), 3}, {due, 6}} {
+		for i := f.n - 1; i >= 0; i-- {
+			b = append(b, byte(f.v>>(8*i)))
+		}
+	}
+	return b
 }
 
 // decodeStored parses a whole stored envelope of message id.

@@ -39,53 +39,46 @@ local function skip(s, i)
   return i + n
 end
 
--- bigUvarint returns the uvarint of at most 8 bytes of s at index i (a header number) and
--- the index after it; nil when malformed.
-local function bigUvarint(s, i)
-  local n, mul = 0, 1
-  for _ = 1, 8 do
-    local b = string.byte(s, i)
-    if b == nil then return nil, i end
-    n = n + (b % 128) * mul
-    i = i + 1
-    if b < 128 then return n, i end
-    mul = mul * 128
-  end
-  return nil, i
-end
-
 -- entry returns the version, attempts and due of the stored envelope s as decimal strings
 -- and the index of its body; nil when the header is malformed. It reads the binary header
--- and the text one of earlier versions.
+-- (the byte 1, then version in 6 bytes, attempts in 3, due in 6, big-endian: one
+-- string.byte, arithmetic only) and the text one of earlier versions.
 local function entry(s)
-  if string.byte(s, 1) ~= 1 then
+  local m, v1, v2, v3, v4, v5, v6, a1, a2, a3, d1, d2, d3, d4, d5, d6 = string.byte(s, 1, 16)
+  if m ~= 1 then
     local v, a, d, p = string.match(s, '^(%d+),(%d+),(%d+),()')
     return v, a, d, p
   end
-  local v, a, d, i
-  v, i = bigUvarint(s, 2)
-  if v then a, i = bigUvarint(s, i) end
-  if a then d, i = bigUvarint(s, i) end
-  if not d then return nil end
-  return string.format('%d', v), string.format('%d', a), string.format('%d', d), i
+  if not d6 then return nil end
+  local v = ((((v1 * 256 + v2) * 256 + v3) * 256 + v4) * 256 + v5) * 256 + v6
+  local d = ((((d1 * 256 + d2) * 256 + d3) * 256 + d4) * 256 + d5) * 256 + d6
+  return string.format('%d', v), string.format('%d', (a1 * 256 + a2) * 256 + a3), string.format('%d', d), 17
 end
 
--- putUvarint returns the uvarint of the number (or decimal string) n; a negative n is 0.
-local function putUvarint(n)
-  n = tonumber(n)
-  if n < 0 then n = 0 end
-  local out = ''
-  while n >= 128 do
-    out = out .. string.char(n % 128 + 128)
-    n = math.floor(n / 128)
-  end
-  return out .. string.char(n)
+-- bytes6 returns the 6 big-endian bytes of the number n (0 <= n < 2^48).
+local function bytes6(n)
+  local b6 = n % 256
+  n = (n - b6) / 256
+  local b5 = n % 256
+  n = (n - b5) / 256
+  local b4 = n % 256
+  n = (n - b4) / 256
+  local b3 = n % 256
+  n = (n - b3) / 256
+  local b2 = n % 256
+  return (n - b2) / 256 % 256, b2, b3, b4, b5, b6
 end
 
--- header returns the binary header of a stored envelope: the byte 1, then version,
--- attempts and due (numbers or decimal strings) as uvarints. The body follows it.
+-- header returns the binary header of a stored envelope (see entry) for version,
+-- attempts and due (numbers or decimal strings; a negative one is 0, attempts at most
+-- 2^24 - 1). The body follows it.
 local function header(version, attempts, due)
-  return '\1' .. putUvarint(version) .. putUvarint(attempts) .. putUvarint(due)
+  local v, a, d = math.max(tonumber(version), 0), math.min(math.max(tonumber(attempts), 0), 16777215), math.max(tonumber(due), 0)
+  local a3 = a % 256
+  local a2 = (a - a3) / 256 % 256
+  local v1, v2, v3, v4, v5, v6 = bytes6(v)
+  local d1, d2, d3, d4, d5, d6 = bytes6(d)
+  return string.char(1, v1, v2, v3, v4, v5, v6, math.floor(a / 65536), a2, a3, d1, d2, d3, d4, d5, d6)
 end
 
 -- PREFIXES are the broker prefixes a compact body leaves out of target and source, by
