@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,19 +52,6 @@ func TestConsoleAuditPage(t *testing.T) {
 	}
 
 	br := openBrowser(t)
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			dir := os.Getenv("UI_SCREENSHOTS")
-			if dir == "" {
-				return chromedp.Void{}, nil
-			}
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
-		}
-	}
 	ui := "http://" + b.APIAddr + "/ui/"
 	br.do("naming myself on the audit page",
 		chromedp.Navigate(ui+"#/audit"),
@@ -84,7 +69,7 @@ func TestConsoleAuditPage(t *testing.T) {
 		chromedp.Click("#bulk-confirm"),
 		chromedp.WaitVisible(`//p[@id="bulk-result"][starts-with(text(), "done")]`))
 	br.do("the audit log", chromedp.Navigate(ui+"#/audit"), chromedp.WaitVisible(`//table[@id="audit"]//td[text()="carol"]`),
-		chromedp.Sleep(200*time.Millisecond), shot("console-audit"))
+		chromedp.Sleep(200*time.Millisecond), screenshot("console-audit"))
 	rows := br.text("#audit tbody")
 	lines := strings.Split(rows, "\n")
 	if len(lines) < 3 || !strings.Contains(lines[0], "reschedule") || !strings.Contains(lines[0], "carol") || !strings.Contains(lines[0], "done") ||

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,19 +33,6 @@ func TestConsoleDeadLetters(t *testing.T) {
 		}
 		return n
 	}
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			dir := os.Getenv("UI_SCREENSHOTS")
-			if dir == "" {
-				return chromedp.Void{}, nil
-			}
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
-		}
-	}
 	ui := "http://" + b.APIAddr + "/ui/"
 	do("the dead-letters page from the nav",
 		chromedp.Navigate(ui),
@@ -67,7 +51,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	}
 	do("the dry run of the reason",
 		chromedp.Click("#dl-redrive-reason"),
-		chromedp.WaitVisible("#dl-confirm"), chromedp.Sleep(200*time.Millisecond), shot("console-dead-letters"))
+		chromedp.WaitVisible("#dl-confirm"), chromedp.Sleep(200*time.Millisecond), screenshot("console-dead-letters"))
 	if got := text("#dl-result p"); got != "dry run (reason target_not_allowed): 6 dead letters would be redriven" {
 		t.Fatalf("dry run shows %q", got)
 	}

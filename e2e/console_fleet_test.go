@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,20 +67,5 @@ func TestConsoleFleetView(t *testing.T) {
 	do("back to the fleet", chromedp.Click("#scope-fleet"), chromedp.WaitVisible("#fleet-in .big"))
 	if got := text("#fleet-in .big"); got != "12" {
 		t.Fatalf("fleet in after the toggle: %q", got)
-	}
-}
-
-// screenshot saves the page as <name>.png in UI_SCREENSHOTS when set.
-func screenshot(name string) chromedp.Action[chromedp.Void] {
-	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		dir := os.Getenv("UI_SCREENSHOTS")
-		if dir == "" {
-			return chromedp.Void{}, nil
-		}
-		png, err := chromedp.FullScreenshot(100)(ctx, tg)
-		if err != nil {
-			return chromedp.Void{}, err
-		}
-		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
 	}
 }

@@ -94,19 +94,6 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		return v
 	}
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			dir := os.Getenv("UI_SCREENSHOTS")
-			if dir == "" {
-				return chromedp.Void{}, nil
-			}
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
-		}
-	}
 	ui := "http://" + b.APIAddr + "/ui/"
 	do("the token and the overview",
 		chromedp.Navigate(ui),
@@ -117,7 +104,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := text("#parked-total .big"); got != "10" {
 		t.Fatalf("overview parked total %q, want 10", got)
 	}
-	do("the overview's charts", chromedp.WaitVisible("#forecast-hour rect"), chromedp.Sleep(300*time.Millisecond), shot("console-overview"))
+	do("the overview's charts", chromedp.WaitVisible("#forecast-hour rect"), chromedp.Sleep(300*time.Millisecond), screenshot("console-overview"))
 	if rows := text("#targets tbody"); !strings.Contains(rows, "nats:billing.invoice\t6") || !strings.Contains(rows, "nats:orders.timeout\t3") {
 		t.Fatalf("targets table:\n%s", rows)
 	}
@@ -140,7 +127,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	do("the list of one target",
 		chromedp.Click(`//a[text()="nats:billing.invoice"]`),
-		chromedp.WaitVisible(`//table[@id="messages"]//a[text()="inv-1"]`), shot("console-messages"))
+		chromedp.WaitVisible(`//table[@id="messages"]//a[text()="inv-1"]`), screenshot("console-messages"))
 	if n := count(`document.querySelectorAll('#messages tbody tr').length`); n != 6 {
 		t.Fatalf("list filtered by billing.invoice: %d rows, want 6", n)
 	}
@@ -159,7 +146,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Navigate(ui+"#/messages?target=billing.*"),
 		chromedp.WaitVisible(`//a[text()="inv-1"]`),
 		chromedp.Click(`//a[text()="inv-1"]`),
-		chromedp.WaitVisible(`//code[@id="msg-id"][text()="inv-1"]`), shot("console-message"))
+		chromedp.WaitVisible(`//code[@id="msg-id"][text()="inv-1"]`), screenshot("console-message"))
 	if payload := text("#payload"); payload != `{"invoice":1041,"total":"100.00"}` {
 		t.Fatalf("inv-1 payload shown as %q", payload)
 	}
@@ -178,7 +165,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SendKeys("#b-target", "orders.*"),
 		chromedp.SendKeys("#b-shift", "+1h"),
 		chromedp.Click("#bulk-dry"),
-		chromedp.WaitVisible("#bulk-confirm"), shot("console-bulk"))
+		chromedp.WaitVisible("#bulk-confirm"), screenshot("console-bulk"))
 	dry := text("#bulk-result")
 	do("its confirmation", chromedp.Click("#bulk-confirm"), chromedp.WaitVisible(`//p[@id="bulk-result"][starts-with(text(), "done")]`))
 	if result := text("#bulk-result"); dry != "dry run: 3 messages match" || result != "done: matched 3, changed 3" {
@@ -234,6 +221,21 @@ func TestConsoleOverviewHonest(t *testing.T) {
 type browser struct {
 	t   *testing.T
 	ctx context.Context
+}
+
+// screenshot saves the page as <name>.png in UI_SCREENSHOTS when set.
+func screenshot(name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		dir := os.Getenv("UI_SCREENSHOTS")
+		if dir == "" {
+			return chromedp.Void{}, nil
+		}
+		png, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+	}
 }
 
 // openBrowser starts Chromium (no timeout on the start: the first start is slow).
