@@ -33,8 +33,8 @@ func TestGCDefault(t *testing.T) {
 		wantLimit int64 // the runtime's limit afterwards
 	}{
 		{"defaults with a cgroup limit", []string{"PATH=/bin"}, limited, defaultGOGC, 805306368, 805306368},
-		{"defaults, cgroup without limit", nil, unlimited, defaultGOGC, 0, math.MaxInt64},
-		{"defaults, no cgroup file", nil, filepath.Join(dir, "absent"), defaultGOGC, 0, math.MaxInt64},
+		{"defaults, cgroup without limit", nil, unlimited, defaultGOGC, defaultMemLimit, defaultMemLimit},
+		{"defaults, no cgroup file", nil, filepath.Join(dir, "absent"), defaultGOGC, defaultMemLimit, defaultMemLimit},
 		{"GOMEMLIMIT set", []string{"GOMEMLIMIT=100MiB"}, limited, defaultGOGC, 0, math.MaxInt64},
 		{"GOGC set", []string{"GOGC=50"}, limited, 100, 0, math.MaxInt64},
 	} {

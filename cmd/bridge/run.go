@@ -73,13 +73,21 @@ const defaultGOGC = 400
 // soft memory limit when GOGC is defaulted and GOMEMLIMIT is not set.
 const memLimitShare = 0.75
 
+// defaultMemLimit is that soft memory limit when no cgroup limit is found (no container, or
+// memory.max "max"): memLimitShare of the 256 MiB the sidecar manifest gives the bridge,
+// so that the larger GC target keeps the memory bound documented for the message API
+// (docs/guarantees.md, H11: 200 clients posting 2 MiB bodies) without a container limit.
+// A soft limit only makes the collector run more often near it; it never fails an
+// allocation.
+const defaultMemLimit = 192 << 20
+
 // cgroupMemoryMax is cgroup v2's memory limit of this process's cgroup.
 const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
 
 // setGCDefault sets the GC target to defaultGOGC unless environ sets GOGC, and then, unless
 // environ sets GOMEMLIMIT, a soft memory limit of memLimitShare of the limit in memMax (a
-// cgroup v2 memory.max file; "max", absent or unreadable: none). It reports the target
-// and the limit set (0: none).
+// cgroup v2 memory.max file; "max", absent or unreadable: defaultMemLimit). It reports
+// the target and the limit set (0: none).
 func setGCDefault(environ []string, memMax string) (gogc int, limit int64, set bool) {
 	memlimit := false
 	for _, kv := range environ {
@@ -90,12 +98,13 @@ func setGCDefault(environ []string, memMax string) (gogc int, limit int64, set b
 	}
 	debug.SetGCPercent(defaultGOGC)
 	if !memlimit {
+		limit = defaultMemLimit
 		if data, err := os.ReadFile(memMax); err == nil {
 			if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n > 0 {
 				limit = int64(float64(n) * memLimitShare)
-				debug.SetMemoryLimit(limit)
 			}
 		}
+		debug.SetMemoryLimit(limit)
 	}
 	return defaultGOGC, limit, true
 }
