@@ -165,7 +165,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SendKeys("#b-target", "orders.*"),
 		chromedp.SendKeys("#b-shift", "+1h"),
 		chromedp.Click("#bulk-dry"),
-		chromedp.WaitVisible("#bulk-confirm"), screenshot("console-bulk"))
+		chromedp.WaitVisible("#bulk-confirm"), screenshot("console-bulk"),
+		// The cancel above returns to the list 600 ms later unless the operator went
+		// elsewhere meanwhile, as here: the bulk page must stay.
+		chromedp.Sleep(700*time.Millisecond), chromedp.WaitVisible("#bulk-confirm"))
 	dry := text("#bulk-result")
 	do("its confirmation", chromedp.Click("#bulk-confirm"), chromedp.WaitVisible(`//p[@id="bulk-result"][starts-with(text(), "done")]`))
 	if result := text("#bulk-result"); dry != "dry run: 3 messages match" || result != "done: matched 3, changed 3" {

@@ -70,6 +70,13 @@ function params() {
   return new URLSearchParams(i < 0 ? '' : location.hash.slice(i + 1));
 }
 
+// later runs f after ms unless the operator went to another page meanwhile (a delayed
+// refresh or return must not take them away from where they went).
+function later(ms, f) {
+  const from = location.hash;
+  setTimeout(() => { if (location.hash === from) f(); }, ms);
+}
+
 function go(path, p) {
   const q = p && p.toString();
   location.hash = path + (q ? '?' + q : '');
@@ -107,6 +114,7 @@ function chart(id, title, fc, label) {
 }
 
 async function overview() {
+  const from = location.hash;
   const scope = overviewScope();
   const [stats, targets, ov, hour, day] = await Promise.all([
     api('GET', '/v1/stats'), api('GET', '/v1/targets'), api('GET', '/v1/overview?scope=' + scope),
@@ -120,6 +128,7 @@ async function overview() {
     el('td', {class: 'window'}, t.window ? fmtSpan(t.window) : '-'), quotaCell(t.quota, quotas.get(t.quota))));
   const fleet = scope === 'fleet';
   if (fleet) lastOverview = null;
+  if (location.hash !== from) return; // a refresh that ended after the operator went elsewhere
   view.replaceChildren(scopeToggle(scope),
     el('div', {class: 'cards'},
       card('parked-total', 'Parked', num(stats.parked), 'next due ' + fmtTime(stats.next_due)),
@@ -249,7 +258,7 @@ async function message(id) {
     try {
       const r = await api('POST', '/v1/bulk/' + op, Object.assign({id}, body));
       out.textContent = `${what}: matched ${r.matched}, changed ${r.changed}` + (r.matched && !r.changed ? ' (it is being delivered: left alone)' : '');
-      if (r.changed) setTimeout(() => route(), 600);
+      if (r.changed) later(600, route);
     } catch (e) { out.textContent = what + ' failed: ' + e.message; }
   };
   const confirmBox = el('span', {id: 'cancel-confirm', hidden: ''}, 'Cancel this message for good? ',
@@ -257,7 +266,7 @@ async function message(id) {
       try {
         await api('DELETE', '/v1/messages/' + encodeURIComponent(id));
         out.textContent = 'cancelled';
-        setTimeout(() => go('/messages'), 600);
+        later(600, () => go('/messages'));
       } catch (e) { out.textContent = 'cancel failed: ' + e.message; }
     }}, 'Yes, cancel'));
   const shift = el('input', {id: 'shift', placeholder: '+1h or -30m', size: 10});

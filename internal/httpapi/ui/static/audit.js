@@ -28,7 +28,7 @@ pages['/audit'] = async function auditPage() {
         if (!r.next_cursor) break;
       }
       out.textContent = `resumed ${e.op_id}: matched ${total.matched}, changed ${total.changed} more`;
-      setTimeout(() => route(), 600);
+      later(600, route);
     } catch (err) {
       out.textContent = 'resume failed: ' + err.message;
       btn.disabled = false;
