@@ -5,23 +5,13 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 )
 
 // The dev mode runs on miniredis: a bulk operation, its audit entry and a resume work
 // there too (audit.lua, auditlist.lua, bulk.lua's progress, bulkforget.lua).
 func TestMiniredisOps(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := miniredisStore(t, miniredis.RunT(t), Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
 	ctx := t.Context()
-	if err := s.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var reqs []ParkRequest
 	for _, id := range names("d", 1200) {
 		reqs = append(reqs, ParkRequest{ID: id, Delay: time.Hour, Envelope: sampleEnvelope(1)})

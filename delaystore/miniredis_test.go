@@ -10,19 +10,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The dev mode runs the store on miniredis (gopher-lua): the scripts must work there too.
-func TestMiniredis(t *testing.T) {
-	mr := miniredis.RunT(t)
+// miniredisStore is a store of cfg on mr (the dev mode's server, gopher-lua), initialised.
+func miniredisStore(t *testing.T, mr *miniredis.Miniredis, cfg Config) *Store {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
+	s, err := New(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	if err := s.Init(ctx); err != nil {
+	if err := s.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// The dev mode runs the store on miniredis (gopher-lua): the scripts must work there too.
+func TestMiniredis(t *testing.T) {
+	s := miniredisStore(t, miniredis.RunT(t), Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
+	ctx := t.Context()
 	wakes, err := s.Wakeups(ctx)
 	if err != nil {
 		t.Fatal(err)

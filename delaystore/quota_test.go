@@ -391,16 +391,7 @@ func TestQuotaCluster(t *testing.T) {
 func TestQuotaMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	open := func(quota string) *Store {
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute, TargetQuota: quota})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Init(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return miniredisStore(t, mr, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute, TargetQuota: quota})
 	}
 	s := open("t.*=2")
 	if p, o := parkCount(t, s, quotaReq("a", "nats:t.x"), quotaReq("b", "nats:t.y"), quotaReq("c", "nats:t.x"), quotaReq("d", "nats:u")); p != 3 || o != 1 {
