@@ -83,14 +83,7 @@ func TestAcksHeld(t *testing.T) {
 		func(ctx context.Context, b batch, settle func(*settlement)) { f.deliver(ctx, b, rec.settle(settle)) })
 	const hold = 8 * time.Millisecond // ackHold is off by default
 	s.ackHold = hold
-	done := make(chan struct{})
-	go s.listen()
-	go func() {
-		s.run(ctx)
-		_ = wakes.Close()
-		close(done)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	runScheduler(t, ctx, cancel, s, wakes)
 	const n = 60
 	for i := range n { // due 2 ms apart: one claim each, when the machine keeps up
 		park(t, st, "h"+strconv.Itoa(i), 200*time.Millisecond+time.Duration(i)*2*time.Millisecond, "nats:t", nil)

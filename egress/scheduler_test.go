@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -77,6 +78,12 @@ func startScheduler(t *testing.T, st *delaystore.Store, deliver deliverFunc) (co
 		t.Fatal(err)
 	}
 	s := newScheduler(cfg, st, own, wakes, &redisClock{}, log, nil, deliver)
+	return cancel, runScheduler(t, ctx, cancel, s, wakes)
+}
+
+// runScheduler runs s (its wake-up listener and its loop) until ctx is done, then closes
+// wakes; cleanup cancels and waits. It returns a channel closed when run returned.
+func runScheduler(tb testing.TB, ctx context.Context, cancel context.CancelFunc, s *scheduler, wakes io.Closer) <-chan struct{} {
 	done := make(chan struct{})
 	go s.listen()
 	go func() {
@@ -84,8 +91,8 @@ func startScheduler(t *testing.T, st *delaystore.Store, deliver deliverFunc) (co
 		_ = wakes.Close()
 		close(done)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return cancel, done
+	tb.Cleanup(func() { cancel(); <-done })
+	return done
 }
 
 // waitHanded polls until deliver was handed n messages.

@@ -67,14 +67,7 @@ func benchSteady(b *testing.B, shards int, byPosition bool, hold time.Duration) 
 	}
 	s := newScheduler(cfg, st, own, wakes, &redisClock{}, log, nil, f.deliver)
 	s.ackHold = hold
-	done := make(chan struct{})
-	go s.listen()
-	go func() {
-		s.run(ctx)
-		_ = wakes.Close()
-		close(done)
-	}()
-	b.Cleanup(func() { cancel(); <-done })
+	runScheduler(b, ctx, cancel, s, wakes)
 	payload := make([]byte, 100)
 	cpu0, scripts0, cmds0 := redisUse(b, rdb)
 	per0 := commandCalls(b, rdb)
