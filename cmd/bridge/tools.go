@@ -281,7 +281,7 @@ Usage:
                                the audit log of changes, newest first (through the message API)
   bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
-  bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--wait D] [--from-start] [--json]
+  bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--wait D] [--from-start] [--json] [--no-audit]
                                send dead letters (BRIDGE_DLQ_SUBJECT) back to the ingress
                                subject/topic, each let go only once that publish is confirmed
   bridge version               print the version
