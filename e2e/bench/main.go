@@ -445,8 +445,8 @@ func brief(r result) string {
 		s += fmt.Sprintf(", tombstones %s x %s B", fnum(r.tombs, 0), fnum(r.bytesTomb, 0))
 	}
 	if !math.IsNaN(r.ceiling) {
-		s += fmt.Sprintf(", ceiling %s/s, release/ceiling %s, bridge us per released %s per parked %s, bridge peak RSS %s MiB",
-			fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), fnum(r.relCPUus, 1), fnum(r.parkCPUus, 1), fnum(r.peakRSS, 0))
+		s += fmt.Sprintf(", ceiling %s/s, release/ceiling %s, bridge us per released %s per parked %s, ceiling harness us %s, bridge peak RSS %s MiB",
+			fnum(r.ceiling, 0), fnum(r.vsCeiling, 2), fnum(r.relCPUus, 1), fnum(r.parkCPUus, 1), fnum(r.ceilingCPUus, 1), fnum(r.peakRSS, 0))
 	}
 	if r.err != "" {
 		s += " ERROR: " + r.err

@@ -154,9 +154,12 @@ type result struct {
 	// in us per released message (due time until the last arrival) and per parked one
 	// (first publish until all acked).
 	ceiling, vsCeiling, relCPUus, parkCPUus float64
-	peakRSS                                 float64 // burst (delaybridge): the largest bridge's peak RSS (VmHWM), MiB
-	missing, early                          int
-	err                                     string
+	// burst (delaybridge): the harness's CPU per ceiling message (us; see ceiling), and the
+	// bridge's CPU per released message / that: a yardstick of the same run and machine.
+	ceilingCPUus, relVsCeilingCPU float64
+	peakRSS                       float64 // burst (delaybridge): the largest bridge's peak RSS (VmHWM), MiB
+	missing, early                int
+	err                           string
 }
 
 func nan() float64 { return math.NaN() }
@@ -170,7 +173,7 @@ func blankResult(system, w string) result {
 		workerUtil: nan(), harnessUtil: nan(), releasedIn: nan(), releaseVsEmpty: nan(),
 		ingRedis: nan(), ingWorker: nan(), ingHarness: nan(), relRedis: nan(), relWorker: nan(), relHarness: nan(),
 		forks: nan(), relForks: nan(), cmdsMsg: nan(), scriptsMsg: nan(), readsMsg: nan(), rate: nan(),
-		ceiling: nan(), vsCeiling: nan(), relCPUus: nan(), parkCPUus: nan(), peakRSS: nan()}
+		ceiling: nan(), vsCeiling: nan(), relCPUus: nan(), parkCPUus: nan(), ceilingCPUus: nan(), relVsCeilingCPU: nan(), peakRSS: nan()}
 }
 
 func (res *result) lateness(r *recorder) {
