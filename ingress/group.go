@@ -101,9 +101,10 @@ func (in *Ingress) group(ctx context.Context, src Source, input <-chan prepared)
 }
 
 // ready returns how many messages the lanes without a call could send now (0 when none
-// of them is ready: BatchSize messages, its readyAt passed, or input closed), whether one of them has been ready for Linger already (it waits no longer for
-// a call in flight), and the next moment one of these changes by the clock (zero: none;
-// waiting is whether a call is in flight).
+// of them is ready: BatchSize messages, its readyAt passed, or input closed; a lane that
+// waits to fill is not counted), whether one of them has been ready for Linger already
+// (it waits no longer for a call in flight), and the next moment one of these changes by
+// the clock (zero: none; waiting is whether a call is in flight).
 func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool) (n int, overdue bool, next time.Time) {
 	anyReady := false
 	soonest := func(t time.Time) {
@@ -213,9 +214,10 @@ func (in *Ingress) lanesFull(lanes []laneQueue) bool {
 }
 
 // takeCall takes the next call's batch: up to BatchSize messages of every lane without a
-// call that does not wait to fill (sparseWait), the full lanes first, until the call holds BatchSize messages or maxCallBytes of
-// payload (under heavy load the lanes left out start their own calls, in parallel, as
-// lanes did before group commit); the lanes taken are marked busy and returned.
+// call that does not wait to fill (sparseWait), the full lanes first, until the call
+// holds BatchSize messages or maxCallBytes of payload (under heavy load the lanes left
+// out start their own calls, in parallel, as lanes did before group commit); the lanes
+// taken are marked busy and returned.
 func (in *Ingress) takeCall(lanes []laneQueue, now time.Time, closed bool) ([]prepared, []int) {
 	var batch []prepared
 	var held []int
