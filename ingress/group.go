@@ -28,9 +28,10 @@ type callEvent struct {
 
 // group parks the prepared messages of one source (group commit). A message goes to
 // lane shard mod Lanes. A lane's messages are ready at BatchSize of them or Linger after
-// the first was received. When a lane is ready and no park call is in flight, one call
-// starts at once with the waiting messages of every lane that has no call under way
-// (lanes that are not ready yet go early, never later); while a call is in flight, ready
+// the first was received (a sparse lane later: readyAt). When a lane is ready and no park
+// call is in flight, one call starts at once with the waiting messages of every lane that
+// has no call under way (lanes that are not ready yet go early, never later; a sparse
+// lane waits to fill instead: sparseWait); while a call is in flight, ready
 // lanes wait for it to return and then go together in the next call, unless they hold a
 // full batch (BatchSize) or one of them has been ready for Linger already (a slow call
 // delays the others by at most one more Linger): then a call starts at once. A call takes
@@ -57,7 +58,7 @@ func (in *Ingress) group(ctx context.Context, src Source, input <-chan prepared)
 				in.arm(timer, &armed, next)
 				break
 			}
-			batch, held := in.takeCall(lanes)
+			batch, held := in.takeCall(lanes, now, closed)
 			inflight++
 			calls++
 			go in.parkCall(ctx, src, batch, held, events)
@@ -100,10 +101,10 @@ func (in *Ingress) group(ctx context.Context, src Source, input <-chan prepared)
 }
 
 // ready returns how many messages the lanes without a call could send now (0 when none
-// of them is ready: BatchSize messages, Linger since its first was received, or input
-// closed), whether one of them has been ready for Linger already (it waits no longer for
-// a call in flight), and the next moment one of these changes by the clock (zero: none;
-// waiting is whether a call is in flight).
+// of them is ready: BatchSize messages, its readyAt passed, or input closed; a lane that
+// waits to fill is not counted), whether one of them has been ready for Linger already
+// (it waits no longer for a call in flight), and the next moment one of these changes by
+// the clock (zero: none; waiting is whether a call is in flight).
 func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool) (n int, overdue bool, next time.Time) {
 	anyReady := false
 	soonest := func(t time.Time) {
@@ -115,8 +116,12 @@ func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool)
 		if l.busy || len(l.pending) == 0 {
 			continue
 		}
+		due, waits := in.sparseWait(l, now, closed)
+		soonest(due)
+		if waits {
+			continue // not counted: a call leaves it to fill (takeCall)
+		}
 		n += min(len(l.pending), in.cfg.BatchSize)
-		due := l.pending[0].at.Add(in.cfg.Linger)
 		late := due.Add(in.cfg.Linger)
 		if closed || len(l.pending) >= in.cfg.BatchSize || !due.After(now) {
 			anyReady = true
@@ -124,7 +129,6 @@ func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool)
 		if !late.After(now) {
 			overdue = true
 		}
-		soonest(due)
 		if waiting {
 			soonest(late)
 		}
@@ -133,6 +137,56 @@ func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool)
 		return 0, false, next
 	}
 	return n, overdue, next
+}
+
+// sparseFill is how many messages make a lane worth a park call of its own at Linger:
+// a script run costs Redis about ten commands per shard group whatever its size, so a
+// lane with fewer may wait for more (Config.SparseLinger). A replica at a steady 1k
+// msgs/s alone holds about four per call already; one of 32 holds one.
+const sparseFill = 4
+
+// readyAt is when the messages of a lane (pending, in arrival order, not empty) are
+// ready to park, short of BatchSize: Linger after the first. A sparse lane, fewer than
+// sparseFill messages that all have a source id (their source redelivers them until
+// acked: JetStream, Kafka; a core NATS message, or a request waiting for its reply, has
+// none), waits longer for more: until SparseLinger after the first, but never past half
+// the time left to any one's due time (counted from its receipt), so a message due soon
+// goes at Linger as before and none is parked later than halfway to its due time.
+func (in *Ingress) readyAt(pending []prepared) time.Time {
+	at := pending[0].at.Add(in.cfg.Linger)
+	if len(pending) >= sparseFill || in.cfg.SparseLinger <= in.cfg.Linger {
+		return at
+	}
+	limit := pending[0].at.Add(in.cfg.SparseLinger)
+	for _, p := range pending {
+		if p.req.Envelope.SourceID == "" {
+			return at
+		}
+		left := p.req.Delay
+		if p.req.Absolute {
+			left = time.UnixMilli(p.req.At).Sub(p.at)
+		}
+		if by := p.at.Add(left / 2); by.Before(limit) {
+			limit = by
+		}
+	}
+	if limit.Before(at) {
+		return at
+	}
+	return limit
+}
+
+// sparseWait returns when lane l (not busy, not empty) is ready (readyAt) and whether it
+// waits to fill: it is sparse (ready later than Linger after its first message) and not
+// ready yet, and input is open. A call does not take such a lane early with the others
+// (group commit), since one more shard group of a message or two costs Redis almost as
+// much as a call of its own: it goes when it is ready.
+func (in *Ingress) sparseWait(l laneQueue, now time.Time, closed bool) (time.Time, bool) {
+	due := in.readyAt(l.pending)
+	if closed || len(l.pending) >= in.cfg.BatchSize {
+		return due, false
+	}
+	return due, due.After(now) && due.After(l.pending[0].at.Add(in.cfg.Linger))
 }
 
 // arm sets timer to fire at next (zero: stops it), unless it is set for that moment.
@@ -160,16 +214,20 @@ func (in *Ingress) lanesFull(lanes []laneQueue) bool {
 }
 
 // takeCall takes the next call's batch: up to BatchSize messages of every lane without a
-// call, the full lanes first, until the call holds BatchSize messages or maxCallBytes of
-// payload (under heavy load the lanes left out start their own calls, in parallel, as
-// lanes did before group commit); the lanes taken are marked busy and returned.
-func (in *Ingress) takeCall(lanes []laneQueue) ([]prepared, []int) {
+// call that does not wait to fill (sparseWait), the full lanes first, until the call
+// holds BatchSize messages or maxCallBytes of payload (under heavy load the lanes left
+// out start their own calls, in parallel, as lanes did before group commit); the lanes
+// taken are marked busy and returned.
+func (in *Ingress) takeCall(lanes []laneQueue, now time.Time, closed bool) ([]prepared, []int) {
 	var batch []prepared
 	var held []int
 	bytes := 0
 	take := func(i int) {
 		l := &lanes[i]
 		if l.busy || len(l.pending) == 0 || (len(held) > 0 && (len(batch) >= in.cfg.BatchSize || bytes >= maxCallBytes)) {
+			return
+		}
+		if _, waits := in.sparseWait(*l, now, closed); waits {
 			return
 		}
 		k := min(len(l.pending), in.cfg.BatchSize)

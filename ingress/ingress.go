@@ -73,6 +73,14 @@ type Config struct {
 	// A lane that is ready while another call is in flight waits for that call (to go
 	// with the next one), at most one more Linger.
 	Linger time.Duration
+	// SparseLinger is how long a sparse lane may wait for more messages after its first
+	// (default 100ms; negative: never, every lane goes at Linger): a lane holding fewer
+	// than sparseFill messages, all from a source that redelivers them (a source id:
+	// JetStream, Kafka; never a core NATS message or request), waits for more up to
+	// SparseLinger, and never past half the time left to the earliest due time among
+	// them, so that a replica that sees few arrivals (one of a large fleet) parks them in
+	// fewer, fuller per-shard script runs, without making any of them late.
+	SparseLinger time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts when the store or a
 	// dead-letter publish fails (defaults 50ms and 5s).
 	RetryMin, RetryMax time.Duration
@@ -127,6 +135,9 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	}
 	if cfg.Linger <= 0 {
 		cfg.Linger = time.Millisecond
+	}
+	if cfg.SparseLinger == 0 {
+		cfg.SparseLinger = 100 * time.Millisecond
 	}
 	if cfg.RetryMin <= 0 {
 		cfg.RetryMin = 50 * time.Millisecond

@@ -1,0 +1,137 @@
+package ingress
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/intake"
+)
+
+// TestReadyAtSparse: when a lane's messages are ready (readyAt). Linger after the first,
+// unless the lane is sparse (fewer than sparseFill messages, all with a source id): then
+// SparseLinger after the first, or half the time left to the earliest due time if that
+// comes first, never before Linger.
+func TestReadyAtSparse(t *testing.T) {
+	const linger, sparse = 2 * time.Millisecond, 100 * time.Millisecond
+	t0 := time.UnixMilli(1_700_000_000_000)
+	in := &Ingress{cfg: Config{Linger: linger, SparseLinger: sparse}}
+	msg := func(after time.Duration, src string, delay time.Duration) prepared {
+		p := prepared{req: delaystore.ParkRequest{ID: "m", Delay: delay, Envelope: delaystore.Envelope{SourceID: src}}}
+		p.at = t0.Add(after)
+		return p
+	}
+	at := func(after time.Duration, src string, due time.Time) prepared {
+		p := msg(after, src, 0)
+		p.req.Absolute, p.req.At = true, due.UnixMilli()
+		return p
+	}
+	cases := []struct {
+		name    string
+		pending []prepared
+		want    time.Duration // after t0
+	}{
+		{"one, due in an hour", []prepared{msg(0, "js:IN:1", time.Hour)}, sparse},
+		{"no source id (core NATS)", []prepared{msg(0, "", time.Hour)}, linger},
+		{"one of them without source id", []prepared{msg(0, "js:IN:1", time.Hour), msg(time.Millisecond, "", time.Hour)}, linger},
+		{"full enough", []prepared{msg(0, "js:IN:1", time.Hour), msg(0, "js:IN:2", time.Hour), msg(0, "js:IN:3", time.Hour), msg(0, "js:IN:4", time.Hour)}, linger},
+		{"due in 60 ms: half of it", []prepared{msg(0, "js:IN:1", 60*time.Millisecond)}, 30 * time.Millisecond},
+		{"the second due soon", []prepared{msg(0, "js:IN:1", time.Hour), msg(10*time.Millisecond, "js:IN:2", 40*time.Millisecond)}, 30 * time.Millisecond},
+		{"due now", []prepared{msg(0, "js:IN:1", 0)}, linger},
+		{"due in 3 ms: not before Linger", []prepared{msg(0, "js:IN:1", 3*time.Millisecond)}, linger},
+		{"absolute, due in 80 ms", []prepared{at(0, "js:IN:1", t0.Add(80*time.Millisecond))}, 40 * time.Millisecond},
+		{"absolute, past", []prepared{at(0, "js:IN:1", t0.Add(-time.Second))}, linger},
+		{"absolute, tomorrow", []prepared{at(0, "js:IN:1", t0.Add(24*time.Hour))}, sparse},
+	}
+	for _, c := range cases {
+		if got := in.readyAt(c.pending).Sub(t0); got != c.want {
+			t.Errorf("%s: ready %s after the first, want %s", c.name, got, c.want)
+		}
+	}
+	in.cfg.SparseLinger = -1 // off
+	if got := in.readyAt([]prepared{msg(0, "js:IN:1", time.Hour)}).Sub(t0); got != linger {
+		t.Errorf("SparseLinger off: ready %s after the first, want Linger %s", got, linger)
+	}
+}
+
+// sourcedMsg is a delayed message with a source id (as a JetStream or Kafka subscriber
+// sets it), so that its lane may wait to fill.
+func sourcedMsg(id, delay string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte(id))
+	m.Metadata = headers.ToMetadata(headers.List{
+		{Key: "x-delay", Value: delay}, {Key: "x-target", Value: "orders.timeout"}, {Key: "x-delay-id", Value: id},
+	}, nil)
+	m.Metadata.Set(headers.MetaSourceID, "js:IN:"+id)
+	return m
+}
+
+// TestSparseLaneWaitsToFill: a lane holding one message with a source id waits up to
+// SparseLinger for more, and a call started meanwhile by a lane that filled up (at
+// Linger) does not take it along; the waiting message is parked at SparseLinger, alone.
+// A message due soon is not held past half of its delay.
+func TestSparseLaneWaitsToFill(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
+	close(g.gate)
+	src := &chanSource{ch: make(chan *message.Message)}
+	const linger, sparse = 20 * time.Millisecond, 700 * time.Millisecond
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 4, Linger: linger, SparseLinger: sparse}, g,
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	start := time.Now()
+	lone := sourcedMsg(idOnShard(t, 0, 0), "1h")
+	src.ch <- lone
+	var full []*message.Message
+	for n := range sparseFill {
+		m := sourcedMsg(idOnShard(t, 1, n), "1h")
+		full = append(full, m)
+		src.ch <- m
+	}
+	waitAcked(t, "a lane of sparseFill messages", full...)
+	if took := time.Since(start); took > sparse/2 {
+		t.Fatalf("a lane of %d messages parked after %s, want about Linger (%s)", sparseFill, took, linger)
+	}
+	notAcked(t, "a lone message while its lane waits to fill", lone)
+	waitAcked(t, "a lone message", lone)
+	if took := time.Since(start); took < sparse-50*time.Millisecond {
+		t.Fatalf("a lone message parked after %s, want SparseLinger (%s)", took, sparse)
+	}
+	if c := g.calls(); !slices.Equal(c, []int{sparseFill, 1}) {
+		t.Fatalf("park calls %v, want [%d 1]: the full lane alone, then the lone message", c, sparseFill)
+	}
+
+	start = time.Now()
+	soon := sourcedMsg(idOnShard(t, 2, 0), "200ms")
+	src.ch <- soon
+	waitAcked(t, "a message due in 200 ms", soon)
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Fatalf("a message due in 200 ms parked after %s, want about 100 ms (half its delay), not SparseLinger", took)
+	}
+	got, err := st.Get(t.Context(), string(soon.Payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late := time.UnixMilli(got.Due).Sub(start); late < 150*time.Millisecond || late > 250*time.Millisecond {
+		t.Fatalf("due %s after it was sent, want 200 ms (counted from receipt)", late)
+	}
+}
