@@ -23,14 +23,15 @@ import (
 // 0..1 s, parked every 1 ms as ingress's group commit does, claimed and acked by the real
 // scheduler over 16 shards, or 1 (a fake delivery acks at once); it reports Redis CPU per
 // message. Variants: the store's layout (id: fnv32a of every id; position: runs of 64
-// positions share a shard) and the ack hold (0, the default ackHold: acks ride with every
-// claim).
+// positions share a shard) and the ack hold (0: acks ride with every claim; ackHold, the
+// default). It also reports the lateness of the hand-off to delivery (p50, p99: handed
+// minus due, ms), which the hold must not move.
 //
 //	go test -run '^$' -bench BenchmarkSteadyRedisCPU -benchtime 25000x ./egress/
 func BenchmarkSteadyRedisCPU(b *testing.B) {
 	for _, shards := range []int{16, 1} {
 		for _, layout := range []string{"id", "position"} {
-			for _, hold := range []time.Duration{0, 32 * time.Millisecond} {
+			for _, hold := range []time.Duration{0, ackHold} {
 				b.Run(fmt.Sprintf("shards=%d/layout=%s/hold=%s", shards, layout, hold), func(b *testing.B) {
 					benchSteady(b, shards, layout == "position", hold)
 				})
@@ -56,7 +57,7 @@ func benchSteady(b *testing.B, shards int, byPosition bool, hold time.Duration) 
 		b.Fatal(err)
 	}
 	f := newFakeDelivery()
-	cfg := Config{DLQSubject: "dlq", ClaimAll: true, DrainTimeout: 5 * time.Second}
+	cfg := Config{DLQSubject: "dlq", ClaimAll: true, DrainTimeout: 5 * time.Second, Lease: 30 * time.Second}
 	cfg.defaults()
 	log := slog.New(slog.DiscardHandler)
 	own := newOwnership(cfg.MemberID, st.Shards(), cfg.OwnershipTTL, st, log, true)
@@ -98,6 +99,9 @@ func benchSteady(b *testing.B, shards int, byPosition bool, hold time.Duration) 
 	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-us/msg")
 	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "scripts/msg")
 	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/msg")
+	p50, p99 := f.lateness()
+	b.ReportMetric(p50, "p50-late-ms")
+	b.ReportMetric(p99, "p99-late-ms")
 	if os.Getenv("BENCH_COMMANDS") != "" && b.N >= 1000 {
 		var line []string
 		for k, v := range commandCalls(b, rdb) {
