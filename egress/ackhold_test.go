@@ -139,10 +139,10 @@ func TestAckHoldClaimsGoOn(t *testing.T) {
 }
 
 // TestAckHoldEndsWithinLease: a held ack goes by half its messages' lease whatever the
-// hold, so a hold never lets a lease run out into a second delivery: with a 2 s lease
+// hold, so a hold never lets a lease run out into a second delivery: with a 3 s lease
 // and a hold of a minute, every message is handed once and the store ends empty.
 func TestAckHoldEndsWithinLease(t *testing.T) {
-	const lease = 2 * time.Second
+	const lease = 3 * time.Second
 	st := storetest.New(t, lease)
 	f, rec, _, _ := holdScheduler(t, st, time.Minute, lease, 0)
 	const n = 10
