@@ -94,6 +94,9 @@ type settlement struct {
 	acks    []delaystore.Receipt
 	retries []delaystore.RetryRequest
 	n       int // messages it settles: given back to the shard's capacity
+	// fence is the fence of the claim its messages came from (batch.fence): their lease
+	// runs out Lease after it at the earliest. The scheduler holds no ack past half of it.
+	fence time.Time
 }
 
 // submit splits a claimed batch by target and returns at once. Each target takes what
@@ -119,14 +122,14 @@ func (d *delivery) submit(ctx context.Context, b batch, settle func(*settlement)
 		if n > 0 {
 			go func() {
 				st := d.runGroup(ctx, target, g[:n], b.fence)
-				st.shard = b.shard
+				st.shard, st.fence = b.shard, b.fence
 				settle(st)
 			}()
 		}
 	}
 	if len(back) > 0 {
 		d.log.Debug("targets at their in-flight limit; messages put back", "shard", b.shard, "count", len(back))
-		settle(&settlement{shard: b.shard, retries: back, n: len(back)})
+		settle(&settlement{shard: b.shard, retries: back, n: len(back), fence: b.fence})
 	}
 }
 

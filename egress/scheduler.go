@@ -28,14 +28,14 @@ const settleDelay = 2 * time.Millisecond
 
 // ackHold is how long completed acks wait before they may go at all (with the next claim,
 // or alone settleDelay later), so that each shard's ack group carries several messages
-// (Redis' cost follows the commands of the shard groups a script run touches; issue 26).
-// OFF (0: acks ride with every claim, as before): at the store a hold cut Redis CPU at a
-// steady 5k msgs/s (BenchmarkSteadyRedisCPU, 16 shards: hold 0 53-59, 8 ms 45-49, 32 ms
-// 38-44 us per message), but in the e2e steady row (real JetStream publishing, a loaded
-// machine) p99 lateness rose from 0.15-0.23 s to 0.9-2.4 s with holds of 8 and 32 ms, for a
-// reason not found yet (publishing does not wait for acks). docs/design.md "Egress".
-// Retries (and put-backs) are never held.
-const ackHold = 0
+// (Redis' cost follows the commands of the shard groups a script run touches; issue 26:
+// at a steady 5k msgs/s over 16 shards the acks of one claim hold about one message per
+// shard, held 32 ms about ten). Only the ack waits, never a claim or a publish. A hold
+// ends early, so that the acks go at once, when: a queued retry or put-back needs its
+// round trip; capacity runs short (settleNow); a queued ack's messages reached half their
+// lease (settleBy: a held ack never lets a lease run out into a second delivery); and at
+// shutdown. docs/design.md "Egress".
+const ackHold = 32 * time.Millisecond
 
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n
@@ -73,8 +73,11 @@ type scheduler struct {
 	settleT time.Time // when the oldest queued settlement arrived (s.now)
 	// settleR: a queued settlement holds retries (nothing of the queue is held, ackHold)
 	settleR bool
-	ackHold time.Duration // ackHold; a benchmark compares others
-	handed  atomic.Int64  // messages handed to deliver whose settlements have not come back
+	// settleBy: the queue goes by then whatever the hold (process clock): half the lease
+	// after the earliest fence of its settlements; zero: no fence known.
+	settleBy time.Time
+	ackHold  time.Duration // ackHold; a benchmark compares others
+	handed   atomic.Int64  // messages handed to deliver whose settlements have not come back
 }
 
 // newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
@@ -114,6 +117,9 @@ func (s *scheduler) settle(st *settlement) {
 	}
 	s.settleQ = append(s.settleQ, st)
 	s.settleR = s.settleR || len(st.retries) > 0
+	if by := st.fence.Add(s.cfg.Lease / 2); s.cfg.Lease > 0 && !st.fence.IsZero() && (s.settleBy.IsZero() || by.Before(s.settleBy)) {
+		s.settleBy = by
+	}
 	s.mu.Unlock()
 	s.poke()
 }
@@ -210,13 +216,17 @@ func (s *scheduler) run(ctx context.Context) {
 
 // settleNow reports whether the queued settlements go in this round trip: with a claim
 // (withClaims) once the oldest was held (settleHold), alone settleDelay after that, and at
-// once when capacity is short (settling frees it).
+// once when capacity is short (settling frees it) or a queued settlement's messages
+// reached half their lease (settleBy).
 func (s *scheduler) settleNow(withClaims bool) bool {
 	s.mu.Lock()
-	queued, since, hold := len(s.settleQ), s.settleT, s.settleHold()
+	queued, since, hold, by := len(s.settleQ), s.settleT, s.settleHold(), s.settleBy
 	s.mu.Unlock()
 	if queued == 0 {
 		return false
+	}
+	if !by.IsZero() && !time.Now().Before(by) {
+		return true
 	}
 	batch := s.cfg.BatchSize
 	if age := s.now().Sub(since); s.total >= replicaCapacity*batch/2 || age >= hold+settleDelay || (withClaims && age >= hold) {
@@ -251,7 +261,7 @@ func (s *scheduler) settleEmpty() bool {
 func (s *scheduler) takeSettlements() (acks []delaystore.Receipt, retries []delaystore.RetryRequest, n map[int]int) {
 	s.mu.Lock()
 	q := s.settleQ
-	s.settleQ, s.settleR = nil, false
+	s.settleQ, s.settleR, s.settleBy = nil, false, time.Time{}
 	s.mu.Unlock()
 	n = map[int]int{}
 	for _, st := range q {
@@ -278,6 +288,9 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 	s.mu.Lock()
 	if len(s.settleQ) > 0 {
 		consider(s.settleT.Add(s.settleHold() + settleDelay)) // alone; with a claim once held
+		if !s.settleBy.IsZero() {
+			consider(now.Add(time.Until(s.settleBy))) // settleBy is on the process clock
+		}
 	}
 	s.mu.Unlock()
 	if !time.Now().Before(s.view.until) {

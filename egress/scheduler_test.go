@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,7 +31,7 @@ func newFakeDelivery() *fakeDelivery {
 }
 
 func (f *fakeDelivery) deliver(_ context.Context, b batch, settle func(*settlement)) {
-	st := &settlement{shard: b.shard, n: len(b.claimed)}
+	st := &settlement{shard: b.shard, n: len(b.claimed), fence: b.fence}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n += len(b.claimed)
@@ -51,6 +52,23 @@ func (f *fakeDelivery) handed() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.n
+}
+
+// lateness is the median and the 99th percentile, in ms, of handed time minus due time
+// over the messages handed (the local and the Redis clock are the same machine's).
+func (f *fakeDelivery) lateness() (p50, p99 float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	late := make([]int64, 0, len(f.got))
+	for id, c := range f.got {
+		late = append(late, f.at[id]-c.Due)
+	}
+	if len(late) == 0 {
+		return 0, 0
+	}
+	slices.Sort(late)
+	pct := func(p float64) float64 { return float64(late[min(len(late)-1, int(float64(len(late))*p))]) }
+	return pct(0.50), pct(0.99)
 }
 
 func (f *fakeDelivery) release() {
