@@ -207,20 +207,35 @@ const (
 
 // parseJSReply reads the stream, stream sequence and time (unix ns) from the ack
 // subject of a JetStream message, as jetstream.Msg.Metadata does (same checks, numbers
-// parsed as nats.go's parser.ParseNum: 0 when not decimal), without allocating.
+// parsed as nats.go's parser.ParseNum: 0 when not decimal), in one pass over the subject
+// and without allocating (strings.Cut per token cost ~5 % of the park CPU).
 func parseJSReply(subject string) (stream string, seq, ns uint64, ok bool) {
-	n := strings.Count(subject, ".") + 1
-	if n < 9 || (n > 9 && n < 11) || !strings.HasPrefix(subject, "$JS.ACK.") {
+	if !strings.HasPrefix(subject, "$JS.ACK.") {
 		return "", 0, 0, false
 	}
-	var tokens [ackPendingPos + 1]string
-	for i := range tokens {
-		if n == 9 && (i == 2 || i == 3) { // v1: no domain, no account hash
-			continue
+	var dots [ackPendingPos]int // where each of the first tokens ends
+	n := 0                      // dots in subject
+	for i := 0; i < len(subject); i++ {
+		if subject[i] == '.' {
+			if n < len(dots) {
+				dots[n] = i
+			}
+			n++
 		}
-		tokens[i], subject, _ = strings.Cut(subject, ".")
 	}
-	return tokens[ackStreamPos], parseNum(tokens[ackStreamSeqPos]), parseNum(tokens[ackTimePos]), true
+	tokens := n + 1
+	if tokens < 9 || (tokens > 9 && tokens < 11) {
+		return "", 0, 0, false
+	}
+	shift := 0
+	if tokens == 9 { // v1: no domain, no account hash
+		shift = 2
+	}
+	token := func(pos int) string { // pos as in v2; only positions before the last token
+		k := pos - shift
+		return subject[dots[k-1]+1 : dots[k]]
+	}
+	return token(ackStreamPos), parseNum(token(ackStreamSeqPos)), parseNum(token(ackTimePos)), true
 }
 
 // parseNum is nats.go's parser.ParseNum: a decimal number, 0 when d has a non-digit.
