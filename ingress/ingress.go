@@ -53,6 +53,8 @@ type Source struct {
 	// Kind is Delayed or Cancels.
 	Kind Kind
 	// Subscriber delivers the messages. Ingress acks or nacks every message it receives.
+	// When it also implements ReceivedSubscriber, a Delayed source is read through that
+	// (the fast path, without watermill messages).
 	Subscriber message.Subscriber
 }
 
