@@ -2,7 +2,9 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -100,6 +102,70 @@ func BenchmarkPark(b *testing.B) {
 	cancel()
 	<-done
 }
+
+// BenchmarkParkReceived is BenchmarkPark on the fast path (ReceivedSubscriber): the same
+// messages come as headers.Received, as the NATS adapter hands out JetStream messages,
+// and are settled through a Settler that counts the acks.
+func BenchmarkParkReceived(b *testing.B) {
+	src := &fastBenchSource{ch: make(chan *headers.Received, 1024)}
+	st := newFakeParker()
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq"}, st,
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: nopPublisher{}}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := headers.List{{Key: "content-type", Value: "application/json"}, {Key: contract.HeaderDelay, Value: "10s"},
+		{Key: contract.HeaderTarget, Value: "nats:out"}, {Key: "x-tenant", Value: "t-42"}}
+	payload := make([]byte, 100)
+	acks := &countingSettler{want: int64(b.N), done: make(chan struct{})}
+	msgs := make([]*headers.Received, b.N)
+	for i := range msgs {
+		id := watermill.NewULID()
+		msgs[i] = &headers.Received{Message: headers.Message{ID: id, Headers: hs, Payload: payload},
+			SourceID: "js:IN:" + id, SourceTime: "1700000000000", Settle: acks}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- in.Run(ctx) }()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, m := range msgs {
+		src.ch <- m
+	}
+	st.wait(b.N)
+	<-acks.done
+	b.StopTimer()
+	close(src.ch)
+	cancel()
+	<-done
+}
+
+// fastBenchSource hands out the Received messages of one channel (ReceivedSubscriber).
+type fastBenchSource struct{ ch chan *headers.Received }
+
+func (s *fastBenchSource) SubscribeReceived(context.Context, string) (<-chan *headers.Received, bool, error) {
+	return s.ch, true, nil
+}
+func (s *fastBenchSource) Subscribe(context.Context, string) (<-chan *message.Message, error) {
+	return nil, errors.New("fast path only")
+}
+func (s *fastBenchSource) Close() error { return nil }
+
+// countingSettler counts acks and closes done at want; a nack fails nothing but is not
+// counted (the benchmark then never ends: it would show).
+type countingSettler struct {
+	acked atomic.Int64
+	want  int64
+	done  chan struct{}
+}
+
+func (c *countingSettler) Ack(string) {
+	if c.acked.Add(1) == c.want {
+		close(c.done)
+	}
+}
+func (c *countingSettler) Nack() {}
 
 // nopPublisher is a dead-letter publisher that drops what it is given.
 type nopPublisher struct{}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -16,8 +15,8 @@ import (
 // the store remembers the cancel with msg's source time (contract.Published), so that a
 // message of the id published before it but read after it (another partition or subject,
 // a redelivery) is not parked. Counted as cancelled (found) or cancel_not_found.
-func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message) {
-	ids := headers.FromMetadata(msg.Metadata).Values(contract.HeaderID)
+func (in *Ingress) cancel(ctx context.Context, src Source, msg *headers.Received) {
+	ids := msg.Headers.Values(contract.HeaderID)
 	if len(ids) != 1 {
 		err := errCancelWithoutID
 		if len(ids) > 1 {
@@ -27,21 +26,20 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 		return
 	}
 	id := ids[0]
-	at := contract.Published(msg.Metadata.Get(headers.MetaSourceTime), in.now())
+	at := contract.Published(msg.SourceTime, in.now())
 	var cancelled bool
-	refused := false
+	refused := ""
 	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
 		var err error
 		cancelled, err = in.store.CancelAt(opCtx, id, at)
-		if errors.Is(err, delaystore.ErrNotReplicated) && msg.Metadata.Get(headers.MetaRequest) == "1" {
-			msg.Metadata.Set(headers.MetaReply, notReplicatedReply(err))
-			refused = true
+		if errors.Is(err, delaystore.ErrNotReplicated) && msg.Request {
+			refused = notReplicatedReply(err)
 			return nil // answered with the error below; the sender retries
 		}
 		return err
 	})
-	if err == nil && refused {
-		msg.Ack()
+	if err == nil && refused != "" {
+		msg.Ack(refused)
 		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
@@ -50,11 +48,10 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *message.Message)
 		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
-	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
+	msg.Ack(replyJSON(struct {
 		ID        string `json:"id"`
 		Cancelled bool   `json:"cancelled"`
 	}{id, cancelled}))
-	msg.Ack()
 	in.log.Debug("cancel", "id", id, "cancelled", cancelled, "published", at)
 	if !cancelled {
 		in.metrics.Count(src.Broker, "cancel_not_found", 1)

@@ -6,5 +6,6 @@
 // Every message ends in exactly one of: acked after it was parked (or cancelled), acked
 // after it was dead-lettered on its source broker (invalid input), or nacked for
 // redelivery (store unavailable at shutdown). Ingress imports no broker package; it sees
-// brokers as message.Subscriber / message.Publisher and the store as a Parker.
+// brokers as message.Subscriber / message.Publisher (with ReceivedSubscriber, its own
+// interface, as the fast path of a subscriber that has one) and the store as a Parker.
 package ingress

@@ -53,6 +53,8 @@ type Source struct {
 	// Kind is Delayed or Cancels.
 	Kind Kind
 	// Subscriber delivers the messages. Ingress acks or nacks every message it receives.
+	// When it also implements ReceivedSubscriber, a Delayed source is read through that
+	// (the fast path, without watermill messages).
 	Subscriber message.Subscriber
 }
 
@@ -182,12 +184,12 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 // redelivers them; core NATS cannot, see docs/guarantees.md).
 func (in *Ingress) Run(ctx context.Context) error {
 	type sub struct {
-		src Source
-		ch  <-chan *message.Message
+		src  Source
+		next func() (*headers.Received, bool)
 	}
 	subs := make([]sub, 0, len(in.sources))
 	for _, s := range in.sources {
-		ch, err := s.Subscriber.Subscribe(ctx, s.Topic)
+		next, err := subscribe(ctx, s)
 		if err != nil && ctx.Err() != nil {
 			// Shut down while still subscribing (SIGTERM right after start): a clean stop,
 			// drained like any other for the sources already subscribed.
@@ -197,7 +199,7 @@ func (in *Ingress) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("subscribe %s:%s: %w", s.Broker, s.Topic, err)
 		}
-		subs = append(subs, sub{s, ch})
+		subs = append(subs, sub{s, next})
 		in.log.Info("consuming", "broker", s.Broker, "topic", s.Topic, "kind", kindName(s.Kind))
 	}
 	in.subscribed.Store(len(subs) == len(in.sources))
@@ -206,7 +208,7 @@ func (in *Ingress) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in.consume(ctx, s.src, s.ch)
+			in.consume(ctx, s.src, s.next)
 		}()
 	}
 	wg.Wait()
@@ -222,7 +224,7 @@ func kindName(k Kind) string {
 
 // received is a message with the moment ingress read it.
 type received struct {
-	msg *message.Message
+	msg *headers.Received
 	at  time.Time
 }
 
@@ -234,13 +236,14 @@ type prepared struct {
 	lane int // shard of req.ID mod Lanes
 }
 
-// consume reads ch until it is closed. Cancels are handled one by one. Delayed messages are
-// validated as they arrive (invalid ones are dead-lettered at once) and handed to group,
-// which parks them by lane (the shard of their id mod Lanes), so that the messages of one
-// id keep their order, in as few park calls as the load allows.
-func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.Message) {
+// consume reads messages (next) until their channel is closed. Cancels are handled one by
+// one. Delayed messages are validated as they arrive (invalid ones are dead-lettered at
+// once) and handed to group, which parks them by lane (the shard of their id mod Lanes),
+// so that the messages of one id keep their order, in as few park calls as the load
+// allows.
+func (in *Ingress) consume(ctx context.Context, src Source, next func() (*headers.Received, bool)) {
 	if src.Kind == Cancels {
-		for msg := range ch {
+		for msg, ok := next(); ok; msg, ok = next() {
 			in.cancel(ctx, src, msg)
 		}
 		return
@@ -248,9 +251,10 @@ func (in *Ingress) consume(ctx context.Context, src Source, ch <-chan *message.M
 	input := make(chan prepared, in.cfg.BatchSize)
 	var wg sync.WaitGroup
 	wg.Go(func() { in.group(ctx, src, input) })
-	for msg := range ch {
+	name := src.Broker + ":" + src.Topic // once, not per message
+	for msg, ok := next(); ok; msg, ok = next() {
 		r := received{msg: msg, at: in.now()}
-		inc := in.incoming(src, r)
+		inc := in.incoming(src, name, r)
 		in.cfg.Lookalikes.Check(inc.Headers, inc.Source)
 		req, err := in.cfg.Prepare(inc, r.at)
 		if err != nil {
@@ -286,22 +290,19 @@ func (in *Ingress) startSpan(src Source, req *delaystore.ParkRequest) trace.Span
 	return span
 }
 
-// incoming extracts what Prepare needs from a watermill message.
-func (in *Ingress) incoming(src Source, r received) intake.Incoming {
-	md := r.msg.Metadata
-	var key []byte
-	if k, ok := md[headers.MetaKafkaKey]; ok {
-		key = []byte(k)
-	}
+// incoming extracts what Prepare needs from a received message of src, named name
+// ("<broker>:<topic>", the x-delay-source value).
+func (in *Ingress) incoming(src Source, name string, r received) intake.Incoming {
+	m := r.msg
 	return intake.Incoming{
-		Headers:    headers.FromMetadata(md),
-		Payload:    r.msg.Payload,
-		Key:        key,
-		Tombstone:  md[headers.MetaKafkaTombstone] != "",
+		Headers:    m.Headers,
+		Payload:    m.Payload,
+		Key:        m.Key,
+		Tombstone:  m.Tombstone,
 		Broker:     src.Broker,
-		Source:     src.Broker + ":" + src.Topic,
-		SourceID:   md[headers.MetaSourceID],
-		SourceTime: md[headers.MetaSourceTime],
+		Source:     name,
+		SourceID:   m.SourceID,
+		SourceTime: m.SourceTime,
 		NewID:      watermill.NewULID,
 		Received:   r.at,
 	}

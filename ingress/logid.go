@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/intake"
@@ -11,8 +9,8 @@ import (
 // logID is what the log says of a message's x-delay-id: its first value, cut to MaxIDLen
 // bytes (a rejected message's id may be anything), or "" when it has none. Never the
 // payload.
-func logID(msg *message.Message) string {
-	id, _ := headers.FromMetadata(msg.Metadata).Get(contract.HeaderID)
+func logID(msg *headers.Received) string {
+	id, _ := msg.Headers.Get(contract.HeaderID)
 	if len(id) > intake.MaxIDLen {
 		id = id[:intake.MaxIDLen]
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
-	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/intake"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -95,14 +94,15 @@ func (in *Ingress) ackParked(src Source, batch []prepared, reqs []delaystore.Par
 			failpoint.Inject(failpoint.AfterPark)
 		}
 		acked++
-		if p.msg.Metadata.Get(headers.MetaRequest) == "1" { // a core request: the ack sends this reply
-			p.msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
+		reply := ""
+		if p.msg.Request { // a core request: the ack sends this reply
+			reply = replyJSON(struct {
 				ID        string `json:"id"`
 				Due       int64  `json:"due"`
 				Cancelled bool   `json:"cancelled,omitempty"`
-			}{r.ID, r.Due, r.Cancelled}))
+			}{r.ID, r.Due, r.Cancelled})
 		}
-		p.msg.Ack()
+		p.msg.Ack(reply)
 		endSpan(p.span, "")
 		if r.Delivered {
 			// A redelivery of a source message that was delivered already (its source ack
@@ -144,18 +144,17 @@ func (in *Ingress) rejectOverQuota(ctx context.Context, src Source, over []prepa
 	}
 }
 
-// refuseRequests answers the core requests of batch (headers.MetaRequest) with
+// refuseRequests answers the core requests of batch (headers.Received.Request) with
 // {"error": "not_replicated: ..."} and returns the other messages. A refused request may
 // still stand on the Redis master: its sender retries (with x-delay-id, idempotently).
 func (in *Ingress) refuseRequests(src Source, batch []prepared, cause error) []prepared {
 	keep := batch[:0:0]
 	for _, p := range batch {
-		if p.msg.Metadata.Get(headers.MetaRequest) != "1" {
+		if !p.msg.Request {
 			keep = append(keep, p)
 			continue
 		}
-		p.msg.Metadata.Set(headers.MetaReply, notReplicatedReply(cause))
-		p.msg.Ack() // a core request: the ack sends the reply
+		p.msg.Ack(notReplicatedReply(cause)) // a core request: the ack sends the reply
 		endSpan(p.span, "not replicated")
 		in.metrics.Count(src.Broker, "nacked", 1)
 	}

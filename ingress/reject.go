@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -16,14 +17,9 @@ import (
 // reject sends msg to the dead-letter subject of its broker, with all its headers and
 // x-delay-error, then acks it (with an error reply for a request). If the dead-letter
 // publish cannot be done before ctx ends, msg is nacked instead.
-func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message, cause error) {
+func (in *Ingress) reject(ctx context.Context, src Source, msg *headers.Received, cause error) {
 	text := intake.ErrorText(cause)
-	dead := message.NewMessage(msg.UUID, msg.Payload)
-	for k, v := range msg.Metadata {
-		if k != headers.MetaReply && k != headers.MetaSourceID {
-			dead.Metadata.Set(k, v)
-		}
-	}
+	dead := deadLetter(msg)
 	if src.Broker == intake.BrokerNATS {
 		dead.Metadata = disarmNATSHeaders(dead.Metadata)
 	}
@@ -46,12 +42,37 @@ func (in *Ingress) reject(ctx context.Context, src Source, msg *message.Message,
 		in.metrics.Count(src.Broker, "nacked", 1)
 		return
 	}
-	msg.Metadata.Set(headers.MetaReply, replyJSON(struct {
+	msg.Ack(replyJSON(struct {
 		Error string `json:"error"`
 	}{text}))
-	msg.Ack()
 	in.log.Debug("rejected", "id", logID(msg), "broker", src.Broker, "topic", src.Topic, "reason", intake.Reason(cause))
 	in.metrics.Invalid(src.Broker, intake.Reason(cause))
+}
+
+// deadLetter is the watermill message of msg's dead letter, before x-delay-error: its id
+// (a new one when it has none), payload, headers, and the reserved metadata that
+// publishers read (the Kafka key and tombstone) with its source time.
+func deadLetter(msg *headers.Received) *message.Message {
+	id := msg.ID
+	if id == "" {
+		id = watermill.NewULID()
+	}
+	extra := map[string]string{}
+	if msg.SourceTime != "" {
+		extra[headers.MetaSourceTime] = msg.SourceTime
+	}
+	if msg.Key != nil {
+		extra[headers.MetaKafkaKey] = string(msg.Key)
+	}
+	if msg.Tombstone {
+		extra[headers.MetaKafkaTombstone] = "1"
+	}
+	if msg.Request {
+		extra[headers.MetaRequest] = "1"
+	}
+	dead := message.NewMessage(id, msg.Payload)
+	dead.Metadata = headers.ToMetadata(msg.Headers, extra)
+	return dead
 }
 
 // tooLarge reports whether err is (or wraps) a broker's permanent refusal of a message

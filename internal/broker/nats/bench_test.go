@@ -17,6 +17,34 @@ import (
 // JetStream ack sent and confirmed by the consumer's ack floor). One op is one message;
 // allocs/op include the embedded server's and the client's. Publishing is not timed.
 func BenchmarkSubscribeJetStream(b *testing.B) {
+	benchSubscribe(b, func(ctx context.Context, s *wmnats.Subscriber) {
+		ch, err := s.Subscribe(ctx, "bench.in")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			(<-ch).Ack()
+		}
+	})
+}
+
+// BenchmarkSubscribeReceivedJetStream is BenchmarkSubscribeJetStream through the fast path
+// (SubscribeReceived).
+func BenchmarkSubscribeReceivedJetStream(b *testing.B) {
+	benchSubscribe(b, func(ctx context.Context, s *wmnats.Subscriber) {
+		ch, ok, err := s.SubscribeReceived(ctx, "bench.in")
+		if err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		for i := 0; i < b.N; i++ {
+			(<-ch).Ack("")
+		}
+	})
+}
+
+// benchSubscribe publishes b.N messages to a stream and times receive (subscribe, take
+// and ack b.N messages) and the acks' arrival at the consumer's ack floor.
+func benchSubscribe(b *testing.B, receive func(context.Context, *wmnats.Subscriber)) {
 	srv := testnats.Start(b)
 	nc := testnats.Connect(b, srv.URL())
 	js, err := jetstream.New(nc)
@@ -48,13 +76,7 @@ func BenchmarkSubscribeJetStream(b *testing.B) {
 	b.Cleanup(func() { _ = s.Close() })
 	b.ReportAllocs()
 	b.ResetTimer()
-	ch, err := s.Subscribe(ctx, "bench.in")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < b.N; i++ {
-		(<-ch).Ack()
-	}
+	receive(ctx, s)
 	cons, err := js.Consumer(ctx, "IN", wmnats.DefaultConsumerName("bench.in"))
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -57,32 +56,17 @@ func listToNATS(subject string, m *headers.Message) *natsgo.Msg {
 // internal metadata. extra (reserved keys set by the adapter, as key, value, key, value...)
 // is added as is.
 func fromNATS(h natsgo.Header, data []byte, extra ...string) *message.Message {
-	var uuid string
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
+	list, uuid := appendHeaders(make(headers.List, 0, len(h)), h)
+	return watermillMessage(uuid, list, data, extra...)
+}
+
+// watermillMessage is the watermill message of a NATS message read as list and data, with
+// UUID id (a new ULID when "") and the reserved metadata extra (key, value, ...).
+func watermillMessage(id string, list headers.List, data []byte, extra ...string) *message.Message {
+	if id == "" {
+		id = watermill.NewULID()
 	}
-	slices.Sort(keys) // a Go map has no order; repeated values keep theirs below
-	list := make(headers.List, 0, len(h))
-	for _, k := range keys {
-		vs := h[k]
-		switch {
-		case strings.EqualFold(k, MsgIDHeader):
-			if uuid == "" && len(vs) > 0 {
-				uuid = vs[0]
-			}
-			continue
-		case headers.IsReserved(k):
-			continue
-		}
-		for _, v := range vs {
-			list.Add(k, v)
-		}
-	}
-	if uuid == "" {
-		uuid = watermill.NewULID()
-	}
-	msg := message.NewMessage(uuid, data)
+	msg := message.NewMessage(id, data)
 	msg.Metadata = headers.ToMetadata(list, nil)
 	for i := 0; i+1 < len(extra); i += 2 {
 		msg.Metadata[extra[i]] = extra[i+1]
@@ -90,10 +74,32 @@ func fromNATS(h natsgo.Header, data []byte, extra ...string) *message.Message {
 	return msg
 }
 
-// sourceID is the stable identity of a JetStream message, "js:<stream>:<seq>" (built in
-// one allocation).
-func sourceID(stream string, seq uint64) string {
-	b := make([]byte, 0, len("js::")+len(stream)+20)
-	b = append(append(append(b, "js:"...), stream...), ':')
-	return string(strconv.AppendUint(b, seq, 10))
+// appendHeaders appends the headers of h to list, keys in sorted order (a Go map has no
+// order), a repeated key's values in theirs, without Nats-Msg-Id (returned as id, its
+// first value; "" when none) and without reserved keys (a producer cannot set the
+// bridge's internal metadata). The keys are sorted in place of a stack array: for up to
+// 16 keys nothing is allocated beyond list's growth.
+func appendHeaders(list headers.List, h natsgo.Header) (_ headers.List, id string) {
+	var kb [16]string
+	keys := kb[:0]
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		vs := h[k]
+		switch {
+		case strings.EqualFold(k, MsgIDHeader):
+			if id == "" && len(vs) > 0 {
+				id = vs[0]
+			}
+			continue
+		case headers.IsReserved(k):
+			continue
+		}
+		for _, v := range vs {
+			list = append(list, headers.Header{Key: k, Value: v})
+		}
+	}
+	return list, id
 }

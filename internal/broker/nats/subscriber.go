@@ -228,18 +228,27 @@ func (s *Subscriber) setup(ctx context.Context, topic string) (func(context.Cont
 	if s.cfg.Stream != "" {
 		sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 		defer cancel()
-		st, err := s.js.Stream(sctx, s.cfg.Stream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, &streamNotFoundError{stream: s.cfg.Stream}
-		}
+		js, err := s.captured(sctx, topic)
 		if err != nil {
-			return nil, fmt.Errorf("jetstream stream %q: %w", s.cfg.Stream, err)
+			return nil, err
 		}
-		if captures(st.CachedInfo().Config, topic) {
+		if js {
 			return s.setupJetStream(sctx, topic)
 		}
 	}
 	return s.setupCore(ctx, topic)
+}
+
+// captured reports whether the configured stream (which must be set) captures topic.
+func (s *Subscriber) captured(ctx context.Context, topic string) (bool, error) {
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, &streamNotFoundError{stream: s.cfg.Stream}
+	}
+	if err != nil {
+		return false, fmt.Errorf("jetstream stream %q: %w", s.cfg.Stream, err)
+	}
+	return captures(st.CachedInfo().Config, topic), nil
 }
 
 // captures reports whether the stream stores every subject of topic.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,34 +12,45 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/delaybridge/delaybridge/internal/backoff"
-	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 func (s *Subscriber) setupJetStream(ctx context.Context, topic string) (func(context.Context, chan *message.Message), error) {
-	cc := s.consumerConfig(topic)
-	if cc.Durable == "" {
-		return nil, errors.New("empty consumer name")
-	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+	cons, log, err := s.createConsumer(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("create or update consumer %q on stream %q: %w", cc.Durable, s.cfg.Stream, err)
+		return nil, err
 	}
-	log := s.log.With("topic", topic, "stream", s.cfg.Stream, "consumer", cc.Durable)
-	log.Info("subscribed through jetstream")
 	return func(ctx context.Context, out chan *message.Message) {
-		s.runJetStream(ctx, out, topic, cons, log)
+		s.runJetStream(ctx, jsOut{wm: out}, topic, cons, log)
 	}, nil
 }
 
-// runJetStream hands out the consumer's messages until ctx is done, resuming with a
-// fresh pull (and the consumer created again) when the server ends one.
-func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message, topic string, cons jetstream.Consumer, log *slog.Logger) {
-	closeOut := sync.OnceFunc(func() { close(out) })
+// createConsumer creates or updates the durable consumer of topic on the stream.
+func (s *Subscriber) createConsumer(ctx context.Context, topic string) (jetstream.Consumer, *slog.Logger, error) {
+	cc := s.consumerConfig(topic)
+	if cc.Durable == "" {
+		return nil, nil, errors.New("empty consumer name")
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create or update consumer %q on stream %q: %w", cc.Durable, s.cfg.Stream, err)
+	}
+	log := s.log.With("topic", topic, "stream", s.cfg.Stream, "consumer", cc.Durable)
+	log.Info("subscribed through jetstream")
+	return cons, log, nil
+}
+
+// runJetStream hands out the consumer's messages to out until ctx is done, resuming with
+// a fresh pull (and the consumer created again) when the server ends one. It closes out.
+func (s *Subscriber) runJetStream(ctx context.Context, out jsOut, topic string, cons jetstream.Consumer, log *slog.Logger) {
+	closeOut := sync.OnceFunc(out.close)
 	defer closeOut()
 	sem := make(chan struct{}, s.cfg.MaxAckPending)
-	queue := s.startSettling(sem, log)
-	defer close(queue)
+	if out.wm != nil {
+		out.queue = s.startSettling(sem, log)
+		defer close(out.queue)
+	}
+	sub := &jsSub{sem: sem, closed: s.closeCtx, log: log}
 	prog := newProgress(s.cfg.AckWait, s.cfg.MaxProgress, log)
 	s.wg.Add(1)
 	go func() {
@@ -52,7 +62,7 @@ func (s *Subscriber) runJetStream(ctx context.Context, out chan *message.Message
 		it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(pullExpiry))
 		if err == nil {
 			stopIter := context.AfterFunc(ctx, it.Drain) // unblocks Next
-			err = s.deliverJetStream(ctx, it, out, sem, queue, prog, log)
+			err = s.deliverJetStream(ctx, it, out, sub, prog, log)
 			stopIter()
 			if ctx.Err() != nil {
 				closeOut() // promptly: the hand-back below may take a moment
@@ -100,85 +110,56 @@ func (s *Subscriber) resume(ctx context.Context, topic string, log *slog.Logger)
 	return nil
 }
 
-// fetched is a JetStream message taken from the client's buffer and not yet handed out.
-type fetched struct {
-	jm     jetstream.Msg
-	wm     *message.Message
-	cancel context.CancelFunc // wm's context
-	tr     *tracked           // its InProgress reports
-}
-
 // deliverJetStream hands out messages of it until ctx is done or it ends. A fetching
-// goroutine takes messages out of the client's buffer as soon as a count of sem is free,
-// and reports each one in progress from then on (prog): a message pulled from
-// the server but waiting behind a blocked receiver (its parks waiting for Redis) would
-// otherwise see AckWait run out, be redelivered, and be worked on twice. sem (of
+// goroutine takes messages out of the client's buffer as soon as a count of sub.sem is
+// free, and reports each one in progress from then on (prog): a message pulled from the
+// server but waiting behind a blocked receiver (its parks waiting for Redis) would
+// otherwise see AckWait run out, be redelivered, and be worked on twice. sub.sem (of
 // MaxAckPending, the server's own limit) bounds what is fetched and not yet settled.
-func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out chan *message.Message, sem chan struct{}, queue chan<- pending, prog *progress, log *slog.Logger) error {
-	ready := make(chan fetched, cap(sem))
+func (s *Subscriber) deliverJetStream(ctx context.Context, it jetstream.MessagesContext, out jsOut, sub *jsSub, prog *progress, log *slog.Logger) error {
+	ready := make(chan *jsMsg, cap(sub.sem))
 	var fetchErr error
 	go func() {
 		defer close(ready)
-		fetchErr = s.fetchJetStream(ctx, it, sem, ready, prog, log)
+		fetchErr = s.fetchJetStream(ctx, it, sub, ready, prog, log)
 	}()
-	for f := range ready {
-		select {
-		case out <- f.wm:
-			queue <- pending{wm: f.wm, cancel: f.cancel, tr: f.tr, onAck: f.jm.Ack, onNack: f.jm.Nak}
+	for m := range ready {
+		if out.hand(ctx, m) {
 			continue
-		case <-ctx.Done():
 		}
 		// Stopped: hand back what was fetched and not handed out. The fetcher ends too
 		// (ctx, and the iterator drained on ctx by runJetStream).
-		f.cancel()
-		f.tr.done()
-		nak(f.jm, log)
-		<-sem
-		for f := range ready {
-			f.cancel()
-			f.tr.done()
-			nak(f.jm, log)
-			<-sem
+		m.handBack()
+		for m := range ready {
+			m.handBack()
 		}
 		return ctx.Err()
 	}
 	return fetchErr // ready is closed: the fetcher has returned
 }
 
-// fetchJetStream takes messages out of it while counts of sem are free and queues them on
-// ready (which has room for every count of sem), until ctx is done or it ends.
-func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sem chan struct{}, ready chan<- fetched, prog *progress, log *slog.Logger) error {
+// fetchJetStream takes messages out of it while counts of sub.sem are free and queues them
+// on ready (which has room for every count of sub.sem), until ctx is done or it ends.
+func (s *Subscriber) fetchJetStream(ctx context.Context, it jetstream.MessagesContext, sub *jsSub, ready chan<- *jsMsg, prog *progress, log *slog.Logger) error {
 	for {
 		select {
-		case sem <- struct{}{}:
+		case sub.sem <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		jm, err := it.Next()
 		if err != nil {
-			<-sem
+			<-sub.sem
 			return err
 		}
 		if ctx.Err() != nil {
 			nak(jm, log)
-			<-sem
+			<-sub.sem
 			return ctx.Err()
 		}
-		var extra []string
-		if md, err := jm.Metadata(); err == nil {
-			extra = []string{headers.MetaSourceID, sourceID(md.Stream, md.Sequence.Stream), "", ""}
-			if !md.Timestamp.IsZero() {
-				extra[2], extra[3] = headers.MetaSourceTime, strconv.FormatInt(md.Timestamp.UnixMilli(), 10)
-			} else {
-				extra = extra[:2]
-			}
-		} else {
-			log.Debug("jetstream message without metadata", "error", err)
-		}
-		wm := fromNATS(jm.Headers(), jm.Data(), extra...)
-		msgCtx, cancelMsg := context.WithCancel(ctx)
-		wm.SetContext(msgCtx)
-		ready <- fetched{jm: jm, wm: wm, cancel: cancelMsg, tr: prog.track(jm)}
+		m := newJSMsg(jm, sub)
+		m.tr = prog.track(&m.trk, jm)
+		ready <- m
 	}
 }
 
