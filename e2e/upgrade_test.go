@@ -34,7 +34,7 @@ func TestUpgradeDeliversEarlierEntries(t *testing.T) {
 	}
 	due := time.Now().Add(500 * time.Millisecond).UnixMilli()
 	field := func(v string) string { return string(rune(len(v))) + v } // lengths < 128: one byte
-	tail := field("nats:"+target) + field("nats:delay.in") + "\x00" + // target, source, no key
+	tail := field("nats:"+target) + field("nats:delay.in") + "\x00" +  // target, source, no key
 		"\x02" + field("a") + field("1") + field("x-delay-hops") + field("1") // two headers
 	entries := map[string]string{
 		"old-1":     "\x01" + tail + "payload of format 1",
