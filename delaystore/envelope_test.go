@@ -135,7 +135,8 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"compact: no flags", []byte{formatCompactNoSource}},
 		{"compact: unused flag bit", []byte{formatCompactNoSource, 0x80, 0, 0}},
 		{"compact: target prefix 3", []byte{formatCompactNoSource, 3, 0, 0}},
-		{"compact: target keeps its prefix", []byte{formatCompactNoSource, 0, 6, 'n', 'a', 't', 's', ':', 'a', 0}},
+		{"compact: target prefix flag nats (reserved)", []byte{formatCompactNoSource, flagNATS, 1, 'a', 0}},
+		{"compact: target prefix flag kafka (reserved)", []byte{formatCompactNoSource, flagKafka, 1, 'a', 0}},
 		{"compact: source keeps its prefix", []byte{formatCompactNoSource, 0, 0, 7, 'k', 'a', 'f', 'k', 'a', ':', 'a'}},
 		{"compact: source http as a field", []byte{formatCompactNoSource, 0, 0, 4, 'h', 't', 't', 'p'}},
 		{"compact: empty header list", []byte{formatCompactNoSource, flagSourceHTTP | flagHeaders, 0, 0}},
@@ -272,8 +273,8 @@ func TestDecodeBodyFormat1(t *testing.T) {
 // this version parks must stay readable by the versions after it.
 func TestDecodeBodyCompact(t *testing.T) {
 	b := []byte("\x06\x07js:IN:1" + // format 6, source id
-		"\x75" + // flags: target nats:, source nats:, key, headers, hops
-		"\x0aorders.out" + "\x08delay.in" + // target and source without "nats:"
+		"\x74" + // flags: source nats:, key, headers, hops
+		"\x0fnats:orders.out" + "\x08delay.in" + // target, source without "nats:"
 		"\x01k" + // key
 		"\x02\x01a\x011" + "\x12_delaybridge_every\x021s" + // a header, then the schedule
 		"\x03" + // hops
@@ -288,7 +289,7 @@ func TestDecodeBodyCompact(t *testing.T) {
 		t.Fatalf("encoded as %q\nwant %q", e, b)
 	}
 	// Kafka names, the source "http", no key, no headers, no hops; the source id is the id.
-	b = []byte("\x05\x0e\x01t" + "v")
+	b = []byte("\x05\x0c\x07kafka:t" + "v")
 	want = Envelope{SourceID: testID, Target: "kafka:t", Source: "http", Payload: []byte("v")}
 	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("compact kafka:\n got %#v, %v\nwant %#v", got, err, want)

@@ -1,8 +1,8 @@
 -- envelope: functions on a stored envelope, shared by the scripts that read or write one.
 -- A stored envelope is a header owned by the scripts, then a body encoded by Go
 -- (delaystore/envelope.go). The body starts with its format byte: 1-3 the layout every
--- version reads, 4-6 the compact one (flags, target and source without their broker
--- prefix, key, headers and hops as the flags say) that stores marked compact write. The
+-- version reads, 4-6 the compact one (flags, target, source without its broker prefix,
+-- key, headers and hops as the flags say) that stores marked compact write. The
 -- header goes with the body: the text header "<version>,<attempts>,<due>," before a body
 -- of formats 1-3, the binary one (header, entry) before a compact body; entry reads both.
 -- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
@@ -40,17 +40,16 @@ local function skip(s, i)
 end
 
 -- entry returns the version, attempts and due (ms) of the stored envelope s as numbers
--- and the index of its body; nil when the header is malformed. It reads the binary header
--- (the byte 1, then version in 6 bytes, attempts in 3, due in 6, big-endian: one
--- string.byte and arithmetic, nothing formatted) and the text one.
+-- and the index of its body; nil when the header is malformed. It reads the text header
+-- (one string.match, the numbers coerced, which costs less than tonumber) and the binary
+-- one (the byte 1, then version in 6 bytes, attempts in 3, due in 6, big-endian: one
+-- string.byte and arithmetic, nothing formatted); the match fails at the first byte of a
+-- binary header.
 local function entry(s)
-  if string.byte(s, 1) ~= 1 then
-    local v, a, d, p = string.match(s, '^(%d+),(%d+),(%d+),()')
-    if not p then return nil end
-    return tonumber(v), tonumber(a), tonumber(d), p
-  end
-  local v1, v2, v3, v4, v5, v6, a1, a2, a3, d1, d2, d3, d4, d5, d6 = string.byte(s, 2, 16)
-  if not d6 then return nil end
+  local v, a, d, p = string.match(s, '^(%d+),(%d+),(%d+),()')
+  if p then return v + 0, a + 0, d + 0, p end
+  local m, v1, v2, v3, v4, v5, v6, a1, a2, a3, d1, d2, d3, d4, d5, d6 = string.byte(s, 1, 16)
+  if m ~= 1 or not d6 then return nil end
   return ((((v1 * 256 + v2) * 256 + v3) * 256 + v4) * 256 + v5) * 256 + v6, (a1 * 256 + a2) * 256 + a3,
     ((((d1 * 256 + d2) * 256 + d3) * 256 + d4) * 256 + d5) * 256 + d6, 17
 end
@@ -94,10 +93,6 @@ local function compactAt(s, p)
   return (string.byte(s, p) or 0) >= 4
 end
 
--- PREFIXES are the broker prefixes a compact body leaves out of target and source, by
--- the two bits of its flags (delaystore/envelope.go brokerPrefixes).
-local PREFIXES = {[0] = '', 'nats:', 'kafka:'}
-
 -- bitOf returns bit k (0 = lowest) of the byte b.
 local function bitOf(b, k)
   return math.floor(b / 2 ^ k) % 2
@@ -127,11 +122,8 @@ end
 local function targetOf(s, p)
   local i, compact = flagsAt(s, p)
   if not i then return '' end
-  if not compact then return (field(s, i)) or '' end
-  local flags = string.byte(s, i)
-  local name = flags and field(s, i + 1)
-  if not name then return '' end
-  return (PREFIXES[flags % 4] or '') .. name
+  if compact then i = i + 1 end -- the flags byte; a compact body keeps the target whole
+  return (field(s, i)) or ''
 end
 
 -- headersAt returns the index of the header count of the body starting at index p of s;
