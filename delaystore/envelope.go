@@ -14,8 +14,9 @@ import (
 )
 
 // Body formats: the first byte of every encoded body; a new layout gets a new byte. Formats
-// 1-3 (the layout earlier versions wrote, still decoded) and 4-6 (the compact layout
-// encodeBody writes) differ only in where the source id is: none (1, 4), the message id
+// 1-3 (the layout every version reads: written in stores of earlier versions,
+// encodeLegacy) and 4-6 (the compact layout written in compact stores, encodeCompact)
+// differ only in where the source id is: none (1, 4), the message id
 // itself (2, 5: a message without x-delay-id, the common case, pays no byte for it), or a
 // uvarint-length-prefixed field after the format byte (3, 6). The Lua scripts read it
 // (sourceOf and targetOf in envelope.lua).
@@ -341,7 +342,7 @@ func appendString(b []byte, s string) []byte {
 }
 
 // decodeBody is the inverse of encodeBody for the body of message id, and reads the
-// layout of formats 1-3 too (entries that earlier versions parked). It never panics:
+// layout of formats 1-3 too (stores of earlier versions). It never panics:
 // malformed input, and input encodeBody would not write (a format 3 or 6 source id that
 // is empty or id, unused flag bits, an empty header list, a target or source field that
 // keeps a prefix the flags would have cut), yield an error wrapping ErrCorrupt. The
