@@ -3,12 +3,15 @@ package delaystore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // testID is the message id the envelope tests encode and decode bodies for.
@@ -314,4 +317,44 @@ func withPayload(e Envelope) Envelope {
 		e.Payload = []byte{}
 	}
 	return e
+}
+
+// TestLuaHeaderBothWays: envelope.lua's header and entry give the same bytes and numbers
+// through Redis' struct library and through the arithmetic that an embedded Lua without
+// it (miniredis: bridge dev) takes, and the bytes are Go's binaryHeader.
+func TestLuaHeaderBothWays(t *testing.T) {
+	lib, err := luaFile("envelope.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const structLine = "local STRUCT = rawget(_G, 'struct')"
+	if !strings.Contains(lib, structLine) {
+		t.Fatal("envelope.lua no longer picks the struct library as this test expects")
+	}
+	rdb := testredis.Client(t)
+	probe := `
+local v, a, d = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local h = header(v, a, d, true)
+local v2, a2, d2, p = entry(h .. 'body')
+return {h, string.format('%d,%d,%d,%d', v2, a2, d2, p)}`
+	for _, c := range []struct {
+		v int64
+		a int
+		d int64
+	}{{1, 0, 0}, {300, 2, 1_700_000_000_123}, {1<<48 - 1, 1<<24 - 1, 1<<48 - 1}, {123456789, 10, 4_102_444_800_000}} {
+		want := string(binaryHeader(c.v, c.a, c.d))
+		for _, way := range []string{"struct", "arithmetic"} {
+			script := lib
+			if way == "arithmetic" {
+				script = strings.Replace(lib, structLine, "local STRUCT = nil", 1)
+			}
+			r, err := rdb.Eval(t.Context(), script+probe, nil, c.v, c.a, c.d).StringSlice()
+			if err != nil || len(r) != 2 {
+				t.Fatalf("%s %+v: %v %v", way, c, r, err)
+			}
+			if r[0] != want || r[1] != fmt.Sprintf("%d,%d,%d,17", c.v, c.a, c.d) {
+				t.Errorf("%s %+v: header %q, entry %s; want %q", way, c, r[0], r[1], want)
+			}
+		}
+	}
 }
