@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
@@ -87,49 +88,137 @@ func redisCPU(b *testing.B, f *fixture) float64 {
 	return total
 }
 
-// BenchmarkParkedMemory reports Redis memory per parked message: 100k messages of 100 B
-// with 26-character ids (ULIDs, as core NATS and the HTTP API make), typical target and
-// source, no headers. used_memory delta / count, and the same minus the 100 B payload.
+// BenchmarkParkedMemory reports Redis memory per parked message: 100k messages of 100 B.
+// ulid: 26-character ids (ULIDs, as core NATS and the HTTP API make), typical target and
+// source, no headers. jetstream: as ingress parks a JetStream message without x-delay-id
+// (e2e/bench's messages): id and source id "js:IN:<seq>", x-delay-hops 1. used_memory
+// delta / count, the same minus the 100 B payload, and the stored value's length. Each in
+// a compact store (created by this version) and a text one (P:shards "16,p64": a store of
+// an earlier version, which keeps that version's format): the baseline in the same run.
 // Run: go test -run '^$' -bench BenchmarkParkedMemory -benchtime 1x ./delaystore/
 func BenchmarkParkedMemory(b *testing.B) {
-	for range b.N {
-		f := newFixture(b, testredis.Start(b).URL(), func(c *Config) { c.Shards = 16 })
-		mem := func() float64 {
-			info, err := f.rdb.Info(b.Context(), "memory").Result()
+	ulid := func(i int) ParkRequest {
+		return ParkRequest{ID: fmt.Sprintf("01M80%021d", i), Delay: time.Hour,
+			Envelope: Envelope{Target: "nats:orders.timeout", Source: "nats:delay.in"}}
+	}
+	js := func(i int) ParkRequest {
+		id := fmt.Sprintf("js:IN:%d", 1_000_000+i)
+		return ParkRequest{ID: id, Delay: time.Hour, Envelope: Envelope{SourceID: id, Target: "nats:bench.out.w",
+			Source: "nats:delay.in", Headers: headers.List{{Key: "x-delay-hops", Value: "1"}}}}
+	}
+	for _, c := range []struct {
+		name string
+		req  func(int) ParkRequest
+	}{{"ulid", ulid}, {"jetstream", js}} {
+		for _, store := range []string{"compact", "text"} {
+			b.Run(c.name+"/store="+store, func(b *testing.B) {
+				for range b.N {
+					benchParkedMemory(b, c.req, storeMark(store))
+				}
+			})
+		}
+	}
+}
+
+// storeMark is the P:shards mark a benchmark's store starts with (16 shards): "" (Init
+// creates a compact store) or that of a store of an earlier version.
+func storeMark(store string) string {
+	if store == "text" {
+		return "16,p64"
+	}
+	return ""
+}
+
+// usedMemory is Redis used_memory (INFO memory).
+func usedMemory(b *testing.B, f *fixture) float64 {
+	info, err := f.rdb.Info(b.Context(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, line := range strings.Split(info, "\r\n") {
-				if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-					n, err := strconv.ParseFloat(v, 64)
-					if err != nil {
-						b.Fatal(err)
-					}
-					return n
-				}
-			}
-			b.Fatal("no used_memory in INFO")
-			return 0
+			return n
 		}
-		const n, batch = 100_000, 1000
-		payload := make([]byte, 100)
-		before := mem()
-		for i := 0; i < n; i += batch {
-			reqs := make([]ParkRequest, batch)
-			for j := range reqs {
-				reqs[j] = ParkRequest{
-					ID: fmt.Sprintf("01M80%021d", i+j), Delay: time.Hour,
-					Envelope: Envelope{Target: "nats:orders.timeout", Source: "nats:delay.in", Payload: payload},
-				}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+func benchParkedMemory(b *testing.B, req func(int) ParkRequest, mark string) {
+	f := newMarkedFixture(b, testredis.Start(b).URL(), mark, func(c *Config) { c.Shards = 16 })
+	mem := func() float64 { return usedMemory(b, f) }
+	const n, batch = 100_000, 1000
+	payload := make([]byte, 100)
+	before := mem()
+	for i := 0; i < n; i += batch {
+		reqs := make([]ParkRequest, batch)
+		for j := range reqs {
+			reqs[j] = req(i + j)
+			reqs[j].Envelope.Payload = payload
+		}
+		if _, err := f.s.Park(b.Context(), reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := (mem() - before) / n
+	id := req(n - 1).ID
+	value, err := f.rdb.HGet(b.Context(), f.s.keys[f.s.ShardOf(id)].m, id).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(per, "bytes/msg")
+	b.ReportMetric(per-float64(len(payload)), "bytes/msg-beyond-payload")
+	b.ReportMetric(float64(len(value)), "value-bytes")
+}
+
+// BenchmarkTombstoneMemory reports Redis memory per tombstone: 100k messages with source
+// ids ("js:IN:<seq>", as e2e/bench's JetStream messages) parked due at once, claimed and
+// acked in batches of 1000 (TTL 90 s, the default); used_memory after (the entries gone,
+// the tombstones left) minus before, per message. In a compact store (sets) and a text
+// one (the zset of earlier versions), the baseline in the same run.
+// Run: go test -run '^$' -bench BenchmarkTombstoneMemory -benchtime 1x ./delaystore/
+func BenchmarkTombstoneMemory(b *testing.B) {
+	for _, store := range []string{"compact", "text"} {
+		b.Run("store="+store, func(b *testing.B) {
+			for range b.N {
+				benchTombstoneMemory(b, storeMark(store))
 			}
-			if _, err := f.s.Park(b.Context(), reqs); err != nil {
+		})
+	}
+}
+
+func benchTombstoneMemory(b *testing.B, mark string) {
+	f := newMarkedFixture(b, testredis.Start(b).URL(), mark, func(c *Config) { c.Shards = 16; c.TombstoneTTL = 90 * time.Second })
+	const n, batch = 100_000, 1000
+	before := usedMemory(b, f)
+	for i := 0; i < n; i += batch {
+		reqs := make([]ParkRequest, batch)
+		for j := range reqs {
+			id := fmt.Sprintf("js:IN:%d", 1_000_000+i+j)
+			reqs[j] = ParkRequest{ID: id, Envelope: Envelope{SourceID: id, Target: "nats:bench.out.w", Source: "nats:delay.in", Payload: make([]byte, 100)}}
+		}
+		if _, err := f.s.Park(b.Context(), reqs); err != nil {
+			b.Fatal(err)
+		}
+		var rs []Receipt
+		for sh := range f.s.Shards() {
+			c, err := f.s.Claim(b.Context(), sh, batch)
+			if err != nil {
 				b.Fatal(err)
 			}
+			for _, m := range c.Messages {
+				rs = append(rs, m.Receipt)
+			}
 		}
-		per := (mem() - before) / n
-		b.ReportMetric(per, "bytes/msg")
-		b.ReportMetric(per-float64(len(payload)), "bytes/msg-beyond-payload")
+		if a, err := f.s.Ack(b.Context(), rs); err != nil || a.N != batch {
+			b.Fatalf("ack %+v, %v", a, err)
+		}
 	}
+	b.ReportMetric((usedMemory(b, f)-before)/n, "bytes/tombstone")
 }
 
 // BenchmarkBatchShape measures Redis CPU per message of park + claim + ack by the shape of

@@ -326,19 +326,24 @@ func parsePrefix(p string) (version, due int64, ok bool) {
 	return v, d, err1 == nil && err2 == nil
 }
 
-// decodeHead reads the target and source from the first bytes of a body (encodeBody):
-// format byte, source id (format 3), target, source.
+// decodeHead reads the target and source from the first bytes of the body of message id
+// (encodeBody): format byte, source id, target, source (and, compact, the flags).
 func decodeHead(b []byte, id string) (target, source string, err error) {
 	if len(b) == 0 {
 		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
 	d := decoder{b: b[1:]}
-	if b[0] == formatSource {
+	if b[0] == formatSource || b[0] == formatCompactSource {
 		d.bytes("source id")
 	}
-	target = string(d.bytes("target"))
-	source = string(d.bytes("source"))
-	return target, source, d.err
+	if b[0] < formatCompactNoSource {
+		target = string(d.bytes("target"))
+		source = string(d.bytes("source"))
+		return target, source, d.err
+	}
+	var e Envelope
+	d.compactHead(&e)
+	return e.Target, e.Source, d.err
 }
 
 func opValue(op BulkOp) int64 {

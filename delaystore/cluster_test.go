@@ -112,7 +112,9 @@ func TestCluster(t *testing.T) {
 	const n = 400
 	reqs := make([]ParkRequest, n)
 	for i := range reqs {
-		reqs[i] = ParkRequest{ID: fmt.Sprintf("m-%d", i), Envelope: sampleEnvelope(i)}
+		env := sampleEnvelope(i) // with a source id: the acks leave tombstones (tombs.lua's sets)
+		env.SourceID = fmt.Sprintf("js:IN:%d", i)
+		reqs[i] = ParkRequest{ID: fmt.Sprintf("m-%d", i), Replace: true, Envelope: env}
 	}
 	reqs = append(reqs, ParkRequest{ID: "later", Delay: time.Hour, Envelope: sampleEnvelope(0)})
 	if _, err := s.Park(ctx, reqs); err != nil {
@@ -164,6 +166,21 @@ func TestCluster(t *testing.T) {
 	}
 	if st, err := s.Stats(ctx); err != nil || st.Parked != int64(len(retries)) {
 		t.Fatalf("stats after ack %+v, %v", st, err)
+	}
+	// Redeliveries of the acked messages meet their tombstones, in sets the scripts name
+	// from the shard's tombstone key (same slot, not in KEYS).
+	redelivered, err := s.Park(ctx, reqs[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	absorbed := 0
+	for _, p := range redelivered {
+		if p.Delivered {
+			absorbed++
+		}
+	}
+	if absorbed != len(receipts) {
+		t.Fatalf("%d redeliveries absorbed, want the %d acked", absorbed, len(receipts))
 	}
 
 	// The fleet's counts: the script's two keys and the overview's reads in the fleet's slot.

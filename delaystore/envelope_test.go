@@ -3,12 +3,15 @@ package delaystore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // testID is the message id the envelope tests encode and decode bodies for.
@@ -50,12 +53,22 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"window", Envelope{Target: "nats:a", Source: "http", Window: 10 * time.Second, Payload: []byte("x")}},
 		{"window of a recurring message, with everything", Envelope{Target: "kafka:a", Source: "kafka:in", Tombstone: true, Every: "1h",
 			Misfire: "all", Expires: time.Second, Window: time.Hour, Anchor: 1_795_273_445_000}},
+		{"hops", Envelope{Target: "nats:a", Source: "nats:delay.in", Headers: headers.List{{Key: "h", Value: "v"}, {Key: "x-delay-hops", Value: "1"}}, Payload: []byte("x")}},
+		{"hops only, with every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "18446744073709551615"}}, Every: "1s"}},
+		{"hops not last", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "2"}, {Key: "h", Value: "v"}}}},
+		{"hops twice", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "2"}, {Key: "x-delay-hops", Value: "3"}}}},
+		{"hops not canonical", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "01"}}}},
+		{"hops not a count", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "x"}}}},
+		{"hops other case", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "X-Delay-Hops", Value: "1"}}}},
+		{"targets and sources without a broker prefix", Envelope{Target: "nats", Source: "httpx"}},
+		{"empty names after the prefix", Envelope{Target: "kafka:", Source: "nats:"}},
+		{"source with a prefix-like name", Envelope{Target: "nats:nats:a", Source: "kafka:http"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := encodeBody(tt.env, testID)
-			if want := map[string]byte{"": formatNoSource, testID: formatSourceIsID}[tt.env.SourceID]; want != 0 && b[0] != want ||
-				want == 0 && b[0] != formatSource {
+			if want := map[string]byte{"": formatCompactNoSource, testID: formatCompactSourceIsID}[tt.env.SourceID]; want != 0 && b[0] != want ||
+				want == 0 && b[0] != formatCompactSource {
 				t.Fatalf("format byte %d for source id %q", b[0], tt.env.SourceID)
 			}
 			got, err := decodeBody(b, testID)
@@ -75,16 +88,19 @@ func TestBodyRoundTrip(t *testing.T) {
 			if (got.Key == nil) != (tt.env.Key == nil) {
 				t.Fatalf("key nil-ness changed: got %v want %v", got.Key == nil, tt.env.Key == nil)
 			}
-			// Through the stored form written by the scripts.
-			st, env2, err := decodeStored("12,3,1700000000123,"+string(b), testID)
-			if err != nil {
-				t.Fatalf("decodeStored: %v", err)
-			}
-			if st.version != 12 || st.attempts != 3 || st.due != 1700000000123 {
-				t.Fatalf("prefix = %+v", st)
-			}
-			if !reflect.DeepEqual(env2, got) {
-				t.Fatalf("stored round trip: %#v", env2)
+			// Through the stored forms written by the scripts: the binary header, and the
+			// text one of earlier versions.
+			for _, h := range []string{string(binaryHeader(12, 3, 1700000000123)), "12,3,1700000000123,"} {
+				st, env2, err := decodeStored(h+string(b), testID)
+				if err != nil {
+					t.Fatalf("decodeStored: %v", err)
+				}
+				if st.version != 12 || st.attempts != 3 || st.due != 1700000000123 || st.headerLen != len(h) {
+					t.Fatalf("header %q = %+v", h, st)
+				}
+				if !reflect.DeepEqual(env2, got) {
+					t.Fatalf("stored round trip: %#v", env2)
+				}
 			}
 		})
 	}
@@ -102,7 +118,7 @@ func TestMetaOrder(t *testing.T) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
 	// The source time is dropped by the decoder: the envelope reads back as it was.
-	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123), testID); err != nil || !reflect.DeepEqual(back, env) {
+	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, true), testID); err != nil || !reflect.DeepEqual(back, env) {
 		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
 	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) {
@@ -118,7 +134,20 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		b    []byte
 	}{
 		{"empty", nil},
-		{"unknown format", []byte{4, 0, 0, 0, 0, 0}},
+		{"unknown format", []byte{7, 0, 0, 0, 0, 0}},
+		{"compact: no flags", []byte{formatCompactNoSource}},
+		{"compact: unused flag bit", []byte{formatCompactNoSource, 0x80, 0, 0}},
+		{"compact: target prefix 3", []byte{formatCompactNoSource, 3, 0, 0}},
+		{"compact: target prefix flag nats (reserved)", []byte{formatCompactNoSource, flagNATS, 1, 'a', 0}},
+		{"compact: target prefix flag kafka (reserved)", []byte{formatCompactNoSource, flagKafka, 1, 'a', 0}},
+		{"compact: source keeps its prefix", []byte{formatCompactNoSource, 0, 0, 7, 'k', 'a', 'f', 'k', 'a', ':', 'a'}},
+		{"compact: source http as a field", []byte{formatCompactNoSource, 0, 0, 4, 'h', 't', 't', 'p'}},
+		{"compact: empty header list", []byte{formatCompactNoSource, flagSourceHTTP | flagHeaders, 0, 0}},
+		{"compact: hops as a header", []byte{formatCompactNoSource, flagSourceHTTP | flagHeaders, 0, 1, 12, 'x', '-', 'd', 'e', 'l', 'a', 'y', '-', 'h', 'o', 'p', 's', 1, '1'}},
+		{"compact: truncated hops", []byte{formatCompactNoSource, flagSourceHTTP | flagHops, 0}},
+		{"compact: overlong hops", []byte{formatCompactNoSource, flagSourceHTTP | flagHops, 0, 0x81, 0}},
+		{"compact: truncated key", []byte{formatCompactNoSource, flagSourceHTTP | flagKey, 0, 3, 'k'}},
+		{"compact: empty source id field", []byte{formatCompactSource, 0, flagSourceHTTP, 0}},
 		{"format 0", []byte{0, 0, 0, 0, 0}},
 		{"truncated target length", []byte{1, 0x80}},
 		{"truncated source id", []byte{3, 5, 'j', 's'}},
@@ -169,7 +198,9 @@ func withHeader(k, v string) []byte {
 }
 
 func TestParseStoredCorrupt(t *testing.T) {
-	for _, s := range []string{"", "1,2", "1,2,3", "a,0,1,x", "1,b,1,x", "1,0,c,x", "1,99999999999,1,x"} {
+	for _, s := range []string{"", "1,2", "1,2,3", "a,0,1,x", "1,b,1,x", "1,0,c,x", "1,99999999999,1,x",
+		"\x01", "\x01\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00", // binary: truncated
+	} {
 		t.Run(strconv.Quote(s), func(t *testing.T) {
 			if _, _, err := decodeStored(s, testID); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
@@ -194,11 +225,17 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 			return
 		}
-		// Whatever decodes must re-encode to the same bytes (the format is canonical).
-		if again := encodeBody(env, testID); !bytes.Equal(again, b) {
+		// Whatever decodes must re-encode to the same bytes (the compact format is
+		// canonical); a body of formats 1-3 re-encodes (compact) to the same envelope.
+		again := encodeBody(env, testID)
+		if b[0] >= formatCompactNoSource && !bytes.Equal(again, b) {
 			t.Fatalf("re-encode differs:\n in %x\nout %x", b, again)
 		}
+		if back, err := decodeBody(again, testID); err != nil || !reflect.DeepEqual(withPayload(back), withPayload(env)) {
+			t.Fatalf("compact re-encoding of %x reads back as %#v, %v", b, back, err)
+		}
 		_, _, _ = decodeStored("1,0,1,"+string(b), testID)
+		_, _, _ = decodeStored(string(binaryHeader(1, 0, 1))+string(b), testID)
 	})
 }
 
@@ -226,14 +263,98 @@ func TestDecodeBodyFormat1(t *testing.T) {
 	if err != nil || st.version != 7 || st.attempts != 2 || !reflect.DeepEqual(env, want) {
 		t.Fatalf("stored format 1: %+v %#v %v", st, env, err)
 	}
-	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
-		t.Fatalf("a message without source id is not written as format 1: %q", e)
-	}
 	// Formats 2 and 3 are format 1 with another format byte (and, for 3, the source id).
-	if e := encodeBody(withSource(want, testID), testID); e[0] != formatSourceIsID || !bytes.Equal(e[1:], b[1:]) {
-		t.Fatalf("format 2: %q", e)
+	if env, err := decodeBody(append([]byte{formatSourceIsID}, b[1:]...), testID); err != nil || !reflect.DeepEqual(env, withSource(want, testID)) {
+		t.Fatalf("format 2: %#v %v", env, err)
 	}
-	if e := encodeBody(withSource(want, "js:IN:1"), testID); e[0] != formatSource || !bytes.Equal(e[1:9], []byte("\x07js:IN:1")) || !bytes.Equal(e[9:], b[1:]) {
-		t.Fatalf("format 3: %q", e)
+	if env, err := decodeBody(append([]byte("\x03\x07js:IN:1"), b[1:]...), testID); err != nil || !reflect.DeepEqual(env, withSource(want, "js:IN:1")) {
+		t.Fatalf("format 3: %#v %v", env, err)
+	}
+}
+
+// TestDecodeBodyCompact pins the compact layout (formats 4-6) with literal bytes: what
+// this version parks must stay readable by the versions after it.
+func TestDecodeBodyCompact(t *testing.T) {
+	b := []byte("\x06\x07js:IN:1" + // format 6, source id
+		"\x74" + // flags: source nats:, key, headers, hops
+		"\x0fnats:orders.out" + "\x08delay.in" + // target, source without "nats:"
+		"\x01k" + // key
+		"\x02\x01a\x011" + "\x12_delaybridge_every\x021s" + // a header, then the schedule
+		"\x03" + // hops
+		"payload,1,2")
+	want := Envelope{SourceID: "js:IN:1", Target: "nats:orders.out", Source: "nats:delay.in", Key: []byte("k"),
+		Headers: headers.List{{Key: "a", Value: "1"}, {Key: "x-delay-hops", Value: "3"}}, Every: "1s", Payload: []byte("payload,1,2")}
+	got, err := decodeBody(b, testID)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("compact:\n got %#v, %v\nwant %#v", got, err, want)
+	}
+	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
+		t.Fatalf("encoded as %q\nwant %q", e, b)
+	}
+	// Kafka names, the source "http", no key, no headers, no hops; the source id is the id.
+	b = []byte("\x05\x0c\x07kafka:t" + "v")
+	want = Envelope{SourceID: testID, Target: "kafka:t", Source: "http", Payload: []byte("v")}
+	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("compact kafka:\n got %#v, %v\nwant %#v", got, err, want)
+	}
+	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
+		t.Fatalf("encoded as %q\nwant %q", e, b)
+	}
+	// The binary header: version 300, attempts 2, due 1700000000123 (0x18bcfe5687b).
+	const h = "\x01" + "\x00\x00\x00\x00\x01\x2c" + "\x00\x00\x02" + "\x01\x8b\xcf\xe5\x68\x7b"
+	st, err := parseStored(h + string(b))
+	if err != nil || st.version != 300 || st.attempts != 2 || st.due != 1700000000123 || st.body != string(b) {
+		t.Fatalf("binary header: %+v %v", st, err)
+	}
+	if got := binaryHeader(300, 2, 1700000000123); string(got) != h {
+		t.Fatalf("binary header written as %q", got)
+	}
+}
+
+// withPayload is e with a nil payload made empty (they are equivalent).
+func withPayload(e Envelope) Envelope {
+	if e.Payload == nil {
+		e.Payload = []byte{}
+	}
+	return e
+}
+
+// TestLuaHeaderBothWays: envelope.lua's header and entry give the same bytes and numbers
+// through Redis' struct library and through the arithmetic that an embedded Lua without
+// it (miniredis: bridge dev) takes, and the bytes are Go's binaryHeader.
+func TestLuaHeaderBothWays(t *testing.T) {
+	lib, err := luaFile("envelope.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const structLine = "local STRUCT = rawget(_G, 'struct')"
+	if !strings.Contains(lib, structLine) {
+		t.Fatal("envelope.lua no longer picks the struct library as this test expects")
+	}
+	rdb := testredis.Client(t)
+	probe := `
+local v, a, d = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local h = header(v, a, d, true)
+local v2, a2, d2, p = entry(h .. 'body')
+return {h, string.format('%d,%d,%d,%d', v2, a2, d2, p)}`
+	for _, c := range []struct {
+		v int64
+		a int
+		d int64
+	}{{1, 0, 0}, {300, 2, 1_700_000_000_123}, {1<<48 - 1, 1<<24 - 1, 1<<48 - 1}, {123456789, 10, 4_102_444_800_000}} {
+		want := string(binaryHeader(c.v, c.a, c.d))
+		for _, way := range []string{"struct", "arithmetic"} {
+			script := lib
+			if way == "arithmetic" {
+				script = strings.Replace(lib, structLine, "local STRUCT = nil", 1)
+			}
+			r, err := rdb.Eval(t.Context(), script+probe, nil, c.v, c.a, c.d).StringSlice()
+			if err != nil || len(r) != 2 {
+				t.Fatalf("%s %+v: %v %v", way, c, r, err)
+			}
+			if r[0] != want || r[1] != fmt.Sprintf("%d,%d,%d,17", c.v, c.a, c.d) {
+				t.Errorf("%s %+v: header %q, entry %s; want %q", way, c, r[0], r[1], want)
+			}
+		}
 	}
 }

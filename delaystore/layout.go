@@ -17,6 +17,12 @@ const (
 	// positionMark follows the shard count in P:shards for the position layout. A version
 	// before it reads "<N>,p64" as no shard count and refuses the store.
 	positionMark = ",p64"
+	// compactMark follows the position mark in P:shards of a store whose entries are
+	// written compact (envelope.go encodeCompact, envelope.lua's binary header) and whose
+	// tombstones are sets that Redis expires (tombs.lua). A version before it refuses any
+	// value but "<N>" and "<N>,p64", so a replica that cannot read compact entries or
+	// would not see those tombstones never serves such a store.
+	compactMark = ",c1"
 	// maxPositionDigits bounds the position parsed from an id: 19 digits fit a uint64.
 	maxPositionDigits = 19
 )
@@ -86,23 +92,37 @@ func (s *Store) layoutErr() error {
 	return ErrNotInitialised
 }
 
-// shardsValue is what this store records in P:shards: the shard count, and the mark of
-// the position layout when it runs with it.
+// shardsValue is what this store records in P:shards: the shard count, the mark of the
+// position layout when it runs with it, and the compact mark when it writes compact.
 func (s *Store) shardsValue() string {
 	v := strconv.Itoa(s.shards)
 	if s.byPosition.Load() {
 		v += positionMark
 	}
+	if s.compact.Load() {
+		v += compactMark
+	}
 	return v
 }
 
-// parseShardsValue reads P:shards: "<N>" (the id layout) or "<N>,p64" (the position
-// layout).
-func parseShardsValue(v string) (shards int, byPosition bool, err error) {
-	num, byPosition := strings.CutSuffix(v, positionMark)
+// newStoreMark is what Init records for an empty store: the position layout and compact
+// entries.
+func newStoreMark(shards int) string { return strconv.Itoa(shards) + positionMark + compactMark }
+
+// parseShardsValue reads P:shards: "<N>" (the id layout), "<N>,p64" (the position
+// layout) or "<N>,p64,c1" (the position layout, compact entries and set tombstones).
+// Anything else (a compact mark without the position layout, an unknown mark) is an
+// error: this version cannot say how such a store is written.
+func parseShardsValue(v string) (shards int, byPosition, compact bool, err error) {
+	num, compact := strings.CutSuffix(v, positionMark+compactMark)
+	if !compact {
+		num, byPosition = strings.CutSuffix(v, positionMark)
+	} else {
+		byPosition = true
+	}
 	shards, err = strconv.Atoi(num)
 	if err != nil || shards < 1 || strconv.Itoa(shards) != num {
-		return 0, false, fmt.Errorf("not a shard count: %q", v)
+		return 0, false, false, fmt.Errorf("not a shard count: %q", v)
 	}
-	return shards, byPosition, nil
+	return shards, byPosition, compact, nil
 }

@@ -3,6 +3,7 @@ package delaystore
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,8 +47,8 @@ func TestPositionShard(t *testing.T) {
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v := f.rdb.Get(ctx, f.s.shardsKey).Val(); v != "16,p64" {
-		t.Fatalf("P:shards = %q, want 16,p64", v)
+	if v := f.rdb.Get(ctx, f.s.shardsKey).Val(); v != "16,p64,c1" {
+		t.Fatalf("P:shards = %q, want 16,p64,c1", v)
 	}
 	var reqs []ParkRequest
 	for i := 128; i < 192; i++ { // one run of 64 positions
@@ -115,7 +116,7 @@ func TestLayoutOfExistingStore(t *testing.T) {
 	if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != "16" {
 		t.Fatalf("P:shards rewritten to %q", v)
 	}
-	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64"} {
+	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c2", "16,p64,c1,", "16,p64,c1,c1"} {
 		if err := rdb.Set(t.Context(), prefix+":shards", bad, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -200,5 +201,47 @@ func TestNotInitialisedRefusesIDs(t *testing.T) {
 	}
 	if _, err := s.Park(ctx, []ParkRequest{{ID: "js:IN:1", Envelope: sampleEnvelope(0)}}); err != nil {
 		t.Errorf("park after Init: %v", err)
+	}
+}
+
+// landedShardsRule is how the version before the compact mark read P:shards (layout.go's
+// parseShardsValue at 30081a0): an optional ",p64" after a canonical count >= 1, anything
+// else refused (ErrShardMismatch: it does not start).
+func landedShardsRule(v string) bool {
+	num, _ := strings.CutSuffix(v, positionMark)
+	n, err := strconv.Atoi(num)
+	return err == nil && n >= 1 && strconv.Itoa(n) == num
+}
+
+// TestShardsValueTable: what this version records and accepts in P:shards. A new store's
+// mark carries the compact format, which the previous version refuses (so no replica that
+// cannot read compact entries or see set tombstones ever serves such a store), while every
+// value the previous version accepted is read with its layout and the text format.
+func TestShardsValueTable(t *testing.T) {
+	for _, tc := range []struct {
+		v                            string
+		ok, byPosition, compact, old bool // old: the previous version accepts it
+	}{
+		{"16", true, false, false, true},
+		{"16,p64", true, true, false, true},
+		{"16,p64,c1", true, true, true, false},
+		{"1,p64,c1", true, true, true, false},
+		{"16,c1", false, false, false, false},
+		{"16,p64,c2", false, false, false, false},
+		{"16,c1,p64", false, false, false, false},
+		{"016,p64,c1", false, false, false, false},
+		{"0,p64,c1", false, false, false, false},
+		{"16,p64,c1,x", false, false, false, false},
+	} {
+		n, pos, compact, err := parseShardsValue(tc.v)
+		if (err == nil) != tc.ok || pos != tc.byPosition || compact != tc.compact || (tc.ok && n != 16 && n != 1) {
+			t.Errorf("parseShardsValue(%q) = %d, %v, %v, %v", tc.v, n, pos, compact, err)
+		}
+		if landedShardsRule(tc.v) != tc.old {
+			t.Errorf("%q: previous version accepts %v, want %v", tc.v, !tc.old, tc.old)
+		}
+	}
+	if m := newStoreMark(16); m != "16,p64,c1" || landedShardsRule(m) {
+		t.Errorf("new store mark %q, accepted by the previous version: %v", m, landedShardsRule(m))
 	}
 }

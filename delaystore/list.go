@@ -192,7 +192,7 @@ func (sh *listShard) read(out []any, match func(string) bool) error {
 	return nil
 }
 
-// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, stored
+// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, body
 // length, in retry set. ok is false for an entry that does not decode (left out: Get
 // shows it, egress quarantines it).
 func listed(v []any) (Listed, bool) {
@@ -214,7 +214,7 @@ func listed(v []any) (Listed, bool) {
 	}
 	preamble, window := scanHead([]byte(head))
 	return Listed{ID: id, Target: target, Source: source, Due: due, Scheduled: sched, Attempts: attempts,
-		Size: int(size) - len(prefix) - 1 - preamble, Window: window}, true
+		Size: int(size) - preamble, Window: window}, true
 }
 
 // listFrontier is the smallest position read up to by a shard that is not through (every
@@ -273,31 +273,56 @@ func posOf(l Listed) ListCursor {
 	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
 }
 
-// scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
-// its payload: format, source id, target, source, key, headers; when they do not all lie
-// in head, the bytes before the headers (and window is 0). window is the spread window
-// stored with the headers (metaWindow), 0 when none.
+// scanHead reads the head of a body (encodeBody, either layout): preamble is how many
+// bytes come before its payload: format, source id, target, source, key, headers (and,
+// compact, the hops count); when they do not all lie in head, the bytes before the headers
+// (and window is 0). window is the spread window stored with the headers (metaWindow), 0
+// when none.
 func scanHead(head []byte) (preamble int, window time.Duration) {
-	d := decoder{b: head[1:]}
-	if head[0] == formatSource {
-		d.bytes("source id")
+	if len(head) == 0 {
+		return 0, 0
 	}
-	d.bytes("target")
-	d.bytes("source")
-	if d.byte("key flag") == keyPresent {
-		d.bytes("key")
+	d := decoder{b: head[1:]}
+	hasHeaders, hasHops := true, false
+	if head[0] >= formatCompactNoSource {
+		if head[0] == formatCompactSource {
+			d.bytes("source id")
+		}
+		flags := d.byte("flags")
+		d.bytes("target")
+		if flags&flagSourceHTTP != flagSourceHTTP {
+			d.bytes("source")
+		}
+		if flags&flagKey != 0 {
+			d.bytes("key")
+		}
+		hasHeaders, hasHops = flags&flagHeaders != 0, flags&flagHops != 0
+	} else {
+		if head[0] == formatSource {
+			d.bytes("source id")
+		}
+		d.bytes("target")
+		d.bytes("source")
+		if d.byte("key flag") == keyPresent {
+			d.bytes("key")
+		}
 	}
 	beforeHeaders := len(head) - len(d.b)
-	count := d.uvarint("header count")
-	for i := uint64(0); i < count && d.err == nil; i++ {
-		k := d.bytes("header key")
-		v := d.bytes("header value")
-		if d.err == nil && string(k) == metaWindow {
-			var e Envelope
-			if e.takeWindow(string(v)) == nil {
-				window = e.Window
+	if hasHeaders {
+		count := d.uvarint("header count")
+		for i := uint64(0); i < count && d.err == nil; i++ {
+			k := d.bytes("header key")
+			v := d.bytes("header value")
+			if d.err == nil && string(k) == metaWindow {
+				var e Envelope
+				if e.takeWindow(string(v)) == nil {
+					window = e.Window
+				}
 			}
 		}
+	}
+	if hasHops {
+		d.uvarint("hops")
 	}
 	if d.err != nil {
 		return beforeHeaders, 0

@@ -67,7 +67,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			if pub != "0" && r.Replace {
 				sent = r.Published
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent))
+			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load()))
 		}
 		args = append(args, s.quota.block(reqs, idx, sh, match)...)
 		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}

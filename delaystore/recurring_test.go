@@ -38,7 +38,7 @@ func TestNextFiring(t *testing.T) {
 	if err := f.rdb.ZScore(t.Context(), retryKey, "rec").Err(); err == nil {
 		t.Fatal("still in the retry set")
 	}
-	if n := f.rdb.ZCard(t.Context(), f.tombKey("rec")).Val(); n != 0 {
+	if n := f.tombstones(t, "rec"); n != 0 {
 		t.Fatalf("%d tombstones: the message lives on", n)
 	}
 	if again, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: m.Receipt, Next: next + 1000}}); err != nil || again.N != 0 {

@@ -25,6 +25,9 @@ type Store struct {
 	// byPosition: the store has the position layout (layout.go); set by Init from
 	// P:shards, true until then (what Init gives an empty store).
 	byPosition atomic.Bool
+	// compact: the store's entries are written compact and its tombstones are sets
+	// (layout.go compactMark); set by Init from P:shards, true until then.
+	compact atomic.Bool
 	// layoutKnown: Init has read the layout; until then calls that address ids refuse.
 	layoutKnown atomic.Bool
 	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
@@ -172,6 +175,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	_, perShard := rdb.(*redis.ClusterClient)
 	s.quota = newQuotas(rules, cfg.Shards, perShard)
 	s.byPosition.Store(true)
+	s.compact.Store(true)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
@@ -187,8 +191,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
 // with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
 // it: a different recorded count is an error wrapping ErrShardMismatch. The same key gives
-// the store's layout (layout.go): an empty store gets the position layout, an existing
-// one keeps what it has. It creates or reads
+// the store's layout and entry format (layout.go): an empty store gets the position layout
+// and compact entries, an existing one keeps what it has. It creates or reads
 // every shard's dataset epoch, which CheckDataset compares against, and the key that seals
 // cursors (P:cursor, created once: cursor.go). It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
@@ -207,15 +211,16 @@ func (s *Store) Init(ctx context.Context) error {
 		return err
 	}
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
-	// An empty store gets the position layout; a store that has P:shards keeps its own.
-	if err := s.rdb.SetNX(ctx, s.shardsKey, strconv.Itoa(s.shards)+positionMark, 0).Err(); err != nil && !IsOOM(err) {
+	// An empty store gets the position layout and compact entries; a store that has
+	// P:shards keeps its own.
+	if err := s.rdb.SetNX(ctx, s.shardsKey, newStoreMark(s.shards), 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
 	if err != nil {
 		return fmt.Errorf("init: read shard count: %w", err)
 	}
-	recorded, byPosition, err := parseShardsValue(v)
+	recorded, byPosition, compact, err := parseShardsValue(v)
 	if err != nil {
 		return fmt.Errorf("init: redis key %s: %w: %w", s.shardsKey, err, ErrShardMismatch)
 	}
@@ -223,6 +228,7 @@ func (s *Store) Init(ctx context.Context) error {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
 	s.byPosition.Store(byPosition)
+	s.compact.Store(compact)
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err

@@ -28,6 +28,14 @@ type fixture struct {
 
 func newFixture(t testing.TB, url string, mutate ...func(*Config)) *fixture {
 	t.Helper()
+	return newMarkedFixture(t, url, "", mutate...)
+}
+
+// newMarkedFixture is newFixture on a store whose P:shards holds mark before Init (""
+// leaves it to Init: an empty store): "<N>,p64" is a store created by an earlier version,
+// which keeps writing entries of formats 1-3 and zset tombstones.
+func newMarkedFixture(t testing.TB, url, mark string, mutate ...func(*Config)) *fixture {
+	t.Helper()
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +51,11 @@ func newFixture(t testing.TB, url string, mutate ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if mark != "" {
+		if err := rdb.Set(t.Context(), prefix+":shards", mark, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := s.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +65,13 @@ func newFixture(t testing.TB, url string, mutate ...func(*Config)) *fixture {
 func setup(t *testing.T, mutate ...func(*Config)) *fixture {
 	t.Helper()
 	return newFixture(t, testredis.URL(t), mutate...)
+}
+
+// setupText is setup on a store created by an earlier version ("4,p64": position layout,
+// entries of formats 1-3, zset tombstones).
+func setupText(t *testing.T, mutate ...func(*Config)) *fixture {
+	t.Helper()
+	return newMarkedFixture(t, testredis.URL(t), "4,p64", mutate...)
 }
 
 // ownServer is a fixture on a redis-server of its own, which the test may stop, fill or
@@ -936,7 +956,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|r|n|c|cx)$|^\{` +
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx)$|^\{` +
 		regexp.QuoteMeta(f.prefix) + `:fleet\}:(members|version|pending|tokens)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()

@@ -8,9 +8,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// tombKey is the tombstone set of id's shard.
+// tombKey is the tombstone zset of id's shard ({P:s}:t, stores of formats 1-3); the sets
+// of a compact store are tombKey + "n" and + "o" (tombs.lua).
 func (f *fixture) tombKey(id string) string {
 	return fmt.Sprintf("{%s:%d}:t", f.prefix, f.s.ShardOf(id))
+}
+
+// tombstoned reports whether src has a live tombstone in id's shard: in the zset (score
+// after the Redis time) or in either set.
+func (f *fixture) tombstoned(t *testing.T, id, src string) bool {
+	t.Helper()
+	ctx, tk := t.Context(), f.tombKey(id)
+	if sc, err := f.rdb.ZScore(ctx, tk, src).Result(); err == nil && int64(sc) > f.now(t) {
+		return true
+	}
+	return f.rdb.SIsMember(ctx, tk+"n", src).Val() || f.rdb.SIsMember(ctx, tk+"o", src).Val()
+}
+
+// tombstones counts the tombstones of id's shard: zset members (live or not) and set
+// members.
+func (f *fixture) tombstones(t *testing.T, id string) int64 {
+	t.Helper()
+	ctx, tk := t.Context(), f.tombKey(id)
+	return f.rdb.ZCard(ctx, tk).Val() + f.rdb.SCard(ctx, tk+"n").Val() + f.rdb.SCard(ctx, tk+"o").Val()
 }
 
 // deliver claims id (due now) and acks it, as egress does after the target confirmed.
@@ -33,8 +53,20 @@ func sourced(id, sourceID string, replace bool) ParkRequest {
 // TestTombstoneAbsorbsRedelivery: a delivered message leaves a tombstone of its source id
 // for the TTL, and a redelivery of that source message is not parked again (rows A1, A3,
 // B4, the Kafka kill), whether its id is the source id or an explicit x-delay-id.
+// Both kinds of store: a compact one's tombstone is in the newer set, which expires
+// after 2.5 x TTL; a text one's in the zset, until now + TTL.
 func TestTombstoneAbsorbsRedelivery(t *testing.T) {
-	f := setup(t, func(c *Config) { c.TombstoneTTL = time.Minute })
+	for _, store := range []string{"compact", "text"} {
+		t.Run(store, func(t *testing.T) { testTombstoneAbsorbsRedelivery(t, store == "compact") })
+	}
+}
+
+func testTombstoneAbsorbsRedelivery(t *testing.T, compact bool) {
+	mutate := func(c *Config) { c.TombstoneTTL = time.Minute }
+	f := setup(t, mutate)
+	if !compact {
+		f = setupText(t, mutate)
+	}
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name, id, src string
@@ -51,12 +83,25 @@ func TestTombstoneAbsorbsRedelivery(t *testing.T) {
 			before := f.now(t)
 			f.deliver(t, tc.id)
 			after := f.now(t)
-			exp, err := f.rdb.ZScore(ctx, f.tombKey(tc.id), tc.src).Result()
-			if err != nil {
-				t.Fatalf("no tombstone of %s after the ack: %v", tc.src, err)
-			}
-			if ttl := time.Minute.Milliseconds(); int64(exp) < before+ttl || int64(exp) > after+ttl {
-				t.Fatalf("tombstone expiry %d not in [%d, %d]", int64(exp), before+ttl, after+ttl)
+			ttl := time.Minute.Milliseconds()
+			if compact {
+				if !f.rdb.SIsMember(ctx, f.tombKey(tc.id)+"n", tc.src).Val() {
+					t.Fatalf("no tombstone of %s in the newer set after the ack", tc.src)
+				}
+				if pttl := f.rdb.PTTL(ctx, f.tombKey(tc.id)+"n").Val().Milliseconds(); pttl <= 2*ttl || pttl > 2*ttl+ttl/2 {
+					t.Fatalf("newer set expires in %d ms, want (2, 2.5] x TTL", pttl)
+				}
+				if n := f.rdb.Exists(ctx, f.tombKey(tc.id)).Val(); n != 0 {
+					t.Fatal("a compact store wrote the zset")
+				}
+			} else {
+				exp, err := f.rdb.ZScore(ctx, f.tombKey(tc.id), tc.src).Result()
+				if err != nil {
+					t.Fatalf("no tombstone of %s after the ack: %v", tc.src, err)
+				}
+				if int64(exp) < before+ttl || int64(exp) > after+ttl {
+					t.Fatalf("tombstone expiry %d not in [%d, %d]", int64(exp), before+ttl, after+ttl)
+				}
 			}
 			p := f.park(t, sourced(tc.id, tc.src, tc.replace))
 			if !p[0].Delivered || !p[0].Existed || p[0].Due != 0 {
@@ -124,7 +169,8 @@ func TestTombstoneOnlyWithSourceID(t *testing.T) {
 			f := setup(t, func(c *Config) { c.TombstoneTTL = tc.ttl })
 			f.park(t, sourced("m-1", tc.src, true))
 			f.deliver(t, "m-1")
-			if n := f.rdb.Exists(t.Context(), f.tombKey("m-1")).Val(); n != 0 {
+			tk := f.tombKey("m-1")
+			if n := f.rdb.Exists(t.Context(), tk, tk+"n", tk+"o").Val(); n != 0 {
 				t.Fatalf("tombstone key exists")
 			}
 			if p := f.park(t, sourced("m-1", tc.src, true)); p[0].Delivered || p[0].Existed {
@@ -152,12 +198,13 @@ func TestTombstoneCancel(t *testing.T) {
 	}
 }
 
-// TestTombstoneExpiryAndPruning: an expired tombstone no longer absorbs a park, and every
-// ack removes at most twice as many expired tombstones as it deleted entries, oldest first:
-// the set stays bounded without a sweeper, and no ack does unbounded work.
+// TestTombstoneExpiryAndPruning: in a store of an earlier version (zset tombstones) an
+// expired tombstone no longer absorbs a park, and every ack removes at most twice as many
+// expired tombstones as it deleted entries, oldest first: the set stays bounded without a
+// sweeper, and no ack does unbounded work.
 func TestTombstoneExpiryAndPruning(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	f := setup(t, func(c *Config) { c.TombstoneTTL = ttl })
+	f := setupText(t, func(c *Config) { c.TombstoneTTL = ttl })
 	ctx := t.Context()
 	ids := idsOnShard(f.s, 0, 20, "js:IN")
 	tz := f.tombKey(ids[0])
@@ -238,7 +285,70 @@ func TestTombstoneFormat1Entry(t *testing.T) {
 	if a, err := f.s.Ack(ctx, []Receipt{c.Receipt}); err != nil || a.N != 1 {
 		t.Fatalf("ack: %+v %v", a, err)
 	}
-	if n := f.rdb.Exists(ctx, f.tombKey(id)).Val(); n != 0 {
+	if n := f.tombstones(t, id); n != 0 {
 		t.Fatal("a format 1 entry left a tombstone")
+	}
+}
+
+// TestTombstoneSetsRotate: in a compact store the tombstones of the first TTL go to the
+// newer set; the first ack after the TTL moves that set to the older name and starts a new
+// one, and a redelivery of a message delivered before that boundary is still absorbed
+// (both sets are checked). The next move drops the older set (its tombstones are then
+// 2 x TTL old); a set nobody writes expires by itself after 2.5 x TTL, so every tombstone
+// absorbs for at least the TTL and at most 2.5 x TTL, and nothing sweeps.
+func TestTombstoneSetsRotate(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	f := setup(t, func(c *Config) { c.TombstoneTTL = ttl })
+	ctx := t.Context()
+	ids := idsOnShard(f.s, 0, 4, "js:IN")
+	tk := f.tombKey(ids[0])
+	deliver := func(id string) {
+		t.Helper()
+		f.park(t, sourced(id, id, false))
+		f.deliver(t, id)
+	}
+	absorbed := func(id string) bool {
+		t.Helper()
+		p := f.park(t, sourced(id, id, false))
+		if !p[0].Delivered {
+			f.deliver(t, id) // parked again: take it out, leaving a tombstone again
+		}
+		return p[0].Delivered
+	}
+	start := time.Now()
+	deliver(ids[0])
+	if !f.rdb.SIsMember(ctx, tk+"n", ids[0]).Val() || f.rdb.Exists(ctx, tk+"o").Val() != 0 {
+		t.Fatal("first tombstone not in the newer set alone")
+	}
+	time.Sleep(ttl + 50*time.Millisecond)
+	deliver(ids[1]) // after the TTL: the newer set moves to the older name
+	if !f.rdb.SIsMember(ctx, tk+"o", ids[0]).Val() || !f.rdb.SIsMember(ctx, tk+"n", ids[1]).Val() ||
+		f.rdb.SCard(ctx, tk+"n").Val() != 1 {
+		t.Fatalf("after the move: older %v, newer %v", f.rdb.SMembers(ctx, tk+"o").Val(), f.rdb.SMembers(ctx, tk+"n").Val())
+	}
+	if !absorbed(ids[0]) || !absorbed(ids[1]) {
+		t.Fatal("a redelivery across the set boundary was parked again")
+	}
+	time.Sleep(ttl + 50*time.Millisecond)
+	deliver(ids[2]) // the second move drops ids[0]'s set
+	if f.rdb.SIsMember(ctx, tk+"o", ids[0]).Val() || !f.rdb.SIsMember(ctx, tk+"o", ids[1]).Val() {
+		t.Fatalf("after the second move: older %v", f.rdb.SMembers(ctx, tk+"o").Val())
+	}
+	if time.Since(start) < ttl {
+		t.Fatal("test too slow to tell")
+	}
+	if absorbed(ids[0]) {
+		t.Fatal("a tombstone outlived its set")
+	}
+	if !absorbed(ids[1]) {
+		t.Fatal("a tombstone younger than 2 x TTL was dropped")
+	}
+	// Idle: both sets expire by themselves within 2.5 x TTL of their creation.
+	time.Sleep(2*ttl + ttl/2 + 50*time.Millisecond)
+	if n := f.rdb.Exists(ctx, tk+"n", tk+"o").Val(); n != 0 {
+		t.Fatalf("%d tombstone sets left after 2.5 x TTL idle", n)
+	}
+	if absorbed(ids[2]) || absorbed(ids[3]) {
+		t.Fatal("a tombstone absorbed after its set expired")
 	}
 }

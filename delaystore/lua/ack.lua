@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- ack: delete delivered messages, leaving tombstones of their source messages; one group
--- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
+-- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (tombstones: tombs.lua),
 --       4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n (parked count per
 --       target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter hash (quota.lua)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
@@ -9,9 +9,11 @@
 -- returns: per group {acked count, next head score, -1 when empty, -2 when not read}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
--- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL
--- (park then drops a redelivery of that source message). Then at most 2 x (deleted count)
--- expired tombstones are removed, oldest first: the set stays bounded without a sweeper.
+-- A deleted entry whose body carries a source id leaves a tombstone of it for TTL (park then
+-- drops a redelivery of that source message; tombs.lua: a compact entry's in the expiring
+-- sets, another's in the zset t, source id -> now + TTL). Then at most 2 x (deleted entries
+-- of formats 1-3) expired tombstones of the zset are removed, oldest first: it stays
+-- bounded without a sweeper.
 -- The retry set is touched only when a deleted entry has attempts > 0 (only such entries
 -- are in it: retry.lua adds an id with attempts + 1; park, bulk and a recurring firing
 -- reset attempts only while taking the id out of it, or keep them).
@@ -26,6 +28,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include envelope.lua
 
+--!include tombs.lua
+
 --!include groups.lua
 
 --!include settled.lua
@@ -37,7 +41,8 @@ local function shard(KEYS, ARGV)
   local ttl = tonumber(ARGV[1])
 
   local n = 0
-  local tombs = {} -- source ids of the deleted entries
+  local tombs, tombsC = {}, {} -- source ids of the deleted entries: text, compact
+  local nText = 0 -- deleted entries with a text body (formats 1-3)
   local deltas = {} -- target -> minus the deleted entries
   local ids = {}
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
@@ -50,16 +55,19 @@ local function shard(KEYS, ARGV)
       local k = c + j - 1
       local id = ids[k]
       local a = (k - 1) * 3 + 3
-      local version, attempts = string.match(envs[j] or '', '^(%d+),(%d+),')
-      if envs[j] and not seen[id] and version == ARGV[a + 1] then
+      local version, attempts, _, p = entry(envs[j] or '')
+      if envs[j] and not seen[id] and version == tonumber(ARGV[a + 1]) then
         local score = scores[j]
         if score and tonumber(score) == tonumber(ARGV[a + 2]) then
           del[#del + 1] = id
           seen[id] = true
-          retried = retried or attempts ~= '0'
-          local p = string.match(envs[j], '^%d+,%d+,%d+,()')
+          retried = retried or attempts ~= 0
           local src = p and sourceOf(envs[j], p, id) or ''
-          if src ~= '' then tombs[#tombs + 1] = src end
+          local compact = p and compactAt(envs[j], p)
+          if not compact then nText = nText + 1 end
+          if src ~= '' then
+            if compact then tombsC[#tombsC + 1] = src else tombs[#tombs + 1] = src end
+          end
           local tgt = p and targetOf(envs[j], p) or ''
           deltas[tgt] = (deltas[tgt] or 0) - 1
         end
@@ -76,21 +84,9 @@ local function shard(KEYS, ARGV)
   if n > 0 then
     count(KEYS[5], deltas)
     quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)
-    if ttl > 0 and #tombs > 0 then
-      local exp = string.format('%d', now + ttl)
-      local zadd = {}
-      for _, src in ipairs(tombs) do
-        zadd[#zadd + 1] = exp
-        zadd[#zadd + 1] = src
-      end
-      for i = 1, #zadd, CHUNK do
-        redis.call('ZADD', tz, unpack(zadd, i, math.min(i + CHUNK - 1, #zadd)))
-      end
-    end
-    local old = redis.call('ZRANGEBYSCORE', tz, '-inf', string.format('%d', now), 'LIMIT', 0, 2 * n)
-    for i = 1, #old, CHUNK do
-      redis.call('ZREM', tz, unpack(old, i, math.min(i + CHUNK - 1, #old)))
-    end
+    tombAdd(tz, tombs, ttl, false)
+    tombAdd(tz, tombsC, ttl, true)
+    if nText > 0 then tombPrune(tz, 2 * nText) end
   end
 
   if ARGV[2] == '0' then return {n, -2} end

@@ -49,7 +49,13 @@ local ttl, bound = tonumber(ARGV[3]), tonumber(ARGV[3]) -- cancel: ttl; shift, a
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+local CHUNK = 1000
+
 --!include envelope.lua
+
+--!include tombs.lua
+
+local tombs, tombsC = {}, {} -- source ids of the cancelled entries: text, compact bodies
 
 --!include quota.lua
 
@@ -82,11 +88,11 @@ for i = 11, #ARGV, 3 do
   local env = redis.call('HGET', m, id)
   local score = redis.call('ZSCORE', z, id)
   if env and score then
-    local version, attempts, due, p = string.match(env, '^(%d+),(%d+),(%d+),()')
-    local waiting = tonumber(score) == tonumber(due) or redis.call('ZSCORE', r, id)
-    local pick = not lineage and version == want and waiting and (op == 'cancel' or bounded(op, due))
+    local version, attempts, due, p = entry(env)
+    local waiting = tonumber(score) == due or redis.call('ZSCORE', r, id)
+    local pick = not lineage and version == tonumber(want) and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
-      pick = (not lineage and version == want) or (tonumber(version) > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
+      pick = (not lineage and version == tonumber(want)) or (version > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
     end
     if pick and lineage then newer = newer + 1 end
     if pick then
@@ -98,14 +104,15 @@ for i = 11, #ARGV, 3 do
         count(KEYS[6], {[tgt] = -1})
         cancelled[tgt] = (cancelled[tgt] or 0) - 1
         local src = sourceOf(env, p, id)
-        if ttl > 0 and src ~= '' then
-          redis.call('ZADD', tz, string.format('%d', now + ttl), src)
+        if src ~= '' then
+          local l = compactAt(env, p) and tombsC or tombs
+          l[#l + 1] = src
         end
       else
         local newDue = bounded(op, due)
         local v = redis.call('INCR', seq)
         local d = string.format('%d', newDue)
-        redis.call('HSET', m, id, string.format('%d', v) .. ',' .. attempts .. ',' .. d .. ',' .. string.sub(env, p))
+        redis.call('HSET', m, id, header(v, attempts, newDue, compactAt(env, p)) .. string.sub(env, p))
         redis.call('ZADD', z, d, id)
         redis.call('ZREM', r, id)
         if earliest == nil or newDue < earliest then earliest = newDue end
@@ -115,6 +122,8 @@ for i = 11, #ARGV, 3 do
   end
 end
 quotaSettle(KEYS[9], KEYS[10], KEYS[6], cancelled)
+tombAdd(tz, tombs, ttl, false)
+tombAdd(tz, tombsC, ttl, true)
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- cancel: delete one message, pending or claimed, leaving a tombstone of its source message,
 -- and remember the cancel so that an earlier message of the id arriving later is not parked.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (zset source id -> tombstone expiry ms),
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (tombstones: tombs.lua),
 --       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6), 8 = {P:s}:qt,
@@ -12,8 +12,8 @@
 -- returns: 1 if it existed (and was deleted), else 0
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
--- A deleted entry whose body carries a source id leaves the tombstone source id -> now + TTL,
--- as ack does: a redelivery of the cancelled source message is not parked again.
+-- A deleted entry whose body carries a source id leaves a tombstone of it for TTL
+-- (tombs.lua), as ack does: a redelivery of the cancelled source message is not parked again.
 -- Found or not, the cancel is remembered until now + window: park drops a message of the
 -- id whose source time is at or before the remembered one (the later of this cancel's and
 -- one remembered before, while live). At most 2 expired remembered cancels are removed
@@ -29,6 +29,9 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local CHUNK = 1000
+
+--!include tombs.lua
 
 local function remember(id, sent, window)
   if window <= 0 then return end
@@ -51,7 +54,7 @@ local at = tonumber(ARGV[3]) or 0
 local operator = at <= 0
 if operator then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
-local p = env and string.match(env, '^%d+,%d+,%d+,()')
+local p = env and select(4, entry(env))
 local sent = p and not operator and sentOf(env, p)
 if sent and sent > at then
   -- Published by its source after this cancel (the cancel was read late): kept.
@@ -68,9 +71,7 @@ if p then
 end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
-  if src ~= '' then
-    redis.call('ZADD', KEYS[3], string.format('%d', now + tonumber(ARGV[2])), src)
-  end
+  if src ~= '' then tombAdd(KEYS[3], {src}, tonumber(ARGV[2]), compactAt(env, p)) end
 end
 remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
 if a + b > 0 then return 1 end

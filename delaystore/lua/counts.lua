@@ -21,7 +21,7 @@ repeat
   for i = 2, #kv, 2 do
     if not seen[kv[i - 1]] then
       seen[kv[i - 1]] = true
-      local p = string.match(kv[i], '^%d+,%d+,%d+,()')
+      local p = select(4, entry(kv[i]))
       local tgt = p and targetOf(kv[i], p) or ''
       if tgt ~= '' then counts[tgt] = (counts[tgt] or 0) + 1 end
     end

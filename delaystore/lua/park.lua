@@ -1,6 +1,6 @@
 -- park: hold messages until they are due; one group per shard (groups.lua).
 -- Per group: KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
---       3 = {P:s}:seq (version counter), 4 = {P:s}:t (zset source id -> tombstone expiry ms),
+--       3 = {P:s}:seq (version counter), 4 = {P:s}:t (tombstones: tombs.lua),
 --       5 = {P:s}:r (retry set; a replaced id leaves it), 6 = {P:s}:n (parked count per
 --       target: +1 per message written, -1 for the target of an entry it replaces),
 --       7 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
@@ -14,7 +14,7 @@
 -- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4)}
 -- A message that would take its target's quota pattern past the limit is not parked:
 -- {0, 4} (BRIDGE_TARGET_QUOTA; an entry it would replace stays as it was).
--- A body whose source id has a live tombstone (delivered or cancelled, score > now) is not
+-- A body whose source id has a live tombstone (delivered or cancelled; tombs.lua) is not
 -- parked: {0, 2}. A message whose id has a live remembered cancel (until > now) with a
 -- source time at or after the message's is not parked either: {0, 3} (the cancel was read
 -- first, the message it cancels arrived later). An existing id with replace = 0, or with
@@ -32,6 +32,8 @@ local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 local W = 5 -- ARGV values per message
 
 --!include envelope.lua
+
+--!include tombs.lua
 
 --!include groups.lua
 
@@ -83,21 +85,17 @@ local function shard(KEYS, ARGV)
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
   local dues = {}
-  local srcs, withSrc = {}, {}
+  local srcs, withSrc, withSrcC = {}, {}, {} -- withSrc: text bodies, withSrcC: compact
   for k = 1, #ids do
-    srcs[k] = sourceOf(ARGV[3 + (k - 1) * W + 4], 1, ids[k])
-    if srcs[k] ~= '' then withSrc[#withSrc + 1] = k end
-  end
-  local tombed = {}
-  for i = 1, #withSrc, CHUNK do
-    local last = math.min(i + CHUNK - 1, #withSrc)
-    local names = {}
-    for j = i, last do names[#names + 1] = srcs[withSrc[j]] end
-    local exps = redis.call('ZMSCORE', KEYS[4], unpack(names))
-    for j = 1, #exps do
-      if exps[j] and tonumber(exps[j]) > now then tombed[withSrc[i + j - 1]] = true end
+    local body = ARGV[3 + (k - 1) * W + 4]
+    srcs[k] = sourceOf(body, 1, ids[k])
+    if srcs[k] ~= '' then
+      if compactAt(body, 1) then withSrcC[#withSrcC + 1] = k else withSrc[#withSrc + 1] = k end
     end
   end
+  local tombed = {}
+  tombLive(KEYS[4], srcs, withSrc, false, tombed)
+  tombLive(KEYS[4], srcs, withSrcC, true, tombed)
   local cancelled = remembered(KEYS, ARGV, ids)
   for k = 1, #ids do
     local id = ids[k]
@@ -106,8 +104,8 @@ local function shard(KEYS, ARGV)
     local tomb = tombed[k]
     local existing = cur[id]
     if existing == nil and olds[k] then
-      local due, p = string.match(olds[k], '^%d+,%d+,(%d+),()')
-      existing = tonumber(due) or 0
+      local _, _, due, p = entry(olds[k])
+      existing = due or 0
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
       curTgt[id] = p and targetOf(olds[k], p) or ''
     end
@@ -148,7 +146,8 @@ local function shard(KEYS, ARGV)
       local id = ids[k]
       local dueStr = string.format('%d', dues[k])
       hset[#hset + 1] = id
-      hset[#hset + 1] = string.format('%d', version) .. ',0,' .. dueStr .. ',' .. ARGV[3 + (k - 1) * W + 4]
+      local body = ARGV[3 + (k - 1) * W + 4]
+      hset[#hset + 1] = header(version, 0, dues[k], compactAt(body, 1)) .. body
       zadd[#zadd + 1] = dueStr
       zadd[#zadd + 1] = id
       if earliest == nil or dues[k] < earliest then earliest = dues[k] end

@@ -11,7 +11,7 @@
 -- its due time. mode '0' (put back unpublished: the target is at its in-flight limit):
 -- only the score moves to now + backoff. The scheduled due time is kept in both. mode 'n'
 -- (the firing of a recurring message was published or dead-lettered): the entry becomes
--- the next firing, "<new version>,0,<next due>,<body>", scored at the next due, out of the
+-- the next firing (new version, attempts 0, the next due, the same body), scored at the next due, out of the
 -- retry set: acking a firing and parking the next one is this one write, so no moment
 -- exists where the message is gone or twice there. No tombstone: the message lives on.
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, so a
@@ -20,6 +20,8 @@
 -- line is commented out (delaystore/scripts.go).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+--!include envelope.lua
 
 --!include groups.lua
 
@@ -34,20 +36,18 @@ local function shard(KEYS, ARGV)
     if score and tonumber(score) == tonumber(ARGV[i + 2]) then
       local env = redis.call('HGET', m, id)
       if env then
-        local version, attempts, due = string.match(env, '^(%d+),(%d+),(%d+),')
-        if version == ARGV[i + 1] then
-          local prefixLen = #version + #attempts + #due + 3
+        local version, attempts, due, p = entry(env)
+        if version == tonumber(ARGV[i + 1]) then
           local mode = ARGV[i + 4]
           if mode == 'n' then
             local v = redis.call('INCR', KEYS[4])
-            redis.call('HSET', m, id, string.format('%d', v) .. ',0,' .. ARGV[i + 3] .. ',' .. string.sub(env, prefixLen + 1))
+            redis.call('HSET', m, id, header(v, 0, tonumber(ARGV[i + 3]), compactAt(env, p)) .. string.sub(env, p))
             redis.call('ZREM', r, id)
             redis.call('ZADD', z, ARGV[i + 3], id)
           else
             if mode == '1' then
-              local attemptsStr = string.format('%d', tonumber(attempts) + 1)
-              redis.call('HSET', m, id, version .. ',' .. attemptsStr .. ',' .. due .. ',' .. string.sub(env, prefixLen + 1))
-              redis.call('ZADD', r, due, id)
+              redis.call('HSET', m, id, header(version, attempts + 1, due, compactAt(env, p)) .. string.sub(env, p))
+              redis.call('ZADD', r, string.format('%d', due), id)
             end
             redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
           end

@@ -7,13 +7,13 @@
 --       8... = literals a target must hold, in order (glob.Literals of the selector's
 --       pattern; none: every target)
 -- returns: {done (0|1), cursor id, cursor score,
---           id1, z score1, prefix1, head1, stored length1, in retry set (0|1), id2, ...}
+--           id1, z score1, prefix1, head1, body length1, in retry set (0|1), id2, ...}
 -- Members are read in score order (then id) after the cursor: by rank after the cursor
 -- member while it still has the cursor's score, or, when it moved or left meanwhile, from
 -- that score on, dropping those at that score with an id not after it. At most ARGV[6] are read; done is 1 when the set holds no
 -- more in [min, max]. The cursor to pass next is the last member read. With 'r', a member
 -- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
--- "<version>,<attempts>,<due>", head the first bytes of the body (the Go decoder reads
+-- "<version>,<attempts>,<due>" (whichever header the entry has), head the first bytes of the body (the Go decoder reads
 -- target and source from it). A member without an entry is skipped, and so is one whose
 -- target lacks a literal (a prefilter: the caller still matches the pattern).
 -- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
@@ -72,7 +72,7 @@ for i = 1, #ids do
   local env = envs[i]
   local zscore, inRetry = scores[i], 0
   if env and #ARGV >= 8 then
-    local p = string.match(env, '^%d+,%d+,%d+,()')
+    local p = select(4, entry(env))
     if not p or not holds(targetOf(env, p)) then env = nil end
   end
   if not env then
@@ -84,14 +84,14 @@ for i = 1, #ids do
   elseif redis.call('ZSCORE', r, ids[i]) then
     inRetry = 1
   end
-  local prefix, p
-  if env and zscore then prefix, p = string.match(env, '^(%d+,%d+,%d+),()') end
-  if prefix then
+  local version, attempts, due, p
+  if env and zscore then version, attempts, due, p = entry(env) end
+  if version then
     out[#out + 1] = ids[i]
     out[#out + 1] = zscore
-    out[#out + 1] = prefix
+    out[#out + 1] = string.format('%d,%d,%d', version, attempts, due)
     out[#out + 1] = string.sub(env, p, p + headLen - 1)
-    out[#out + 1] = #env
+    out[#out + 1] = #env - p + 1
     out[#out + 1] = inRetry
   end
 end
