@@ -275,9 +275,15 @@ func (s *Store) checkEviction(ctx context.Context) error {
 			return fmt.Errorf("init: read maxmemory-policy: %w", err)
 		}
 		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && strings.HasPrefix(v, "allkeys-") {
+			v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:")
+			if ok && strings.HasPrefix(v, "allkeys-") {
 				return fmt.Errorf("init: redis maxmemory-policy is %s, which evicts parked messages when memory is full; "+
 					"set maxmemory-policy noeviction: %w", v, ErrEvictionPolicy)
+			}
+			if ok && strings.HasPrefix(v, "volatile-") {
+				s.log.Warn("redis maxmemory-policy evicts keys with a TTL when memory is full: the tombstone sets of a "+
+					"compact store among them, so a redelivery within the tombstone TTL could be delivered twice; "+
+					"set maxmemory-policy noeviction", "policy", v)
 			}
 		}
 		return nil

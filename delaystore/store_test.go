@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"regexp"
 	"runtime"
@@ -726,7 +727,8 @@ func TestShardMismatch(t *testing.T) {
 }
 
 // TestEvictionPolicy (docs/faults.md B9): Init refuses an allkeys-* policy, which would evict
-// parked messages, and accepts noeviction and volatile-* (the store sets no TTL).
+// parked messages, and accepts noeviction and volatile-* (parked messages have no TTL), with
+// a warning for volatile-* (a compact store's tombstone sets have one).
 func TestEvictionPolicy(t *testing.T) {
 	srv := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -738,11 +740,16 @@ func TestEvictionPolicy(t *testing.T) {
 		if err := rdb.ConfigSet(t.Context(), "maxmemory-policy", tc.policy).Err(); err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second})
+		var logged strings.Builder
+		s, err := New(rdb, Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: time.Second},
+			WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 		if err != nil {
 			t.Fatal(err)
 		}
 		err = s.Init(t.Context())
+		if warned := strings.Contains(logged.String(), "policy="+tc.policy); warned != strings.HasPrefix(tc.policy, "volatile-") {
+			t.Errorf("%s: warned = %v; log: %s", tc.policy, warned, logged.String())
+		}
 		if tc.ok && err != nil {
 			t.Errorf("%s: %v", tc.policy, err)
 		}
