@@ -207,13 +207,8 @@ func encodeBodySent(e Envelope, id string, sent int64, compact bool) []byte {
 func encodeLegacy(e Envelope, id string, sent int64) []byte {
 	meta := e.metaHeaders(sent)
 	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
-		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload)
-	for _, h := range e.Headers {
-		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
-	}
-	for _, h := range meta {
-		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
-	}
+		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload) +
+		pairsLen(e.Headers) + pairsLen(meta)
 	b := make([]byte, 0, n)
 	switch e.SourceID {
 	case "":
@@ -256,13 +251,7 @@ func encodeCompact(e Envelope, id string, sent int64) []byte {
 	meta := e.metaHeaders(sent)
 	hs, hops, hasHops := splitHops(e.Headers)
 	n := 2 + 5*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
-		len(e.Key) + len(e.Payload)
-	for _, h := range hs {
-		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
-	}
-	for _, h := range meta {
-		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
-	}
+		len(e.Key) + len(e.Payload) + pairsLen(hs) + pairsLen(meta)
 	b := make([]byte, 0, n)
 	switch e.SourceID {
 	case "":
@@ -618,4 +607,14 @@ func decodeStored(s, id string) (stored, Envelope, error) {
 	}
 	env, err := decodeBody([]byte(st.body), id)
 	return st, env, err
+}
+
+// pairsLen is the most bytes the (key, value) pairs of l take in a body: each a
+// uvarint-length-prefixed key and value.
+func pairsLen(l headers.List) int {
+	n := 0
+	for _, h := range l {
+		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+	}
+	return n
 }
