@@ -208,15 +208,7 @@ func TestGroupCommitIdleSendsAtLinger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilCleanup(t, in)
 	for n := range 3 {
 		start := time.Now()
 		m := delayedMsg(idOnShard(t, n, n))

@@ -307,3 +307,18 @@ func TestRetriedParkKeepsDueFromReceipt(t *testing.T) {
 		t.Fatalf("due %s after receipt + delay: the retries' 1.5 s were added", late)
 	}
 }
+
+// runUntilCleanup runs in until the test ends: its cleanup (registered now, so it runs
+// before those registered earlier, such as the store's) cancels Run and reports its error.
+func runUntilCleanup(t *testing.T, in *Ingress) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}

@@ -58,15 +58,7 @@ func TestOverQuotaDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilCleanup(t, in)
 
 	// Which 2 of the 5 are over depends on the order of the shards in the call: the 2
 	// not acked while the dead letters are held.

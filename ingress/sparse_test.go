@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -88,15 +87,7 @@ func TestSparseLaneWaitsToFill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilCleanup(t, in)
 
 	start := time.Now()
 	lone := sourcedMsg(idOnShard(t, 0, 0), "1h")
