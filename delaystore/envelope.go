@@ -210,15 +210,7 @@ func encodeLegacy(e Envelope, id string, sent int64) []byte {
 		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload) +
 		pairsLen(e.Headers) + pairsLen(meta)
 	b := make([]byte, 0, n)
-	switch e.SourceID {
-	case "":
-		b = append(b, formatNoSource)
-	case id:
-		b = append(b, formatSourceIsID)
-	default:
-		b = append(b, formatSource)
-		b = appendString(b, e.SourceID)
-	}
+	b = appendFormat(b, e.SourceID, id, formatNoSource, formatSourceIsID, formatSource)
 	b = appendString(b, e.Target)
 	b = appendString(b, e.Source)
 	if e.Key == nil {
@@ -253,15 +245,7 @@ func encodeCompact(e Envelope, id string, sent int64) []byte {
 	n := 2 + 5*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		len(e.Key) + len(e.Payload) + pairsLen(hs) + pairsLen(meta)
 	b := make([]byte, 0, n)
-	switch e.SourceID {
-	case "":
-		b = append(b, formatCompactNoSource)
-	case id:
-		b = append(b, formatCompactSourceIsID)
-	default:
-		b = append(b, formatCompactSource)
-		b = appendString(b, e.SourceID)
-	}
+	b = appendFormat(b, e.SourceID, id, formatCompactNoSource, formatCompactSourceIsID, formatCompactSource)
 	sFlag, source := cutBroker(e.Source)
 	flags := sFlag << 2
 	if e.Source == sourceHTTP {
@@ -617,4 +601,17 @@ func pairsLen(l headers.List) int {
 		n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
 	}
 	return n
+}
+
+// appendFormat appends a body's format byte, chosen by where its source id src is (none,
+// the message id itself, other: then followed by src, uvarint-length-prefixed), from the
+// three formats of a layout.
+func appendFormat(b []byte, src, id string, none, isID, other byte) []byte {
+	switch src {
+	case "":
+		return append(b, none)
+	case id:
+		return append(b, isID)
+	}
+	return appendString(append(b, other), src)
 }
