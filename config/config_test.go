@@ -66,6 +66,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_RETRY_BACKOFF_MAX", "5m"},
 	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_OWNERSHIP_TTL", "3s"},
+	{"BRIDGE_CLAIM_AHEAD", "0s"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -351,6 +352,9 @@ func TestWaitValues(t *testing.T) {
 		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "1s"}, ""},
 		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "100ms"}, "BRIDGE_OWNERSHIP_TTL: 100ms: must be between 300ms and 1m"},
 		{map[string]string{"BRIDGE_OWNERSHIP_TTL": "2m"}, "BRIDGE_OWNERSHIP_TTL: 2m0s: must be between 300ms and 1m"},
+		{map[string]string{"BRIDGE_CLAIM_AHEAD": "-1ms"}, ""},
+		{map[string]string{"BRIDGE_CLAIM_AHEAD": "1s"}, ""},
+		{map[string]string{"BRIDGE_CLAIM_AHEAD": "2s"}, "BRIDGE_CLAIM_AHEAD: 2s: must be at most 1s (negative: off)"},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "2", "BRIDGE_REDIS_WAIT_TIMEOUT": "2500ms"}, ""},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "0", "BRIDGE_REDIS_WAIT_TIMEOUT": "0s"}, ""},
 		{map[string]string{"BRIDGE_REDIS_MIN_REPLICAS": "-1"}, "BRIDGE_REDIS_MIN_REPLICAS: -1: must be >= 0"},

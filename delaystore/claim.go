@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // headNotRead is ack.lua's head when it was not read (a claim of the shard followed).
@@ -26,7 +27,7 @@ type Applied struct {
 // Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
 // concurrent claims on one shard never return the same message under the same lease.
 func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
-	g, err := s.claimGroup(shard, limit)
+	g, err := s.claimGroup(shard, limit, 0)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -39,20 +40,21 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 	return parseClaim(shard, res)
 }
 
-// claimGroup is the claim script's group for one shard.
-func (s *Store) claimGroup(shard, limit int) (group, error) {
+// claimGroup is the claim script's group for one shard: up to limit messages due by
+// Redis time + ahead (<= 0: due now).
+func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, error) {
 	if err := s.checkShard(shard); err != nil {
 		return group{}, fmt.Errorf("claim: %w", err)
 	}
 	if limit < 1 {
 		return group{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
 	}
-	return group{shard: shard, keys: s.keys[shard].zm, args: []any{s.leaseMS, limit}}, nil
+	return group{shard: shard, keys: s.keys[shard].zm, args: []any{s.leaseMS, limit, max(ahead.Milliseconds(), 0)}}, nil
 }
 
 // parseClaim reads the claim script's answer for shard.
 func parseClaim(shard int, res []any) (Claim, error) {
-	if len(res) < 3 || len(res)%2 != 1 {
+	if len(res) < 3 || len(res)%3 != 0 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
 	}
 	now, err1 := toInt64(res[0])
@@ -62,14 +64,15 @@ func parseClaim(shard int, res []any) (Claim, error) {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
 	c := Claim{Now: now, Next: next}
-	if n := (len(res) - 3) / 2; n > 0 {
+	if n := (len(res) - 3) / 3; n > 0 {
 		c.Messages = make([]Claimed, 0, n)
 	}
-	for i := 3; i < len(res); i += 2 {
+	for i := 3; i < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		raw, ok2 := res[i+1].(string)
-		if !ok1 || !ok2 {
-			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T", shard, res[i], res[i+1])
+		at, ok3 := res[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T, %T", shard, res[i], res[i+1], res[i+2])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
 		st, env, err := decodeStored(raw, id)
@@ -78,7 +81,7 @@ func parseClaim(shard int, res []any) (Claim, error) {
 			c.Corrupt = append(c.Corrupt, rc)
 			continue
 		}
-		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Attempts: st.attempts, Envelope: env})
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: at, Attempts: st.attempts, Envelope: env})
 	}
 	return c, nil
 }

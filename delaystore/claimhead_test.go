@@ -72,3 +72,54 @@ func TestClaimNextHead(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimAhead (issue 26 item 2): a claim with Ahead also leases the entries due within
+// Ahead after its Redis time, nothing later, each with its score as Eligible (its due time;
+// a retry's next attempt, which is later than its due time); without Ahead only what is
+// due. Both ways the shard reads its first entries (fewer than claim.lua's PEEK within
+// the span) and reads the span again (more).
+func TestClaimAhead(t *testing.T) {
+	for _, n := range []int{3, 40} { // entries within the span: fewer and more than PEEK
+		t.Run(fmt.Sprintf("within=%d", n), func(t *testing.T) {
+			f := setup(t, func(c *Config) { c.Shards = 1; c.Lease = time.Hour }) // the due entry's lease outlasts the test
+			now := f.now(t)
+			reqs := []ParkRequest{{ID: "due", Absolute: true, At: now - 10, Envelope: sampleEnvelope(0)}}
+			for i := range n {
+				reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("soon%02d", i), Absolute: true, At: now + 1000 + int64(i), Envelope: sampleEnvelope(0)})
+			}
+			reqs = append(reqs, ParkRequest{ID: "later", Absolute: true, At: now + 60_000, Envelope: sampleEnvelope(0)})
+			f.park(t, reqs...)
+
+			x := f.s.Exchange(t.Context(), nil, nil, []ClaimRequest{{Shard: 0, Max: 100}})
+			if x.ClaimErrs[0] != nil || len(x.Claims[0].Messages) != 1 || x.Claims[0].Messages[0].ID != "due" {
+				t.Fatalf("claim without Ahead: %+v %v, want only the due entry", x.Claims[0].Messages, x.ClaimErrs[0])
+			}
+			if m := x.Claims[0].Messages[0]; m.Eligible != m.Due || m.Due != now-10 {
+				t.Fatalf("due entry: Eligible %d, Due %d, want both %d", m.Eligible, m.Due, now-10)
+			}
+			x = f.s.Exchange(t.Context(), nil, nil, []ClaimRequest{{Shard: 0, Max: 100, Ahead: time.Minute - time.Second}})
+			c := x.Claims[0]
+			if x.ClaimErrs[0] != nil || len(c.Messages) != n {
+				t.Fatalf("claim with Ahead: %d messages, err %v; want the %d within the span", len(c.Messages), x.ClaimErrs[0], n)
+			}
+			for i, m := range c.Messages {
+				if want := fmt.Sprintf("soon%02d", i); m.ID != want || m.Eligible != m.Due || m.Due != now+1000+int64(i) {
+					t.Fatalf("claimed %d: %s Eligible %d Due %d, want %s at %d", i, m.ID, m.Eligible, m.Due, want, now+1000+int64(i))
+				}
+				if m.Eligible > c.Now+(time.Minute-time.Second).Milliseconds() {
+					t.Fatalf("%s eligible at %d, after the span's end %d", m.ID, m.Eligible, c.Now+59_000)
+				}
+			}
+
+			// a retry's next attempt: claimed ahead with that time as Eligible
+			first := c.Messages[0]
+			if _, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: first.Receipt, Backoff: 5 * time.Second}}); err != nil {
+				t.Fatal(err)
+			}
+			x = f.s.Exchange(t.Context(), nil, nil, []ClaimRequest{{Shard: 0, Max: 100, Ahead: 30 * time.Second}})
+			if got := x.Claims[0].Messages; len(got) != 1 || got[0].ID != first.ID || got[0].Eligible < x.Claims[0].Now+4000 || got[0].Due != first.Due {
+				t.Fatalf("retried entry claimed ahead: %+v (now %d), want %s eligible ~5 s on, due %d", got, x.Claims[0].Now, first.ID, first.Due)
+			}
+		})
+	}
+}

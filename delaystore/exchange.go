@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ClaimRequest asks Exchange to claim up to Max due messages of Shard.
 type ClaimRequest struct {
 	Shard, Max int
+	// Ahead also claims the messages due within Ahead after the Redis time of the claim
+	// (score <= now + Ahead), leased like the due ones: the caller holds them until their
+	// Claimed.Due. Zero (or negative): only what is due.
+	Ahead time.Duration
 }
 
 // Exchanged is the outcome of Exchange. Each part has its own error: one failed part
@@ -52,7 +57,7 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 	var claimGroups []group
 	var claimReq []int // the request of each claim group
 	for i, r := range claims {
-		g, err := s.claimGroup(r.Shard, r.Max)
+		g, err := s.claimGroup(r.Shard, r.Max, r.Ahead)
 		if err != nil {
 			out.ClaimErrs[i] = err
 			continue

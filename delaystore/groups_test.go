@@ -82,7 +82,7 @@ func TestGroupErrorStaysInItsShard(t *testing.T) {
 	}
 	// Packing is off for a while now: the claims go one call a shard, so shard 2's error
 	// does not take the others' messages with it.
-	x := f.s.Exchange(ctx, nil, nil, []ClaimRequest{{0, 10}, {1, 10}, {2, 10}, {3, 10}})
+	x := f.s.Exchange(ctx, nil, nil, []ClaimRequest{{Shard: 0, Max: 10}, {Shard: 1, Max: 10}, {Shard: 2, Max: 10}, {Shard: 3, Max: 10}})
 	for sh, c := range x.Claims {
 		if got := len(c.Messages); (sh == 2) != (x.ClaimErrs[sh] != nil) || (sh != 2 && got != 3) {
 			t.Errorf("shard %d: claimed %d, err %v", sh, got, x.ClaimErrs[sh])

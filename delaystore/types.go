@@ -181,6 +181,10 @@ type Claimed struct {
 	Receipt
 	// Due is the due time as scheduled, unix ms.
 	Due int64
+	// Eligible is the entry's score when it was claimed, unix ms (Redis clock): when it
+	// became claimable, its Due or, for a retry or a put-back, its next attempt. A message
+	// claimed ahead (ClaimRequest.Ahead) is not to be published before it.
+	Eligible int64
 	// Attempts counts failed deliveries so far.
 	Attempts int
 	Envelope Envelope

@@ -23,6 +23,7 @@ type ackRecorder struct {
 	ackCalls  int
 	acked     int
 	claimed   int
+	claimRuns int // shard claims that returned messages
 }
 
 func (r *ackRecorder) Exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
@@ -46,6 +47,9 @@ func (r *ackRecorder) Exchange(ctx context.Context, acks []delaystore.Receipt, r
 	r.mu.Lock()
 	for _, c := range x.Claims {
 		r.claimed += len(c.Messages)
+		if len(c.Messages) > 0 {
+			r.claimRuns++
+		}
 	}
 	r.mu.Unlock()
 	return x
@@ -69,10 +73,15 @@ func (r *ackRecorder) settle(settle func(*settlement)) func(*settlement) {
 // recorder, and runScheduler's cancel and done.
 func holdScheduler(t *testing.T, st *delaystore.Store, hold, lease time.Duration, batchSize int) (*fakeDelivery, *ackRecorder, context.CancelFunc, <-chan struct{}) {
 	t.Helper()
+	return recordedScheduler(t, st, Config{Lease: lease, BatchSize: batchSize}, hold)
+}
+
+// recordedScheduler is holdScheduler with more of cfg: its Lease, BatchSize and ClaimAhead.
+func recordedScheduler(t *testing.T, st *delaystore.Store, cfg Config, hold time.Duration) (*fakeDelivery, *ackRecorder, context.CancelFunc, <-chan struct{}) {
+	t.Helper()
 	rec := &ackRecorder{Store: st, settledAt: map[string]time.Time{}}
 	f := newFakeDelivery()
-	cfg := Config{DLQSubject: "dlq", ClaimAll: true, Now: clock.Shifted(time.Hour), DrainTimeout: 5 * time.Second,
-		Lease: lease, BatchSize: batchSize}
+	cfg.DLQSubject, cfg.ClaimAll, cfg.Now, cfg.DrainTimeout = "dlq", true, clock.Shifted(time.Hour), 5*time.Second
 	cfg.defaults()
 	log := slog.New(slog.DiscardHandler)
 	own := newOwnership(cfg.MemberID, st.Shards(), cfg.OwnershipTTL, st, log, true)

@@ -55,6 +55,14 @@ type Config struct {
 	// without a heartbeat (one every OwnershipTTL/3). A killed replica's shards are claimed
 	// again within OwnershipTTL + OwnershipTTL/3. Default 3s.
 	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
+	// ClaimAhead: a shard is claimed once its head is due (within claimLead), and the claim
+	// also takes the messages due within ClaimAhead after it; those wait in the scheduler
+	// until their due time (holder). Each shard is then claimed about once per ClaimAhead
+	// instead of once per message at a steady rate (Redis' cost follows the shards a
+	// claim touches). A cancel, replace or bulk change that reaches Redis within ClaimAhead
+	// of a message's due time does not stop it (it is in delivery). 0: the default, 32ms;
+	// negative: off (claim only what is due). At most a quarter of Lease applies.
+	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a cancel or replace that reaches Redis within this span of the due time no longer stops the message; 0: 32ms; negative: off (extension)"`
 	// ClaimAll claims every shard whatever the ownership (the behaviour before ownership).
 	// Fault tests use it to force two replicas to claim the same shards; the claim lease
 	// keeps that correct.
@@ -73,6 +81,10 @@ const (
 	// MinOwnershipTTL and MaxOwnershipTTL bound BRIDGE_OWNERSHIP_TTL.
 	MinOwnershipTTL = 300 * time.Millisecond
 	MaxOwnershipTTL = time.Minute
+	// MaxClaimAhead bounds BRIDGE_CLAIM_AHEAD.
+	MaxClaimAhead = time.Second
+	// defaultClaimAhead is Config.ClaimAhead's default.
+	defaultClaimAhead = 32 * time.Millisecond
 )
 
 // Validate returns every problem of the fields set from BRIDGE_* variables, naming the
@@ -90,6 +102,9 @@ func (c Config) Validate() envconf.Problems {
 	}
 	if c.OwnershipTTL < MinOwnershipTTL || c.OwnershipTTL > MaxOwnershipTTL {
 		ps.Add("OWNERSHIP_TTL", "%s: must be between %s and %s", c.OwnershipTTL, envconf.Duration(MinOwnershipTTL), envconf.Duration(MaxOwnershipTTL))
+	}
+	if c.ClaimAhead > MaxClaimAhead {
+		ps.Add("CLAIM_AHEAD", "%s: must be at most %s (negative: off)", envconf.Duration(c.ClaimAhead), envconf.Duration(MaxClaimAhead))
 	}
 	if c.TargetInflight < 1 {
 		ps.Add("TARGET_INFLIGHT", "%d: must be >= 1", c.TargetInflight)
@@ -135,4 +150,17 @@ func (c *Config) defaults() {
 	if c.FailureLogInterval <= 0 {
 		c.FailureLogInterval = time.Minute
 	}
+	if c.ClaimAhead == 0 {
+		c.ClaimAhead = defaultClaimAhead
+	}
+}
+
+// ahead is the span claimed ahead of due: ClaimAhead, none when negative, at most a
+// quarter of Lease (a held message's lease runs from its claim).
+func (c Config) ahead() time.Duration {
+	a := max(c.ClaimAhead, 0)
+	if c.Lease > 0 {
+		a = min(a, c.Lease/4)
+	}
+	return a
 }

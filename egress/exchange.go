@@ -8,13 +8,14 @@ import (
 )
 
 // due returns a claim for every owned shard that may be claimed now: started, due by the
-// Redis clock estimate (or head unknown), not backing off after an error, with room.
+// Redis clock estimate within lead (or head unknown), not backing off after an error,
+// with room. Each claim also takes what is due within s.ahead (the holder keeps it).
 func (s *scheduler) due() []delaystore.ClaimRequest {
 	now := s.now()
 	if !time.Now().Before(s.view.until) {
 		return nil // the membership may have expired: another replica may own these shards
 	}
-	redisNow := s.clock.redisNow(now)
+	redisNow := s.clock.redisNow(now.Add(s.lead()))
 	batch := s.cfg.BatchSize
 	room := replicaCapacity*batch - s.total
 	var claims []delaystore.ClaimRequest
@@ -27,7 +28,7 @@ func (s *scheduler) due() []delaystore.ClaimRequest {
 		if st.head != unknownHead && (st.head < 0 || st.head > redisNow) {
 			continue
 		}
-		claims = append(claims, delaystore.ClaimRequest{Shard: sh, Max: free})
+		claims = append(claims, delaystore.ClaimRequest{Shard: sh, Max: free, Ahead: s.ahead})
 		st.inflight += free // reserved; what is not claimed is given back
 		s.total += free
 		room -= free

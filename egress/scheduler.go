@@ -77,7 +77,9 @@ type scheduler struct {
 	// after the earliest fence of its settlements; zero: no fence known.
 	settleBy time.Time
 	ackHold  time.Duration // ackHold; a benchmark compares others
-	handed   atomic.Int64  // messages handed to deliver whose settlements have not come back
+	handed   atomic.Int64  // messages handed to deliver (or held) whose settlements have not come back
+	ahead    time.Duration // cfg.ahead(): claimed ahead of due; 0: only what is due
+	hold     *holder       // claimed messages not yet due (set by run)
 }
 
 // newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
@@ -86,7 +88,7 @@ func newScheduler(cfg Config, store Claimer, own *ownership, wakes *delaystore.W
 	log *slog.Logger, metrics *Metrics, deliver deliverFunc) *scheduler {
 	s := &scheduler{cfg: cfg, store: store, own: own, wakes: wakes, clock: clock, now: cfg.Now, log: log,
 		metrics: metrics, deliver: deliver, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
-		offers: map[int]int64{}, ackHold: ackHold}
+		offers: map[int]int64{}, ackHold: ackHold, ahead: cfg.ahead()}
 	own.notify = s.poke
 	return s
 }
@@ -124,13 +126,20 @@ func (s *scheduler) settle(st *settlement) {
 	s.poke()
 }
 
-// handOff hands a claimed batch to deliver; its messages count as handed until their
-// settlements come back (returned).
+// handOff hands a claimed batch to deliver, its messages that are not due yet (claimed
+// ahead) to the holder until they are; they all count as handed until their settlements
+// come back (returned).
 func (s *scheduler) handOff(ctx context.Context, b batch) {
 	failpoint.Inject(failpoint.AfterClaim)
 	s.metrics.claimed(len(b.claimed))
 	s.handed.Add(int64(len(b.claimed)))
-	s.deliver(ctx, b, s.returned)
+	now, later := split(b, s.clock.redisNow(s.now()))
+	for _, h := range later {
+		s.hold.add(h.b, h.due)
+	}
+	if len(now.claimed) > 0 {
+		s.deliver(ctx, now, s.returned)
+	}
 }
 
 // returned takes back a settlement of messages handed to deliver. It queues it before
@@ -175,6 +184,8 @@ func (s *scheduler) run(ctx context.Context) {
 	defer timer.Stop()
 	resync := time.NewTicker(s.cfg.ResyncInterval)
 	defer resync.Stop()
+	s.hold = newHolder(s.clock, s.now, func(b batch) { s.deliver(ctx, b, s.returned) })
+	go s.hold.run(sctx) // ends with sctx: when run returns, or DrainTimeout after ctx
 	for {
 		claiming := ctx.Err() == nil
 		if claiming {
@@ -305,7 +316,7 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 		}
 		at := now
 		if st.head != unknownHead {
-			at = s.clock.local(st.head)
+			at = s.clock.local(st.head).Add(-s.lead())
 		}
 		if at.Before(st.startAt) {
 			at = st.startAt
@@ -316,6 +327,15 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 		consider(at)
 	}
 	return s.arm(timer, now, next)
+}
+
+// lead is how long before its head is due a shard is claimed: claimLead when claiming
+// ahead (the claim's round trip is then done by the due time), else none.
+func (s *scheduler) lead() time.Duration {
+	if s.ahead > 0 {
+		return claimLead
+	}
+	return 0
 }
 
 // arm sets timer to fire at next (nil channel when next is zero: nothing to wait for).

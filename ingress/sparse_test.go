@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -32,6 +33,13 @@ func TestReadyAtSparse(t *testing.T) {
 		p.req.Absolute, p.req.At = true, due.UnixMilli()
 		return p
 	}
+	full := func(n int) []prepared {
+		var ps []prepared
+		for i := range n {
+			ps = append(ps, msg(0, "js:IN:"+strconv.Itoa(i+1), time.Hour))
+		}
+		return ps
+	}
 	cases := []struct {
 		name    string
 		pending []prepared
@@ -40,7 +48,8 @@ func TestReadyAtSparse(t *testing.T) {
 		{"one, due in an hour", []prepared{msg(0, "js:IN:1", time.Hour)}, sparse},
 		{"no source id (core NATS)", []prepared{msg(0, "", time.Hour)}, linger},
 		{"one of them without source id", []prepared{msg(0, "js:IN:1", time.Hour), msg(time.Millisecond, "", time.Hour)}, linger},
-		{"full enough", []prepared{msg(0, "js:IN:1", time.Hour), msg(0, "js:IN:2", time.Hour), msg(0, "js:IN:3", time.Hour), msg(0, "js:IN:4", time.Hour)}, linger},
+		{"full enough", full(sparseFill), linger},
+		{"one short of full", full(sparseFill - 1), sparse},
 		{"due in 60 ms: half of it", []prepared{msg(0, "js:IN:1", 60*time.Millisecond)}, 30 * time.Millisecond},
 		{"the second due soon", []prepared{msg(0, "js:IN:1", time.Hour), msg(10*time.Millisecond, "js:IN:2", 40*time.Millisecond)}, 30 * time.Millisecond},
 		{"due now", []prepared{msg(0, "js:IN:1", 0)}, linger},

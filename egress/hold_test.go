@@ -1,0 +1,128 @@
+package egress
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
+)
+
+// aheadRun parks n messages due 300 ms + i x 10 ms from now in a 1-shard store and runs
+// a scheduler with ClaimAhead ahead until every one was handed and acked. It returns the
+// fake delivery and the recorder.
+func aheadRun(t *testing.T, ahead time.Duration, n int) (*fakeDelivery, *ackRecorder) {
+	t.Helper()
+	st := storetest.NewWith(t, delaystore.Config{Lease: 10 * time.Second, Shards: 1})
+	for i := range n {
+		park(t, st, "a"+strconv.Itoa(i), 300*time.Millisecond+time.Duration(i)*10*time.Millisecond, "nats:t", nil)
+	}
+	f, rec, _, _ := recordedScheduler(t, st, Config{Lease: 10 * time.Second, ClaimAhead: ahead}, ackHold)
+	waitHanded(t, f, n, 10*time.Second)
+	requireEmpty(t, st, 5*time.Second)
+	return f, rec
+}
+
+// TestClaimAheadNeverEarly (issue 26 item 2): claiming ahead, a shard is claimed about
+// once per span, not once per message, and yet no message is handed to delivery before
+// its due time (the holder waits for it by the Redis clock estimate, which runs behind).
+func TestClaimAheadNeverEarly(t *testing.T) {
+	const n = 50 // 10 ms apart: 500 ms of them
+	f, rec := aheadRun(t, 200*time.Millisecond, n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, c := range f.got {
+		if early := c.Due - f.at[id]; early > 0 {
+			t.Errorf("%s handed %d ms before its due time", id, early)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.claimed != n || rec.claimRuns > n/5 {
+		t.Fatalf("claimed %d in %d shard claims; want %d in at most %d (a 200 ms span holds ~20)", rec.claimed, rec.claimRuns, n, n/5)
+	}
+	t.Logf("%d messages in %d shard claims", rec.claimed, rec.claimRuns)
+}
+
+// TestClaimAheadOff: a negative ClaimAhead claims only what is due: nothing is held, and
+// messages 10 ms apart take many claims.
+func TestClaimAheadOff(t *testing.T) {
+	const n = 50
+	if got := (Config{ClaimAhead: -time.Millisecond, Lease: time.Minute}).ahead(); got != 0 {
+		t.Fatalf("ahead() of a negative ClaimAhead = %s, want 0", got)
+	}
+	if got := (Config{ClaimAhead: time.Second, Lease: time.Second}).ahead(); got != 250*time.Millisecond {
+		t.Fatalf("ahead() with a 1 s lease = %s, want a quarter of it", got)
+	}
+	_, rec := aheadRun(t, -time.Millisecond, n)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.claimRuns <= n/5 {
+		t.Fatalf("%d shard claims for %d messages 10 ms apart without claiming ahead; want more than %d", rec.claimRuns, n, n/5)
+	}
+}
+
+// TestClaimAheadShutdown: messages claimed ahead and held when Run's context ends are
+// handed at their due times (never early), settled and acked before run returns.
+func TestClaimAheadShutdown(t *testing.T) {
+	st := storetest.NewWith(t, delaystore.Config{Lease: 10 * time.Second, Shards: 1})
+	f, rec, cancel, done := recordedScheduler(t, st, Config{Lease: 10 * time.Second, ClaimAhead: time.Second}, ackHold)
+	const n = 10
+	for i := range n {
+		park(t, st, "s"+strconv.Itoa(i), 400*time.Millisecond+time.Duration(i)*20*time.Millisecond, "nats:t", nil)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec.mu.Lock()
+		claimed := rec.claimed
+		rec.mu.Unlock()
+		if claimed == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claimed %d of %d ahead of their due times", claimed, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if f.handed() == n {
+		t.Fatalf("all %d handed at once; want them held until due", n)
+	}
+	cancel()
+	<-done
+	if f.handed() != n {
+		t.Fatalf("run returned having handed %d of %d held messages", f.handed(), n)
+	}
+	f.mu.Lock()
+	for id, c := range f.got {
+		if early := c.Due - f.at[id]; early > 0 {
+			t.Errorf("%s handed %d ms before its due time at shutdown", id, early)
+		}
+	}
+	f.mu.Unlock()
+	requireEmpty(t, st, time.Second)
+}
+
+// TestSplit: the eligible prefix of a claim goes at once (the batch itself when all of it
+// is), the rest as one held batch per eligible millisecond, in order.
+func TestSplit(t *testing.T) {
+	c := func(id string, at int64) delaystore.Claimed {
+		return delaystore.Claimed{Receipt: delaystore.Receipt{ID: id}, Eligible: at}
+	}
+	all := batch{shard: 3, claimed: []delaystore.Claimed{c("a", 5), c("b", 10)}}
+	if now, later := split(all, 10); len(later) != 0 || &now.claimed[0] != &all.claimed[0] || len(now.claimed) != 2 {
+		t.Fatalf("all eligible: %+v, %+v", now, later)
+	}
+	b := batch{shard: 3, claimed: []delaystore.Claimed{c("a", 5), c("b", 11), c("c", 11), c("d", 12)}}
+	now, later := split(b, 10)
+	if len(now.claimed) != 1 || now.claimed[0].ID != "a" || now.shard != 3 {
+		t.Fatalf("eligible part: %+v", now)
+	}
+	if len(later) != 2 || later[0].due != 11 || len(later[0].b.claimed) != 2 || later[1].due != 12 || later[1].b.claimed[0].ID != "d" || later[1].b.shard != 3 {
+		t.Fatalf("held parts: %+v", later)
+	}
+	now, later = split(batch{claimed: []delaystore.Claimed{c("x", 20)}}, 10)
+	if len(now.claimed) != 0 || len(later) != 1 {
+		t.Fatalf("none eligible: %+v, %+v", now, later)
+	}
+}
