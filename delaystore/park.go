@@ -151,7 +151,7 @@ func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error)
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	sh := s.ShardOf(id)
-	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS}
+	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID}
 	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {

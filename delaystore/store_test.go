@@ -1080,3 +1080,52 @@ func TestLargeBatch(t *testing.T) {
 		t.Fatalf("counts %d/%d", z, m)
 	}
 }
+
+// TestWakeupsWithdrawals: a cancel, and a park that replaces an entry, withdraw the
+// version they removed on the shard's wake channel (so that a replica holding a copy
+// claimed ahead does not publish it); an id with colons survives the payload.
+func TestWakeupsWithdrawals(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := f.s.Wakeups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstResync(t, w.C)
+	if err := w.Follow(ctx, allShards(4)); err != nil {
+		t.Fatal(err)
+	}
+	ids := idsOnShard(f.s, 3, 2, "x:y")
+	for _, id := range ids {
+		p := f.park(t, ParkRequest{ID: id, Replace: true, Delay: time.Minute})
+		nextWake(t, w.C, 5*time.Second) // the head moved
+		m, err := f.s.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == ids[0] {
+			if ok, err := f.s.Cancel(t.Context(), id); err != nil || !ok {
+				t.Fatalf("cancel: %v %v", ok, err)
+			}
+		} else {
+			f.park(t, ParkRequest{ID: id, Replace: true, Delay: 2 * time.Minute}) // later: no head wake
+		}
+		if got, want := nextWake(t, w.C, 5*time.Second), (Wake{Shard: 3, ID: id, Version: m.Version}); got != want {
+			t.Fatalf("after changing %s (parked due %d): wake %+v, want %+v", id, p[0].Due, got, want)
+		}
+	}
+	for _, bad := range []string{"3:x:id", "3:x1:", "3:xv:id", "9:x1:id", "-1:x1:id"} {
+		if wk, ok := f.s.parseWake(bad); ok {
+			t.Errorf("parseWake(%q) = %+v, want refused", bad, wk)
+		}
+	}
+	q := wakeQueue{due: map[int]int64{}}
+	q.add(Wake{Shard: 1, Due: 5})
+	for i := range maxWithdrawals + 1 {
+		q.add(Wake{Shard: 2, ID: "a", Version: int64(i)})
+	}
+	if q.len() != maxWithdrawals+1 || q.peek() != (Wake{Shard: 2, ID: "a", Version: 0}) {
+		t.Fatalf("queue of %d, first %+v: want the withdrawals first, at most %d, and the wake-up", q.len(), q.peek(), maxWithdrawals)
+	}
+}

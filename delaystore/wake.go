@@ -106,7 +106,7 @@ func (w *Wakeups) run(ctx context.Context, in <-chan any, out chan<- Wake) {
 	for {
 		var send chan<- Wake
 		var next Wake
-		if len(q.order) > 0 {
+		if q.len() > 0 {
 			send, next = out, q.peek()
 		}
 		select {
@@ -290,11 +290,21 @@ func (w *Wakeups) Close() error {
 	return w.closeErr
 }
 
-// parseWake parses "<shard>:<due ms>".
+// parseWake parses "<shard>:<due ms>", or a withdrawal "<shard>:x<version>:<id>" (cancel.lua,
+// park.lua; a bridge before them finds no number after the first colon and ignores it).
 func (s *Store) parseWake(p string) (Wake, bool) {
 	a, b, ok := strings.Cut(p, ":")
 	if !ok {
 		return Wake{}, false
+	}
+	if rest, ok := strings.CutPrefix(b, "x"); ok {
+		v, id, ok := strings.Cut(rest, ":")
+		sh, err1 := strconv.Atoi(a)
+		ver, err2 := strconv.ParseInt(v, 10, 64)
+		if !ok || id == "" || err1 != nil || err2 != nil || sh < 0 || sh >= s.shards {
+			return Wake{}, false
+		}
+		return Wake{Shard: sh, ID: id, Version: ver}, true
 	}
 	sh, err1 := strconv.Atoi(a)
 	due, err2 := strconv.ParseInt(b, 10, 64)
@@ -306,12 +316,26 @@ func (s *Store) parseWake(p string) (Wake, bool) {
 
 // wakeQueue holds the wake-ups not yet taken by the reader, coalesced: per shard the
 // earliest due, for WakeFleet the latest version, one WakeResync; first come first out.
+// Withdrawals are not coalesced: they go first, in order, at most maxWithdrawals of them
+// (more are dropped: best effort, see Wake).
 type wakeQueue struct {
 	order []int
 	due   map[int]int64
+	drops []Wake
 }
 
+// maxWithdrawals bounds the withdrawals a wakeQueue keeps while the reader is slow.
+const maxWithdrawals = 4096
+
+func (q *wakeQueue) len() int { return len(q.drops) + len(q.order) }
+
 func (q *wakeQueue) add(w Wake) {
+	if w.ID != "" {
+		if len(q.drops) < maxWithdrawals {
+			q.drops = append(q.drops, w)
+		}
+		return
+	}
 	old, ok := q.due[w.Shard]
 	switch {
 	case !ok:
@@ -322,9 +346,18 @@ func (q *wakeQueue) add(w Wake) {
 	}
 }
 
-func (q *wakeQueue) peek() Wake { return Wake{Shard: q.order[0], Due: q.due[q.order[0]]} }
+func (q *wakeQueue) peek() Wake {
+	if len(q.drops) > 0 {
+		return q.drops[0]
+	}
+	return Wake{Shard: q.order[0], Due: q.due[q.order[0]]}
+}
 
 func (q *wakeQueue) pop() {
+	if len(q.drops) > 0 {
+		q.drops = q.drops[1:]
+		return
+	}
 	delete(q.due, q.order[0])
 	q.order = q.order[1:]
 }

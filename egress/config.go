@@ -59,10 +59,10 @@ type Config struct {
 	// also takes the messages due within ClaimAhead after it; those wait in the scheduler
 	// until their due time (holder). Each shard is then claimed about once per ClaimAhead
 	// instead of once per message at a steady rate (Redis' cost follows the shards a
-	// claim touches). A cancel, replace or bulk change that reaches Redis within ClaimAhead
-	// of a message's due time does not stop it (it is in delivery). 0: the default, 32ms;
+	// claim touches). A cancel or replace of a held message withdraws it (Wake.ID, best
+	// effort); a bulk change leaves it alone (in delivery). 0: the default, 32ms;
 	// negative: off (claim only what is due). At most a quarter of Lease applies.
-	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a cancel or replace that reaches Redis within this span of the due time no longer stops the message; 0: 32ms; negative: off (extension)"`
+	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a cancel or replace in that span still stops a message (best effort), a bulk change leaves it alone; 0: 32ms; negative: off (extension)"`
 	// ClaimAll claims every shard whatever the ownership (the behaviour before ownership).
 	// Fault tests use it to force two replicas to claim the same shards; the claim lease
 	// keeps that correct.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 // claimLead is how long before a shard's head is due (by the Redis clock estimate) the
@@ -19,18 +21,17 @@ const claimLead = 2 * time.Millisecond
 // estimate runs behind Redis (redisClock). One goroutine (run) and one timer for all;
 // what it holds counts as handed for the scheduler. Safe for concurrent use.
 type holder struct {
-	clock   *redisClock
-	now     func() time.Time
-	release func(batch)
+	clock *redisClock
+	now   func() time.Time
 
 	mu   sync.Mutex
 	q    heldQueue
 	kick chan struct{}
 }
 
-// newHolder returns a holder that hands due batches to release (from run's goroutine).
-func newHolder(clock *redisClock, now func() time.Time, release func(batch)) *holder {
-	return &holder{clock: clock, now: now, release: release, kick: make(chan struct{}, 1)}
+// newHolder returns an empty holder on the Redis clock estimate clock.
+func newHolder(clock *redisClock, now func() time.Time) *holder {
+	return &holder{clock: clock, now: now, kick: make(chan struct{}, 1)}
 }
 
 // add holds b until due (Redis unix ms). Never blocks.
@@ -44,16 +45,17 @@ func (h *holder) add(b batch, due int64) {
 	}
 }
 
-// run hands batches over at their due times until ctx ends; what it still holds then is
+// run hands batches to release (from its goroutine) at their due times until ctx ends;
+// what it still holds then is
 // dropped (the messages come back after their lease, like any claimed message whose
 // replica stopped). The scheduler runs it on its store context, which outlives Run's ctx
 // by the drain, so that a shutdown hands held batches over at their due times.
-func (h *holder) run(ctx context.Context) {
+func (h *holder) run(ctx context.Context, release func(batch)) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		for _, b := range h.takeDue() {
-			h.release(b)
+			release(b)
 		}
 		var wait <-chan time.Time
 		if next, ok := h.next(); ok {
@@ -96,6 +98,32 @@ func (h *holder) takeDue() []batch {
 		out = append(out, b)
 	}
 	return out
+}
+
+// withdraw removes the held copy of message id at version of shard (cancelled or
+// replaced meanwhile: Wake.ID) and returns it as a batch of its own (no message: it was
+// not held, or was handed over already).
+func (h *holder) withdraw(shard int, id string, version int64) batch {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.q {
+		b := &h.q[i].b
+		if b.shard != shard {
+			continue
+		}
+		for j, c := range b.claimed {
+			if c.ID != id || c.Version != version {
+				continue
+			}
+			out := batch{shard: shard, fence: b.fence, claimed: []delaystore.Claimed{c}}
+			b.claimed = append(b.claimed[:j:j], b.claimed[j+1:]...)
+			if len(b.claimed) == 0 {
+				heap.Remove(&h.q, i)
+			}
+			return out
+		}
+	}
+	return batch{}
 }
 
 // next is the earliest due time held (Redis ms), if any.

@@ -126,3 +126,47 @@ func TestSplit(t *testing.T) {
 		t.Fatalf("none eligible: %+v, %+v", now, later)
 	}
 }
+
+// TestClaimAheadWithdrawn: a message claimed ahead and held is not published when it is
+// cancelled, or replaced (rescheduled), before its due time: the store withdraws it on the
+// shard's wake channel; the replacement is published at its own due time, and the
+// withdrawn copies settle (run returns, nothing left handed).
+func TestClaimAheadWithdrawn(t *testing.T) {
+	st := storetest.NewWith(t, delaystore.Config{Lease: 10 * time.Second, Shards: 1})
+	f, rec, cancel, done := recordedScheduler(t, st, Config{Lease: 10 * time.Second, ClaimAhead: time.Second}, ackHold)
+	park(t, st, "w-cancel", 400*time.Millisecond, "nats:t", nil)
+	park(t, st, "w-replace", 400*time.Millisecond, "nats:t", nil)
+	park(t, st, "w-first", 300*time.Millisecond, "nats:t", nil) // its claim takes the others ahead
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec.mu.Lock()
+		claimed := rec.claimed
+		rec.mu.Unlock()
+		if claimed == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claimed %d of 3", claimed)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if ok, err := st.Cancel(t.Context(), "w-cancel"); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	newer := park(t, st, "w-replace", 600*time.Millisecond, "nats:t", nil)
+	time.Sleep(time.Second) // past both the old due times and the new one
+	f.mu.Lock()
+	_, cancelled := f.got["w-cancel"]
+	got, replaced := f.got["w-replace"]
+	handed := f.n
+	f.mu.Unlock()
+	if cancelled {
+		t.Errorf("w-cancel was published after it was cancelled")
+	}
+	if !replaced || got.Due != newer.Due || handed != 2 {
+		t.Errorf("w-replace handed %v (due %d, want the replacement's %d); %d handed in all, want 2", replaced, got.Due, newer.Due, handed)
+	}
+	cancel()
+	<-done
+	requireEmpty(t, st, time.Second)
+}

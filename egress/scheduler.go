@@ -79,7 +79,7 @@ type scheduler struct {
 	ackHold  time.Duration // ackHold; a benchmark compares others
 	handed   atomic.Int64  // messages handed to deliver (or held) whose settlements have not come back
 	ahead    time.Duration // cfg.ahead(): claimed ahead of due; 0: only what is due
-	hold     *holder       // claimed messages not yet due (set by run)
+	hold     *holder       // claimed messages not yet due
 }
 
 // newScheduler returns the scheduler of the shards own assigns, woken by wakes, handing
@@ -88,7 +88,7 @@ func newScheduler(cfg Config, store Claimer, own *ownership, wakes *delaystore.W
 	log *slog.Logger, metrics *Metrics, deliver deliverFunc) *scheduler {
 	s := &scheduler{cfg: cfg, store: store, own: own, wakes: wakes, clock: clock, now: cfg.Now, log: log,
 		metrics: metrics, deliver: deliver, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
-		offers: map[int]int64{}, ackHold: ackHold, ahead: cfg.ahead()}
+		offers: map[int]int64{}, ackHold: ackHold, ahead: cfg.ahead(), hold: newHolder(clock, cfg.Now)}
 	own.notify = s.poke
 	return s
 }
@@ -151,7 +151,18 @@ func (s *scheduler) returned(st *settlement) {
 	s.poke()
 }
 
-// listen turns wake-ups into offers, resyncs and heartbeats until the channel closes.
+// withdraw drops the held copy of a message that was cancelled or replaced after this
+// replica claimed it ahead of its due time (w.ID at w.Version): it is not published, and
+// settles with nothing to ack (the store has no such entry any more).
+func (s *scheduler) withdraw(w delaystore.Wake) {
+	if b := s.hold.withdraw(w.Shard, w.ID, w.Version); len(b.claimed) > 0 {
+		s.log.Debug("claimed ahead, withdrawn before its due time (cancelled or replaced)", "id", w.ID, "shard", w.Shard)
+		s.returned(&settlement{shard: b.shard, n: len(b.claimed), fence: b.fence})
+	}
+}
+
+// listen turns wake-ups into offers, resyncs, withdrawals and heartbeats until the
+// channel closes.
 func (s *scheduler) listen() {
 	for w := range s.wakes.C {
 		switch {
@@ -162,6 +173,8 @@ func (s *scheduler) listen() {
 			s.resync = true
 			s.mu.Unlock()
 			s.poke()
+		case w.Shard >= 0 && w.ID != "":
+			s.withdraw(w)
 		case w.Shard >= 0:
 			s.offer(w.Shard, w.Due)
 		}
@@ -184,8 +197,7 @@ func (s *scheduler) run(ctx context.Context) {
 	defer timer.Stop()
 	resync := time.NewTicker(s.cfg.ResyncInterval)
 	defer resync.Stop()
-	s.hold = newHolder(s.clock, s.now, func(b batch) { s.deliver(ctx, b, s.returned) })
-	go s.hold.run(sctx) // ends with sctx: when run returns, or DrainTimeout after ctx
+	go s.hold.run(sctx, func(b batch) { s.deliver(ctx, b, s.returned) }) // ends with sctx: when run returns, or DrainTimeout after ctx
 	for {
 		claiming := ctx.Err() == nil
 		if claiming {
@@ -210,6 +222,9 @@ func (s *scheduler) run(ctx context.Context) {
 		if len(acks)+len(retries)+len(claims) > 0 {
 			s.exchange(sctx, acks, retries, claims, n)
 			continue
+		}
+		if len(n) > 0 { // settlements with nothing for the store (withdrawn copies)
+			s.settled(nil, nil, delaystore.Exchanged{}, n)
 		}
 		if !claiming && s.handed.Load() == 0 && s.settleEmpty() {
 			return // a settlement is queued before its messages stop counting as handed

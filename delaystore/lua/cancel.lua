@@ -8,8 +8,12 @@
 --       9 = the quota counter hash (quota.lua)
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
---       source time), 4 = window ms (<= 0: remember nothing)
+--       source time), 4 = window ms (<= 0: remember nothing), 5 = the shard's wake channel
+--       (P:wake:<s>), 6 = shard number
 -- returns: 1 if it existed (and was deleted), else 0
+-- A deleted entry is withdrawn on the shard's wake channel ("<shard>:x<version>:<id>"): a
+-- replica that claimed it ahead of its due time and holds it does not publish it
+-- (egress/hold.go; best effort).
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL
@@ -54,7 +58,8 @@ local at = tonumber(ARGV[3]) or 0
 local operator = at <= 0
 if operator then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
-local p = env and select(4, entry(env))
+local version, attempts, due, p
+if env then version, attempts, due, p = entry(env) end
 local sent = p and not operator and sentOf(env, p)
 if sent and sent > at then
   -- Published by its source after this cancel (the cancel was read late): kept.
@@ -74,5 +79,8 @@ if env and tonumber(ARGV[2]) > 0 then
   if src ~= '' then tombAdd(KEYS[3], {src}, tonumber(ARGV[2]), compactAt(env, p)) end
 end
 remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
+if p and ARGV[5] then
+  redis.call('PUBLISH', ARGV[5], ARGV[6] .. ':x' .. string.format('%d', version) .. ':' .. ARGV[1])
+end
 if a + b > 0 then return 1 end
 return 0

@@ -21,7 +21,9 @@
 -- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
--- earliest new due is earlier than the head. Reads and writes are batched (HMGET, INCRBY,
+-- earliest new due is earlier than the head. A replaced entry is withdrawn on the wake
+-- channel ("<shard>:x<version>:<id>", one PUBLISH each): a replica holding a copy claimed
+-- ahead of its due time does not publish it (egress/hold.go; best effort). Reads and writes are batched (HMGET, INCRBY,
 -- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
 -- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
 -- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
@@ -82,6 +84,7 @@ local function shard(KEYS, ARGV)
   -- curSrc[id] its source id, curTgt[id] its target; deltas[target] what the batch adds
   -- to the target's parked count.
   local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
+  local oldVer, withdrawn = {}, {} -- version of an entry stored before the batch; replaced ones
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
   local dues = {}
@@ -104,8 +107,9 @@ local function shard(KEYS, ARGV)
     local tomb = tombed[k]
     local existing = cur[id]
     if existing == nil and olds[k] then
-      local _, _, due, p = entry(olds[k])
+      local ver, _, due, p = entry(olds[k])
       existing = due or 0
+      oldVer[id] = ver
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
       curTgt[id] = p and targetOf(olds[k], p) or ''
     end
@@ -126,6 +130,10 @@ local function shard(KEYS, ARGV)
         due = now + tonumber(ARGV[a + 3])
       end
       if existing ~= nil then deltas[curTgt[id]] = (deltas[curTgt[id]] or 0) - 1 end
+      if oldVer[id] then
+        withdrawn[#withdrawn + 1] = ARGV[2] .. ':x' .. string.format('%d', oldVer[id]) .. ':' .. id
+        oldVer[id] = nil
+      end
       local tgt = targetOf(ARGV[a + 4], 1)
       deltas[tgt] = (deltas[tgt] or 0) + 1
       cur[id] = due
@@ -162,6 +170,7 @@ local function shard(KEYS, ARGV)
     if head[2] == nil or earliest < tonumber(head[2]) then
       redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
     end
+    for _, w in ipairs(withdrawn) do redis.call('PUBLISH', ARGV[1], w) end
   end
   return out
 end
