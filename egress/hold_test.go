@@ -128,7 +128,8 @@ func TestSplit(t *testing.T) {
 }
 
 // TestClaimAheadWithdrawn: a message claimed ahead and held is not published when it is
-// cancelled, or replaced (rescheduled), before its due time: the store withdraws it on the
+// cancelled, or replaced (rescheduled), before its due time, nor a recurring one that a
+// bulk cancel takes in delivery: the store withdraws it on the
 // shard's wake channel; the replacement is published at its own due time, and the
 // withdrawn copies settle (run returns, nothing left handed).
 func TestClaimAheadWithdrawn(t *testing.T) {
@@ -136,17 +137,21 @@ func TestClaimAheadWithdrawn(t *testing.T) {
 	f, rec, cancel, done := recordedScheduler(t, st, Config{Lease: 10 * time.Second, ClaimAhead: time.Second}, ackHold)
 	park(t, st, "w-cancel", 400*time.Millisecond, "nats:t", nil)
 	park(t, st, "w-replace", 400*time.Millisecond, "nats:t", nil)
+	if _, err := st.Park(t.Context(), []delaystore.ParkRequest{{ID: "w-recurring", Replace: true, Delay: 400 * time.Millisecond,
+		Envelope: delaystore.Envelope{Target: "nats:rec", Source: "http", Payload: []byte("x"), Every: "1s"}}}); err != nil {
+		t.Fatal(err)
+	}
 	park(t, st, "w-first", 300*time.Millisecond, "nats:t", nil) // its claim takes the others ahead
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		rec.mu.Lock()
 		claimed := rec.claimed
 		rec.mu.Unlock()
-		if claimed == 3 {
+		if claimed == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("claimed %d of 3", claimed)
+			t.Fatalf("claimed %d of 4", claimed)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -154,14 +159,19 @@ func TestClaimAheadWithdrawn(t *testing.T) {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
 	newer := park(t, st, "w-replace", 600*time.Millisecond, "nats:t", nil)
+	r, err := st.Bulk(t.Context(), delaystore.Selector{Match: func(t string) bool { return t == "nats:rec" }}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
+	if err != nil || r.Changed != 1 {
+		t.Fatalf("bulk cancel of the recurring message in delivery: %+v, %v", r, err)
+	}
 	time.Sleep(time.Second) // past both the old due times and the new one
 	f.mu.Lock()
 	_, cancelled := f.got["w-cancel"]
+	_, fired := f.got["w-recurring"]
 	got, replaced := f.got["w-replace"]
 	handed := f.n
 	f.mu.Unlock()
-	if cancelled {
-		t.Errorf("w-cancel was published after it was cancelled")
+	if cancelled || fired {
+		t.Errorf("published after they were cancelled: w-cancel %v, w-recurring (bulk) %v", cancelled, fired)
 	}
 	if !replaced || got.Due != newer.Due || handed != 2 {
 		t.Errorf("w-replace handed %v (due %d, want the replacement's %d); %d handed in all, want 2", replaced, got.Due, newer.Due, handed)

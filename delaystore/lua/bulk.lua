@@ -32,7 +32,9 @@
 -- cancelled in delivery too, and so is the next occurrence its firing parked since the
 -- scan (a newer version, same target): the entry is gone, so the firing's re-park
 -- (retry.lua mode n) is fenced out and the schedule stops (the firing in flight may
--- still be published). cancel
+-- still be published, unless it was claimed ahead of its due time and is still held: a
+-- recurring message cancelled in delivery is withdrawn on the wake channel,
+-- "<shard>:x<version>:<id>", as cancel.lua does). cancel
 -- deletes it as cancel.lua does (tombstone of its source id); shift, at and now give it
 -- a new version (INCR seq), the due time due + shift, the given one, or the Redis time,
 -- scored there, out of the retry set; attempts are kept. The new due of shift and at is
@@ -81,6 +83,7 @@ if head[2] then headScore = tonumber(head[2]) end
 local earliest = nil
 local n, newer = 0, 0
 local cancelled = {} -- target -> minus its cancelled messages, for the quota counts
+local withdrawn = {} -- wake payloads of the entries cancelled in delivery
 for i = 11, #ARGV, 3 do
   local id, want = ARGV[i], ARGV[i + 1]
   local lineage = string.sub(want, 1, 1) == '>'
@@ -100,6 +103,9 @@ for i = 11, #ARGV, 3 do
         redis.call('ZREM', z, id)
         redis.call('HDEL', m, id)
         redis.call('ZREM', r, id)
+        if not waiting then
+          withdrawn[#withdrawn + 1] = ARGV[5] .. ':x' .. string.format('%d', version) .. ':' .. id
+        end
         local tgt = targetOf(env, p)
         count(KEYS[6], {[tgt] = -1})
         cancelled[tgt] = (cancelled[tgt] or 0) - 1
@@ -127,6 +133,7 @@ tombAdd(tz, tombsC, ttl, true)
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end
+for _, w in ipairs(withdrawn) do redis.call('PUBLISH', ARGV[4], w) end
 if opid ~= '' then
   local pm, pc = 0, 0
   if prog ~= '' then

@@ -197,6 +197,10 @@ func TestS1RecurringOutageMisfire(t *testing.T) {
 		restarted-killed, catchUp, once[0].due, skip[0].due, restarted, missed, sorted[0])
 }
 
+// claimAhead is the bridge's default BRIDGE_CLAIM_AHEAD: how long before its due time a
+// message may already be in delivery.
+const claimAhead = 32 * time.Millisecond
+
 // bulkCancel runs POST /v1/bulk/cancel with body through every next_cursor and sums
 // matched and changed.
 func bulkCancel(t *testing.T, api string, body map[string]any) (matched, changed int) {
@@ -227,7 +231,8 @@ func bulkCancel(t *testing.T, api string, body map[string]any) (matched, changed
 // TestS2BulkCancelFiringRecurring (docs/faults.md S2): POST /v1/bulk/cancel on the target
 // of 1,000 every-1s messages while they fire: every one is changed (those in delivery
 // too), and after the answer no occurrence fires that was not claimed before it (at most
-// one firing per message, due before the answer); nothing stays parked.
+// one firing per message, due before the answer or within BRIDGE_CLAIM_AHEAD after it);
+// nothing stays parked.
 func TestS2BulkCancelFiringRecurring(t *testing.T) {
 	s := newStack(t)
 	f := watchFirings(t, s, "out.s2")
@@ -250,7 +255,9 @@ func TestS2BulkCancelFiringRecurring(t *testing.T) {
 		if g.at < answered {
 			continue
 		}
-		if after[g.id]++; after[g.id] > 1 || g.due > answered {
+		// claimAhead: a firing due that soon after the answer may have been claimed ahead
+		// before it; its withdrawal is best effort (docs/design.md "Claim ahead")
+		if after[g.id]++; after[g.id] > 1 || g.due > answered+claimAhead.Milliseconds() {
 			t.Errorf("%s fired after the bulk cancel answered (due %d, arrived %d, answered %d)", g.id, g.due, g.at, answered)
 		}
 	}
