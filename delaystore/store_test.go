@@ -816,17 +816,8 @@ func allShards(n int) []int {
 
 func TestWakeups(t *testing.T) {
 	f := setup(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	w, err := f.s.Wakeups(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, cancel := followingAll(t, f)
 	ch := w.C
-	firstResync(t, ch)
-	if err := w.Follow(ctx, allShards(4)); err != nil {
-		t.Fatal(err)
-	}
 	ids := idsOnShard(f.s, 2, 3, "w")
 	p := f.park(t, ParkRequest{ID: ids[0], Delay: time.Minute})
 	if w := nextWake(t, ch, 5*time.Second); w != (Wake{Shard: 2, Due: p[0].Due}) {
@@ -859,6 +850,23 @@ func TestWakeups(t *testing.T) {
 			t.Fatal("wake channel not closed after cancel")
 		}
 	}
+}
+
+// followingAll returns f's Wakeups following its 4 shards, past the first resync, and the
+// cancel of its context (called at cleanup too).
+func followingAll(t *testing.T, f *fixture) (*Wakeups, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	w, err := f.s.Wakeups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstResync(t, w.C)
+	if err := w.Follow(ctx, allShards(4)); err != nil {
+		t.Fatal(err)
+	}
+	return w, cancel
 }
 
 // After a reconnect go-redis resubscribes every channel; the fleet channel's confirmation
@@ -1086,16 +1094,7 @@ func TestLargeBatch(t *testing.T) {
 // claimed ahead does not publish it); an id with colons survives the payload.
 func TestWakeupsWithdrawals(t *testing.T) {
 	f := setup(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	w, err := f.s.Wakeups(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstResync(t, w.C)
-	if err := w.Follow(ctx, allShards(4)); err != nil {
-		t.Fatal(err)
-	}
+	w, _ := followingAll(t, f)
 	ids := idsOnShard(f.s, 3, 2, "x:y")
 	for _, id := range ids {
 		p := f.park(t, ParkRequest{ID: id, Replace: true, Delay: time.Minute})

@@ -24,6 +24,24 @@ func aheadRun(t *testing.T, ahead time.Duration, n int) (*fakeDelivery, *ackReco
 	return f, rec
 }
 
+// waitClaimed polls until the scheduler under rec claimed n messages (within 5 s).
+func waitClaimed(t *testing.T, rec *ackRecorder, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec.mu.Lock()
+		claimed := rec.claimed
+		rec.mu.Unlock()
+		if claimed == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claimed %d of %d", claimed, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // TestClaimAheadNeverEarly (issue 26 item 2): claiming ahead, a shard is claimed about
 // once per span, not once per message, and yet no message is handed to delivery before
 // its due time (the holder waits for it by the Redis clock estimate, which runs behind).
@@ -72,19 +90,7 @@ func TestClaimAheadShutdown(t *testing.T) {
 	for i := range n {
 		park(t, st, "s"+strconv.Itoa(i), 400*time.Millisecond+time.Duration(i)*20*time.Millisecond, "nats:t", nil)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rec.mu.Lock()
-		claimed := rec.claimed
-		rec.mu.Unlock()
-		if claimed == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claimed %d of %d ahead of their due times", claimed, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitClaimed(t, rec, n)
 	if f.handed() == n {
 		t.Fatalf("all %d handed at once; want them held until due", n)
 	}
@@ -142,19 +148,7 @@ func TestClaimAheadWithdrawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	park(t, st, "w-first", 300*time.Millisecond, "nats:t", nil) // its claim takes the others ahead
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rec.mu.Lock()
-		claimed := rec.claimed
-		rec.mu.Unlock()
-		if claimed == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claimed %d of 4", claimed)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitClaimed(t, rec, 4)
 	if ok, err := st.Cancel(t.Context(), "w-cancel"); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
