@@ -17,9 +17,10 @@ const claimLead = 2 * time.Millisecond
 
 // holder keeps claimed messages that are not due yet (claimed ahead) and hands each batch
 // to release once the Redis clock estimate reaches its due time (Claimed.Eligible: the
-// due time, or a retry's next attempt), never before: the
-// estimate runs behind Redis (redisClock). One goroutine (run) and one timer for all;
-// what it holds counts as handed for the scheduler. Safe for concurrent use.
+// due time, or a retry's next attempt), never before: the estimate runs behind Redis
+// (redisClock). One goroutine (run) and one timer for all; what it holds counts as handed
+// for the scheduler. A cancel or replace of a held message takes it out (withdraw).
+// Safe for concurrent use.
 type holder struct {
 	clock *redisClock
 	now   func() time.Time
@@ -46,10 +47,10 @@ func (h *holder) add(b batch, due int64) {
 }
 
 // run hands batches to release (from its goroutine) at their due times until ctx ends;
-// what it still holds then is
-// dropped (the messages come back after their lease, like any claimed message whose
-// replica stopped). The scheduler runs it on its store context, which outlives Run's ctx
-// by the drain, so that a shutdown hands held batches over at their due times.
+// what it still holds then is dropped (the messages come back after their lease, like any
+// claimed message whose replica stopped). The scheduler runs it on its store context,
+// which outlives Run's ctx by the drain, so that a shutdown hands held batches over at
+// their due times.
 func (h *holder) run(ctx context.Context, release func(batch)) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
