@@ -81,7 +81,7 @@ func parseClaim(shard int, res []any) (Claim, error) {
 			c.Corrupt = append(c.Corrupt, rc)
 			continue
 		}
-		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: at, Attempts: st.attempts, Envelope: env})
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: max(at, now), Attempts: st.attempts, Envelope: env})
 	}
 	return c, nil
 }

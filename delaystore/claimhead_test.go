@@ -76,8 +76,9 @@ func TestClaimNextHead(t *testing.T) {
 // TestClaimAhead (issue 26 item 2): a claim with Ahead also leases the entries due within
 // Ahead after its Redis time, nothing later, each with its score as Eligible (its due time;
 // a retry's next attempt, which is later than its due time); without Ahead only what is
-// due. Both ways the shard reads its first entries (fewer than claim.lua's PEEK within
-// the span) and reads the span again (more).
+// due, eligible at the claim's time. Both ways the shard reads its first entries (fewer
+// than claim.lua's PEEK within the span) and reads the span again (more), with a due
+// entry before it.
 func TestClaimAhead(t *testing.T) {
 	for _, n := range []int{3, 40} { // entries within the span: fewer and more than PEEK
 		t.Run(fmt.Sprintf("within=%d", n), func(t *testing.T) {
@@ -94,14 +95,19 @@ func TestClaimAhead(t *testing.T) {
 			if x.ClaimErrs[0] != nil || len(x.Claims[0].Messages) != 1 || x.Claims[0].Messages[0].ID != "due" {
 				t.Fatalf("claim without Ahead: %+v %v, want only the due entry", x.Claims[0].Messages, x.ClaimErrs[0])
 			}
-			if m := x.Claims[0].Messages[0]; m.Eligible != m.Due || m.Due != now-10 {
-				t.Fatalf("due entry: Eligible %d, Due %d, want both %d", m.Eligible, m.Due, now-10)
+			if m := x.Claims[0].Messages[0]; m.Eligible != x.Claims[0].Now || m.Due != now-10 {
+				t.Fatalf("due entry: Eligible %d, Due %d, want the claim's time %d and %d", m.Eligible, m.Due, x.Claims[0].Now, now-10)
 			}
+			f.park(t, ParkRequest{ID: "due2", Absolute: true, At: now - 5, Envelope: sampleEnvelope(0)})
 			x = f.s.Exchange(t.Context(), nil, nil, []ClaimRequest{{Shard: 0, Max: 100, Ahead: time.Minute - time.Second}})
 			c := x.Claims[0]
-			if x.ClaimErrs[0] != nil || len(c.Messages) != n {
-				t.Fatalf("claim with Ahead: %d messages, err %v; want the %d within the span", len(c.Messages), x.ClaimErrs[0], n)
+			if x.ClaimErrs[0] != nil || len(c.Messages) != n+1 {
+				t.Fatalf("claim with Ahead: %d messages, err %v; want the due one and the %d within the span", len(c.Messages), x.ClaimErrs[0], n)
 			}
+			if m := c.Messages[0]; m.ID != "due2" || m.Eligible != c.Now {
+				t.Fatalf("claim with Ahead, first: %s eligible %d, want due2 eligible at the claim's time %d", m.ID, m.Eligible, c.Now)
+			}
+			c.Messages = c.Messages[1:]
 			for i, m := range c.Messages {
 				if want := fmt.Sprintf("soon%02d", i); m.ID != want || m.Eligible != m.Due || m.Due != now+1000+int64(i) {
 					t.Fatalf("claimed %d: %s Eligible %d Due %d, want %s at %d", i, m.ID, m.Eligible, m.Due, want, now+1000+int64(i))

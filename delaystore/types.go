@@ -181,9 +181,9 @@ type Claimed struct {
 	Receipt
 	// Due is the due time as scheduled, unix ms.
 	Due int64
-	// Eligible is the entry's score when it was claimed, unix ms (Redis clock): when it
-	// became claimable, its Due or, for a retry or a put-back, its next attempt. A message
-	// claimed ahead (ClaimRequest.Ahead) is not to be published before it.
+	// Eligible is when the message may be published, unix ms (Redis clock): the claim's
+	// Now for one that was due then; for one claimed ahead (ClaimRequest.Ahead), its score,
+	// when it becomes claimable: its Due or, for a retry or a put-back, its next attempt.
 	Eligible int64
 	// Attempts counts failed deliveries so far.
 	Attempts int

@@ -2,9 +2,9 @@
 -- claim: lease the due messages of shards; one group per shard (groups.lua).
 -- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m; ARGV: 1 = lease ms, 2 = max messages, 3 = ahead ms
 -- (absent: 0)
--- returns: per group {now ms, token, next head score or -1, id1, env1, score1, id2, env2, score2, ...}
--- (score: the entry's score when claimed, the time it became eligible: its due time, or a
--- retry's or put-back's next attempt)
+-- returns: per group {now ms, token, next head score or -1, id1, env1, at1, id2, env2, at2, ...}
+-- (at: 0 for an entry due by now; for one claimed ahead its score, the time it becomes
+-- eligible: its due time, or a retry's or put-back's next attempt)
 -- Members with score <= now + ahead (Redis TIME; ahead: the caller holds those not yet due
 -- until their due time, egress/hold.go) are re-scored to token = now + lease and returned
 -- with their stored envelope; a member without envelope is removed. The next head is the
@@ -26,28 +26,34 @@ local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 local PEEK = 16 -- entries read by rank first: at a steady load a claim finds a few due (with
 -- claim ahead, the ~10 of a 32 ms span at 5k msgs/s over 16 shards)
 
--- due returns the ids of z due by upTo (score <= upTo), at most max, in score order, their
--- scores (numbers, aligned), and, when
--- it is known without another read, the score of the first entry left after them (false:
--- none is left; nil: not known). One ZRANGE of the first PEEK entries answers both when
--- fewer than PEEK are due (the common case); else a ZRANGEBYSCORE reads the due ones.
+-- due returns the ids of z due by upTo (score <= upTo), at most max, in score order, when
+-- each becomes eligible (aligned: 0 when due by now, else its score), and, when it is
+-- known without another read, the score of the first entry left after them (false: none
+-- is left; nil: not known). One ZRANGE of the first PEEK entries answers both when fewer
+-- than PEEK are due (the common case); else a ZRANGEBYSCORE reads the due ones (without
+-- scores: a burst formats and parses none) and, when fewer than max were and upTo is
+-- later than now, another one with scores those due after now.
 local function due(z, max, upTo)
   local first = redis.call('ZRANGE', z, 0, PEEK - 1, 'WITHSCORES')
-  local ids, scores = {}, {}
+  local ids, at = {}, {}
   for i = 1, #first, 2 do
     local score = tonumber(first[i + 1])
-    if score > upTo or #ids == max then return ids, scores, score end
+    if score > upTo or #ids == max then return ids, at, score end
     ids[#ids + 1] = first[i]
-    scores[#scores + 1] = score
+    if score > now then at[#ids] = score else at[#ids] = 0 end
   end
-  if #first < 2 * PEEK then return ids, scores, false end
-  local all = redis.call('ZRANGEBYSCORE', z, '-inf', string.format('%d', upTo), 'WITHSCORES', 'LIMIT', 0, max)
-  ids, scores = {}, {}
-  for i = 1, #all, 2 do
-    ids[#ids + 1] = all[i]
-    scores[#scores + 1] = tonumber(all[i + 1])
+  if #first < 2 * PEEK then return ids, at, false end
+  ids = redis.call('ZRANGEBYSCORE', z, '-inf', string.format('%d', now), 'LIMIT', 0, max)
+  at = {}
+  for i = 1, #ids do at[i] = 0 end
+  if #ids < max and upTo > now then
+    local later = redis.call('ZRANGEBYSCORE', z, string.format('(%d', now), string.format('%d', upTo), 'WITHSCORES', 'LIMIT', 0, max - #ids)
+    for i = 1, #later, 2 do
+      ids[#ids + 1] = later[i]
+      at[#ids] = tonumber(later[i + 1])
+    end
   end
-  return ids, scores, nil
+  return ids, at, nil
 end
 
 local function shard(KEYS, ARGV)
@@ -55,7 +61,7 @@ local function shard(KEYS, ARGV)
   local token = now + tonumber(ARGV[1])
   local tokenStr = string.format('%d', token)
   local out = {now, token, -1}
-  local ids, scores, rest = due(z, tonumber(ARGV[2]), now + (tonumber(ARGV[3]) or 0))
+  local ids, at, rest = due(z, tonumber(ARGV[2]), now + (tonumber(ARGV[3]) or 0))
   local leased = false
   for i = 1, #ids, CHUNK do
     local last = math.min(i + CHUNK - 1, #ids)
@@ -68,7 +74,7 @@ local function shard(KEYS, ARGV)
         zadd[#zadd + 1] = id
         out[#out + 1] = id
         out[#out + 1] = envs[j]
-        out[#out + 1] = scores[i + j - 1]
+        out[#out + 1] = at[i + j - 1]
       else
         orphans[#orphans + 1] = id
       end

@@ -21,9 +21,10 @@
 -- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
--- earliest new due is earlier than the head. A replaced entry is withdrawn on the wake
--- channel ("<shard>:x<version>:<id>", one PUBLISH each): a replica holding a copy claimed
--- ahead of its due time does not publish it (egress/hold.go; best effort). Reads and writes are batched (HMGET, INCRBY,
+-- earliest new due is earlier than the head. A replaced entry in delivery (its score is
+-- not its due time: one ZMSCORE of the replaced ids) is withdrawn on the wake channel
+-- ("<shard>:x<version>:<id>", one PUBLISH each): a replica holding a copy claimed ahead of
+-- its due time does not publish it (egress/hold.go; best effort). Reads and writes are batched (HMGET, INCRBY,
 -- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
 -- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
 -- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
@@ -68,6 +69,26 @@ local function remembered(KEYS, ARGV, ids)
   return out
 end
 
+-- inDelivery returns the wake payloads "<shard>:x<version>:<id>" of the replaced entries
+-- ({id, version, due}: swapped) that are in delivery: scored other than their due time
+-- (claimed, or waiting for a retry). One ZMSCORE per chunk, before the batch's ZADD.
+local function inDelivery(z, swapped, shardNo)
+  local out = {}
+  for i = 1, #swapped, CHUNK do
+    local last = math.min(i + CHUNK - 1, #swapped)
+    local ids = {}
+    for k = i, last do ids[#ids + 1] = swapped[k][1] end
+    local scores = redis.call('ZMSCORE', z, unpack(ids))
+    for k = i, last do
+      local r, sc = swapped[k], scores[k - i + 1]
+      if sc and tonumber(sc) ~= r[3] then
+        out[#out + 1] = shardNo .. ':x' .. string.format('%d', r[2]) .. ':' .. r[1]
+      end
+    end
+  end
+  return out
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local gate = quotaGate(KEYS[9], KEYS[10], ARGV) -- takes the quota block off ARGV
@@ -84,7 +105,9 @@ local function shard(KEYS, ARGV)
   -- curSrc[id] its source id, curTgt[id] its target; deltas[target] what the batch adds
   -- to the target's parked count.
   local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
-  local oldVer, withdrawn = {}, {} -- version of an entry stored before the batch; replaced ones
+  -- oldVer[id]: the version of an entry stored before the batch; swapped: {id, version,
+  -- due} of those this batch replaces
+  local oldVer, swapped = {}, {}
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
   local dues = {}
@@ -131,7 +154,7 @@ local function shard(KEYS, ARGV)
       end
       if existing ~= nil then deltas[curTgt[id]] = (deltas[curTgt[id]] or 0) - 1 end
       if oldVer[id] then
-        withdrawn[#withdrawn + 1] = ARGV[2] .. ':x' .. string.format('%d', oldVer[id]) .. ':' .. id
+        swapped[#swapped + 1] = {id, oldVer[id], existing}
         oldVer[id] = nil
       end
       local tgt = targetOf(ARGV[a + 4], 1)
@@ -162,6 +185,7 @@ local function shard(KEYS, ARGV)
       if out[k][2] == 1 then replaced[#replaced + 1] = id end
     end
     local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+    local withdrawn = inDelivery(z, swapped, ARGV[2])
     chunked('HSET', m, hset)
     chunked('ZADD', z, zadd)
     chunked('ZREM', KEYS[5], replaced)
