@@ -852,6 +852,16 @@ func TestWakeups(t *testing.T) {
 	}
 }
 
+// nextWithdrawal returns the next withdrawal on ch (wake-ups of heads are skipped).
+func nextWithdrawal(t *testing.T, ch <-chan Wake) Wake {
+	t.Helper()
+	for {
+		if w := nextWake(t, ch, 5*time.Second); w.ID != "" {
+			return w
+		}
+	}
+}
+
 // followingAll returns f's Wakeups following its 4 shards, past the first resync, and the
 // cancel of its context (called at cleanup too).
 func followingAll(t *testing.T, f *fixture) (*Wakeups, context.CancelFunc) {
@@ -1089,31 +1099,51 @@ func TestLargeBatch(t *testing.T) {
 	}
 }
 
-// TestWakeupsWithdrawals: a cancel, and a park that replaces an entry, withdraw the
-// version they removed on the shard's wake channel (so that a replica holding a copy
-// claimed ahead does not publish it); an id with colons survives the payload.
+// TestWakeupsWithdrawals: a cancel, and a park that replaces an entry in delivery (claimed),
+// withdraw the version they removed on the shard's wake channel (so that a replica holding
+// a copy claimed ahead does not publish it); a park that replaces a waiting entry withdraws
+// nothing; an id with colons survives the payload.
 func TestWakeupsWithdrawals(t *testing.T) {
 	f := setup(t)
 	w, _ := followingAll(t, f)
-	ids := idsOnShard(f.s, 3, 2, "x:y")
-	for _, id := range ids {
-		p := f.park(t, ParkRequest{ID: id, Replace: true, Delay: time.Minute})
-		nextWake(t, w.C, 5*time.Second) // the head moved
+	ids := idsOnShard(f.s, 3, 3, "x:y")
+	version := func(id string) int64 {
 		m, err := f.s.Get(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id == ids[0] {
-			if ok, err := f.s.Cancel(t.Context(), id); err != nil || !ok {
-				t.Fatalf("cancel: %v %v", ok, err)
-			}
-		} else {
-			f.park(t, ParkRequest{ID: id, Replace: true, Delay: 2 * time.Minute}) // later: no head wake
-		}
-		if got, want := nextWake(t, w.C, 5*time.Second), (Wake{Shard: 3, ID: id, Version: m.Version}); got != want {
-			t.Fatalf("after changing %s (parked due %d): wake %+v, want %+v", id, p[0].Due, got, want)
+		return m.Version
+	}
+	expect := func(what, id string, v int64) {
+		t.Helper()
+		if got, want := nextWithdrawal(t, w.C), (Wake{Shard: 3, ID: id, Version: v}); got != want {
+			t.Fatalf("after %s: withdrawal %+v, want %+v", what, got, want)
 		}
 	}
+
+	f.park(t, ParkRequest{ID: ids[0], Replace: true, Delay: time.Minute})
+	v := version(ids[0])
+	if ok, err := f.s.Cancel(t.Context(), ids[0]); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	expect("a cancel", ids[0], v)
+
+	f.park(t, ParkRequest{ID: ids[1], Replace: true})
+	if c, err := f.s.Claim(t.Context(), 3, 10); err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	v = version(ids[1])
+	f.park(t, ParkRequest{ID: ids[1], Replace: true, Delay: 2 * time.Minute})
+	expect("replacing a claimed entry", ids[1], v)
+
+	f.park(t, ParkRequest{ID: ids[2], Replace: true, Delay: time.Minute})
+	f.park(t, ParkRequest{ID: ids[2], Replace: true, Delay: 2 * time.Minute}) // waiting: no withdrawal
+	v = version(ids[2])
+	if ok, err := f.s.Cancel(t.Context(), ids[2]); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	expect("replacing a waiting entry, then cancelling it (only the cancel withdraws)", ids[2], v)
+
 	for _, bad := range []string{"3:x:id", "3:x1:", "3:xv:id", "9:x1:id", "-1:x1:id"} {
 		if wk, ok := f.s.parseWake(bad); ok {
 			t.Errorf("parseWake(%q) = %+v, want refused", bad, wk)
