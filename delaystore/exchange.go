@@ -11,8 +11,8 @@ import (
 type ClaimRequest struct {
 	Shard, Max int
 	// Ahead also claims the messages due within Ahead after the Redis time of the claim
-	// (score <= now + Ahead), leased like the due ones: the caller holds them until their
-	// Claimed.Due. Zero (or negative): only what is due.
+	// (score <= now + Ahead), leased like the due ones: the caller holds each until its
+	// Claimed.Eligible. Zero (or negative): only what is due.
 	Ahead time.Duration
 }
 
