@@ -67,6 +67,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_OWNERSHIP_TTL", "3s"},
 	{"BRIDGE_CLAIM_AHEAD", "0s"},
+	{"BRIDGE_SHARD_RUN", "4096"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -168,7 +169,7 @@ func TestDefaultsTyped(t *testing.T) {
 		got := mustLoad(t, m)
 		want := Config{
 			Redis:               Redis{URL: "redis://127.0.0.1:6379/0"},
-			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second, CancelWindow: 10 * time.Minute, WaitTimeout: time.Second},
+			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, ShardRun: 4096, Lease: 30 * time.Second, CancelWindow: 10 * time.Minute, WaitTimeout: time.Second},
 			NATS:                NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge", AckWait: 30 * time.Second},
 			Kafka:               Kafka{Topic: "delay.in", Group: "delaybridge", MaxMessageBytes: 1048576, MissingTopicInterval: time.Minute},
 			CancelSubject:       "delay.cancel",
@@ -204,6 +205,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		"BRIDGE_REDIS_URL":               "rediss://user:pw@redis.example:6380/3",
 		"BRIDGE_KEY_PREFIX":              "dq",
 		"BRIDGE_SHARDS":                  "64",
+		"BRIDGE_SHARD_RUN":               "1",
 		"BRIDGE_NATS_URL":                "nats://a:4222,nats://b:4222",
 		"BRIDGE_NATS_SUBJECT":            "sched.in",
 		"BRIDGE_NATS_QUEUE":              "q1",
@@ -245,7 +247,7 @@ func TestEveryVariableParsed(t *testing.T) {
 	got := mustLoad(t, m)
 	want := Config{
 		Redis:               Redis{URL: "rediss://user:pw@redis.example:6380/3"},
-		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute, CancelWindow: 2 * time.Minute, MinReplicas: 2, WaitTimeout: 250 * time.Millisecond},
+		Store:               delaystore.Config{KeyPrefix: "dq", Shards: 64, ShardRun: 1, Lease: 45 * time.Second, TombstoneTTL: 5 * time.Minute, CancelWindow: 2 * time.Minute, MinReplicas: 2, WaitTimeout: 250 * time.Millisecond},
 		NATS:                NATS{URL: "nats://a:4222,nats://b:4222", Subject: "sched.in", Queue: "q1", Stream: "SCHED", Consumer: "c1", AckWait: 2 * time.Second, MaxProgress: -time.Second},
 		Kafka:               Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Topic: "sched-in", Group: "g1", MaxMessageBytes: 2 << 20, MissingTopicInterval: time.Minute},
 		CancelSubject:       "sched.cancel",
@@ -386,6 +388,8 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_SHARDS", "0", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "-1", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "4097", "must be 1 to 4096"},
+		{"BRIDGE_SHARD_RUN", "-1", "BRIDGE_SHARD_RUN: -1: must be 1 to 65536 (0: 4096)"},
+		{"BRIDGE_SHARD_RUN", "65537", "must be 1 to 65536"},
 		{"BRIDGE_LEASE", "0s", "BRIDGE_LEASE: 0s: must be > 0"},
 		{"BRIDGE_TOMBSTONE_TTL", "1h1", `BRIDGE_TOMBSTONE_TTL: "1h1" is not a duration`},
 		{"BRIDGE_CANCEL_WINDOW", "-1s", "BRIDGE_CANCEL_WINDOW: -1s: must be 0 (the default, 10m0s) to 168h0m0s"},

@@ -11,12 +11,19 @@ import (
 // It is recorded with the shard count in P:shards, decided by the first Init on an empty
 // store and never changed for a store.
 const (
-	// positionRun is how many consecutive positions (JetStream stream sequences, Kafka
-	// offsets) of one stream or partition share a shard in the position layout.
-	positionRun = 64
-	// positionMark follows the shard count in P:shards for the position layout. A version
-	// before it reads "<N>,p64" as no shard count and refuses the store.
-	positionMark = ",p64"
+	// legacyRun is the run of the stores created before runs were recorded: P:shards
+	// "<N>,p64" and "<N>,p64,c1".
+	legacyRun = 64
+	// DefaultShardRun is Config.ShardRun's default: how many consecutive positions
+	// (JetStream stream sequences, Kafka offsets) of one stream or partition share a shard
+	// in a store this version creates (docs/design.md, "Redis data layout").
+	DefaultShardRun = 4096
+	// MaxShardRun is the largest accepted run, configured or recorded.
+	MaxShardRun = 65536
+	// positionMark follows the shard count in P:shards for the position layout, with the
+	// run after it: ",p64". A version before it reads "<N>,p64" as no shard count and
+	// refuses the store; the version before runs were recorded accepts only ",p64".
+	positionMark = ",p"
 	// compactMark follows the position mark in P:shards of a store whose entries are
 	// written compact (envelope.go encodeCompact, envelope.lua's binary header) and whose
 	// tombstones are sets that Redis expires (tombs.lua). A version before it refuses any
@@ -31,8 +38,8 @@ const (
 // has the position layout and the id is a source position, else fnv32a(id) mod shards.
 // It does not block.
 func (s *Store) ShardOf(id string) int {
-	if s.byPosition.Load() {
-		if sh, ok := PositionShard(id, s.shards); ok {
+	if run := s.run.Load(); run > 0 {
+		if sh, ok := PositionShard(id, s.shards, int(run)); ok {
 			return sh
 		}
 	}
@@ -50,14 +57,15 @@ func ShardOf(id string, shards int) int {
 	return int(fnv32a(id) % uint32(shards))
 }
 
-// PositionShard returns the shard of an id in the position layout when the id is a
-// source position, "js:<stream>:<seq>" or "kafka:<topic>:<partition>:<offset>" (the last
-// ':'-separated part 1-19 decimal digits): (fnv32a(the id up to its last ':') +
-// position / 64) mod shards, so that 64 consecutive positions of one stream or partition
-// share a shard and the next 64 go to the next one. ok is false for any other id (and
-// for shards < 1). It is a pure function and never changes for a store.
-func PositionShard(id string, shards int) (sh int, ok bool) {
-	if shards < 1 || !(strings.HasPrefix(id, "js:") || strings.HasPrefix(id, "kafka:")) {
+// PositionShard returns the shard of an id in the position layout with runs of run
+// positions when the id is a source position, "js:<stream>:<seq>" or
+// "kafka:<topic>:<partition>:<offset>" (the last ':'-separated part 1-19 decimal
+// digits): (fnv32a(the id up to its last ':') + position / run) mod shards, so that run
+// consecutive positions of one stream or partition share a shard and the next run go to
+// the next one. ok is false for any other id (and for shards < 1 or run < 1). It is a
+// pure function and never changes for a store (whose run is recorded in P:shards).
+func PositionShard(id string, shards, run int) (sh int, ok bool) {
+	if shards < 1 || run < 1 || !(strings.HasPrefix(id, "js:") || strings.HasPrefix(id, "kafka:")) {
 		return 0, false
 	}
 	cut := strings.LastIndexByte(id, ':')
@@ -74,7 +82,7 @@ func PositionShard(id string, shards int) (sh int, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	return int((uint64(fnv32a(id[:cut])) + pos/positionRun) % uint64(shards)), true
+	return int((uint64(fnv32a(id[:cut])) + pos/uint64(run)) % uint64(shards)), true
 }
 
 func fnv32a(s string) uint32 {
@@ -92,37 +100,55 @@ func (s *Store) layoutErr() error {
 	return ErrNotInitialised
 }
 
-// shardsValue is what this store records in P:shards: the shard count, the mark of the
-// position layout when it runs with it, and the compact mark when it writes compact.
+// shardsValue is what this store records in P:shards: the shard count, the position mark
+// and run when it has the position layout, and the compact mark when it writes compact.
 func (s *Store) shardsValue() string {
-	v := strconv.Itoa(s.shards)
-	if s.byPosition.Load() {
-		v += positionMark
+	return shardsMark(s.shards, int(s.run.Load()), s.compact.Load())
+}
+
+// shardsMark is the P:shards value of a store of shards shards, runs of run positions (0:
+// the id layout) and compact entries or not.
+func shardsMark(shards, run int, compact bool) string {
+	v := strconv.Itoa(shards)
+	if run > 0 {
+		v += positionMark + strconv.Itoa(run)
 	}
-	if s.compact.Load() {
+	if compact {
 		v += compactMark
 	}
 	return v
 }
 
-// newStoreMark is what Init records for an empty store: the position layout and compact
-// entries.
-func newStoreMark(shards int) string { return strconv.Itoa(shards) + positionMark + compactMark }
-
 // parseShardsValue reads P:shards: "<N>" (the id layout), "<N>,p64" (the position
-// layout) or "<N>,p64,c1" (the position layout, compact entries and set tombstones).
-// Anything else (a compact mark without the position layout, an unknown mark) is an
-// error: this version cannot say how such a store is written.
-func parseShardsValue(v string) (shards int, byPosition, compact bool, err error) {
-	num, compact := strings.CutSuffix(v, positionMark+compactMark)
-	if !compact {
-		num, byPosition = strings.CutSuffix(v, positionMark)
-	} else {
-		byPosition = true
+// layout with runs of 64), "<N>,p64,c1" (the same, compact entries and set tombstones) or
+// "<N>,p<R>,c1" (runs of R, 1-MaxShardRun: a store created since runs were recorded).
+// It returns the run, 0 for the id layout. Anything else (a compact mark without the
+// position layout, a run other than 64 without it, a number not in canonical form, an
+// unknown mark) is an error: this version cannot say how such a store is written.
+func parseShardsValue(v string) (shards, run int, compact bool, err error) {
+	bad := func() (int, int, bool, error) { return 0, 0, false, fmt.Errorf("not a shard count: %q", v) }
+	rest, compact := strings.CutSuffix(v, compactMark)
+	num, runText, byPosition := strings.Cut(rest, positionMark)
+	if shards, err = canonical(num, 1<<31-1); err != nil {
+		return bad()
 	}
-	shards, err = strconv.Atoi(num)
-	if err != nil || shards < 1 || strconv.Itoa(shards) != num {
-		return 0, false, false, fmt.Errorf("not a shard count: %q", v)
+	if !byPosition {
+		if compact {
+			return bad()
+		}
+		return shards, 0, false, nil
 	}
-	return shards, byPosition, compact, nil
+	if run, err = canonical(runText, MaxShardRun); err != nil || (!compact && run != legacyRun) {
+		return bad()
+	}
+	return shards, run, compact, nil
+}
+
+// canonical parses s as a decimal number in 1..max written without sign or leading zeros.
+func canonical(s string, max int) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max || strconv.Itoa(n) != s {
+		return 0, fmt.Errorf("not a number in 1..%d: %q", max, s)
+	}
+	return n, nil
 }

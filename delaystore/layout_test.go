@@ -13,45 +13,51 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestPositionShard: 64 consecutive positions of one stream or partition share a shard,
-// the next 64 go to the next shard (from the fnv32a of the id up to its last ':'); ids
+// TestPositionShard: run consecutive positions of one stream or partition share a shard,
+// the next run go to the next shard (from the fnv32a of the id up to its last ':'); ids
 // that are no source position are not sharded by position.
 func TestPositionShard(t *testing.T) {
-	for _, prefix := range []string{"js:IN", "kafka:delay.in:2", "js:a:b"} {
-		base := ShardOf(prefix, 16)
-		for pos := range 64 * 20 {
-			id := fmt.Sprintf("%s:%d", prefix, pos)
-			got, ok := PositionShard(id, 16)
-			if want := (base + pos/64) % 16; !ok || got != want {
-				t.Fatalf("PositionShard(%q) = %d, %v; want %d", id, got, ok, want)
+	for _, run := range []int{1, 64, DefaultShardRun} {
+		for _, prefix := range []string{"js:IN", "kafka:delay.in:2", "js:a:b"} {
+			base := ShardOf(prefix, 16)
+			for pos := range run * 20 {
+				id := fmt.Sprintf("%s:%d", prefix, pos)
+				got, ok := PositionShard(id, 16, run)
+				if want := (base + pos/run) % 16; !ok || got != want {
+					t.Fatalf("PositionShard(%q, 16, %d) = %d, %v; want %d", id, run, got, ok, want)
+				}
 			}
 		}
 	}
-	if got, ok := PositionShard("js:IN:9999999999999999999", 7); !ok || got != int((uint64(fnv32a("js:IN"))+9999999999999999999/64)%7) {
+	if got, ok := PositionShard("js:IN:9999999999999999999", 7, MaxShardRun); !ok || got != int((uint64(fnv32a("js:IN"))+9999999999999999999/MaxShardRun)%7) {
 		t.Fatalf("largest position: %d, %v", got, ok)
 	}
 	for _, id := range []string{"", "js:", "js:IN:", "js:IN:12a", "js:IN:+5", "js:IN:-5", "js:IN: 5",
 		"js:IN:18446744073709551616", "js:IN:00000000000000000001", "order-1", "nats:IN:5", "JS:IN:5", "kafka5"} {
-		if sh, ok := PositionShard(id, 16); ok {
+		if sh, ok := PositionShard(id, 16, 64); ok {
 			t.Errorf("PositionShard(%q) = %d, true; want no position", id, sh)
 		}
 	}
-	if _, ok := PositionShard("js:IN:5", 0); ok {
+	if _, ok := PositionShard("js:IN:5", 0, 64); ok {
 		t.Error("PositionShard with 0 shards")
+	}
+	if _, ok := PositionShard("js:IN:5", 16, 0); ok {
+		t.Error("PositionShard with runs of 0")
 	}
 }
 
-// TestLayoutOfNewStore: an empty store gets the position layout (recorded in P:shards):
-// a run of consecutive arrivals of one stream parks in one shard, and every one of them
-// is found by id (Get, Cancel); an explicit id stays in its fnv shard.
+// TestLayoutOfNewStore: an empty store gets the position layout with runs of
+// DefaultShardRun (recorded in P:shards): a run of consecutive arrivals of one stream
+// parks in one shard, and every one of them is found by id (Get, Cancel); an explicit id
+// stays in its fnv shard.
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v := f.rdb.Get(ctx, f.s.shardsKey).Val(); v != "16,p64,c1" {
-		t.Fatalf("P:shards = %q, want 16,p64,c1", v)
+	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p4096,c1" {
+		t.Fatalf("P:shards = %q, want %s", v, want)
 	}
 	var reqs []ParkRequest
-	for i := 128; i < 192; i++ { // one run of 64 positions
+	for i := 2 * DefaultShardRun; i < 3*DefaultShardRun; i += DefaultShardRun / 128 { // 128 positions of one run
 		id := fmt.Sprintf("js:IN:%d", i)
 		r := sourced(id, id, false)
 		r.Delay = time.Hour
@@ -60,8 +66,8 @@ func TestLayoutOfNewStore(t *testing.T) {
 	reqs = append(reqs, ParkRequest{ID: "order-1", Replace: true, Delay: time.Hour, Envelope: sampleEnvelope(0)})
 	f.park(t, reqs...)
 	run := (ShardOf("js:IN", 16) + 2) % 16
-	if n := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); n != 64 {
-		t.Fatalf("shard %d holds %d of the run of 64", run, n)
+	if n := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); n != 128 {
+		t.Fatalf("shard %d holds %d of the 128 positions of its run", run, n)
 	}
 	if sh := ShardOf("order-1", 16); f.rdb.ZScore(ctx, f.s.keys[sh].z, "order-1").Err() != nil {
 		t.Fatalf("order-1 not in its fnv shard %d", sh)
@@ -71,7 +77,7 @@ func TestLayoutOfNewStore(t *testing.T) {
 			t.Fatalf("get %s: %+v, %v", r.ID, m, err)
 		}
 	}
-	for _, id := range []string{"js:IN:130", "order-1"} {
+	for _, id := range []string{reqs[2].ID, "order-1"} {
 		if ok, err := f.s.Cancel(ctx, id); err != nil || !ok {
 			t.Fatalf("cancel %s: %v, %v", id, ok, err)
 		}
@@ -105,7 +111,7 @@ func TestLayoutOfExistingStore(t *testing.T) {
 	if s.ShardOf(id) != ShardOf(id, 16) {
 		t.Fatalf("id layout: shard %d, want fnv %d", s.ShardOf(id), ShardOf(id, 16))
 	}
-	if pos, _ := PositionShard(id, 16); pos == ShardOf(id, 16) {
+	if pos, _ := PositionShard(id, 16, DefaultShardRun); pos == ShardOf(id, 16) {
 		t.Fatalf("test id %s has the same shard in both layouts", id)
 	}
 	f.park(t, sourced(id, id, false))
@@ -116,7 +122,8 @@ func TestLayoutOfExistingStore(t *testing.T) {
 	if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != "16" {
 		t.Fatalf("P:shards rewritten to %q", v)
 	}
-	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c2", "16,p64,c1,", "16,p64,c1,c1"} {
+	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c2", "16,p64,c1,", "16,p64,c1,c1",
+		"16,p1024", "16,p0,c1", "16,p65537,c1", "16,p01024,c1", "16,p,c1", "16,p-1,c1", "16,p1024,p64,c1"} {
 		if err := rdb.Set(t.Context(), prefix+":shards", bad, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +180,7 @@ func TestLayoutAgreedByReplicas(t *testing.T) {
 	}
 	wg.Wait()
 	for i, s := range stores {
-		if pos, _ := PositionShard("js:IN:999", 16); s.ShardOf("js:IN:999") != pos {
+		if pos, _ := PositionShard("js:IN:999", 16, DefaultShardRun); s.ShardOf("js:IN:999") != pos {
 			t.Fatalf("replica %d does not shard by position", i)
 		}
 	}
@@ -208,40 +215,104 @@ func TestNotInitialisedRefusesIDs(t *testing.T) {
 // parseShardsValue at 30081a0): an optional ",p64" after a canonical count >= 1, anything
 // else refused (ErrShardMismatch: it does not start).
 func landedShardsRule(v string) bool {
-	num, _ := strings.CutSuffix(v, positionMark)
+	num, _ := strings.CutSuffix(v, ",p64")
+	n, err := strconv.Atoi(num)
+	return err == nil && n >= 1 && strconv.Itoa(n) == num
+}
+
+// priorRunsRule is how the version before runs were recorded read P:shards (layout.go's
+// parseShardsValue at d8a1e32): "<N>", "<N>,p64" or "<N>,p64,c1", a canonical count >= 1,
+// anything else refused (ErrShardMismatch: it does not start).
+func priorRunsRule(v string) bool {
+	num, ok := strings.CutSuffix(v, ",p64,c1")
+	if !ok {
+		num, _ = strings.CutSuffix(v, ",p64")
+	}
 	n, err := strconv.Atoi(num)
 	return err == nil && n >= 1 && strconv.Itoa(n) == num
 }
 
 // TestShardsValueTable: what this version records and accepts in P:shards. A new store's
-// mark carries the compact format, which the previous version refuses (so no replica that
-// cannot read compact entries or see set tombstones ever serves such a store), while every
-// value the previous version accepted is read with its layout and the text format.
+// mark carries its run, which the previous version refuses unless it is 64 (so no
+// replica ever shards a store by another run than the one it was created with), and
+// carries the compact format, which the version before that refuses; every value an
+// earlier version accepted is read with its layout, run and format.
 func TestShardsValueTable(t *testing.T) {
 	for _, tc := range []struct {
-		v                            string
-		ok, byPosition, compact, old bool // old: the previous version accepts it
+		v            string
+		ok           bool
+		run          int
+		compact      bool
+		landed, prev bool // accepted by the version before the compact mark, before runs
 	}{
-		{"16", true, false, false, true},
-		{"16,p64", true, true, false, true},
-		{"16,p64,c1", true, true, true, false},
-		{"1,p64,c1", true, true, true, false},
-		{"16,c1", false, false, false, false},
-		{"16,p64,c2", false, false, false, false},
-		{"16,c1,p64", false, false, false, false},
-		{"016,p64,c1", false, false, false, false},
-		{"0,p64,c1", false, false, false, false},
-		{"16,p64,c1,x", false, false, false, false},
+		{"16", true, 0, false, true, true},
+		{"16,p64", true, 64, false, true, true},
+		{"16,p64,c1", true, 64, true, false, true},
+		{"1,p64,c1", true, 64, true, false, true},
+		{"16,p1024,c1", true, 1024, true, false, false},
+		{"16,p4096,c1", true, 4096, true, false, false},
+		{"16,p1,c1", true, 1, true, false, false},
+		{"16,p65536,c1", true, 65536, true, false, false},
+		{"16,p65537,c1", false, 0, false, false, false},
+		{"16,p1024", false, 0, false, false, false},
+		{"16,c1", false, 0, false, false, false},
+		{"16,p64,c2", false, 0, false, false, false},
+		{"16,c1,p64", false, 0, false, false, false},
+		{"016,p64,c1", false, 0, false, false, false},
+		{"0,p64,c1", false, 0, false, false, false},
+		{"16,p64,c1,x", false, 0, false, false, false},
 	} {
-		n, pos, compact, err := parseShardsValue(tc.v)
-		if (err == nil) != tc.ok || pos != tc.byPosition || compact != tc.compact || (tc.ok && n != 16 && n != 1) {
-			t.Errorf("parseShardsValue(%q) = %d, %v, %v, %v", tc.v, n, pos, compact, err)
+		n, run, compact, err := parseShardsValue(tc.v)
+		if (err == nil) != tc.ok || run != tc.run || compact != tc.compact || (tc.ok && n != 16 && n != 1) {
+			t.Errorf("parseShardsValue(%q) = %d, %d, %v, %v", tc.v, n, run, compact, err)
 		}
-		if landedShardsRule(tc.v) != tc.old {
-			t.Errorf("%q: previous version accepts %v, want %v", tc.v, !tc.old, tc.old)
+		if landedShardsRule(tc.v) != tc.landed || priorRunsRule(tc.v) != tc.prev {
+			t.Errorf("%q: accepted before the compact mark %v (want %v), before runs %v (want %v)",
+				tc.v, landedShardsRule(tc.v), tc.landed, priorRunsRule(tc.v), tc.prev)
+		}
+		if tc.ok && shardsMark(n, run, compact) != tc.v {
+			t.Errorf("shardsMark(%d, %d, %v) = %q, want %q", n, run, compact, shardsMark(n, run, compact), tc.v)
 		}
 	}
-	if m := newStoreMark(16); m != "16,p64,c1" || landedShardsRule(m) {
-		t.Errorf("new store mark %q, accepted by the previous version: %v", m, landedShardsRule(m))
+	if m := shardsMark(16, DefaultShardRun, true); m != "16,p4096,c1" || landedShardsRule(m) || priorRunsRule(m) {
+		t.Errorf("new store mark %q, accepted by an earlier version: %v, %v", m, landedShardsRule(m), priorRunsRule(m))
+	}
+}
+
+// TestShardRunOfStore: a new store records the run its creator is configured with, and a
+// replica configured with another run uses the store's (an upgraded fleet on a store of
+// runs of 64 goes on sharding by 64).
+func TestShardRunOfStore(t *testing.T) {
+	url := testredis.URL(t)
+	prefix := testredis.Prefix(t)
+	open := func(run int) *Store {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(opt)
+		t.Cleanup(func() { _ = rdb.Close() })
+		s, err := New(rdb, Config{KeyPrefix: prefix, Shards: 16, ShardRun: run, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := open(64)
+	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p64,c1" {
+		t.Fatalf("P:shards = %q, want 16,p64,c1 (BRIDGE_SHARD_RUN=64)", v)
+	}
+	later := open(0) // the default, DefaultShardRun
+	for _, id := range []string{"js:IN:63", "js:IN:64", "js:IN:1000", "kafka:t:3:4096"} {
+		want, _ := PositionShard(id, 16, 64)
+		if got := later.ShardOf(id); got != want {
+			t.Errorf("ShardOf(%q) = %d on a store of runs of 64, want %d", id, got, want)
+		}
+	}
+	if _, err := New(first.rdb, Config{KeyPrefix: prefix, Shards: 16, ShardRun: MaxShardRun + 1, Lease: time.Second}); err == nil || !strings.Contains(err.Error(), "SHARD_RUN") {
+		t.Errorf("run %d: %v, want a SHARD_RUN problem", MaxShardRun+1, err)
 	}
 }

@@ -22,9 +22,10 @@ import (
 type Store struct {
 	rdb    redis.UniversalClient
 	shards int
-	// byPosition: the store has the position layout (layout.go); set by Init from
-	// P:shards, true until then (what Init gives an empty store).
-	byPosition atomic.Bool
+	// run: the store's position layout runs (layout.go; 0: the id layout); set by Init
+	// from P:shards, newRun until then (what Init gives an empty store).
+	run    atomic.Int64
+	newRun int // Config.ShardRun, or DefaultShardRun
 	// compact: the store's entries are written compact and its tombstones are sets
 	// (layout.go compactMark); set by Init from P:shards, true until then.
 	compact atomic.Bool
@@ -174,7 +175,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
 	_, perShard := rdb.(*redis.ClusterClient)
 	s.quota = newQuotas(rules, cfg.Shards, perShard)
-	s.byPosition.Store(true)
+	s.newRun = cmp.Or(cfg.ShardRun, DefaultShardRun)
+	s.run.Store(int64(s.newRun))
 	s.compact.Store(true)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
@@ -213,21 +215,25 @@ func (s *Store) Init(ctx context.Context) error {
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
 	// An empty store gets the position layout and compact entries; a store that has
 	// P:shards keeps its own.
-	if err := s.rdb.SetNX(ctx, s.shardsKey, newStoreMark(s.shards), 0).Err(); err != nil && !IsOOM(err) {
+	if err := s.rdb.SetNX(ctx, s.shardsKey, shardsMark(s.shards, s.newRun, true), 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
 	if err != nil {
 		return fmt.Errorf("init: read shard count: %w", err)
 	}
-	recorded, byPosition, compact, err := parseShardsValue(v)
+	recorded, run, compact, err := parseShardsValue(v)
 	if err != nil {
 		return fmt.Errorf("init: redis key %s: %w: %w", s.shardsKey, err, ErrShardMismatch)
 	}
 	if recorded != s.shards {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
-	s.byPosition.Store(byPosition)
+	if run > 0 && run != s.newRun {
+		s.log.Info("the store records another shard run than BRIDGE_SHARD_RUN; using the store's (the setting only applies to a new store)",
+			"key", s.shardsKey, "store_run", run, "configured_run", s.newRun)
+	}
+	s.run.Store(int64(run))
 	s.compact.Store(compact)
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {

@@ -159,7 +159,7 @@ func TestWaitFence(t *testing.T) {
 	}
 	// The layout Init would read (r.s's), set without Init: no command may touch the
 	// new client's connections before the repeated park.
-	s2.byPosition.Store(r.s.byPosition.Load())
+	s2.run.Store(r.s.run.Load())
 	s2.layoutKnown.Store(true)
 	if err := parkOne(ctx, s2, "a"); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("repeated on another connection while the replica lags: %v, want ErrNotReplicated", err)

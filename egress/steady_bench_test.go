@@ -23,7 +23,7 @@ import (
 // JetStream-like messages (id = source id js:IN:<seq>) at 5k msgs/s, delays uniform in
 // 0..1 s, parked every 1 ms as ingress's group commit does, claimed and acked by the real
 // scheduler over 16 shards, or 1 (a fake delivery acks at once); it reports Redis CPU per
-// message. Variants: the store's layout (id: fnv32a of every id; position: runs of 64
+// message. Variants: the store's layout (id: fnv32a of every id; position: runs of 4096
 // positions share a shard) and the ack hold (0: acks ride with every claim; ackHold, the
 // default). It also reports the lateness of the hand-off to delivery (p50, p99: handed
 // minus due, ms), which the hold must not move.
