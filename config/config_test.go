@@ -67,7 +67,7 @@ var specDefaults = []struct{ name, def string }{
 	{"BRIDGE_TARGET_INFLIGHT", "256"},
 	{"BRIDGE_OWNERSHIP_TTL", "3s"},
 	{"BRIDGE_CLAIM_AHEAD", "0s"},
-	{"BRIDGE_SHARD_RUN", "4096"},
+	{"BRIDGE_SHARD_RUN", "0"},
 	{"BRIDGE_PPROF", "false"},
 	// Security extensions (issue 5, rows H3-H7).
 	{"BRIDGE_REDIS_USERNAME", ""},
@@ -169,7 +169,7 @@ func TestDefaultsTyped(t *testing.T) {
 		got := mustLoad(t, m)
 		want := Config{
 			Redis:               Redis{URL: "redis://127.0.0.1:6379/0"},
-			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, ShardRun: 4096, Lease: 30 * time.Second, CancelWindow: 10 * time.Minute, WaitTimeout: time.Second},
+			Store:               delaystore.Config{KeyPrefix: "delay", Shards: 16, Lease: 30 * time.Second, CancelWindow: 10 * time.Minute, WaitTimeout: time.Second},
 			NATS:                NATS{Subject: "delay.in", Queue: "delaybridge", Consumer: "delaybridge", AckWait: 30 * time.Second},
 			Kafka:               Kafka{Topic: "delay.in", Group: "delaybridge", MaxMessageBytes: 1048576, MissingTopicInterval: time.Minute},
 			CancelSubject:       "delay.cancel",
@@ -388,7 +388,7 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_SHARDS", "0", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "-1", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "4097", "must be 1 to 4096"},
-		{"BRIDGE_SHARD_RUN", "-1", "BRIDGE_SHARD_RUN: -1: must be 1 to 65536 (0: 4096)"},
+		{"BRIDGE_SHARD_RUN", "-1", "BRIDGE_SHARD_RUN: -1: must be 1 to 65536 (0: 4096, on Redis Cluster 64)"},
 		{"BRIDGE_SHARD_RUN", "65537", "must be 1 to 65536"},
 		{"BRIDGE_LEASE", "0s", "BRIDGE_LEASE: 0s: must be > 0"},
 		{"BRIDGE_TOMBSTONE_TTL", "1h1", `BRIDGE_TOMBSTONE_TTL: "1h1" is not a duration`},

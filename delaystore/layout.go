@@ -14,10 +14,15 @@ const (
 	// legacyRun is the run of the stores created before runs were recorded: P:shards
 	// "<N>,p64" and "<N>,p64,c1".
 	legacyRun = 64
-	// DefaultShardRun is Config.ShardRun's default: how many consecutive positions
-	// (JetStream stream sequences, Kafka offsets) of one stream or partition share a shard
-	// in a store this version creates (docs/design.md, "Redis data layout").
+	// DefaultShardRun is how many consecutive positions (JetStream stream sequences, Kafka
+	// offsets) of one stream or partition share a shard in a store this version creates on
+	// one Redis node (standalone, Sentinel) when Config.ShardRun is 0 (docs/design.md,
+	// "Redis data layout").
 	DefaultShardRun = 4096
+	// ClusterShardRun is that run on Redis Cluster, where the shards also spread the load
+	// over the masters: runs of 4096 would give one master a stream's every write for
+	// 4096 positions at a time.
+	ClusterShardRun = legacyRun
 	// MaxShardRun is the largest accepted run, configured or recorded.
 	MaxShardRun = 65536
 	// positionMark follows the shard count in P:shards for the position layout, with the
