@@ -15,14 +15,11 @@ const (
 	// "<N>,p64" and "<N>,p64,c1".
 	legacyRun = 64
 	// DefaultShardRun is how many consecutive positions (JetStream stream sequences, Kafka
-	// offsets) of one stream or partition share a shard in a store this version creates on
-	// one Redis node (standalone, Sentinel) when Config.ShardRun is 0 (docs/design.md,
-	// "Redis data layout").
-	DefaultShardRun = 4096
-	// ClusterShardRun is that run on Redis Cluster, where the shards also spread the load
-	// over the masters: runs of 4096 would give one master a stream's every write for
-	// 4096 positions at a time.
-	ClusterShardRun = legacyRun
+	// offsets) of one stream or partition share a shard in a store this version creates
+	// when Config.ShardRun is 0: the run of every earlier store. Longer runs cost Redis
+	// less CPU per message but recover slower from a full Redis (docs/design.md, "Redis
+	// data layout").
+	DefaultShardRun = legacyRun
 	// MaxShardRun is the largest accepted run, configured or recorded.
 	MaxShardRun = 65536
 	// positionMark follows the shard count in P:shards for the position layout, with the
@@ -70,24 +67,58 @@ func ShardOf(id string, shards int) int {
 // the next one. ok is false for any other id (and for shards < 1 or run < 1). It is a
 // pure function and never changes for a store (whose run is recorded in P:shards).
 func PositionShard(id string, shards, run int) (sh int, ok bool) {
-	if shards < 1 || run < 1 || !(strings.HasPrefix(id, "js:") || strings.HasPrefix(id, "kafka:")) {
+	if shards < 1 || run < 1 {
 		return 0, false
+	}
+	stream, pos, ok := sourcePosition(id)
+	if !ok {
+		return 0, false
+	}
+	return int((uint64(fnv32a(stream)) + pos/uint64(run)) % uint64(shards)), true
+}
+
+// sourcePosition splits a source position id, "js:<stream>:<seq>" or
+// "kafka:<topic>:<partition>:<offset>" (the last ':'-separated part 1-19 decimal digits),
+// into the id up to its last ':' and the position; ok is false for any other id.
+func sourcePosition(id string) (stream string, pos uint64, ok bool) {
+	if !(strings.HasPrefix(id, "js:") || strings.HasPrefix(id, "kafka:")) {
+		return "", 0, false
 	}
 	cut := strings.LastIndexByte(id, ':')
 	digits := id[cut+1:]
 	if len(digits) == 0 || len(digits) > maxPositionDigits {
-		return 0, false
+		return "", 0, false
 	}
 	for i := 0; i < len(digits); i++ {
 		if digits[i] < '0' || digits[i] > '9' {
-			return 0, false
+			return "", 0, false
 		}
 	}
 	pos, err := strconv.ParseUint(digits, 10, 64)
 	if err != nil {
-		return 0, false
+		return "", 0, false
 	}
-	return int((uint64(fnv32a(id[:cut])) + pos/uint64(run)) % uint64(shards)), true
+	return id[:cut], pos, true
+}
+
+// LaneOf returns which of lanes (>= 1) ingress lanes parks id in: the same lane for the
+// same id always (a lane parks its messages in order). Ids of one shard share a lane, so
+// a lane's batch makes few per-shard groups, except the source positions of a store with
+// the position layout, which take the lanes in turn (position mod lanes): a run's
+// consecutive arrivals share a shard whichever lane parks them, and a run longer than a
+// lane's batch would otherwise leave every lane but one idle for a whole run (one park
+// call under way at a time, and under a full Redis one retry loop for all of them). It
+// does not block.
+func (s *Store) LaneOf(id string, lanes int) int {
+	if lanes <= 1 {
+		return 0
+	}
+	if s.run.Load() > 0 {
+		if _, pos, ok := sourcePosition(id); ok {
+			return int(pos % uint64(lanes))
+		}
+	}
+	return s.ShardOf(id) % lanes
 }
 
 func fnv32a(s string) uint32 {

@@ -53,11 +53,12 @@ func TestPositionShard(t *testing.T) {
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p4096,c1" {
+	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p64,c1" {
 		t.Fatalf("P:shards = %q, want %s", v, want)
 	}
 	var reqs []ParkRequest
-	for i := 2 * DefaultShardRun; i < 3*DefaultShardRun; i += DefaultShardRun / 128 { // 128 positions of one run
+	n := min(128, DefaultShardRun) // positions of one run
+	for i := 2 * DefaultShardRun; i < 3*DefaultShardRun; i += DefaultShardRun / n {
 		id := fmt.Sprintf("js:IN:%d", i)
 		r := sourced(id, id, false)
 		r.Delay = time.Hour
@@ -66,8 +67,8 @@ func TestLayoutOfNewStore(t *testing.T) {
 	reqs = append(reqs, ParkRequest{ID: "order-1", Replace: true, Delay: time.Hour, Envelope: sampleEnvelope(0)})
 	f.park(t, reqs...)
 	run := (ShardOf("js:IN", 16) + 2) % 16
-	if n := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); n != 128 {
-		t.Fatalf("shard %d holds %d of the 128 positions of its run", run, n)
+	if got := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); got != int64(n) {
+		t.Fatalf("shard %d holds %d of the %d positions of its run", run, got, n)
 	}
 	if sh := ShardOf("order-1", 16); f.rdb.ZScore(ctx, f.s.keys[sh].z, "order-1").Err() != nil {
 		t.Fatalf("order-1 not in its fnv shard %d", sh)
@@ -274,14 +275,16 @@ func TestShardsValueTable(t *testing.T) {
 			t.Errorf("shardsMark(%d, %d, %v) = %q, want %q", n, run, compact, shardsMark(n, run, compact), tc.v)
 		}
 	}
-	if m := shardsMark(16, DefaultShardRun, true); m != "16,p4096,c1" || landedShardsRule(m) || priorRunsRule(m) {
-		t.Errorf("new store mark %q, accepted by an earlier version: %v, %v", m, landedShardsRule(m), priorRunsRule(m))
+	if m := shardsMark(16, DefaultShardRun, true); m != "16,p64,c1" || landedShardsRule(m) || !priorRunsRule(m) {
+		t.Errorf("new store mark %q: accepted before the compact mark %v, before runs %v", m, landedShardsRule(m), priorRunsRule(m))
+	}
+	if m := shardsMark(16, 4096, true); priorRunsRule(m) {
+		t.Errorf("mark %q accepted by the version before runs", m)
 	}
 }
 
 // TestShardRunOfStore: a new store records the run its creator is configured with, and a
-// replica configured with another run uses the store's (an upgraded fleet on a store of
-// runs of 64 goes on sharding by 64).
+// replica configured with another run (here the default) uses the store's.
 func TestShardRunOfStore(t *testing.T) {
 	url := testredis.URL(t)
 	prefix := testredis.Prefix(t)
@@ -301,16 +304,25 @@ func TestShardRunOfStore(t *testing.T) {
 		}
 		return s
 	}
-	first := open(64)
-	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p64,c1" {
-		t.Fatalf("P:shards = %q, want 16,p64,c1 (BRIDGE_SHARD_RUN=64)", v)
+	first := open(4096)
+	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,c1" {
+		t.Fatalf("P:shards = %q, want 16,p4096,c1 (BRIDGE_SHARD_RUN=4096)", v)
 	}
 	later := open(0) // the default, DefaultShardRun
-	for _, id := range []string{"js:IN:63", "js:IN:64", "js:IN:1000", "kafka:t:3:4096"} {
-		want, _ := PositionShard(id, 16, 64)
+	for _, id := range []string{"js:IN:63", "js:IN:4096", "js:IN:100000", "kafka:t:3:8191"} {
+		want, _ := PositionShard(id, 16, 4096)
 		if got := later.ShardOf(id); got != want {
-			t.Errorf("ShardOf(%q) = %d on a store of runs of 64, want %d", id, got, want)
+			t.Errorf("ShardOf(%q) = %d on a store of runs of 4096, want %d", id, got, want)
 		}
+	}
+	// Lanes: a store's position ids take the lanes in turn, other ids by shard.
+	for pos := range 8 {
+		if l := later.LaneOf(fmt.Sprintf("js:IN:%d", 4096+pos), 4); l != pos%4 {
+			t.Errorf("LaneOf(js:IN:%d, 4) = %d, want %d", 4096+pos, l, pos%4)
+		}
+	}
+	if l, want := later.LaneOf("order-1", 4), ShardOf("order-1", 16)%4; l != want {
+		t.Errorf("LaneOf(order-1, 4) = %d, want its shard mod 4 = %d", l, want)
 	}
 	if _, err := New(first.rdb, Config{KeyPrefix: prefix, Shards: 16, ShardRun: MaxShardRun + 1, Lease: time.Second}); err == nil || !strings.Contains(err.Error(), "SHARD_RUN") {
 		t.Errorf("run %d: %v, want a SHARD_RUN problem", MaxShardRun+1, err)

@@ -28,9 +28,9 @@ type Parker interface {
 	// unix ms by its source), so that an earlier message of the id arriving later is not
 	// parked (delaystore.Store.CancelAt).
 	CancelAt(ctx context.Context, id string, at int64) (bool, error)
-	// ShardOf is the shard that holds id. Ingress gives each lane whole shards, so that a
-	// lane's batch makes few, large per-shard script calls.
-	ShardOf(id string) int
+	// LaneOf is which of lanes lanes parks id (delaystore.Store.LaneOf): always the same
+	// for an id, and such that a lane's batch makes few, large per-shard groups.
+	LaneOf(id string, lanes int) int
 }
 
 // Kind tells what a subscription carries.
@@ -233,12 +233,12 @@ type prepared struct {
 	received
 	req  delaystore.ParkRequest
 	span trace.Span
-	lane int // shard of req.ID mod Lanes
+	lane int // Parker.LaneOf(req.ID, Lanes)
 }
 
 // consume reads messages (next) until their channel is closed. Cancels are handled one by
 // one. Delayed messages are validated as they arrive (invalid ones are dead-lettered at
-// once) and handed to group, which parks them by lane (the shard of their id mod Lanes),
+// once) and handed to group, which parks them by lane (Parker.LaneOf),
 // so that the messages of one id keep their order, in as few park calls as the load
 // allows.
 func (in *Ingress) consume(ctx context.Context, src Source, next func() (*headers.Received, bool)) {
@@ -262,7 +262,7 @@ func (in *Ingress) consume(ctx context.Context, src Source, next func() (*header
 			continue
 		}
 		span := in.startSpan(src, &req)
-		input <- prepared{received: r, req: req, span: span, lane: in.store.ShardOf(req.ID) % in.cfg.Lanes}
+		input <- prepared{received: r, req: req, span: span, lane: in.store.LaneOf(req.ID, in.cfg.Lanes)}
 	}
 	close(input)
 	wg.Wait()
