@@ -104,16 +104,18 @@ func sourcePosition(id string) (stream string, pos uint64, ok bool) {
 // LaneOf returns which of lanes (>= 1) ingress lanes parks id in: the same lane for the
 // same id always (a lane parks its messages in order). Ids of one shard share a lane, so
 // a lane's batch makes few per-shard groups, except the source positions of a store with
-// the position layout, which take the lanes in turn (position mod lanes): a run's
+// runs longer than 64, which take the lanes in turn (position mod lanes): a run's
 // consecutive arrivals share a shard whichever lane parks them, and a run longer than a
 // lane's batch would otherwise leave every lane but one idle for a whole run (one park
-// call under way at a time, and under a full Redis one retry loop for all of them). It
+// call under way at a time, and under a full Redis one retry loop for all of them). With
+// runs of 64 the lanes take whole shards: taking positions in turn there cost Redis 2.8
+// commands per message at a steady 5k msgs/s against 2.2 (each lane fills on its own). It
 // does not block.
 func (s *Store) LaneOf(id string, lanes int) int {
 	if lanes <= 1 {
 		return 0
 	}
-	if s.run.Load() > 0 {
+	if s.run.Load() > legacyRun {
 		if _, pos, ok := sourcePosition(id); ok {
 			return int(pos % uint64(lanes))
 		}

@@ -70,6 +70,11 @@ func TestLayoutOfNewStore(t *testing.T) {
 	if got := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); got != int64(n) {
 		t.Fatalf("shard %d holds %d of the %d positions of its run", run, got, n)
 	}
+	for _, r := range reqs { // runs of 64: a lane takes whole shards
+		if l := f.s.LaneOf(r.ID, 4); l != f.s.ShardOf(r.ID)%4 {
+			t.Fatalf("LaneOf(%s, 4) = %d, want its shard %d mod 4", r.ID, l, f.s.ShardOf(r.ID))
+		}
+	}
 	if sh := ShardOf("order-1", 16); f.rdb.ZScore(ctx, f.s.keys[sh].z, "order-1").Err() != nil {
 		t.Fatalf("order-1 not in its fnv shard %d", sh)
 	}
