@@ -130,7 +130,8 @@ func storeMark(store string) string {
 }
 
 // usedMemory is Redis used_memory (INFO memory).
-func usedMemory(b *testing.B, f *fixture) float64 {
+func usedMemory(b testing.TB, f *fixture) float64 {
+	b.Helper()
 	info, err := f.rdb.Info(b.Context(), "memory").Result()
 	if err != nil {
 		b.Fatal(err)

@@ -1,6 +1,8 @@
 package delaystore
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +242,77 @@ func TestWithLibs(t *testing.T) {
 		if first(pair[1]) != first(pair[0]) || !strings.HasPrefix(pair[1], "#!lua") {
 			t.Errorf("%s: first line %q, want the source's shebang", name, first(pair[1]))
 		}
+	}
+}
+
+// A shard's part of a park larger than pieceBytes goes in as pieces: a Redis with room for
+// some of them parks those (their results filled in: ingress acks them) and refuses the
+// rest, instead of refusing the shard's whole group until that much was freed (fault row
+// B9 with runs of positions longer than a batch).
+func TestParkPiecesOnNearlyFullRedis(t *testing.T) {
+	f, _ := ownServer(t, func(c *Config) { c.Shards = 1 })
+	ctx := t.Context()
+	if _, err := f.s.Park(ctx, []ParkRequest{{ID: "warm", Envelope: sampleEnvelope(0)}}); err != nil {
+		t.Fatal(err) // scripts loaded, keys made: what follows only adds entries
+	}
+	const n, size = 16, 4 << 10 // 64 KB in one shard: 4 pieces of 16 KB, 2 calls
+	reqs := make([]ParkRequest, n)
+	for i := range reqs {
+		e := sampleEnvelope(i)
+		e.Payload = bytes.Repeat([]byte{byte('a' + i)}, size)
+		reqs[i] = ParkRequest{ID: fmt.Sprintf("big-%d", i), Delay: time.Hour, Envelope: e}
+	}
+	if err := f.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	used := int64(usedMemory(t, f))
+	// Room for one call of pieces (32 KB of arguments), not for the shard's whole 64 KB.
+	if err := f.rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(used+48<<10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	parked, err := f.s.Park(ctx, reqs)
+	_ = f.rdb.ConfigSet(ctx, "maxmemory", "0")
+	if !IsOOM(err) {
+		t.Fatalf("park of %d x %d B with 48 KB of room = %v, want -OOM for the pieces that did not fit", n, size, err)
+	}
+	got := 0
+	for i, p := range parked {
+		if p.ID == "" {
+			continue
+		}
+		got++
+		if _, gerr := f.s.Get(ctx, reqs[i].ID); gerr != nil {
+			t.Fatalf("%s reported parked but not stored: %v", reqs[i].ID, gerr)
+		}
+	}
+	if got == 0 || got == n {
+		t.Fatalf("%d of %d parked with room for about half: the shard's group was not split", got, n)
+	}
+	t.Logf("%d of %d parked", got, n)
+}
+
+// splitPieces keeps pieces under the limit, in request order, and every request of an id
+// in the piece of its first.
+func TestSplitPieces(t *testing.T) {
+	ids := []string{"a", "b", "c", "a", "d", "e", "b", "f"}
+	reqs := make([]ParkRequest, len(ids))
+	idx := make([]int, len(ids))
+	bodies := make([][]byte, len(ids))
+	for i, id := range ids {
+		reqs[i] = ParkRequest{ID: id}
+		idx[i] = i
+		bodies[i] = make([]byte, 10)
+	}
+	if got := splitPieces(reqs, idx, bodies, 80); len(got) != 1 || len(got[0]) != len(ids) {
+		t.Fatalf("under the limit: %v, want one piece of all", got)
+	}
+	got := splitPieces(reqs, idx, bodies, 25)
+	want := [][]int{{0, 1, 3, 6}, {2, 4}, {5, 7}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pieces %v, want %v", got, want)
+	}
+	big := [][]byte{make([]byte, 100), make([]byte, 100)}
+	if got := splitPieces(reqs, []int{4, 5}, big, 25); fmt.Sprint(got) != "[[0] [1]]" {
+		t.Fatalf("requests over the limit each: %v, want one piece each", got)
 	}
 }

@@ -20,7 +20,8 @@ import (
 // confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
 // only the others (a request with an empty ID in the result). The failed shards may have
 // been written too: calling Park again with the same requests is safe when Replace is
-// false or the requests carry source ids (idempotent). An empty batch does no I/O. Park blocks until Redis answered or ctx is done.
+// false or the requests carry source ids (idempotent). A shard's part larger than
+// pieceBytes goes in pieces that succeed or fail each on its own. An empty batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -43,34 +44,34 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
-	groups := make([]group, len(order))
+	var groups []group
+	var pieces [][]int        // the requests of each group, in request order
 	match := map[string]int{} // target -> quota rule, -1: none (quota.go)
-	for ci, sh := range order {
+	for _, sh := range order {
 		idx := byShard[sh]
-		args := make([]any, 0, 2+5*len(idx))
-		args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
-		for _, i := range idx {
+		bodies := make([][]byte, len(idx))
+		for k, i := range idx {
 			r := &reqs[i]
-			mode, when := "r", ceilMS(r.Delay)
-			if r.Absolute {
-				mode, when = "a", r.At
-			}
-			pub := publishedArg(r.Published)
-			if pub != "0" {
-				mode += pub // the source time rides on the mode: no ARGV value of its own
-			}
-			replace := "0"
-			if r.Replace {
-				replace = "1"
-			}
 			var sent int64 // stored only where a cancel may name the message: with Replace
-			if pub != "0" && r.Replace {
+			if publishedArg(r.Published) != "0" && r.Replace {
 				sent = r.Published
 			}
-			args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load()))
+			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load())
 		}
-		args = append(args, s.quota.block(reqs, idx, sh, match)...)
-		groups[ci] = group{shard: sh, keys: s.keys[sh].park, args: args}
+		for _, piece := range splitPieces(reqs, idx, bodies, pieceBytes) {
+			args := make([]any, 0, 2+5*len(piece))
+			args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
+			for _, k := range piece {
+				args = append(args, parkArgs(&reqs[idx[k]], bodies[k])...)
+			}
+			own := make([]int, len(piece))
+			for j, k := range piece {
+				own[j] = idx[k]
+			}
+			args = append(args, s.quota.block(reqs, own, sh, match)...)
+			groups = append(groups, group{shard: sh, keys: s.keys[sh].park, args: args})
+			pieces = append(pieces, own)
+		}
 	}
 	var list callList
 	at := list.add(s, s.scripts[scriptPark], groups)
@@ -78,12 +79,12 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
 	var errs []error
-	for ci, sh := range order {
-		if err := parkResults(replies[ci], reqs, byShard[sh], out); err != nil {
-			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
+	for gi, own := range pieces {
+		if err := parkResults(replies[gi], reqs, own, out); err != nil {
+			errs = append(errs, fmt.Errorf("park shard %d: %w", groups[gi].shard, err))
 			continue
 		}
-		for _, i := range byShard[sh] {
+		for _, i := range own {
 			if out[i].OverQuota {
 				if r := match[reqs[i].Envelope.Target]; r >= 0 {
 					s.quota.rejected[r].Add(1)
@@ -92,6 +93,70 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// parkArgs is one message's five values of a park group: id, mode (with the source time),
+// replace, delay-or-at, body.
+func parkArgs(r *ParkRequest, body []byte) []any {
+	mode, when := "r", ceilMS(r.Delay)
+	if r.Absolute {
+		mode, when = "a", r.At
+	}
+	if pub := publishedArg(r.Published); pub != "0" {
+		mode += pub // the source time rides on the mode: no ARGV value of its own
+	}
+	replace := "0"
+	if r.Replace {
+		replace = "1"
+	}
+	return []any{r.ID, mode, replace, strconv.FormatInt(when, 10), body}
+}
+
+// pieceBytes bounds the bodies of one park group. A group is one script run that Redis
+// takes whole or not at all, and its arguments count against maxmemory when it starts: a
+// full Redis takes a small group as soon as deliveries freed that much, while a lane's
+// whole batch in one shard (256 messages of 1 KB: runs of positions longer than a batch)
+// would wait until a batch's worth was freed, its retries backing off meanwhile (fault row
+// B9). The same bound as a packed call's (groups.go), so a piece never makes a call of its
+// own.
+const pieceBytes = packBytes / 2
+
+// splitPieces splits one shard's requests (reqs[idx[k]], encoded as bodies[k]) into
+// pieces of at most limit body bytes (or one request), as positions into idx in request
+// order. Every request of an id goes in the piece of its first: pieces may then succeed
+// and fail independently without a retried earlier message of an id replacing a later
+// one that was parked (the last reschedule wins). A piece may exceed limit by such
+// requests.
+func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]int {
+	total := 0
+	for _, b := range bodies {
+		total += len(b)
+	}
+	if total <= limit {
+		all := make([]int, len(idx))
+		for k := range all {
+			all[k] = k
+		}
+		return [][]int{all}
+	}
+	var out [][]int
+	pieceOf := make(map[string]int, len(idx))
+	size := 0
+	for k, i := range idx {
+		id := reqs[i].ID
+		if p, ok := pieceOf[id]; ok {
+			out[p] = append(out[p], k)
+			continue
+		}
+		if len(out) == 0 || (size+len(bodies[k]) > limit && len(out[len(out)-1]) > 0) {
+			out = append(out, nil)
+			size = 0
+		}
+		out[len(out)-1] = append(out[len(out)-1], k)
+		pieceOf[id] = len(out) - 1
+		size += len(bodies[k])
+	}
+	return out
 }
 
 // parkResults fills out[i] for the requests idx of one shard's park group, or, when the
