@@ -388,7 +388,7 @@ func TestBadValues(t *testing.T) {
 		{"BRIDGE_SHARDS", "0", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "-1", "must be 1 to 4096"},
 		{"BRIDGE_SHARDS", "4097", "must be 1 to 4096"},
-		{"BRIDGE_SHARD_RUN", "-1", "BRIDGE_SHARD_RUN: -1: must be 1 to 65536 (0: 64)"},
+		{"BRIDGE_SHARD_RUN", "-1", "BRIDGE_SHARD_RUN: -1: must be 1 to 65536 (0: 4096, on Redis Cluster 64)"},
 		{"BRIDGE_SHARD_RUN", "65537", "must be 1 to 65536"},
 		{"BRIDGE_LEASE", "0s", "BRIDGE_LEASE: 0s: must be > 0"},
 		{"BRIDGE_TOMBSTONE_TTL", "1h1", `BRIDGE_TOMBSTONE_TTL: "1h1" is not a duration`},

@@ -16,10 +16,11 @@ type Config struct {
 	// Shards is the number of shards; it must be equal on every replica (checked at Init).
 	Shards int `env:"SHARDS" envDefault:"16" envDoc:"shards of the delay store, 1-4096; must be equal on all replicas (checked)"`
 	// ShardRun is how many consecutive source positions (JetStream stream sequences,
-	// Kafka offsets) share a shard in a store this replica creates (0: DefaultShardRun).
+	// Kafka offsets) share a shard in a store this replica creates (0: DefaultShardRun on
+	// one Redis node, ClusterShardRun on Redis Cluster).
 	// It is recorded in P:shards by the first Init on an empty store; every replica then
 	// uses the store's run, whatever its own (docs/design.md, "Redis data layout").
-	ShardRun int `env:"SHARD_RUN" envDefault:"0" envDoc:"consecutive JetStream sequences or Kafka offsets of a stream or partition that share a shard, 1-65536, 0: 64; only for a store this replica creates (recorded in <prefix>:shards; an existing store keeps its own); 4096 costs Redis a quarter less CPU at a steady rate and fewer commands in a fleet, but one owner delivers a stream at a time, and parking recovers slower from a full Redis (extension)"`
+	ShardRun int `env:"SHARD_RUN" envDefault:"0" envDoc:"consecutive JetStream sequences or Kafka offsets of a stream or partition that share a shard, 1-65536; only for a store this replica creates (recorded in <prefix>:shards; an existing store keeps its own, 64 before this setting); 0: 4096 on one Redis node (standalone, Sentinel), 64 on Redis Cluster; 64: owners take turns delivering one stream every 64 positions instead of 4096, at a quarter more Redis CPU at a steady rate (extension)"`
 	// Lease is how long a claimed message may stay unconfirmed before another replica may
 	// claim it again.
 	Lease time.Duration `env:"LEASE" envDefault:"30s" envDoc:"how long a claimed message may stay unconfirmed before another replica may take it"`
@@ -86,7 +87,7 @@ func (c Config) Validate() envconf.Problems {
 		ps.Add("SHARDS", "%d: must be 1 to %d", c.Shards, MaxShards)
 	}
 	if c.ShardRun < 0 || c.ShardRun > MaxShardRun {
-		ps.Add("SHARD_RUN", "%d: must be 1 to %d (0: %d)", c.ShardRun, MaxShardRun, DefaultShardRun)
+		ps.Add("SHARD_RUN", "%d: must be 1 to %d (0: %d, on Redis Cluster %d)", c.ShardRun, MaxShardRun, DefaultShardRun, ClusterShardRun)
 	}
 	ps.PositiveDuration("LEASE", c.Lease, time.Millisecond)
 	if c.CancelWindow < 0 || c.CancelWindow > MaxCancelWindow {

@@ -15,11 +15,15 @@ const (
 	// "<N>,p64" and "<N>,p64,c1".
 	legacyRun = 64
 	// DefaultShardRun is how many consecutive positions (JetStream stream sequences, Kafka
-	// offsets) of one stream or partition share a shard in a store this version creates
-	// when Config.ShardRun is 0: the run of every earlier store. Longer runs cost Redis
-	// less CPU per message but recover slower from a full Redis (docs/design.md, "Redis
-	// data layout").
-	DefaultShardRun = legacyRun
+	// offsets) of one stream or partition share a shard in a store this version creates on
+	// one Redis node (standalone, Sentinel) when Config.ShardRun is 0: the messages due
+	// together share a shard, so a claim, an ack and a park each touch few shards
+	// (docs/design.md, "Redis data layout").
+	DefaultShardRun = 4096
+	// ClusterShardRun is that run on Redis Cluster, where the shards also spread the load
+	// over the masters: runs of 4096 would give one master a stream's every write and
+	// claim for 4096 positions at a time.
+	ClusterShardRun = legacyRun
 	// MaxShardRun is the largest accepted run, configured or recorded.
 	MaxShardRun = 65536
 	// positionMark follows the shard count in P:shards for the position layout, with the

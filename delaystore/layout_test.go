@@ -53,7 +53,7 @@ func TestPositionShard(t *testing.T) {
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p64,c1" {
+	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p4096,c1" {
 		t.Fatalf("P:shards = %q, want %s", v, want)
 	}
 	var reqs []ParkRequest
@@ -70,10 +70,14 @@ func TestLayoutOfNewStore(t *testing.T) {
 	if got := f.rdb.ZCard(ctx, f.s.keys[run].z).Val(); got != int64(n) {
 		t.Fatalf("shard %d holds %d of the %d positions of its run", run, got, n)
 	}
-	for _, r := range reqs { // runs of 64: a lane takes whole shards
-		if l := f.s.LaneOf(r.ID, 4); l != f.s.ShardOf(r.ID)%4 {
-			t.Fatalf("LaneOf(%s, 4) = %d, want its shard %d mod 4", r.ID, l, f.s.ShardOf(r.ID))
+	for pos := range 8 { // runs longer than 64: positions take the lanes in turn
+		id := fmt.Sprintf("js:IN:%d", 2*DefaultShardRun+pos)
+		if l := f.s.LaneOf(id, 4); l != (2*DefaultShardRun+pos)%4 {
+			t.Fatalf("LaneOf(%s, 4) = %d, want its position mod 4", id, l)
 		}
+	}
+	if l, want := f.s.LaneOf("order-1", 4), ShardOf("order-1", 16)%4; l != want {
+		t.Fatalf("LaneOf(order-1, 4) = %d, want its shard mod 4 = %d", l, want)
 	}
 	if sh := ShardOf("order-1", 16); f.rdb.ZScore(ctx, f.s.keys[sh].z, "order-1").Err() != nil {
 		t.Fatalf("order-1 not in its fnv shard %d", sh)
@@ -280,16 +284,18 @@ func TestShardsValueTable(t *testing.T) {
 			t.Errorf("shardsMark(%d, %d, %v) = %q, want %q", n, run, compact, shardsMark(n, run, compact), tc.v)
 		}
 	}
-	if m := shardsMark(16, DefaultShardRun, true); m != "16,p64,c1" || landedShardsRule(m) || !priorRunsRule(m) {
+	if m := shardsMark(16, DefaultShardRun, true); m != "16,p4096,c1" || landedShardsRule(m) || priorRunsRule(m) {
 		t.Errorf("new store mark %q: accepted before the compact mark %v, before runs %v", m, landedShardsRule(m), priorRunsRule(m))
 	}
-	if m := shardsMark(16, 4096, true); priorRunsRule(m) {
-		t.Errorf("mark %q accepted by the version before runs", m)
+	if m := shardsMark(16, ClusterShardRun, true); m != "16,p64,c1" || !priorRunsRule(m) {
+		t.Errorf("new Cluster store mark %q not accepted by the version before runs", m)
 	}
 }
 
 // TestShardRunOfStore: a new store records the run its creator is configured with, and a
-// replica configured with another run (here the default) uses the store's.
+// replica configured with another run uses the store's (an upgraded fleet on a store of
+// runs of 64 goes on sharding by 64, a store of 4096 is sharded by 4096 by a replica
+// configured with 64).
 func TestShardRunOfStore(t *testing.T) {
 	url := testredis.URL(t)
 	prefix := testredis.Prefix(t)
@@ -313,7 +319,7 @@ func TestShardRunOfStore(t *testing.T) {
 	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,c1" {
 		t.Fatalf("P:shards = %q, want 16,p4096,c1 (BRIDGE_SHARD_RUN=4096)", v)
 	}
-	later := open(0) // the default, DefaultShardRun
+	later := open(64)
 	for _, id := range []string{"js:IN:63", "js:IN:4096", "js:IN:100000", "kafka:t:3:8191"} {
 		want, _ := PositionShard(id, 16, 4096)
 		if got := later.ShardOf(id); got != want {

@@ -25,7 +25,7 @@ type Store struct {
 	// run: the store's position layout runs (layout.go; 0: the id layout); set by Init
 	// from P:shards, newRun until then (what Init gives an empty store).
 	run    atomic.Int64
-	newRun int // Config.ShardRun, or DefaultShardRun
+	newRun int // Config.ShardRun, or its default for the topology
 	// compact: the store's entries are written compact and its tombstones are sets
 	// (layout.go compactMark); set by Init from P:shards, true until then.
 	compact atomic.Bool
@@ -175,7 +175,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
 	_, perShard := rdb.(*redis.ClusterClient)
 	s.quota = newQuotas(rules, cfg.Shards, perShard)
-	s.newRun = cmp.Or(cfg.ShardRun, DefaultShardRun)
+	s.newRun = cfg.ShardRun
+	if s.newRun == 0 {
+		s.newRun = DefaultShardRun
+		if perShard {
+			s.newRun = ClusterShardRun
+		}
+	}
 	s.run.Store(int64(s.newRun))
 	s.compact.Store(true)
 	for i := range s.keys {
