@@ -44,6 +44,7 @@ func (p *fakeParker) Park(_ context.Context, reqs []delaystore.ParkRequest) ([]d
 
 func (p *fakeParker) CancelAt(context.Context, string, int64) (bool, error) { return false, nil }
 func (p *fakeParker) LaneOf(id string, lanes int) int                       { return len(id) % lanes }
+func (p *fakeParker) ShardOf(id string) int                                 { return len(id) }
 
 func (p *fakeParker) wait(n int) {
 	p.mu.Lock()

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -249,7 +250,54 @@ func (in *Ingress) takeCall(lanes []laneQueue, now time.Time, closed bool) ([]pr
 	for i := range lanes {
 		take(i)
 	}
+	in.joinSparse(lanes, &batch, &held)
 	return batch, held
+}
+
+// joinSparse adds to a call (batch, of the lanes held) every lane that waits to fill
+// (sparseWait) and holds only messages of shards the call parks already: they make no
+// shard group of their own, so they go early at no cost. With runs of positions longer
+// than 64 a stream's consecutive arrivals take the lanes in turn but share a shard
+// (delaystore.Store.LaneOf), so one call then parks what every lane gathered instead of
+// one call per lane. Limits as takeCall's.
+func (in *Ingress) joinSparse(lanes []laneQueue, batch *[]prepared, held *[]int) {
+	if len(*held) == 0 {
+		return
+	}
+	var shards []int // the call's shards; few: a call's messages come from few runs
+	for _, p := range *batch {
+		if !slices.Contains(shards, p.shard) {
+			shards = append(shards, p.shard)
+		}
+	}
+	bytes := 0
+	for _, p := range *batch {
+		bytes += len(p.req.Envelope.Payload)
+	}
+	for i := range lanes {
+		l := &lanes[i]
+		if l.busy || len(l.pending) == 0 || len(l.pending) >= in.cfg.BatchSize ||
+			len(*batch)+len(l.pending) > in.cfg.BatchSize || bytes >= maxCallBytes {
+			continue
+		}
+		covered := true
+		for _, p := range l.pending {
+			if !slices.Contains(shards, p.shard) {
+				covered = false
+				break
+			}
+		}
+		if !covered {
+			continue
+		}
+		for _, p := range l.pending {
+			bytes += len(p.req.Envelope.Payload)
+		}
+		*batch = append(*batch, l.pending...)
+		l.pending = l.pending[:0:0]
+		l.busy = true
+		*held = append(*held, i)
+	}
 }
 
 // parkCall parks batch (the messages of lanes held) and reports to the group loop on

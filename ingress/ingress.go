@@ -31,6 +31,9 @@ type Parker interface {
 	// LaneOf is which of lanes lanes parks id (delaystore.Store.LaneOf): always the same
 	// for an id, and such that a lane's batch makes few, large per-shard groups.
 	LaneOf(id string, lanes int) int
+	// ShardOf is the store shard that holds id (delaystore.Store.ShardOf): a lane waiting
+	// to fill joins a call whose shards already hold all of its messages.
+	ShardOf(id string) int
 }
 
 // Kind tells what a subscription carries.
@@ -231,9 +234,10 @@ type received struct {
 // prepared is a valid message on its way to a lane.
 type prepared struct {
 	received
-	req  delaystore.ParkRequest
-	span trace.Span
-	lane int // Parker.LaneOf(req.ID, Lanes)
+	req   delaystore.ParkRequest
+	span  trace.Span
+	lane  int // Parker.LaneOf(req.ID, Lanes)
+	shard int // Parker.ShardOf(req.ID)
 }
 
 // consume reads messages (next) until their channel is closed. Cancels are handled one by
@@ -262,7 +266,7 @@ func (in *Ingress) consume(ctx context.Context, src Source, next func() (*header
 			continue
 		}
 		span := in.startSpan(src, &req)
-		input <- prepared{received: r, req: req, span: span, lane: in.store.LaneOf(req.ID, in.cfg.Lanes)}
+		input <- prepared{received: r, req: req, span: span, lane: in.store.LaneOf(req.ID, in.cfg.Lanes), shard: in.store.ShardOf(req.ID)}
 	}
 	close(input)
 	wg.Wait()

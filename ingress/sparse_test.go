@@ -135,3 +135,59 @@ func TestSparseLaneWaitsToFill(t *testing.T) {
 		t.Fatalf("due %s after it was sent, want 200 ms (counted from receipt)", late)
 	}
 }
+
+// positionMsg is a delayed message as a JetStream subscriber hands one without
+// x-delay-id: its id is its source position, js:IN:<seq>.
+func positionMsg(seq int, delay string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(seq)))
+	m.Metadata = headers.ToMetadata(headers.List{{Key: "x-delay", Value: delay}, {Key: "x-target", Value: "orders.timeout"}}, nil)
+	m.Metadata.Set(headers.MetaSourceID, "js:IN:"+strconv.Itoa(seq))
+	return m
+}
+
+// TestSparseLanesShareACall: consecutive positions of a store with long runs take the
+// lanes in turn but share a shard, so the lanes waiting to fill go in one call when the
+// first of them is ready (joinSparse) rather than one call per lane, each its own script
+// run for a few messages. An id of another shard, waiting in a lane too, is not taken
+// along.
+func TestSparseLanesShareACall(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
+	close(g.gate)
+	src := &chanSource{ch: make(chan *message.Message)}
+	const lanes, linger, sparse = 4, 5 * time.Millisecond, 300 * time.Millisecond
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: lanes, Linger: linger, SparseLinger: sparse}, g,
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, in)
+
+	var run []*message.Message
+	for seq := 1; seq <= 2*lanes; seq++ { // one run: one shard, every lane twice
+		m := positionMsg(seq, "1h")
+		if st.ShardOf("js:IN:"+strconv.Itoa(seq)) != st.ShardOf("js:IN:1") {
+			t.Fatalf("positions 1-%d are not one run of the store", 2*lanes)
+		}
+		run = append(run, m)
+		src.ch <- m
+		if seq == 1 {
+			time.Sleep(sparse / 3) // the first lane is ready well before the others
+		}
+	}
+	// A message of another shard in a lane that the first ready lane (seq 1's) is not: its
+	// lane is not covered by the call's shard, so it waits, with the run's two messages
+	// in it, until it is ready itself.
+	other := ""
+	for i := 0; other == "" || st.ShardOf(other) == st.ShardOf("js:IN:1") || st.LaneOf(other, lanes) == st.LaneOf("js:IN:1", lanes); i++ {
+		other = "x-" + strconv.Itoa(i)
+	}
+	lone := sourcedMsg(other, "1h")
+	src.ch <- lone
+	waitAcked(t, "a run's messages in every lane", run...)
+	waitAcked(t, "a message of another shard", lone)
+	if c := g.calls(); !slices.Equal(c, []int{len(run) - 2, 3}) {
+		t.Fatalf("park calls %v, want [%d 3]: the run's messages of three lanes in one call, then the lane holding %s", c, len(run)-2, other)
+	}
+}
