@@ -44,9 +44,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
-	var groups []group
-	var pieces [][]int        // the requests of each group, in request order
-	match := map[string]int{} // target -> quota rule, -1: none (quota.go)
+	groups := make([]group, 0, len(order))
+	pieces := make([][]int, 0, len(order)) // the requests of each group, in request order
+	match := map[string]int{}              // target -> quota rule, -1: none (quota.go)
 	for _, sh := range order {
 		idx := byShard[sh]
 		bodies := make([][]byte, len(idx))
@@ -58,18 +58,18 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load())
 		}
-		for _, piece := range splitPieces(reqs, idx, bodies, pieceBytes) {
-			args := make([]any, 0, 2+5*len(piece))
-			args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
-			for _, k := range piece {
-				args = append(args, parkArgs(&reqs[idx[k]], bodies[k])...)
+		parts := splitPieces(reqs, idx, bodies, pieceBytes)
+		if parts == nil {
+			groups = append(groups, s.parkGroup(reqs, sh, idx, bodies, match))
+			pieces = append(pieces, idx)
+			continue
+		}
+		for _, part := range parts {
+			own, bs := make([]int, len(part)), make([][]byte, len(part))
+			for j, k := range part {
+				own[j], bs[j] = idx[k], bodies[k]
 			}
-			own := make([]int, len(piece))
-			for j, k := range piece {
-				own[j] = idx[k]
-			}
-			args = append(args, s.quota.block(reqs, own, sh, match)...)
-			groups = append(groups, group{shard: sh, keys: s.keys[sh].park, args: args})
+			groups = append(groups, s.parkGroup(reqs, sh, own, bs, match))
 			pieces = append(pieces, own)
 		}
 	}
@@ -95,21 +95,29 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	return out, errors.Join(errs...)
 }
 
-// parkArgs is one message's five values of a park group: id, mode (with the source time),
+// parkGroup is the park group of the requests own (indexes into reqs, one shard sh,
+// encoded as bodies) with its quota block: per message id, mode (with the source time),
 // replace, delay-or-at, body.
-func parkArgs(r *ParkRequest, body []byte) []any {
-	mode, when := "r", ceilMS(r.Delay)
-	if r.Absolute {
-		mode, when = "a", r.At
+func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte, match map[string]int) group {
+	args := make([]any, 0, 2+5*len(own))
+	args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
+	for k, i := range own {
+		r := &reqs[i]
+		mode, when := "r", ceilMS(r.Delay)
+		if r.Absolute {
+			mode, when = "a", r.At
+		}
+		if pub := publishedArg(r.Published); pub != "0" {
+			mode += pub // the source time rides on the mode: no ARGV value of its own
+		}
+		replace := "0"
+		if r.Replace {
+			replace = "1"
+		}
+		args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), bodies[k])
 	}
-	if pub := publishedArg(r.Published); pub != "0" {
-		mode += pub // the source time rides on the mode: no ARGV value of its own
-	}
-	replace := "0"
-	if r.Replace {
-		replace = "1"
-	}
-	return []any{r.ID, mode, replace, strconv.FormatInt(when, 10), body}
+	args = append(args, s.quota.block(reqs, own, sh, match)...)
+	return group{shard: sh, keys: s.keys[sh].park, args: args}
 }
 
 // pieceBytes bounds the bodies of one park group. A group is one script run that Redis
@@ -123,21 +131,17 @@ const pieceBytes = packBytes / 2
 
 // splitPieces splits one shard's requests (reqs[idx[k]], encoded as bodies[k]) into
 // pieces of at most limit body bytes (or one request), as positions into idx in request
-// order. Every request of an id goes in the piece of its first: pieces may then succeed
-// and fail independently without a retried earlier message of an id replacing a later
-// one that was parked (the last reschedule wins). A piece may exceed limit by such
-// requests.
+// order; nil when all of them fit in one. Every request of an id goes in the piece of its
+// first: pieces may then succeed and fail independently without a retried earlier
+// message of an id replacing a later one that was parked (the last reschedule wins). A
+// piece may exceed limit by such requests.
 func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]int {
 	total := 0
 	for _, b := range bodies {
 		total += len(b)
 	}
 	if total <= limit {
-		all := make([]int, len(idx))
-		for k := range all {
-			all[k] = k
-		}
-		return [][]int{all}
+		return nil
 	}
 	var out [][]int
 	pieceOf := make(map[string]int, len(idx))
