@@ -236,7 +236,7 @@ func (s *Store) Init(ctx context.Context) error {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
 	if run > 0 && run != s.newRun {
-		s.log.Info("the store records another shard run than BRIDGE_SHARD_RUN; using the store's (the setting only applies to a new store)",
+		s.log.Info("the store records another shard run than this replica gives a new store (BRIDGE_SHARD_RUN, or its default); using the store's",
 			"key", s.shardsKey, "store_run", run, "configured_run", s.newRun)
 	}
 	s.run.Store(int64(run))
