@@ -80,23 +80,32 @@ func sourcedMsg(id, delay string) *message.Message {
 	return m
 }
 
-// TestSparseLaneWaitsToFill: a lane holding one message with a source id waits up to
-// SparseLinger for more, and a call started meanwhile by a lane that filled up (at
-// Linger) does not take it along; the waiting message is parked at SparseLinger, alone.
-// A message due soon is not held past half of its delay.
-func TestSparseLaneWaitsToFill(t *testing.T) {
+// runSparse runs an ingress of lanes lanes, Linger linger and SparseLinger sparse on a
+// store of its own (runs of the default) through a parker that records its calls, reading
+// the messages the test hands to src, until the test ends.
+func runSparse(t *testing.T, lanes int, linger, sparse time.Duration) (*delaystore.Store, *gatedParker, *chanSource) {
+	t.Helper()
 	st := storetest.New(t, 5*time.Second)
 	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
 	close(g.gate)
 	src := &chanSource{ch: make(chan *message.Message)}
-	const linger, sparse = 20 * time.Millisecond, 700 * time.Millisecond
-	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 4, Linger: linger, SparseLinger: sparse}, g,
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: lanes, Linger: linger, SparseLinger: sparse}, g,
 		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
 		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, in)
+	return st, g, src
+}
+
+// TestSparseLaneWaitsToFill: a lane holding one message with a source id waits up to
+// SparseLinger for more, and a call started meanwhile by a lane that filled up (at
+// Linger) does not take it along; the waiting message is parked at SparseLinger, alone.
+// A message due soon is not held past half of its delay.
+func TestSparseLaneWaitsToFill(t *testing.T) {
+	const linger, sparse = 20 * time.Millisecond, 700 * time.Millisecond
+	st, g, src := runSparse(t, 4, linger, sparse)
 
 	start := time.Now()
 	lone := sourcedMsg(idOnShard(t, 0, 0), "1h")
@@ -151,18 +160,8 @@ func positionMsg(seq int, delay string) *message.Message {
 // run for a few messages. An id of another shard, waiting in a lane too, is not taken
 // along.
 func TestSparseLanesShareACall(t *testing.T) {
-	st := storetest.New(t, 5*time.Second)
-	g := &gatedParker{Store: st, gate: make(chan struct{}), entered: make(chan struct{})}
-	close(g.gate)
-	src := &chanSource{ch: make(chan *message.Message)}
-	const lanes, linger, sparse = 4, 5 * time.Millisecond, 300 * time.Millisecond
-	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: lanes, Linger: linger, SparseLinger: sparse}, g,
-		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
-		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, in)
+	const lanes, linger, sparse = 4, 5 * time.Millisecond, 600 * time.Millisecond
+	st, g, src := runSparse(t, lanes, linger, sparse)
 
 	var run []*message.Message
 	for seq := 1; seq <= 2*lanes; seq++ { // one run: one shard, every lane twice
@@ -173,7 +172,7 @@ func TestSparseLanesShareACall(t *testing.T) {
 		run = append(run, m)
 		src.ch <- m
 		if seq == 1 {
-			time.Sleep(sparse / 3) // the first lane is ready well before the others
+			time.Sleep(sparse / 2) // the first lane is ready well before the others
 		}
 	}
 	// A message of another shard in a lane that the first ready lane (seq 1's) is not: its
