@@ -21,7 +21,8 @@ import (
 // only the others (a request with an empty ID in the result). The failed shards may have
 // been written too: calling Park again with the same requests is safe when Replace is
 // false or the requests carry source ids (idempotent). A shard's part larger than
-// pieceBytes goes in pieces that succeed or fail each on its own. An empty batch does no I/O. Park blocks until Redis answered or ctx is done.
+// pieceBytes goes in pieces, which succeed or fail each on its own as shards do. An empty
+// batch does no I/O. Park blocks until Redis answered or ctx is done.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -125,8 +126,8 @@ func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte
 // full Redis takes a small group as soon as deliveries freed that much, while a lane's
 // whole batch in one shard (256 messages of 1 KB: runs of positions longer than a batch)
 // would wait until a batch's worth was freed, its retries backing off meanwhile (fault row
-// B9). The same bound as a packed call's (groups.go), so a piece never makes a call of its
-// own.
+// B9). Half a packed call's bound (groups.go), so that pieces share calls and a piece
+// never makes a call of its own.
 const pieceBytes = packBytes / 2
 
 // splitPieces splits one shard's requests (reqs[idx[k]], encoded as bodies[k]) into
