@@ -493,7 +493,9 @@ func (b *bridgeProc) cpuProfile(file string, d time.Duration) {
 		defer resp.Body.Close()
 		var data []byte
 		if data, err = io.ReadAll(resp.Body); err == nil {
-			err = os.WriteFile(file, data, 0o644)
+			if err = os.MkdirAll(filepath.Dir(file), 0o755); err == nil {
+				err = os.WriteFile(file, data, 0o644)
+			}
 		}
 	}
 	if err != nil {
