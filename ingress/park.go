@@ -56,6 +56,9 @@ func (in *Ingress) park(ctx context.Context, src Source, batch []prepared, attem
 		if len(batch) == 0 {
 			return nil
 		}
+		if len(batch) < len(reqs) {
+			return fmt.Errorf("%w: %w", errPartlyParked, err) // the next try comes at RetryMin
+		}
 		return err
 	})
 	if err != nil {
@@ -169,6 +172,11 @@ func notReplicatedReply(cause error) string {
 	}{contract.ReasonNotReplicated + ": " + cause.Error() + "; retry the request"})
 }
 
+// errPartlyParked wraps the error of a park attempt that parked part of its batch: the
+// retry of the rest waits RetryMin again rather than longer each time (a full Redis takes
+// pieces as deliveries free memory; docs/design.md "Redis data layout").
+var errPartlyParked = errors.New("part of the batch parked")
+
 // opTimeout bounds one store call or dead-letter publish.
 const opTimeout = 10 * time.Second
 
@@ -178,7 +186,8 @@ const opTimeout = 10 * time.Second
 // still parked and acked during the drain.
 func (in *Ingress) retry(ctx context.Context, what string, op func(context.Context) error) error {
 	err := backoff.Retry(ctx, backoff.Policy{Min: in.cfg.RetryMin, Max: in.cfg.RetryMax, Log: in.log,
-		Failed: what + " failed; retrying, sources are not acked meanwhile", Recovered: what + " recovered"},
+		Failed: what + " failed; retrying, sources are not acked meanwhile", Recovered: what + " recovered",
+		Progressed: func(err error) bool { return errors.Is(err, errPartlyParked) }},
 		func(ctx context.Context) error {
 			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 			defer cancel()

@@ -1,7 +1,11 @@
 package ingress
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,4 +69,69 @@ func TestPartialParkAcksWhatWasParked(t *testing.T) {
 			t.Fatalf("message %d not acked after its shard recovered", i)
 		}
 	}
+}
+
+// refusingParker fails its first `down` park calls outright, parks the first half of the
+// batch at the next (as a full Redis takes the pieces deliveries made room for) and all
+// after that; it records when each call came.
+type refusingParker struct {
+	*delaystore.Store
+	down  int
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func (p *refusingParker) Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error) {
+	p.mu.Lock()
+	p.calls = append(p.calls, time.Now())
+	n := len(p.calls)
+	p.mu.Unlock()
+	switch {
+	case n <= p.down:
+		return nil, errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	case n == p.down+1:
+		half := len(reqs) / 2
+		parked, err := p.Store.Park(ctx, reqs[:half])
+		if err != nil {
+			return nil, err
+		}
+		return append(parked, make([]delaystore.Parked, len(reqs)-half)...), errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	}
+	return p.Store.Park(ctx, reqs)
+}
+
+func (p *refusingParker) times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
+}
+
+// TestPartialParkRetriesSoon: after an attempt that parked part of its batch the rest is
+// tried again at RetryMin, not after the longer and longer waits of the failures before
+// it: a full Redis takes more as deliveries free memory.
+func TestPartialParkRetriesSoon(t *testing.T) {
+	const down, retryMin = 5, 20 * time.Millisecond // waits 20, 40, 80, 160, 320 ms; then 20, not 640
+	p := &refusingParker{Store: storetest.New(t, 5*time.Second), down: down}
+	src := &orderedSource{}
+	for i := range 4 {
+		src.msgs = append(src.msgs, delayedMsg(fmt.Sprintf("r-%d", i)))
+	}
+	in, err := New(Config{Rules: testRules(), DLQSubject: "delay.dlq", Lanes: 1, BatchSize: 4, Linger: time.Millisecond,
+		RetryMin: retryMin, RetryMax: 5 * time.Second}, p,
+		[]Source{{Broker: intake.BrokerNATS, Topic: "delay.in", Kind: Delayed, Subscriber: src}},
+		map[string]message.Publisher{intake.BrokerNATS: newBroker(t)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, in)
+	waitAcked(t, "a batch parked in two parts", src.msgs...)
+	calls := p.times()
+	if len(calls) != down+2 {
+		t.Fatalf("%d park calls, want %d", len(calls), down+2)
+	}
+	before, after := calls[down].Sub(calls[down-1]), calls[down+1].Sub(calls[down])
+	if after >= before/2 {
+		t.Fatalf("the retry after a partial park came %s later, the one before it %s: want about RetryMin (%s)", after, before, retryMin)
+	}
+	t.Logf("wait before the partial park %s, after it %s", before, after)
 }

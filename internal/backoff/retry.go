@@ -36,6 +36,10 @@ type Policy struct {
 	Sleep func(ctx context.Context, d time.Duration) bool
 	// Now is the clock of Every (nil: time.Now).
 	Now func() time.Time
+	// Progressed, when set, tells a failure that did part of the work (a batch of which
+	// some was done): the wait before the next try then starts over at Min, since what
+	// refused the rest may take it soon too (a full Redis that deliveries are freeing).
+	Progressed func(err error) bool
 }
 
 // Retry calls op until it returns nil, op's error is fatal (isFatal reports true; a nil
@@ -62,6 +66,9 @@ func Retry(ctx context.Context, p Policy, op func(context.Context) error, isFata
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if p.Progressed != nil && p.Progressed(err) {
+			wait.Reset()
 		}
 		d := wait.Next()
 		streak.Failed(ctx, p.Failed, p.failArgs(err, d)...)

@@ -172,3 +172,22 @@ func TestRetryCancel(t *testing.T) {
 		t.Fatalf("cancelled in op: %v, %d lines", err, len(got))
 	}
 }
+
+// TestRetryProgressed: a failure that Progressed reports as progress starts the waits over
+// at Min; the others keep doubling.
+func TestRetryProgressed(t *testing.T) {
+	partly := errors.New("partly done")
+	errs := []error{errors.New("down"), errors.New("down"), partly, errors.New("down"), partly, nil}
+	c := &fakeClock{now: time.Unix(0, 0)}
+	calls := 0
+	op := func(context.Context) error { calls++; return errs[calls-1] }
+	p := policy(c, nil)
+	p.Progressed = func(err error) bool { return errors.Is(err, partly) }
+	if err := Retry(context.Background(), p, op, nil); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond}
+	if !slices.Equal(c.waits, want) {
+		t.Fatalf("waits %v, want %v", c.waits, want)
+	}
+}
