@@ -76,7 +76,9 @@ func TestB9RedisFull(t *testing.T) {
 	spread := uniform(3 * time.Second)
 	seqs := c.sendSized("b9full", messages, func(i int) time.Duration { return 3*time.Second + spread(i) }, payload)
 	sent := time.Since(start)
-	r := c.await(seqs, 180*time.Second)
+	// Everything delivered within 120 s: 22-26 s here since park pieces and the early retry
+	// of a partly parked batch; 162 s with runs of 4096 before them (docs/performance.md).
+	r := c.await(seqs, 120*time.Second)
 	w.stop()
 	if w.squeezeErr != nil {
 		t.Fatalf("lowering maxmemory at the first full moment: %v", w.squeezeErr)
