@@ -54,7 +54,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		for k, i := range idx {
 			r := &reqs[i]
 			var sent int64 // stored only where a cancel may name the message: with Replace
-			if publishedArg(r.Published) != "0" && r.Replace {
+			if r.Replace && knownPublished(r.Published) {
 				sent = r.Published
 			}
 			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load())
@@ -234,8 +234,12 @@ func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error)
 // no remembered cancel, cancel takes the Redis time) when <= 0 or beyond what Lua's doubles
 // hold exactly.
 func publishedArg(ms int64) string {
-	if ms <= 0 || ms >= 1<<53 {
+	if !knownPublished(ms) {
 		return "0"
 	}
 	return strconv.FormatInt(ms, 10)
 }
+
+// knownPublished reports whether ms is a source time Park passes on (publishedArg): after
+// 1970 and exact as a Lua number.
+func knownPublished(ms int64) bool { return ms > 0 && ms < 1<<53 }

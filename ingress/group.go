@@ -261,33 +261,24 @@ func (in *Ingress) takeCall(lanes []laneQueue, now time.Time, closed bool) ([]pr
 // (delaystore.Store.LaneOf), so one call then parks what every lane gathered instead of
 // one call per lane. Limits as takeCall's.
 func (in *Ingress) joinSparse(lanes []laneQueue, batch *[]prepared, held *[]int) {
-	if len(*held) == 0 {
-		return
+	candidate := func(l *laneQueue) bool {
+		return !l.busy && len(l.pending) > 0 && len(*batch)+len(l.pending) <= in.cfg.BatchSize
+	}
+	if len(*held) == 0 || !slices.ContainsFunc(lanes, func(l laneQueue) bool { return candidate(&l) }) {
+		return // a burst: every lane full or taken, nothing to look at
 	}
 	var shards []int // the call's shards; few: a call's messages come from few runs
+	bytes := 0
 	for _, p := range *batch {
 		if !slices.Contains(shards, p.shard) {
 			shards = append(shards, p.shard)
 		}
-	}
-	bytes := 0
-	for _, p := range *batch {
 		bytes += len(p.req.Envelope.Payload)
 	}
 	for i := range lanes {
 		l := &lanes[i]
-		if l.busy || len(l.pending) == 0 || len(l.pending) >= in.cfg.BatchSize ||
-			len(*batch)+len(l.pending) > in.cfg.BatchSize || bytes >= maxCallBytes {
-			continue
-		}
-		covered := true
-		for _, p := range l.pending {
-			if !slices.Contains(shards, p.shard) {
-				covered = false
-				break
-			}
-		}
-		if !covered {
+		if !candidate(l) || bytes >= maxCallBytes ||
+			slices.ContainsFunc(l.pending, func(p prepared) bool { return !slices.Contains(shards, p.shard) }) {
 			continue
 		}
 		for _, p := range l.pending {
