@@ -110,7 +110,7 @@ func BenchmarkParkedMemory(b *testing.B) {
 		name string
 		req  func(int) ParkRequest
 	}{{"ulid", ulid}, {"jetstream", js}} {
-		for _, store := range []string{"compact", "text"} {
+		for _, store := range []string{"interned", "compact", "text"} {
 			b.Run(c.name+"/store="+store, func(b *testing.B) {
 				for range b.N {
 					benchParkedMemory(b, c.req, storeMark(store))
@@ -121,10 +121,14 @@ func BenchmarkParkedMemory(b *testing.B) {
 }
 
 // storeMark is the P:shards mark a benchmark's store starts with (16 shards): "" (Init
-// creates a compact store) or that of a store of an earlier version.
+// creates a store with interned names) or that of a store of an earlier version (compact
+// entries, or the text format).
 func storeMark(store string) string {
-	if store == "text" {
+	switch store {
+	case "text":
 		return "16,p64"
+	case "compact":
+		return "16,p4096,c1"
 	}
 	return ""
 }

@@ -205,7 +205,7 @@ func (s *Store) bulkOne(ctx context.Context, sel Selector, op BulkOp, dryRun boo
 	case dryRun:
 		return BulkResult{Matched: 1}, nil
 	}
-	n, _, _, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target}, nil)
+	n, _, _, err := s.bulkChange(ctx, m.Shard, op, []any{sel.ID, strconv.FormatInt(m.Version, 10), s.targetKey(m.Shard, m.Envelope.Target)}, nil)
 	if err != nil {
 		return BulkResult{Matched: 1}, fmt.Errorf("bulk: change %s: %w", sel.ID, err)
 	}
@@ -258,8 +258,11 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 		score = "0"
 	}
 	args := appendStrings([]any{cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-	out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r}, args...).Slice()
+	out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r, k.nm}, args...).Slice()
 	if err != nil {
+		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
+	}
+	if err := s.knowNames(ctx, cur.Shard, out); err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}
 	picked, lineage, next, done, err := s.pick(out, sel, cur, op.Kind == BulkCancel && !dryRun)
@@ -302,7 +305,7 @@ func (s *Store) pick(out []any, sel Selector, cur BulkCursor, withLineage bool) 
 		if !ok || (newer && !withLineage) || due < sel.DueFrom || due > sel.DueTo {
 			continue
 		}
-		target, _, err := decodeHead([]byte(head), id)
+		target, _, err := decodeHead([]byte(head), id, s.book())
 		if sel.Match != nil && (err != nil || !sel.Match(target)) {
 			continue
 		}
@@ -310,7 +313,7 @@ func (s *Store) pick(out []any, sel Selector, cur BulkCursor, withLineage bool) 
 		if newer {
 			want, lineage = ">"+strconv.FormatInt(cur.MaxVersion, 10), lineage+1
 		}
-		picked = append(picked, id, want, target)
+		picked = append(picked, id, want, targetField(head))
 	}
 	return picked, lineage, next, through == 1, nil
 }
@@ -327,12 +330,13 @@ func parsePrefix(p string) (version, due int64, ok bool) {
 }
 
 // decodeHead reads the target and source from the first bytes of the body of message id
-// (encodeBody): format byte, source id, target, source (and, compact, the flags).
-func decodeHead(b []byte, id string) (target, source string, err error) {
+// (encodeBody): format byte, source id, target, source (and, compact, the flags),
+// resolving codes through names (nil: none; errUnknownName when it lacks one).
+func decodeHead(b []byte, id string, names *nameBook) (target, source string, err error) {
 	if len(b) == 0 {
 		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
-	d := decoder{b: b[1:]}
+	d := decoder{b: b[1:], names: names}
 	if b[0] == formatSource || b[0] == formatCompactSource {
 		d.bytes("source id")
 	}

@@ -317,7 +317,7 @@ func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *Op
 			(sel.Match == nil || sel.Match(m.Envelope.Target)):
 			counted = 1
 			if !o.Spec.DryRun {
-				picked = []any{sel.ID, strconv.FormatInt(m.Version, 10), m.Envelope.Target}
+				picked = []any{sel.ID, strconv.FormatInt(m.Version, 10), s.targetKey(m.Shard, m.Envelope.Target)}
 			}
 		}
 		next.Pass = "d"
@@ -325,8 +325,11 @@ func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *Op
 		k := s.keys[sh]
 		score := cmpOr(p.cur.Score, "0")
 		args := appendStrings([]any{p.cur.Pass, sel.DueFrom, sel.DueTo, score, p.cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-		out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r}, args...).Slice()
+		out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r, k.nm}, args...).Slice()
 		if err != nil {
+			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
+		}
+		if err := s.knowNames(ctx, sh, out); err != nil {
 			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
 		}
 		var lineage int

@@ -37,7 +37,7 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
-	return parseClaim(shard, res)
+	return s.parseClaim(ctx, shard, res)
 }
 
 // claimGroup is the claim script's group for one shard: up to limit messages due by
@@ -52,8 +52,11 @@ func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, error)
 	return group{shard: shard, keys: s.keys[shard].zm, args: []any{s.leaseMS, limit, max(ahead.Milliseconds(), 0)}}, nil
 }
 
-// parseClaim reads the claim script's answer for shard.
-func parseClaim(shard int, res []any) (Claim, error) {
+// parseClaim reads the claim script's answer for shard. A body with a name code the
+// shard's table lacks (another replica interned it) has the table loaded once, which
+// blocks until Redis answered or ctx is done; when that fails the claim is an error (its
+// messages come back when the lease ends), never corrupt.
+func (s *Store) parseClaim(ctx context.Context, shard int, res []any) (Claim, error) {
 	if len(res) < 3 || len(res)%3 != 0 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
 	}
@@ -75,8 +78,11 @@ func parseClaim(shard int, res []any) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T, %T", shard, res[i], res[i+1], res[i+2])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
-		st, env, err := decodeStored(raw, id)
+		st, env, err := s.decodeIn(ctx, shard, raw, id)
 		rc.Version = st.version
+		if errors.Is(err, errUnknownName) || (err != nil && ctx.Err() != nil) {
+			return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+		}
 		if err != nil {
 			c.Corrupt = append(c.Corrupt, rc)
 			continue

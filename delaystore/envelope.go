@@ -1,6 +1,7 @@
 package delaystore
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,7 +37,9 @@ const (
 // message, for 5 bytes that cross no size class), bits 2-3 the source's broker prefix that
 // is left out of the source field (flagNATS: "nats:", flagKafka: "kafka:", 0: none, the
 // field is the whole source; 3, flagSourceHTTP: the source is "http" and has no field),
-// then whether a key, a header list and a hops count follow.
+// then whether a key, a header list and a hops count follow, and (bit 7, flagSourceCode;
+// stores with interned names only) whether the source is a code: a bare uvarint in place
+// of the source field, broker bits 0 (names.go).
 const (
 	flagNATS       = 1
 	flagKafka      = 2
@@ -45,7 +48,7 @@ const (
 	flagKey        = 1 << 4
 	flagHeaders    = 1 << 5
 	flagHops       = 1 << 6
-	flagsUnused    = 1 << 7
+	flagSourceCode = 1 << 7
 )
 
 // brokerPrefixes are the source prefixes a compact body leaves out, by their flag value.
@@ -187,15 +190,16 @@ func canonicalMS(v string) (int64, bool) {
 
 // encodeBody encodes the Go-owned part of a stored envelope of message id in the compact
 // layout (encodeBodySent with compact). Tests and tools use it.
-func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0, true) }
+func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0, true, coded{}) }
 
 // encodeBodySent encodes the Go-owned part of a stored envelope of message id, with the
 // source time sent (unix ms, 0: none) stored as the first trailing reserved header
 // (metaSent). compact (a store marked for it: P:shards "<N>,p64,c1") selects the compact
-// layout (encodeCompact), else the layout of formats 1-3 that every version reads (encodeLegacy).
-func encodeBodySent(e Envelope, id string, sent int64, compact bool) []byte {
+// layout (encodeCompact, with the field forms c of target and source), else the layout of
+// formats 1-3 that every version reads (encodeLegacy).
+func encodeBodySent(e Envelope, id string, sent int64, compact bool, c coded) []byte {
 	if compact {
-		return encodeCompact(e, id, sent)
+		return encodeCompact(e, id, sent, c)
 	}
 	return encodeLegacy(e, id, sent)
 }
@@ -238,8 +242,9 @@ func encodeLegacy(e Envelope, id string, sent int64) []byte {
 // e.Headers, then e.metaHeaders) and the hops count, and the payload up to the end. The
 // hops count is e.Headers' last header when that is x-delay-hops with a canonical decimal
 // value (ingress always adds it last): about 14 bytes less per message; decodeBody puts
-// it back there.
-func encodeCompact(e Envelope, id string, sent int64) []byte {
+// it back there. A non-empty c.target is written as the target field instead of the name,
+// and a c.source > 0 as the source (flagSourceCode): codes (names.go).
+func encodeCompact(e Envelope, id string, sent int64, c coded) []byte {
 	meta := e.metaHeaders(sent)
 	hs, hops, hasHops := splitHops(e.Headers)
 	n := 2 + 5*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
@@ -248,8 +253,11 @@ func encodeCompact(e Envelope, id string, sent int64) []byte {
 	b = appendFormat(b, e.SourceID, id, formatCompactNoSource, formatCompactSourceIsID, formatCompactSource)
 	sFlag, source := cutBroker(e.Source)
 	flags := sFlag << 2
-	if e.Source == sourceHTTP {
+	switch {
+	case e.Source == sourceHTTP:
 		flags = flagSourceHTTP
+	case c.source > 0:
+		flags = flagSourceCode
 	}
 	if e.Key != nil {
 		flags |= flagKey
@@ -261,8 +269,11 @@ func encodeCompact(e Envelope, id string, sent int64) []byte {
 		flags |= flagHops
 	}
 	b = append(b, flags)
-	b = appendString(b, e.Target)
-	if flags&flagSourceHTTP != flagSourceHTTP {
+	b = appendString(b, cmp.Or(c.target, e.Target))
+	switch {
+	case flags&flagSourceCode != 0:
+		b = binary.AppendUvarint(b, c.source)
+	case flags&flagSourceHTTP != flagSourceHTTP:
 		b = appendString(b, source)
 	}
 	if e.Key != nil {
@@ -320,12 +331,16 @@ func appendString(b []byte, s string) []byte {
 // is empty or id, unused flag bits, an empty header list, a target or source field that
 // keeps a prefix the flags would have cut), yield an error wrapping ErrCorrupt. The
 // returned Key and Payload alias b.
-func decodeBody(b []byte, id string) (Envelope, error) {
+func decodeBody(b []byte, id string) (Envelope, error) { return decodeBodyIn(b, id, nil) }
+
+// decodeBodyIn is decodeBody resolving the codes of target and source through names (a
+// shard's table; nil: none), errUnknownName when it lacks one.
+func decodeBodyIn(b []byte, id string, names *nameBook) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
-	d := decoder{b: b[1:]}
+	d := decoder{b: b[1:], names: names}
 	switch b[0] {
 	case formatNoSource, formatCompactNoSource:
 	case formatSourceIsID, formatCompactSourceIsID:
@@ -399,11 +414,13 @@ func (d *decoder) compact(e *Envelope) (uint64, bool) {
 // compactHead reads the flags, target and source of a compact body and returns the flags.
 func (d *decoder) compactHead(e *Envelope) byte {
 	flags := d.byte("flags")
-	if d.err == nil && (flags&flagsUnused != 0 || flags&flagTarget != 0) {
+	if d.err == nil && (flags&flagTarget != 0 || (flags&flagSourceCode != 0 && flags&flagSourceHTTP != 0)) {
 		d.fail(fmt.Sprintf("flags %#x", flags))
 	}
-	e.Target = string(d.bytes("target"))
-	if flags&flagSourceHTTP == flagSourceHTTP {
+	e.Target = d.name(d.bytes("target"))
+	if flags&flagSourceCode != 0 {
+		e.Source = d.code(d.uvarint("source code"))
+	} else if flags&flagSourceHTTP == flagSourceHTTP {
 		e.Source = sourceHTTP
 	} else {
 		e.Source = d.brokered((flags>>2)&3, "source")
@@ -449,8 +466,33 @@ func (d *decoder) headers(count uint64) headers.List {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b     []byte
+	err   error
+	names *nameBook // the shard's interned names (nil: none)
+}
+
+// name returns the name a target field f stands for (nameBook.resolve).
+func (d *decoder) name(f []byte) string {
+	if d.err != nil {
+		return ""
+	}
+	n, err := d.names.resolve(f)
+	if err != nil {
+		d.err = err
+	}
+	return n
+}
+
+// code returns the name of code (nameBook.nameOfCode).
+func (d *decoder) code(code uint64) string {
+	if d.err != nil {
+		return ""
+	}
+	n, err := d.names.nameOfCode(code)
+	if err != nil {
+		d.err = err
+	}
+	return n
 }
 
 func (d *decoder) fail(what string) {
@@ -583,13 +625,14 @@ func binaryHeader(version int64, attempts int, due int64) []byte {
 	return b
 }
 
-// decodeStored parses a whole stored envelope of message id.
-func decodeStored(s, id string) (stored, Envelope, error) {
+// decodeStored parses a whole stored envelope of message id, resolving codes through
+// names (decodeBodyIn).
+func decodeStored(s, id string, names *nameBook) (stored, Envelope, error) {
 	st, err := parseStored(s)
 	if err != nil {
 		return st, Envelope{}, err
 	}
-	env, err := decodeBody([]byte(st.body), id)
+	env, err := decodeBodyIn([]byte(st.body), id, names)
 	return st, env, err
 }
 

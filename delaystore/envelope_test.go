@@ -91,7 +91,7 @@ func TestBodyRoundTrip(t *testing.T) {
 			// Through the stored forms written by the scripts: the binary header, and the
 			// text one of earlier versions.
 			for _, h := range []string{string(binaryHeader(12, 3, 1700000000123)), "12,3,1700000000123,"} {
-				st, env2, err := decodeStored(h+string(b), testID)
+				st, env2, err := decodeStored(h+string(b), testID, nil)
 				if err != nil {
 					t.Fatalf("decodeStored: %v", err)
 				}
@@ -118,7 +118,7 @@ func TestMetaOrder(t *testing.T) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
 	// The source time is dropped by the decoder: the envelope reads back as it was.
-	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, true), testID); err != nil || !reflect.DeepEqual(back, env) {
+	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, true, coded{}), testID); err != nil || !reflect.DeepEqual(back, env) {
 		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
 	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) {
@@ -202,7 +202,7 @@ func TestParseStoredCorrupt(t *testing.T) {
 		"\x01", "\x01\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00", // binary: truncated
 	} {
 		t.Run(strconv.Quote(s), func(t *testing.T) {
-			if _, _, err := decodeStored(s, testID); !errors.Is(err, ErrCorrupt) {
+			if _, _, err := decodeStored(s, testID, nil); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 		})
@@ -234,8 +234,8 @@ func FuzzDecodeBody(f *testing.F) {
 		if back, err := decodeBody(again, testID); err != nil || !reflect.DeepEqual(withPayload(back), withPayload(env)) {
 			t.Fatalf("compact re-encoding of %x reads back as %#v, %v", b, back, err)
 		}
-		_, _, _ = decodeStored("1,0,1,"+string(b), testID)
-		_, _, _ = decodeStored(string(binaryHeader(1, 0, 1))+string(b), testID)
+		_, _, _ = decodeStored("1,0,1,"+string(b), testID, nil)
+		_, _, _ = decodeStored(string(binaryHeader(1, 0, 1))+string(b), testID, nil)
 	})
 }
 
@@ -259,7 +259,7 @@ func TestDecodeBodyFormat1(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("format 1:\n got %#v\nwant %#v", got, want)
 	}
-	st, env, err := decodeStored("7,2,1700000000000,"+string(b), testID)
+	st, env, err := decodeStored("7,2,1700000000000,"+string(b), testID, nil)
 	if err != nil || st.version != 7 || st.attempts != 2 || !reflect.DeepEqual(env, want) {
 		t.Fatalf("stored format 1: %+v %#v %v", st, env, err)
 	}

@@ -55,8 +55,8 @@ func TestCheckDataset(t *testing.T) {
 			}
 		}
 	}
-	if v, err := f.rdb.Get(t.Context(), f.s.shardsKey).Result(); err != nil || v != "4,p4096,c1" {
-		t.Fatalf("shard count record %q, %v; want 4,p4096,c1 (a new store has the position layout with runs of 4096 and compact entries)", v, err)
+	if v, err := f.rdb.Get(t.Context(), f.s.shardsKey).Result(); err != nil || v != "4,p4096,c2" {
+		t.Fatalf("shard count record %q, %v; want 4,p4096,c2 (a new store has the position layout with runs of 4096 and compact entries with interned names)", v, err)
 	}
 }
 
@@ -90,8 +90,8 @@ func TestCheckDatasetFlushAll(t *testing.T) {
 			t.Fatalf("reported twice: reset %d shards, err %v", len(reset), err)
 		}
 	}
-	if v, err := f.rdb.Get(ctx, f.s.shardsKey).Result(); err != nil || v != "1024,p4096,c1" {
-		t.Fatalf("shard count record %q, %v; want 1024,p4096,c1", v, err)
+	if v, err := f.rdb.Get(ctx, f.s.shardsKey).Result(); err != nil || v != "1024,p4096,c2" {
+		t.Fatalf("shard count record %q, %v; want 1024,p4096,c2", v, err)
 	}
 }
 

@@ -82,7 +82,7 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 			out.ClaimErrs[i] = fmt.Errorf("claim shard %d: %w", claims[i].Shard, err)
 			continue
 		}
-		out.Claims[i], out.ClaimErrs[i] = parseClaim(claims[i].Shard, res)
+		out.Claims[i], out.ClaimErrs[i] = s.parseClaim(ctx, claims[i].Shard, res)
 	}
 	return out
 }

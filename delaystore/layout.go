@@ -36,6 +36,11 @@ const (
 	// value but "<N>" and "<N>,p64", so a replica that cannot read compact entries or
 	// would not see those tombstones never serves such a store.
 	compactMark = ",c1"
+	// internedMark stands in for compactMark in P:shards of a store whose compact entries
+	// hold codes for their target and source where the shard has one (names.go,
+	// docs/design.md "Interned names"). A version before it refuses it (an unknown mark),
+	// so a replica that cannot read codes never serves such a store.
+	internedMark = ",c2"
 	// maxPositionDigits bounds the position parsed from an id: 19 digits fit a uint64.
 	maxPositionDigits = 19
 )
@@ -143,33 +148,44 @@ func (s *Store) layoutErr() error {
 }
 
 // shardsValue is what this store records in P:shards: the shard count, the position mark
-// and run when it has the position layout, and the compact mark when it writes compact.
+// and run when it has the position layout, and the compact or interned mark when it
+// writes compact.
 func (s *Store) shardsValue() string {
-	return shardsMark(s.shards, int(s.run.Load()), s.compact.Load())
+	return shardsMark(s.shards, int(s.run.Load()), s.compact.Load(), s.interned.Load())
 }
 
 // shardsMark is the P:shards value of a store of shards shards, runs of run positions (0:
-// the id layout) and compact entries or not.
-func shardsMark(shards, run int, compact bool) string {
+// the id layout), compact entries or not, and with interned names or not (compact ones).
+func shardsMark(shards, run int, compact, interned bool) string {
 	v := strconv.Itoa(shards)
 	if run > 0 {
 		v += positionMark + strconv.Itoa(run)
 	}
-	if compact {
+	switch {
+	case compact && interned:
+		v += internedMark
+	case compact:
 		v += compactMark
 	}
 	return v
 }
 
 // parseShardsValue reads P:shards: "<N>" (the id layout), "<N>,p64" (the position
-// layout with runs of 64), "<N>,p64,c1" (the same, compact entries and set tombstones) or
-// "<N>,p<R>,c1" (runs of R, 1-MaxShardRun: a store created since runs were recorded).
-// It returns the run, 0 for the id layout. Anything else (a compact mark without the
-// position layout, a run other than 64 without it, a number not in canonical form, an
-// unknown mark) is an error: this version cannot say how such a store is written.
-func parseShardsValue(v string) (shards, run int, compact bool, err error) {
-	bad := func() (int, int, bool, error) { return 0, 0, false, fmt.Errorf("not a shard count: %q", v) }
-	rest, compact := strings.CutSuffix(v, compactMark)
+// layout with runs of 64), "<N>,p64,c1" (the same, compact entries and set tombstones),
+// "<N>,p<R>,c1" (runs of R, 1-MaxShardRun: a store created since runs were recorded) or
+// "<N>,p<R>,c2" (the same with interned names: a store created since). It returns the
+// run, 0 for the id layout. Anything else (a compact mark without the position layout, a
+// run other than 64 without it, a number not in canonical form, an unknown mark) is an
+// error: this version cannot say how such a store is written.
+func parseShardsValue(v string) (shards, run int, compact, interned bool, err error) {
+	bad := func() (int, int, bool, bool, error) {
+		return 0, 0, false, false, fmt.Errorf("not a shard count: %q", v)
+	}
+	rest, interned := strings.CutSuffix(v, internedMark)
+	if !interned {
+		rest, compact = strings.CutSuffix(v, compactMark)
+	}
+	compact = compact || interned
 	num, runText, byPosition := strings.Cut(rest, positionMark)
 	if shards, err = canonical(num, 1<<31-1); err != nil {
 		return bad()
@@ -178,12 +194,12 @@ func parseShardsValue(v string) (shards, run int, compact bool, err error) {
 		if compact {
 			return bad()
 		}
-		return shards, 0, false, nil
+		return shards, 0, false, false, nil
 	}
 	if run, err = canonical(runText, MaxShardRun); err != nil || (!compact && run != legacyRun) {
 		return bad()
 	}
-	return shards, run, compact, nil
+	return shards, run, compact, interned, nil
 }
 
 // canonical parses s as a decimal number in 1..max written without sign or leading zeros.

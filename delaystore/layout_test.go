@@ -53,7 +53,7 @@ func TestPositionShard(t *testing.T) {
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true); v != want || want != "16,p4096,c1" {
+	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true, true); v != want || want != "16,p4096,c2" {
 		t.Fatalf("P:shards = %q, want %s", v, want)
 	}
 	var reqs []ParkRequest
@@ -132,7 +132,7 @@ func TestLayoutOfExistingStore(t *testing.T) {
 	if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != "16" {
 		t.Fatalf("P:shards rewritten to %q", v)
 	}
-	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c2", "16,p64,c1,", "16,p64,c1,c1",
+	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c3", "16,c2", "16,p64,c1,", "16,p64,c1,c1", "16,p64,c2,c1",
 		"16,p1024", "16,p0,c1", "16,p65537,c1", "16,p01024,c1", "16,p,c1", "16,p-1,c1", "16,p1024,p64,c1"} {
 		if err := rdb.Set(t.Context(), prefix+":shards", bad, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -242,6 +242,25 @@ func priorRunsRule(v string) bool {
 	return err == nil && n >= 1 && strconv.Itoa(n) == num
 }
 
+// priorCompactRule is how the version before interned names read P:shards (layout.go's
+// parseShardsValue at 0a15f6b): "<N>", "<N>,p64", or "<N>,p<R>,c1" with a canonical count
+// >= 1 and a canonical run in 1..65536, anything else refused (it does not start).
+func priorCompactRule(v string) bool {
+	canon := func(s string, most int) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n >= 1 && n <= most && strconv.Itoa(n) == s
+	}
+	rest, compact := strings.CutSuffix(v, ",c1")
+	num, run, byPosition := strings.Cut(rest, ",p")
+	if !canon(num, 1<<31-1) {
+		return false
+	}
+	if !byPosition {
+		return !compact
+	}
+	return canon(run, 65536) && (compact || run == "64")
+}
+
 // TestShardsValueTable: what this version records and accepts in P:shards. A new store's
 // mark carries its run, which the previous version refuses unless it is 64 (so no
 // replica ever shards a store by another run than the one it was created with), and
@@ -249,46 +268,56 @@ func priorRunsRule(v string) bool {
 // earlier version accepted is read with its layout, run and format.
 func TestShardsValueTable(t *testing.T) {
 	for _, tc := range []struct {
-		v            string
-		ok           bool
-		run          int
-		compact      bool
-		landed, prev bool // accepted by the version before the compact mark, before runs
+		v                   string
+		ok                  bool
+		run                 int
+		compact, interned   bool
+		landed, prev, prior bool // accepted by the version before the compact mark, before runs, before interned names
 	}{
-		{"16", true, 0, false, true, true},
-		{"16,p64", true, 64, false, true, true},
-		{"16,p64,c1", true, 64, true, false, true},
-		{"1,p64,c1", true, 64, true, false, true},
-		{"16,p1024,c1", true, 1024, true, false, false},
-		{"16,p4096,c1", true, 4096, true, false, false},
-		{"16,p1,c1", true, 1, true, false, false},
-		{"16,p65536,c1", true, 65536, true, false, false},
-		{"16,p65537,c1", false, 0, false, false, false},
-		{"16,p1024", false, 0, false, false, false},
-		{"16,c1", false, 0, false, false, false},
-		{"16,p64,c2", false, 0, false, false, false},
-		{"16,c1,p64", false, 0, false, false, false},
-		{"016,p64,c1", false, 0, false, false, false},
-		{"0,p64,c1", false, 0, false, false, false},
-		{"16,p64,c1,x", false, 0, false, false, false},
+		{"16", true, 0, false, false, true, true, true},
+		{"16,p64", true, 64, false, false, true, true, true},
+		{"16,p64,c1", true, 64, true, false, false, true, true},
+		{"1,p64,c1", true, 64, true, false, false, true, true},
+		{"16,p1024,c1", true, 1024, true, false, false, false, true},
+		{"16,p4096,c1", true, 4096, true, false, false, false, true},
+		{"16,p1,c1", true, 1, true, false, false, false, true},
+		{"16,p65536,c1", true, 65536, true, false, false, false, true},
+		{"16,p64,c2", true, 64, true, true, false, false, false},
+		{"16,p4096,c2", true, 4096, true, true, false, false, false},
+		{"16,p65537,c1", false, 0, false, false, false, false, false},
+		{"16,p65537,c2", false, 0, false, false, false, false, false},
+		{"16,p1024", false, 0, false, false, false, false, false},
+		{"16,c1", false, 0, false, false, false, false, false},
+		{"16,c2", false, 0, false, false, false, false, false},
+		{"16,p64,c3", false, 0, false, false, false, false, false},
+		{"16,p64,c1,c2", false, 0, false, false, false, false, false},
+		{"16,p64,c2,c1", false, 0, false, false, false, false, false},
+		{"16,c1,p64", false, 0, false, false, false, false, false},
+		{"016,p64,c1", false, 0, false, false, false, false, false},
+		{"0,p64,c1", false, 0, false, false, false, false, false},
+		{"16,p64,c1,x", false, 0, false, false, false, false, false},
 	} {
-		n, run, compact, err := parseShardsValue(tc.v)
-		if (err == nil) != tc.ok || run != tc.run || compact != tc.compact || (tc.ok && n != 16 && n != 1) {
-			t.Errorf("parseShardsValue(%q) = %d, %d, %v, %v", tc.v, n, run, compact, err)
+		n, run, compact, interned, err := parseShardsValue(tc.v)
+		if (err == nil) != tc.ok || run != tc.run || compact != tc.compact || interned != tc.interned || (tc.ok && n != 16 && n != 1) {
+			t.Errorf("parseShardsValue(%q) = %d, %d, %v, %v, %v", tc.v, n, run, compact, interned, err)
 		}
-		if landedShardsRule(tc.v) != tc.landed || priorRunsRule(tc.v) != tc.prev {
-			t.Errorf("%q: accepted before the compact mark %v (want %v), before runs %v (want %v)",
-				tc.v, landedShardsRule(tc.v), tc.landed, priorRunsRule(tc.v), tc.prev)
+		if landedShardsRule(tc.v) != tc.landed || priorRunsRule(tc.v) != tc.prev || priorCompactRule(tc.v) != tc.prior {
+			t.Errorf("%q: accepted before the compact mark %v (want %v), before runs %v (want %v), before interned names %v (want %v)",
+				tc.v, landedShardsRule(tc.v), tc.landed, priorRunsRule(tc.v), tc.prev, priorCompactRule(tc.v), tc.prior)
 		}
-		if tc.ok && shardsMark(n, run, compact) != tc.v {
-			t.Errorf("shardsMark(%d, %d, %v) = %q, want %q", n, run, compact, shardsMark(n, run, compact), tc.v)
+		if tc.ok && shardsMark(n, run, compact, interned) != tc.v {
+			t.Errorf("shardsMark(%d, %d, %v, %v) = %q, want %q", n, run, compact, interned, shardsMark(n, run, compact, interned), tc.v)
 		}
 	}
-	if m := shardsMark(16, DefaultShardRun, true); m != "16,p4096,c1" || landedShardsRule(m) || priorRunsRule(m) {
-		t.Errorf("new store mark %q: accepted before the compact mark %v, before runs %v", m, landedShardsRule(m), priorRunsRule(m))
+	// A new store's mark (interned names) is refused by every earlier version: none of
+	// them reads codes.
+	for _, m := range []string{shardsMark(16, DefaultShardRun, true, true), shardsMark(16, ClusterShardRun, true, true)} {
+		if landedShardsRule(m) || priorRunsRule(m) || priorCompactRule(m) {
+			t.Errorf("new store mark %q accepted by an earlier version", m)
+		}
 	}
-	if m := shardsMark(16, ClusterShardRun, true); m != "16,p64,c1" || !priorRunsRule(m) {
-		t.Errorf("new Cluster store mark %q not accepted by the version before runs", m)
+	if m := shardsMark(16, ClusterShardRun, true, true); m != "16,p64,c2" {
+		t.Errorf("new Cluster store mark %q, want 16,p64,c2", m)
 	}
 }
 
@@ -316,8 +345,8 @@ func TestShardRunOfStore(t *testing.T) {
 		return s
 	}
 	first := open(4096)
-	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,c1" {
-		t.Fatalf("P:shards = %q, want 16,p4096,c1 (BRIDGE_SHARD_RUN=4096)", v)
+	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,c2" {
+		t.Fatalf("P:shards = %q, want 16,p4096,c2 (BRIDGE_SHARD_RUN=4096)", v)
 	}
 	later := open(64)
 	for _, id := range []string{"js:IN:63", "js:IN:4096", "js:IN:100000", "kafka:t:3:8191"} {

@@ -153,7 +153,7 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 		k := s.keys[sh.shard]
 		reading = append(reading, sh)
 		args := []any{"z", q.From, q.To, sh.pos.Score, sh.pos.ID, sh.chunk, bulkHeadLen}
-		calls = append(calls, call{keys: []string{k.z, k.m, k.r}, args: appendStrings(args, q.Literals)})
+		calls = append(calls, call{keys: []string{k.z, k.m, k.r, k.nm}, args: appendStrings(args, q.Literals)})
 		sh.chunk = min(4*sh.chunk, listChunk)
 	}
 	if len(calls) == 0 {
@@ -163,7 +163,10 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 	for i, sh := range reading {
 		out, err := cmds[i].Slice()
 		if err == nil {
-			err = sh.read(out, q.Match)
+			err = s.knowNames(ctx, sh.shard, out)
+		}
+		if err == nil {
+			err = sh.read(out, q.Match, s.book())
 		}
 		if err != nil {
 			return fmt.Errorf("list: shard %d: %w", sh.shard, err)
@@ -173,7 +176,8 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 }
 
 // read takes one scan.lua answer: the matches, the position after it, whether through.
-func (sh *listShard) read(out []any, match func(string) bool) error {
+// names resolves the codes of a store with interned names (knowNames was called on out).
+func (sh *listShard) read(out []any, match func(string) bool, names *nameBook) error {
 	if len(out) < 3 || (len(out)-3)%6 != 0 {
 		return fmt.Errorf("unexpected scan reply of %d values", len(out))
 	}
@@ -184,7 +188,7 @@ func (sh *listShard) read(out []any, match func(string) bool) error {
 		sh.pos.Score, _ = out[2].(string)
 	}
 	for i := 3; i < len(out); i += 6 {
-		l, ok := listed(out[i : i+6])
+		l, ok := listed(out[i:i+6], names)
 		if ok && (match == nil || match(l.Target)) {
 			sh.found = append(sh.found, l)
 		}
@@ -195,7 +199,7 @@ func (sh *listShard) read(out []any, match func(string) bool) error {
 // listed decodes one member of a scan.lua answer: id, z score, prefix, body head, body
 // length, in retry set. ok is false for an entry that does not decode (left out: Get
 // shows it, egress quarantines it).
-func listed(v []any) (Listed, bool) {
+func listed(v []any, names *nameBook) (Listed, bool) {
 	id, _ := v[0].(string)
 	score, _ := v[1].(string)
 	prefix, _ := v[2].(string)
@@ -208,7 +212,7 @@ func listed(v []any) (Listed, bool) {
 	}
 	attempts, err1 := strconv.Atoi(f[1])
 	due, err2 := strconv.ParseInt(f[2], 10, 64)
-	target, source, err3 := decodeHead([]byte(head), id)
+	target, source, err3 := decodeHead([]byte(head), id, names)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return Listed{}, false
 	}
@@ -290,7 +294,10 @@ func scanHead(head []byte) (preamble int, window time.Duration) {
 		}
 		flags := d.byte("flags")
 		d.bytes("target")
-		if flags&flagSourceHTTP != flagSourceHTTP {
+		switch {
+		case flags&flagSourceCode != 0:
+			d.uvarint("source code")
+		case flags&flagSourceHTTP != flagSourceHTTP:
 			d.bytes("source")
 		}
 		if flags&flagKey != 0 {

@@ -23,21 +23,53 @@ import (
 // false or the requests carry source ids (idempotent). A shard's part larger than
 // pieceBytes goes in pieces, which succeed or fail each on its own as shards do. An empty
 // batch does no I/O. Park blocks until Redis answered or ctx is done.
+//
+// In a store with interned names, names new to a shard are interned first (names.go); a
+// shard that no longer holds a code this replica used (a failover lost it) has its codes
+// forgotten and its messages parked once more with codes interned again.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
+	out, stale, err := s.park(ctx, reqs)
+	if len(stale) == 0 {
+		return out, err
+	}
+	again := make([]ParkRequest, len(stale))
+	for k, i := range stale {
+		again[k] = reqs[i]
+	}
+	shards := map[int]bool{}
+	for _, r := range again {
+		if sh := s.ShardOf(r.ID); !shards[sh] {
+			shards[sh] = true
+			s.names.forget(sh)
+		}
+	}
+	res, stale2, err2 := s.park(ctx, again)
+	for k, i := range stale {
+		out[i] = res[k]
+	}
+	if len(stale2) > 0 {
+		err2 = errors.Join(err2, fmt.Errorf("park: %d messages: the shard's names changed while parking", len(stale2)))
+	}
+	return out, errors.Join(err, err2)
+}
+
+// park is Park, once: it returns also the indexes of the requests that a shard refused
+// for a code it does not hold (left unparked, their Parked zero).
+func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, error) {
 	if len(reqs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := s.layoutErr(); err != nil {
-		return nil, fmt.Errorf("park: %w", err)
+		return nil, nil, fmt.Errorf("park: %w", err)
 	}
 	byShard := make(map[int][]int)
 	var order []int // shards in first-seen order, for deterministic calls
 	for i, r := range reqs {
 		if r.ID == "" {
-			return nil, fmt.Errorf("park request %d: empty id", i)
+			return nil, nil, fmt.Errorf("park request %d: empty id", i)
 		}
 		if !r.Absolute && r.Delay < 0 {
-			return nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
+			return nil, nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
 		}
 		sh := s.ShardOf(r.ID)
 		if _, ok := byShard[sh]; !ok {
@@ -45,23 +77,27 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
+	if err := s.internNew(ctx, reqs, byShard); err != nil {
+		return make([]Parked, len(reqs)), nil, fmt.Errorf("park: %w", err)
+	}
 	groups := make([]group, 0, len(order))
 	pieces := make([][]int, 0, len(order)) // the requests of each group, in request order
 	match := map[string]int{}              // target -> quota rule, -1: none (quota.go)
 	for _, sh := range order {
 		idx := byShard[sh]
 		bodies := make([][]byte, len(idx))
+		names := s.newNamesBlock(sh)
 		for k, i := range idx {
 			r := &reqs[i]
 			var sent int64 // stored only where a cancel may name the message: with Replace
 			if r.Replace && knownPublished(r.Published) {
 				sent = r.Published
 			}
-			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load())
+			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load(), names.coded(r.Envelope))
 		}
 		parts := splitPieces(reqs, idx, bodies, pieceBytes)
 		if parts == nil {
-			groups = append(groups, s.parkGroup(reqs, sh, idx, bodies, match))
+			groups = append(groups, s.parkGroup(reqs, sh, idx, bodies, match, names))
 			pieces = append(pieces, idx)
 			continue
 		}
@@ -70,7 +106,7 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			for j, k := range part {
 				own[j], bs[j] = idx[k], bodies[k]
 			}
-			groups = append(groups, s.parkGroup(reqs, sh, own, bs, match))
+			groups = append(groups, s.parkGroup(reqs, sh, own, bs, match, names))
 			pieces = append(pieces, own)
 		}
 	}
@@ -80,11 +116,14 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
 	var errs []error
+	var stale []int
 	for gi, own := range pieces {
-		if err := parkResults(replies[gi], reqs, own, out); err != nil {
+		refused, err := parkResults(replies[gi], reqs, own, out)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("park shard %d: %w", groups[gi].shard, err))
 			continue
 		}
+		stale = append(stale, refused...)
 		for _, i := range own {
 			if out[i].OverQuota {
 				if r := match[reqs[i].Envelope.Target]; r >= 0 {
@@ -93,13 +132,14 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 			}
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, stale, errors.Join(errs...)
 }
 
 // parkGroup is the park group of the requests own (indexes into reqs, one shard sh,
 // encoded as bodies) with its quota block: per message id, mode (with the source time),
-// replace, delay-or-at, body.
-func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte, match map[string]int) group {
+// replace, delay-or-at, body, then the names block (names: the codes the shard's bodies
+// hold).
+func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte, match map[string]int, names *namesBlock) group {
 	args := make([]any, 0, 2+5*len(own))
 	args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
 	for k, i := range own {
@@ -117,7 +157,8 @@ func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte
 		}
 		args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), bodies[k])
 	}
-	args = append(args, s.quota.block(reqs, own, sh, match)...)
+	args = append(args, s.quota.block(reqs, own, sh, match, names)...)
+	args = append(args, names.args()...)
 	return group{shard: sh, keys: s.keys[sh].park, args: args}
 }
 
@@ -165,25 +206,31 @@ func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]
 }
 
 // parkResults fills out[i] for the requests idx of one shard's park group, or, when the
-// group failed, leaves them zero and returns the error.
-func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) error {
+// group failed, leaves them zero and returns the error. It returns the requests the group
+// refused for a code the shard does not hold (left zero).
+func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) ([]int, error) {
 	res, err := reply.slice()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(res) != len(idx) {
-		return fmt.Errorf("%d results for %d messages", len(res), len(idx))
+		return nil, fmt.Errorf("%d results for %d messages", len(res), len(idx))
 	}
+	var stale []int
 	got := make([]Parked, len(idx))
 	for k, i := range idx {
 		pair, ok := res[k].([]any)
 		if !ok || len(pair) != 2 {
-			return fmt.Errorf("unexpected result %v", res[k])
+			return nil, fmt.Errorf("unexpected result %v", res[k])
 		}
 		due, err1 := toInt64(pair[0])
 		existed, err2 := toInt64(pair[1])
 		if err := errors.Join(err1, err2); err != nil {
-			return err
+			return nil, err
+		}
+		if existed == parkedNamesStale {
+			stale = append(stale, i)
+			continue
 		}
 		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1 && existed <= 3, Delivered: existed == 2,
 			Cancelled: existed == 3, OverQuota: existed == 4}
@@ -191,8 +238,12 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 	for k, i := range idx {
 		out[i] = got[k]
 	}
-	return nil
+	return stale, nil
 }
+
+// parkedNamesStale is park.lua's answer for a message of a group whose names block names a
+// code the shard does not hold: nothing of the group was written.
+const parkedNamesStale = 5
 
 // Cancel is CancelAt with the Redis time as the cancel's time.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {

@@ -101,9 +101,9 @@ func (q *quotas) limit(i, sh int) int64 {
 }
 
 // block is the quota block of park's arguments for the requests idx of shard sh
-// (quota.lua quotaGate): a triple target, pattern, limit per target that a rule applies
+// (quota.lua quotaGate): a triple target (as the bodies hold it: names.key), pattern, limit per target that a rule applies
 // to, then their count. match memoizes the rule of each target over one Park call.
-func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]int) []any {
+func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]int, names *namesBlock) []any {
 	var out []any
 	var seen map[string]bool
 	for _, i := range idx {
@@ -123,7 +123,7 @@ func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]i
 			seen = map[string]bool{}
 		}
 		seen[t] = true
-		out = append(out, t, q.rules[r].Pattern, strconv.FormatInt(q.limit(r, sh), 10))
+		out = append(out, names.key(t), q.rules[r].Pattern, strconv.FormatInt(q.limit(r, sh), 10))
 	}
 	return append(out, strconv.Itoa(len(out)))
 }
@@ -280,8 +280,12 @@ func (s *Store) countQuotaShards(ctx context.Context, shards []int, force bool) 
 			if t == "" {
 				continue
 			}
+			name, err := s.nameOf(ctx, t) // a field of {P:s}:n: a code in a store with interned names
+			if err != nil {
+				return fmt.Errorf("quota counts: %w", err)
+			}
 			class[t] = ""
-			if r := s.quota.match(t); r >= 0 {
+			if r := s.quota.match(name); r >= 0 {
 				class[t] = s.quota.rules[r].Pattern
 			}
 		}

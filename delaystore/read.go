@@ -23,7 +23,7 @@ func (s *Store) Get(ctx context.Context, id string) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	st, env, err := decodeStored(raw, id)
+	st, env, err := s.decodeIn(ctx, sh, raw, id)
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}

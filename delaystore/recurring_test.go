@@ -120,7 +120,7 @@ func TestBulkCancelStopsFiringRecurring(t *testing.T) {
 	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour}, []any{"raced", v, "nats:tick"}, nil); err != nil || n != 0 {
 		t.Fatalf("shift of an older version = %d, %v; want fenced", n, err)
 	}
-	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:tick"}, nil); err != nil || n != 1 {
+	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, f.s.targetKey(raced.Shard, "nats:tick")}, nil); err != nil || n != 1 {
 		t.Fatalf("cancel of the occurrence parked since the scan = %d, %v; want 1", n, err)
 	}
 	if _, err := f.s.Get(t.Context(), "raced"); !errors.Is(err, ErrNotFound) {

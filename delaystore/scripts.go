@@ -39,6 +39,7 @@ const (
 	scriptAudit
 	scriptAuditList
 	scriptQuotaCount
+	scriptIntern
 	numScripts
 )
 
@@ -77,6 +78,7 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptQuotaCount: {name: "quotacount"},                                 // no flags: refused when Redis is full
 	scriptStats:      {name: "stats"},                                      // no flags: refused when Redis is full
 	scriptBulkForget: {name: "bulkforget", flags: "allow-oom"},
+	scriptIntern:     {name: "intern"}, // no flags: refused when Redis is full, as park is
 	scriptAudit:      {name: "audit", flags: "allow-oom"},
 	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
 }

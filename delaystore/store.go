@@ -29,6 +29,11 @@ type Store struct {
 	// compact: the store's entries are written compact and its tombstones are sets
 	// (layout.go compactMark); set by Init from P:shards, true until then.
 	compact atomic.Bool
+	// interned: the store's compact entries hold codes for their target and source
+	// (layout.go internedMark, names.go); set by Init from P:shards, true until then.
+	interned atomic.Bool
+	// names: per shard, the interned names this replica knows (names.go).
+	names *nameBook
 	// layoutKnown: Init has read the layout; until then calls that address ids refuse.
 	layoutKnown atomic.Bool
 	// unpackUntil (unix ns): until then every group goes in a call of its own, as on
@@ -86,10 +91,11 @@ type shardKeys struct {
 	zm       []string // z, m
 	zmRSeq   []string // z, m, r, seq: retry
 	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
+	nm       string   // {P:s}:nm, the shard's interned names (names.go)
 	zmtRN    []string // z, m, t, r, n, qt, qc: ack
 	zmSeqTRN []string // z, m, seq, t, r, n, b, bx, qt, qc: bulk
 	b, bx    string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
-	park     []string // z, m, seq, t, r, n, c, cx, qt, qc: park
+	park     []string // z, m, seq, t, r, n, c, cx, qt, qc, nm: park
 	cancel   []string // z, m, t, r, n, c, cx, qt, qc: cancel
 	qt       string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
 	qc       string   // the quota counter hash: {P:quota}, or {P:s}:q on Cluster (quota.lua)
@@ -118,7 +124,8 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 		zmtRN:    []string{z, m, t, r, n, qt, qc},
 		zmSeqTRN: []string{z, m, seq, t, r, n, b, bx, qt, qc},
 		b:        b, bx: bx,
-		park:    []string{z, m, seq, t, r, n, c, cx, qt, qc},
+		park:    []string{z, m, seq, t, r, n, c, cx, qt, qc, tag + ":nm"},
+		nm:      tag + ":nm",
 		cancel:  []string{z, m, t, r, n, c, cx, qt, qc},
 		qt:      qt,
 		qc:      qc,
@@ -184,6 +191,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	}
 	s.run.Store(int64(s.newRun))
 	s.compact.Store(true)
+	s.interned.Store(true)
+	s.names = newNameBook(cfg.Shards)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
@@ -221,14 +230,14 @@ func (s *Store) Init(ctx context.Context) error {
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
 	// An empty store gets the position layout and compact entries; a store that has
 	// P:shards keeps its own.
-	if err := s.rdb.SetNX(ctx, s.shardsKey, shardsMark(s.shards, s.newRun, true), 0).Err(); err != nil && !IsOOM(err) {
+	if err := s.rdb.SetNX(ctx, s.shardsKey, shardsMark(s.shards, s.newRun, true, true), 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
 	if err != nil {
 		return fmt.Errorf("init: read shard count: %w", err)
 	}
-	recorded, run, compact, err := parseShardsValue(v)
+	recorded, run, compact, interned, err := parseShardsValue(v)
 	if err != nil {
 		return fmt.Errorf("init: redis key %s: %w: %w", s.shardsKey, err, ErrShardMismatch)
 	}
@@ -241,6 +250,7 @@ func (s *Store) Init(ctx context.Context) error {
 	}
 	s.run.Store(int64(run))
 	s.compact.Store(compact)
+	s.interned.Store(interned)
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err

@@ -981,7 +981,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx)$|^\{` +
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx|nm)$|^\{` +
 		regexp.QuoteMeta(f.prefix) + `:fleet\}:(members|version|pending|tokens)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()

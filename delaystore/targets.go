@@ -90,10 +90,14 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 			return nil, nil, fmt.Errorf("targets: read shard %d: %w", i, err)
 		}
 		held[i] = map[string]bool{}
-		for t, v := range fields {
+		for f, v := range fields {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if t == "" || err != nil || n <= 0 {
+			if f == "" || err != nil || n <= 0 {
 				continue
+			}
+			t, err := s.nameOf(ctx, f)
+			if err != nil {
+				return nil, nil, fmt.Errorf("targets: read shard %d: %w", i, err)
 			}
 			sum[t] += n
 			held[i][t] = true
@@ -153,7 +157,7 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 			if !sh.done && len(held[sh.shard]) > 0 {
 				k := s.keys[sh.shard]
 				reading = append(reading, sh)
-				calls = append(calls, call{keys: []string{k.z, k.m, k.r},
+				calls = append(calls, call{keys: []string{k.z, k.m, k.r, k.nm},
 					args: []any{"z", 0, int64(math.MaxInt64), sh.pos.Score, sh.pos.ID, listChunk, bulkHeadLen}})
 			}
 		}
@@ -165,7 +169,10 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 		for i, sh := range reading {
 			out, err := cmds[i].Slice()
 			if err == nil {
-				err = sh.read(out, nil)
+				err = s.knowNames(ctx, sh.shard, out)
+			}
+			if err == nil {
+				err = sh.read(out, nil, s.book())
 			}
 			if err != nil {
 				return fmt.Errorf("targets: next due: shard %d: %w", sh.shard, err)

@@ -144,15 +144,26 @@ end
 
 -- headersAt returns the index of the header count of the body starting at index p of s;
 -- nil when it has no header list (a compact body without one) or is malformed. It steps
--- over source id, target, source and key (a few bytes read per field, nothing copied).
+-- over source id, target, source and key (a few bytes read per field, nothing copied); a
+-- source held as a code (flags bit 7, broker bits 0: delaystore/names.go) is a bare
+-- uvarint.
 local function headersAt(s, p)
   local i, compact = flagsAt(s, p)
   if not i then return nil end
   if compact then
     local flags = string.byte(s, i)
-    if not flags or flags >= 128 then return nil end
+    if not flags then return nil end
+    local code = flags >= 128
+    if code then flags = flags - 128 end
     i = skip(s, i + 1) -- target
-    if i and flags % 16 < 12 then i = skip(s, i) end -- source (none when it is "http")
+    if i and code then
+      if flags % 16 >= 4 then return nil end
+      local c
+      c, i = uvarint(s, i) -- source code
+      if not c then return nil end
+    elseif i and flags % 16 < 12 then
+      i = skip(s, i) -- source (none when it is "http")
+    end
     if i and bitOf(flags, 4) == 1 then i = skip(s, i) end -- key
     if bitOf(flags, 5) == 0 then return nil end
     return i

@@ -5,13 +5,19 @@
 --       target: +1 per message written, -1 for the target of an entry it replaces),
 --       7 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       8 = {P:s}:cx (zset id -> until ms: only its size is read here),
---       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua: {P:quota}, or {P:s}:q on Cluster)
+--       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua: {P:quota}, or {P:s}:q on Cluster),
+--       11 = {P:s}:nm (the shard's interned names: delaystore/names.go)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode and source time ('r' relative | 'a' absolute, followed by the message's
 --       time by its source in ms when known: 'r1700000000123'; unknown: never covered by a
 --       remembered cancel), replace ('0' | '1'), delay-or-at ms, body; then the quota block
---       (quota.lua quotaGate: triples target, pattern, limit, then their count; '0': none)
--- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4)}
+--       (quota.lua quotaGate: triples target, pattern, limit, then their count; '0': none),
+--       then the names block: pairs code, name of the codes the bodies hold, then their
+--       count ('0': none)
+-- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4 | 5)}
+-- A group whose names block names a code the shard does not hold as given (a failover
+-- lost it, or the key was deleted) writes nothing: {0, 5} for every message (Go interns
+-- again and parks them once more), so no body is ever written with a code its shard lacks.
 -- A message that would take its target's quota pattern past the limit is not parked:
 -- {0, 4} (BRIDGE_TARGET_QUOTA; an entry it would replace stays as it was).
 -- A body whose source id has a live tombstone (delivered or cancelled; tombs.lua) is not
@@ -89,12 +95,36 @@ local function inDelivery(z, swapped, shardNo)
   return out
 end
 
+-- namesHeld takes the names block off ARGV and reports whether the shard's names hash
+-- (key) holds every code of it with its name: one HMGET, none for an empty block.
+local function namesHeld(key, ARGV)
+  local n = tonumber(ARGV[#ARGV])
+  ARGV[#ARGV] = nil
+  if not n or n == 0 then return true end
+  local base = #ARGV - 2 * n
+  local codes = {}
+  for i = 1, n do codes[i] = ARGV[base + 2 * i - 1] end
+  local got = redis.call('HMGET', key, unpack(codes))
+  local held = true
+  for i = 1, n do
+    if got[i] ~= ARGV[base + 2 * i] then held = false end
+  end
+  for i = #ARGV, base + 1, -1 do ARGV[i] = nil end
+  return held
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
+  local held = namesHeld(KEYS[11], ARGV) -- takes the names block off ARGV
   local gate = quotaGate(KEYS[9], KEYS[10], ARGV) -- takes the quota block off ARGV
   local ids = {}
   for i = 3, #ARGV, W do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return {} end
+  if not held then
+    local out = {}
+    for k = 1, #ids do out[k] = {0, 5} end
+    return out
+  end
   local olds = {}
   for i = 1, #ids, CHUNK do
     local part = redis.call('HMGET', m, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))

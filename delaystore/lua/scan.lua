@@ -1,6 +1,8 @@
 #!lua flags=no-writes
 -- scan: read parked messages of one shard for a bulk change (read-only).
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled)
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
+--       4 = {P:s}:nm (the shard's interned names: a target held as a code is matched by
+--       its name, one HGET per code and call)
 -- ARGV: 1 = 'z' (members of z by score) or 'r' (members of the retry set by due),
 --       2 = min score, 3 = max score (both inclusive), 4 = cursor score, 5 = cursor id
 --       ('' at the start), 6 = max members read, 7 = bytes of the body to return,
@@ -19,8 +21,28 @@
 -- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
 --!include envelope.lua
 
--- holds reports whether target holds the literals ARGV[8...] in order, without overlap.
+-- named: per code field read in this call, its name (false: the shard holds none).
+local named = {}
+
+-- nameOf returns the name a target field stands for: itself, or for a code (the byte 0
+-- first: delaystore/names.go) the name the shard holds for it; nil when it holds none.
+local function nameOf(target)
+  if string.byte(target, 1) ~= 0 then return target end
+  local n = named[target]
+  if n == nil then
+    local code = uvarint(target, 2)
+    n = code and redis.call('HGET', KEYS[4], string.format('%d', code)) or false
+    named[target] = n
+  end
+  return n or nil
+end
+
+-- holds reports whether target holds the literals ARGV[8...] in order, without overlap
+-- (a code whose name the shard lacks passes: Go decides).
 local function holds(target)
+  if #ARGV < 8 then return true end
+  target = nameOf(target)
+  if not target then return true end
   local at = 1
   for i = 8, #ARGV do
     local _, e = string.find(target, ARGV[i], at, true)
