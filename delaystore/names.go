@@ -343,7 +343,7 @@ type namesBlock struct {
 	sh    int
 	names []string   // names used, in first-use order
 	codes []nameCode // their codes (zero: whole)
-	pairs []any    // code, name of the coded ones
+	pairs []any      // code, name of the coded ones
 }
 
 // newNamesBlock returns shard sh's block for one park call; nil without interned names.

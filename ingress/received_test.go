@@ -219,7 +219,13 @@ func TestFastPathParksThenAcks(t *testing.T) {
 	if _, err := st.Get(context.Background(), "f-1"); !errors.Is(err, delaystore.ErrNotFound) {
 		t.Fatalf("the redelivery was parked again: %v", err)
 	}
-	if n := counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", "already_delivered"); n != 1 {
+	// The batch's counts follow its acks (ingress/park.go): wait for them.
+	n := counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", "already_delivered")
+	for deadline := time.Now().Add(5 * time.Second); n != 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // poll interval
+		n = counterValue(t, reg, "delaybridge_messages_in_total", "broker", intake.BrokerNATS, "result", "already_delivered")
+	}
+	if n != 1 {
 		t.Fatalf("already_delivered %v, want 1", n)
 	}
 }

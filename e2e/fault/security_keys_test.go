@@ -118,7 +118,7 @@ func TestRedisKeySetIndependentOfInput(t *testing.T) {
 	keys := secKeys(t, admin)
 	var want []string
 	for i := range shards {
-		for _, k := range []string{"epoch", "m", "n", "seq", "z"} {
+		for _, k := range []string{"epoch", "m", "n", "nm", "seq", "z"} {
 			want = append(want, fmt.Sprintf("{%s:%d}:%s", prefix, i, k))
 		}
 	}
