@@ -190,7 +190,7 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) error {
 			args = append(args, n)
 		}
 		shards = append(shards, sh)
-		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].m}, args: args})
+		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].z}, args: args})
 	}
 	cmds := s.evalPipelined(ctx, s.scripts[scriptIntern], calls)
 	var errs []error

@@ -1,7 +1,7 @@
 -- intern: give names (targets, sources) their codes in one shard (docs/design.md,
 -- "Interned names").
 -- KEYS: 1 = {P:s}:nm (hash: '=<name>' -> code, '<code>' -> name, '#' -> codes given),
---       2 = {P:s}:m (the shard's entries: only its size is read, when '#' is absent)
+--       2 = {P:s}:z (the shard's entries: only its size is read, when '#' is absent)
 -- ARGV: 1 = the most codes the shard gives (maxNames), 2 = the store's shard count,
 --       3 = this shard's number, 4... = names (never empty, never starting with the byte 0)
 -- returns: per name, its code, or 0 when it has none and the shard gave its last code
@@ -17,7 +17,7 @@
 local key = KEYS[1]
 local most, shards, shard = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local given = redis.call('HGET', key, '#')
-if not given and redis.call('HLEN', KEYS[2]) > 0 then most = 0 end
+if not given and redis.call('ZCARD', KEYS[2]) > 0 then most = 0 end
 local out = {}
 for i = 4, #ARGV do
   local name = ARGV[i]

@@ -25,8 +25,11 @@ func TestE2ReplicaPausedLongerThanLease(t *testing.T) {
 	s := newStack(t)
 	c := newChecker(t, s)
 	const lease = time.Second
+	// Runs of 64 positions: the 6000 messages spread over every shard, so that both
+	// replicas hold claimed batches (with the default runs of 4096 they fall in two shards,
+	// both B's in about one run of four, and A would hold nothing).
 	env := func() map[string]string {
-		return s.envWith("BRIDGE_LEASE", lease.String(), "BRIDGE_OWNERSHIP_TTL", "1s")
+		return s.envWith("BRIDGE_LEASE", lease.String(), "BRIDGE_OWNERSHIP_TTL", "1s", "BRIDGE_SHARD_RUN", "64")
 	}
 	a := e2etest.StartReady(t, bridgeBin, env())
 	b := e2etest.StartReady(t, bridgeBin, env())
