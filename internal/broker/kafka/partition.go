@@ -12,11 +12,16 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // partitionConsumer consumes one partition for one generation of the group. One
 // goroutine (run) owns all of its state; the Ack and Nack of handed-out messages reach
-// it as events, sent by one watcher goroutine per message.
+// it as events: a watermill message's through one watcher goroutine per message
+// (Subscribe), a headers.Received's sent by its Ack or Nack itself (SubscribeReceived).
+// The events channel holds MaxInFlight: every entry of the window has at most one event
+// under way (its Ack or Nack while handed out, its resend while nacked), so a sender
+// never waits for run.
 //
 // State: window holds, in offset order, every record fetched and not yet covered by
 // the commit point: queued for hand-out, handed out, nacked and waiting to be handed out
@@ -41,6 +46,7 @@ type partitionConsumer struct {
 	fresh       *entry   // fetched, not yet handed out
 	offer       *entry   // the entry of the prepared delivery, if any
 	offerMsg    *message.Message
+	offerRec    *received // the prepared delivery on the fast path
 	offerCancel context.CancelFunc
 	outstanding int   // handed out, awaiting Ack or Nack
 	committable int64 // offset after the acked prefix; -1 before any
@@ -52,6 +58,7 @@ type partitionConsumer struct {
 type entry struct {
 	offset   int64
 	msg      *message.Message // pristine; each delivery is a copy. nil once acked
+	rec      *record          // the same on the fast path (each delivery a received)
 	acked    bool
 	resend   *time.Timer // pending NackResendDelay
 	handedAt int         // deliveries so far
@@ -78,7 +85,7 @@ func newPartitionConsumer(sub *subscription, gen *kafkago.Generation, pa kafkago
 		partition:   pa.ID,
 		start:       pa.Offset,
 		log:         sub.log.With("partition", pa.ID, "generation", gen.ID),
-		events:      make(chan event),
+		events:      make(chan event, max(sub.s.cfg.MaxInFlight, 1)),
 		done:        make(chan struct{}),
 		committable: -1,
 		committed:   -1,
@@ -103,9 +110,14 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 	handing := true
 	for {
 		var outCh chan<- *message.Message
+		var fastCh chan<- *headers.Received
 		if handing {
 			pc.prepareOffer(runCtx)
-			if pc.offer != nil {
+			switch {
+			case pc.offer == nil:
+			case pc.sub.fast != nil:
+				fastCh = pc.sub.fast
+			default:
 				outCh = pc.sub.out
 			}
 		}
@@ -127,10 +139,17 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 			pc.withdrawOffer()
 			stopReader()
 		case km := <-fetchCh:
-			e := &entry{offset: km.Offset, msg: fromKafka(&km, pc.cfg.UUIDHeader)}
+			e := &entry{offset: km.Offset}
+			if pc.sub.fast != nil {
+				e.rec = newRecord(&km, pc.cfg.UUIDHeader)
+			} else {
+				e.msg = fromKafka(&km, pc.cfg.UUIDHeader)
+			}
 			pc.window = append(pc.window, e)
 			pc.fresh = e
 		case outCh <- pc.offerMsg:
+			pc.handedOut()
+		case fastCh <- pc.offerRecReceived():
 			pc.handedOut()
 		case ev := <-pc.events:
 			pc.handle(ev, handing)
@@ -241,10 +260,22 @@ func (pc *partitionConsumer) prepareOffer(runCtx context.Context) {
 	default:
 		return
 	}
+	if e.rec != nil {
+		pc.offer, pc.offerRec = e, newReceived(pc, e)
+		return
+	}
 	msg := e.msg.Copy()
 	ctx, cancel := context.WithCancel(runCtx)
 	msg.SetContext(ctx)
 	pc.offer, pc.offerMsg, pc.offerCancel = e, msg, cancel
+}
+
+// offerRecReceived is the prepared fast-path delivery as handed out (nil when none).
+func (pc *partitionConsumer) offerRecReceived() *headers.Received {
+	if pc.offerRec == nil {
+		return nil
+	}
+	return &pc.offerRec.Received
 }
 
 // withdrawOffer drops the prepared delivery; its record stays unacked in the window,
@@ -253,17 +284,24 @@ func (pc *partitionConsumer) withdrawOffer() {
 	if pc.offer == nil {
 		return
 	}
-	pc.offerCancel()
-	pc.offer, pc.offerMsg, pc.offerCancel = nil, nil, nil
+	if pc.offerCancel != nil {
+		pc.offerCancel()
+	}
+	pc.offer, pc.offerMsg, pc.offerRec, pc.offerCancel = nil, nil, nil, nil
 }
 
+// handedOut records that the prepared delivery was taken; a watermill message gets its
+// watcher (a fast-path one reports its own Ack or Nack).
 func (pc *partitionConsumer) handedOut() {
 	e, msg, cancel := pc.offer, pc.offerMsg, pc.offerCancel
-	pc.offer, pc.offerMsg, pc.offerCancel = nil, nil, nil
+	pc.offer, pc.offerMsg, pc.offerRec, pc.offerCancel = nil, nil, nil, nil
 	e.handedAt++
 	pc.outstanding++
 	if pc.log.Enabled(context.Background(), slog.LevelDebug) {
-		pc.log.Debug("kafka message handed out", "offset", e.offset, "uuid", msg.UUID, "delivery", e.handedAt)
+		pc.log.Debug("kafka message handed out", "offset", e.offset, "delivery", e.handedAt)
+	}
+	if msg == nil {
+		return
 	}
 	pc.watchers.Add(1)
 	go pc.watch(e, msg, cancel)
@@ -297,7 +335,7 @@ func (pc *partitionConsumer) handle(ev event, handing bool) {
 	case evAck:
 		pc.outstanding--
 		e.acked = true
-		e.msg = nil
+		e.msg, e.rec = nil, nil
 		pc.advance()
 	case evNack:
 		pc.outstanding--

@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // Subscriber defaults.
@@ -236,8 +237,19 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 //
 // Fails on an empty topic, or after Close ([ErrClosed]).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	sub := &subscription{s: s, topic: topic, out: make(chan *message.Message)}
+	if err := s.start(ctx, sub); err != nil {
+		return nil, err
+	}
+	return sub.out, nil
+}
+
+// start runs sub (its topic, and out or fast set) as Subscribe describes, in the
+// background, until ctx ends or Close; then it closes sub's channel.
+func (s *Subscriber) start(ctx context.Context, sub *subscription) error {
+	topic := sub.topic
 	if topic == "" {
-		return nil, errors.New("subscribe: empty topic")
+		return errors.New("subscribe: empty topic")
 	}
 	log := s.log.With("topic", topic)
 	cgcfg := kafkago.ConsumerGroupConfig{
@@ -258,24 +270,24 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		ErrorLogger:           kafkaLogger(log),
 	}
 	if err := cgcfg.Validate(); err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", topic, err)
+		return fmt.Errorf("subscribe to %s: %w", topic, err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("subscribe to %s: subscriber %w", topic, ErrClosed)
+		return fmt.Errorf("subscribe to %s: subscriber %w", topic, ErrClosed)
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.closeCtx, cancel)
-	sub := &subscription{s: s, topic: topic, out: make(chan *message.Message), log: log}
+	sub.log = log
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
 		defer stopOnClose()
-		defer close(sub.out)
+		defer sub.close()
 		if !sub.awaitTopic(runCtx) {
 			return
 		}
@@ -287,15 +299,26 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		log.Info("joining kafka consumer group")
 		sub.run(runCtx, cg)
 	}()
-	return sub.out, nil
+	return nil
 }
 
-// subscription is one Subscribe call: one member of the group.
+// subscription is one Subscribe (or SubscribeReceived) call: one member of the group.
+// It hands out watermill messages on out, or, when fast is set, headers.Received on fast.
 type subscription struct {
 	s     *Subscriber
 	topic string
 	out   chan *message.Message
+	fast  chan *headers.Received
 	log   *slog.Logger
+}
+
+// close closes the channel sub hands out on.
+func (sub *subscription) close() {
+	if sub.fast != nil {
+		close(sub.fast)
+		return
+	}
+	close(sub.out)
 }
 
 // awaitTopic returns true once the topic exists (or cannot be checked: the group then
