@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // maxNames is the most names one shard interns (intern.lua answers 0 beyond it: the name
@@ -176,8 +177,11 @@ func (s *Store) loadNames(ctx context.Context, sh int) error {
 
 // intern gives codes to the names of each shard (shard -> names not settled there) that
 // the shard has none for yet, one intern.lua call per shard in one pipeline, and records
-// the answers in the book. It blocks until Redis answered or ctx is done.
-func (s *Store) intern(ctx context.Context, want map[int][]string) error {
+// the answers in the book. It returns the error of each shard whose call failed; a script
+// error (a key of the wrong type) turns packing off for unpackFor, as a packed call's does
+// (runList), so that the broken shard's claims do not take the others' with them. It
+// blocks until Redis answered or ctx is done.
+func (s *Store) intern(ctx context.Context, want map[int][]string) map[int]error {
 	if len(want) == 0 {
 		return nil
 	}
@@ -193,7 +197,7 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) error {
 		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].z}, args: args})
 	}
 	cmds := s.evalPipelined(ctx, s.scripts[scriptIntern], calls)
-	var errs []error
+	var errs map[int]error
 	for i, cmd := range cmds {
 		sh := shards[i]
 		codes, err := cmd.Int64Slice()
@@ -201,7 +205,13 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) error {
 			err = fmt.Errorf("%d codes for %d names", len(codes), len(want[sh]))
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("intern names of shard %d: %w", sh, err))
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[sh] = fmt.Errorf("intern names: %w", err)
+			if groupsFailed(err) { // the shard's keys refuse a script: keep its groups apart, as runList does
+				s.unpackUntil.Store(time.Now().Add(unpackFor).UnixNano())
+			}
 			continue
 		}
 		for j, name := range want[sh] {
@@ -210,7 +220,7 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // decodeIn decodes the stored envelope raw of message id of shard sh (decodeStored),
@@ -298,11 +308,12 @@ func targetField(head string) string {
 
 // internNew interns, in a store with interned names, the targets and sources of reqs
 // (byShard: shard -> their indexes) that their shard has no settled code for, in one
-// round trip. Settled names cost no allocation and no I/O. An error leaves the names
-// unsettled: Park fails (a Redis that refuses it would refuse the park too), rather than
-// park them whole into a shard that has no '#' yet (intern.lua would then give that shard
-// no code until it is empty).
-func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[int][]int) error {
+// round trip, and returns the error of each shard whose call failed. Settled names cost no
+// allocation and no I/O. A failed shard's names stay unsettled and Park parks none of its
+// messages (a Redis that refuses the call would refuse the park too), rather than park
+// them whole into a shard that may have no '#' yet (intern.lua would then give that shard
+// no code until it is empty); the other shards go on.
+func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[int][]int) map[int]error {
 	if s.book() == nil {
 		return nil
 	}

@@ -21,8 +21,8 @@ func (f *fixture) internSample(t *testing.T) {
 	for sh := range f.s.Shards() {
 		want[sh] = []string{e.Target, e.Source}
 	}
-	if err := f.s.intern(t.Context(), want); err != nil {
-		t.Fatal(err)
+	if errs := f.s.intern(t.Context(), want); errs != nil {
+		t.Fatal(errs)
 	}
 }
 

@@ -77,13 +77,16 @@ func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, 
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
-	if err := s.internNew(ctx, reqs, byShard); err != nil {
-		return make([]Parked, len(reqs)), nil, fmt.Errorf("park: %w", err)
-	}
+	var errs []error
+	failed := s.internNew(ctx, reqs, byShard)
 	groups := make([]group, 0, len(order))
 	pieces := make([][]int, 0, len(order)) // the requests of each group, in request order
 	match := map[string]int{}              // target -> quota rule, -1: none (quota.go)
 	for _, sh := range order {
+		if err := failed[sh]; err != nil { // its messages stay unparked, as a failed group's
+			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
+			continue
+		}
 		idx := byShard[sh]
 		bodies := make([][]byte, len(idx))
 		names := s.newNamesBlock(sh)
@@ -115,7 +118,6 @@ func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, 
 	replies := s.runList(ctx, &list, true).pick(at)
 	s.mem.note(replies)
 	out := make([]Parked, len(reqs))
-	var errs []error
 	var stale []int
 	for gi, own := range pieces {
 		refused, err := parkResults(replies[gi], reqs, own, out)

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/delaybridge/delaybridge/internal/broker/brokertest"
 	wmkafka "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
@@ -31,16 +32,7 @@ func (e *env) subscribeReceived(t *testing.T, cfg wmkafka.SubscriberConfig, h *r
 // nextReceived returns the next message of ch, failing after waitFor.
 func nextReceived(t *testing.T, ch <-chan *headers.Received) *headers.Received {
 	t.Helper()
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			t.Fatal("channel closed")
-		}
-		return r
-	case <-time.After(waitFor):
-		t.Fatal("no message within the wait")
-	}
-	return nil
+	return brokertest.NextReceived(t, ch, waitFor)
 }
 
 // receivedByOffset takes n messages of partition 0 and returns them by offset.

@@ -9,6 +9,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/delaybridge/delaybridge/internal/broker/brokertest"
 	wmnats "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -26,16 +27,7 @@ func (e *env) subscribeReceived(t *testing.T, ctx context.Context, cfg wmnats.Su
 
 func nextReceived(t *testing.T, ch <-chan *headers.Received) *headers.Received {
 	t.Helper()
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			t.Fatal("channel closed, want a message")
-		}
-		return r
-	case <-time.After(waitFor):
-		t.Fatal("no message within 10s")
-	}
-	return nil
+	return brokertest.NextReceived(t, ch, waitFor)
 }
 
 // The fast path gives what Subscribe's metadata gives: Nats-Msg-Id as the ID, the headers
