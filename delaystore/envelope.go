@@ -476,11 +476,7 @@ func (d *decoder) name(f []byte) string {
 	if d.err != nil {
 		return ""
 	}
-	n, err := d.names.resolve(f)
-	if err != nil {
-		d.err = err
-	}
-	return n
+	return d.keep(d.names.resolve(f))
 }
 
 // code returns the name of code (nameBook.nameOfCode).
@@ -488,7 +484,11 @@ func (d *decoder) code(code uint64) string {
 	if d.err != nil {
 		return ""
 	}
-	n, err := d.names.nameOfCode(code)
+	return d.keep(d.names.nameOfCode(code))
+}
+
+// keep returns n, recording err as the decoder's error when set.
+func (d *decoder) keep(n string, err error) string {
 	if err != nil {
 		d.err = err
 	}
