@@ -92,9 +92,7 @@ func redisCPU(b *testing.B, f *fixture) float64 {
 // ulid: 26-character ids (ULIDs, as core NATS and the HTTP API make), typical target and
 // source, no headers. jetstream: as ingress parks a JetStream message without x-delay-id
 // (e2e/bench's messages): id and source id "js:IN:<seq>", x-delay-hops 1. used_memory
-// delta / count, the same minus the 100 B payload, and the stored value's length. Each in
-// a compact store (created by this version) and a text one (P:shards "16,p64": a store of
-// an earlier version, which keeps that version's format): the baseline in the same run.
+// delta / count, the same minus the 100 B payload, and the stored value's length.
 // Run: go test -run '^$' -bench BenchmarkParkedMemory -benchtime 1x ./delaystore/
 func BenchmarkParkedMemory(b *testing.B) {
 	ulid := func(i int) ParkRequest {
@@ -110,27 +108,12 @@ func BenchmarkParkedMemory(b *testing.B) {
 		name string
 		req  func(int) ParkRequest
 	}{{"ulid", ulid}, {"jetstream", js}} {
-		for _, store := range []string{"interned", "compact", "text"} {
-			b.Run(c.name+"/store="+store, func(b *testing.B) {
-				for range b.N {
-					benchParkedMemory(b, c.req, storeMark(store))
-				}
-			})
-		}
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				benchParkedMemory(b, c.req)
+			}
+		})
 	}
-}
-
-// storeMark is the P:shards mark a benchmark's store starts with (16 shards): "" (Init
-// creates a store with interned names) or that of a store of an earlier version (compact
-// entries, or the text format).
-func storeMark(store string) string {
-	switch store {
-	case "text":
-		return "16,p64"
-	case "compact":
-		return "16,p4096,c1"
-	}
-	return ""
 }
 
 // usedMemory is Redis used_memory (INFO memory).
@@ -153,8 +136,8 @@ func usedMemory(b testing.TB, f *fixture) float64 {
 	return 0
 }
 
-func benchParkedMemory(b *testing.B, req func(int) ParkRequest, mark string) {
-	f := newMarkedFixture(b, testredis.Start(b).URL(), mark, func(c *Config) { c.Shards = 16 })
+func benchParkedMemory(b *testing.B, req func(int) ParkRequest) {
+	f := newFixture(b, testredis.Start(b).URL(), func(c *Config) { c.Shards = 16 })
 	mem := func() float64 { return usedMemory(b, f) }
 	const n, batch = 100_000, 1000
 	payload := make([]byte, 100)
@@ -183,21 +166,16 @@ func benchParkedMemory(b *testing.B, req func(int) ParkRequest, mark string) {
 // BenchmarkTombstoneMemory reports Redis memory per tombstone: 100k messages with source
 // ids ("js:IN:<seq>", as e2e/bench's JetStream messages) parked due at once, claimed and
 // acked in batches of 1000 (TTL 90 s, the default); used_memory after (the entries gone,
-// the tombstones left) minus before, per message. In a compact store (sets) and a text
-// one (the zset of earlier versions), the baseline in the same run.
+// the tombstones left) minus before, per message.
 // Run: go test -run '^$' -bench BenchmarkTombstoneMemory -benchtime 1x ./delaystore/
 func BenchmarkTombstoneMemory(b *testing.B) {
-	for _, store := range []string{"compact", "text"} {
-		b.Run("store="+store, func(b *testing.B) {
-			for range b.N {
-				benchTombstoneMemory(b, storeMark(store))
-			}
-		})
+	for range b.N {
+		benchTombstoneMemory(b)
 	}
 }
 
-func benchTombstoneMemory(b *testing.B, mark string) {
-	f := newMarkedFixture(b, testredis.Start(b).URL(), mark, func(c *Config) { c.Shards = 16; c.TombstoneTTL = 90 * time.Second })
+func benchTombstoneMemory(b *testing.B) {
+	f := newFixture(b, testredis.Start(b).URL(), func(c *Config) { c.Shards = 16; c.TombstoneTTL = 90 * time.Second })
 	const n, batch = 100_000, 1000
 	before := usedMemory(b, f)
 	for i := 0; i < n; i += batch {

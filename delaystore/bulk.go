@@ -236,7 +236,7 @@ func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []a
 		args[5], args[6], args[7], args[8], args[9] = prog.id, prog.expect, prog.next, prog.counted, s.audit.cfg.Retention.Milliseconds()
 	}
 	args = append(args, picked...)
-	out, err := s.evalConfirmed(ctx, s.scripts[scriptBulk], []call{{keys: k.zmSeqTRN, args: args, fence: k.seq}})[0].Slice()
+	out, err := s.evalConfirmed(ctx, s.scripts[scriptBulk], []call{{keys: k.bulk, args: args, fence: k.seq}})[0].Slice()
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -262,10 +262,14 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}
-	if err := s.knowNames(ctx, cur.Shard, out); err != nil {
+	names, err := s.scanNames(ctx, cur.Shard, out)
+	if errors.Is(err, errNamesMoved) {
+		return cur, false, nil // read the chunk again
+	}
+	if err != nil {
 		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
 	}
-	picked, lineage, next, done, err := s.pick(out, sel, cur, op.Kind == BulkCancel && !dryRun)
+	picked, lineage, next, done, err := pick(out, names, sel, cur, op.Kind == BulkCancel && !dryRun)
 	if err != nil {
 		return cur, false, err
 	}
@@ -282,21 +286,22 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	return next, done, nil
 }
 
-// pick reads scan.lua's answer: the (id, version, target) triples that sel matches, the
+// pick reads scan.lua's answer (its codes resolved by names): the (id, version, target)
+// triples that sel matches, the
 // cursor after the chunk and whether the pass is through. Entries newer than the pass
 // (cur.MaxVersion) are left out, unless lineage (a cancel: a recurring message that fired
 // since the pass began has a newer version): then they are picked with the version
 // ">MaxVersion", which bulk.lua takes only for a recurring message (a message parked
 // since the pass began is left alone, as by every bulk change), and counted in lineage.
-func (s *Store) pick(out []any, sel Selector, cur BulkCursor, withLineage bool) (picked []any, lineage int, next BulkCursor, done bool, err error) {
-	if len(out) < 3 || (len(out)-3)%6 != 0 {
+func pick(out []any, names *nameTable, sel Selector, cur BulkCursor, withLineage bool) (picked []any, lineage int, next BulkCursor, done bool, err error) {
+	if len(out) < scanHeadLen || (len(out)-scanHeadLen)%6 != 0 {
 		return nil, 0, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
 	}
 	through, _ := out[0].(int64)
 	next = cur
 	next.ID, _ = out[1].(string)
 	next.Score, _ = out[2].(string)
-	for i := 3; i < len(out); i += 6 {
+	for i := scanHeadLen; i < len(out); i += 6 {
 		id, _ := out[i].(string)
 		prefix, _ := out[i+2].(string)
 		head, _ := out[i+3].(string)
@@ -305,7 +310,7 @@ func (s *Store) pick(out []any, sel Selector, cur BulkCursor, withLineage bool) 
 		if !ok || (newer && !withLineage) || due < sel.DueFrom || due > sel.DueTo {
 			continue
 		}
-		target, _, err := decodeHead([]byte(head), id, s.book())
+		target, _, err := decodeHead([]byte(head), id, names)
 		if sel.Match != nil && (err != nil || !sel.Match(target)) {
 			continue
 		}
@@ -330,23 +335,18 @@ func parsePrefix(p string) (version, due int64, ok bool) {
 }
 
 // decodeHead reads the target and source from the first bytes of the body of message id
-// (encodeBody): format byte, source id, target, source (and, compact, the flags),
-// resolving codes through names (nil: none; errUnknownName when it lacks one).
-func decodeHead(b []byte, id string, names *nameBook) (target, source string, err error) {
+// (encodeBody): format byte, source id, flags, target, source, resolving codes through
+// names (the shard's table as of the read).
+func decodeHead(b []byte, id string, names *nameTable) (target, source string, err error) {
 	if len(b) == 0 {
 		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
 	d := decoder{b: b[1:], names: names}
-	if b[0] == formatSource || b[0] == formatCompactSource {
+	if b[0] == formatSource {
 		d.bytes("source id")
 	}
-	if b[0] < formatCompactNoSource {
-		target = string(d.bytes("target"))
-		source = string(d.bytes("source"))
-		return target, source, d.err
-	}
 	var e Envelope
-	d.compactHead(&e)
+	d.head(&e)
 	return e.Target, e.Source, d.err
 }
 

@@ -329,12 +329,16 @@ func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *Op
 		if err != nil {
 			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
 		}
-		if err := s.knowNames(ctx, sh, out); err != nil {
+		names, err := s.scanNames(ctx, sh, out)
+		if errors.Is(err, errNamesMoved) {
+			return p, nil // read the chunk again
+		}
+		if err != nil {
 			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
 		}
 		var lineage int
 		var through bool
-		picked, lineage, next, through, err = s.pick(out, sel, p.cur, o.Spec.Kind == BulkCancel && !o.Spec.DryRun)
+		picked, lineage, next, through, err = pick(out, names, sel, p.cur, o.Spec.Kind == BulkCancel && !o.Spec.DryRun)
 		if err != nil {
 			return p, err
 		}

@@ -27,7 +27,7 @@ type Applied struct {
 // Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
 // concurrent claims on one shard never return the same message under the same lease.
 func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
-	g, err := s.claimGroup(shard, limit, 0)
+	g, names, err := s.claimGroup(shard, limit, 0)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -37,28 +37,35 @@ func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
-	return s.parseClaim(ctx, shard, res)
+	return s.parseClaim(shard, names, res)
 }
 
 // claimGroup is the claim script's group for one shard: up to limit messages due by
-// Redis time + ahead (<= 0: due now).
-func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, error) {
+// Redis time + ahead (<= 0: due now). It returns the table of the shard's names whose
+// generation the group names: parseClaim decodes with it when the script answers that
+// the shard's names are still at that generation.
+func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, *nameTable, error) {
 	if err := s.checkShard(shard); err != nil {
-		return group{}, fmt.Errorf("claim: %w", err)
+		return group{}, nil, fmt.Errorf("claim: %w", err)
 	}
 	if limit < 1 {
-		return group{}, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
+		return group{}, nil, fmt.Errorf("claim shard %d: limit %d < 1", shard, limit)
 	}
-	return group{shard: shard, keys: s.keys[shard].zm, args: []any{s.leaseMS, limit, max(ahead.Milliseconds(), 0)}}, nil
+	names := s.names.table(shard)
+	return group{shard: shard, keys: s.keys[shard].claim, args: []any{s.leaseMS, limit, max(ahead.Milliseconds(), 0), names.gen}}, names, nil
 }
 
-// parseClaim reads the claim script's answer for shard. A body with a name code the
-// shard's table lacks (another replica interned it) has the table loaded once, which
-// blocks until Redis answered or ctx is done; when that fails the claim is an error (its
-// messages come back when the lease ends), never corrupt.
-func (s *Store) parseClaim(ctx context.Context, shard int, res []any) (Claim, error) {
-	if len(res) < 3 || len(res)%3 != 0 {
+// parseClaim reads the claim script's answer for shard, decoding the bodies with names
+// (the table the call named) or, when the script answered the shard's names whole, with
+// those (which then become the book's table of the shard). A code the table the entries
+// were read with does not hold is a corrupt entry. It does not block.
+func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error) {
+	if len(res) < 4 || (len(res)-4)%3 != 0 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
+	}
+	if all, ok := res[3].([]any); ok {
+		names = parseTable(pairsOf(all), shard, s.shards)
+		s.names.adopt(shard, names)
 	}
 	now, err1 := toInt64(res[0])
 	token, err2 := toInt64(res[1])
@@ -67,10 +74,10 @@ func (s *Store) parseClaim(ctx context.Context, shard int, res []any) (Claim, er
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
 	c := Claim{Now: now, Next: next}
-	if n := (len(res) - 3) / 3; n > 0 {
+	if n := (len(res) - 4) / 3; n > 0 {
 		c.Messages = make([]Claimed, 0, n)
 	}
-	for i := 3; i < len(res); i += 3 {
+	for i := 4; i < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		raw, ok2 := res[i+1].(string)
 		at, ok3 := res[i+2].(int64)
@@ -78,11 +85,8 @@ func (s *Store) parseClaim(ctx context.Context, shard int, res []any) (Claim, er
 			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T, %T", shard, res[i], res[i+1], res[i+2])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
-		st, env, err := s.decodeIn(ctx, shard, raw, id)
+		st, env, err := decodeStored(raw, id, names)
 		rc.Version = st.version
-		if errors.Is(err, errUnknownName) || (err != nil && ctx.Err() != nil) {
-			return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
-		}
 		if err != nil {
 			c.Corrupt = append(c.Corrupt, rc)
 			continue
@@ -127,7 +131,7 @@ func (s *Store) ackGroups(rs []Receipt, claimed map[int]bool) ([]group, error) {
 		}
 		return []any{strconv.FormatInt(s.tombMS, 10), head}
 	}
-	return s.fencedGroups("ack", func(k shardKeys) []string { return k.zmtRN }, lead, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fencedGroups("ack", func(k shardKeys) []string { return k.ack }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
@@ -153,7 +157,7 @@ func (s *Store) Retry(ctx context.Context, rs []RetryRequest) (Applied, error) {
 
 // retryGroups builds Retry's script groups, one per shard.
 func (s *Store) retryGroups(rs []RetryRequest) ([]group, error) {
-	return s.fencedGroups("retry", func(k shardKeys) []string { return k.zmRSeq }, func(int) []any { return nil }, len(rs), func(i int) (Receipt, []any, error) {
+	return s.fencedGroups("retry", func(k shardKeys) []string { return k.retry }, func(int) []any { return nil }, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		head := []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}
 		switch {

@@ -14,32 +14,26 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// Body formats: the first byte of every encoded body; a new layout gets a new byte. Formats
-// 1-3 (the layout every version reads: written in stores of earlier versions,
-// encodeLegacy) and 4-6 (the compact layout written in compact stores, encodeCompact)
-// differ only in where the source id is: none (1, 4), the message id
-// itself (2, 5: a message without x-delay-id, the common case, pays no byte for it), or a
-// uvarint-length-prefixed field after the format byte (3, 6). The Lua scripts read it
-// (sourceOf and targetOf in envelope.lua).
+// Body formats: the first byte of every encoded body. They differ only in where the source
+// id is: none (formatNoSource), the message id itself (formatSourceIsID: a message without
+// x-delay-id, the common case, pays no byte for it), or a uvarint-length-prefixed field
+// after the format byte (formatSource). The Lua scripts read it (sourceOf and targetOf in
+// envelope.lua).
 const (
 	formatNoSource   = 1
 	formatSourceIsID = 2
 	formatSource     = 3
-
-	formatCompactNoSource   = 4
-	formatCompactSourceIsID = 5
-	formatCompactSource     = 6
 )
 
-// Flags of a compact body (formats 4-6), the byte after the format byte (and source id):
+// Flags of a body, the byte after the format byte (and source id):
 // bits 0-1 reserved (0: the target field is the whole target, as the scripts read it:
 // cutting its prefix cost Lua a concatenation per read, about 0.3 us of Redis CPU per
 // message, for 5 bytes that cross no size class), bits 2-3 the source's broker prefix that
 // is left out of the source field (flagNATS: "nats:", flagKafka: "kafka:", 0: none, the
 // field is the whole source; 3, flagSourceHTTP: the source is "http" and has no field),
-// then whether a key, a header list and a hops count follow, and (bit 7, flagSourceCode;
-// stores with interned names only) whether the source is a code: a bare uvarint in place
-// of the source field, broker bits 0 (names.go).
+// then whether a key, a header list and a hops count follow, and (bit 7, flagSourceCode)
+// whether the source is a code: a bare uvarint in place of the source field, broker bits 0
+// (names.go).
 const (
 	flagNATS       = 1
 	flagKafka      = 2
@@ -51,30 +45,20 @@ const (
 	flagSourceCode = 1 << 7
 )
 
-// brokerPrefixes are the source prefixes a compact body leaves out, by their flag value.
+// brokerPrefixes are the source prefixes a body leaves out, by their flag value.
 var brokerPrefixes = [3]string{"", "nats:", "kafka:"}
 
 // sourceHTTP is the one source without a broker name (the message API, core requests).
 const sourceHTTP = "http"
 
-// Key flag values.
-const (
-	keyAbsent  = 0
-	keyPresent = 1
-)
-
 // Envelope fields stored as the last headers of the body, in this order, each only when
-// set, so the body formats stay as they were: a bridge that predates them reads the
-// entries as reserved headers, which it never sends to a broker. metaMisfire holds
-// Envelope.Misfire (written first, so that a bridge that predates it still finds the two
-// after it), metaExpires Envelope.Expires (decimal milliseconds, > 0), metaEvery
-// Envelope.Every. metaTombstone ("1": Envelope.Tombstone) comes before them all, for the
-// same reason. metaSent, first of all, is the source time of a message parked with
-// Replace (ParkRequest.Published, decimal ms): cancel.lua reads it, so that a cancel does
-// not delete a message its source published after the cancel; the decoder drops it.
-// metaWindow, right after metaSent (so that a bridge that predates it still finds all the
-// others after it), holds Envelope.Window (decimal ms, > 0) and, for a recurring message,
-// ",<Envelope.Anchor>".
+// set: metaSent, the source time of a message parked with Replace (ParkRequest.Published,
+// decimal ms: cancel.lua reads it, so that a cancel does not delete a message its source
+// published after the cancel; the decoder drops it), metaWindow (Envelope.Window, decimal
+// ms > 0, and for a recurring message ",<Envelope.Anchor>"), metaTombstone ("1":
+// Envelope.Tombstone), metaMisfire (Envelope.Misfire), metaExpires (Envelope.Expires,
+// decimal ms > 0) and metaEvery (Envelope.Every, last: bulk.lua's recurring looks for it
+// there). They are reserved headers, which no adapter ever sends to a broker.
 const (
 	metaSent      = headers.ReservedPrefix + "sent"
 	metaWindow    = headers.ReservedPrefix + "window"
@@ -188,55 +172,14 @@ func canonicalMS(v string) (int64, bool) {
 	return ms, err == nil && ms > 0 && strconv.FormatInt(ms, 10) == v
 }
 
-// encodeBody encodes the Go-owned part of a stored envelope of message id in the compact
-// layout (encodeBodySent with compact). Tests and tools use it.
-func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0, true, coded{}) }
+// encodeBody encodes the Go-owned part of a stored envelope of message id with names
+// whole (encodeBodySent without codes). Tests and tools use it.
+func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0, coded{}) }
 
 // encodeBodySent encodes the Go-owned part of a stored envelope of message id, with the
 // source time sent (unix ms, 0: none) stored as the first trailing reserved header
-// (metaSent). compact (a store marked for it: P:shards "<N>,p64,c1") selects the compact
-// layout (encodeCompact, with the field forms c of target and source), else the layout of
-// formats 1-3 that every version reads (encodeLegacy).
-func encodeBodySent(e Envelope, id string, sent int64, compact bool, c coded) []byte {
-	if compact {
-		return encodeCompact(e, id, sent, c)
-	}
-	return encodeLegacy(e, id, sent)
-}
-
-// encodeLegacy writes the layout of formats 1-3: the format byte (1, 2 or 3, by e.SourceID:
-// empty, equal to id, other), with format 3 the uvarint-length-prefixed source id, then
-// uvarint-length-prefixed target and source, key flag (+ key), header count + (key, value)
-// pairs (e.Headers, then e.metaHeaders), and the payload up to the end.
-func encodeLegacy(e Envelope, id string, sent int64) []byte {
-	meta := e.metaHeaders(sent)
-	n := 1 + 3*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
-		1 + binary.MaxVarintLen64 + len(e.Key) + binary.MaxVarintLen64 + len(e.Payload) +
-		pairsLen(e.Headers) + pairsLen(meta)
-	b := make([]byte, 0, n)
-	b = appendFormat(b, e.SourceID, id, formatNoSource, formatSourceIsID, formatSource)
-	b = appendString(b, e.Target)
-	b = appendString(b, e.Source)
-	if e.Key == nil {
-		b = append(b, keyAbsent)
-	} else {
-		b = append(b, keyPresent)
-		b = binary.AppendUvarint(b, uint64(len(e.Key)))
-		b = append(b, e.Key...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(e.Headers)+len(meta)))
-	for _, hs := range []headers.List{e.Headers, meta} {
-		for _, h := range hs {
-			b = appendString(b, h.Key)
-			b = appendString(b, h.Value)
-		}
-	}
-	return append(b, e.Payload...)
-}
-
-// encodeCompact writes the compact layout of formats 4-6: the format byte (4, 5 or 6, by
-// e.SourceID: empty, equal to id, other), with format 6 the uvarint-length-prefixed source
-// id, the flags byte, the target (whole) and (unless it is "http") the source (without its
+// (metaSent): the format byte (by e.SourceID: empty, equal to id, other), with
+// formatSource the uvarint-length-prefixed source id, the flags byte, the target (whole) and (unless it is "http") the source (without its
 // broker prefix) as uvarint-length-prefixed fields, then as the flags say the
 // key (uvarint length + bytes), the header list (uvarint count >= 1 + (key, value) pairs:
 // e.Headers, then e.metaHeaders) and the hops count, and the payload up to the end. The
@@ -244,13 +187,13 @@ func encodeLegacy(e Envelope, id string, sent int64) []byte {
 // value (ingress always adds it last): about 14 bytes less per message; decodeBody puts
 // it back there. A non-empty c.target is written as the target field instead of the name,
 // and a c.source > 0 as the source (flagSourceCode): codes (names.go).
-func encodeCompact(e Envelope, id string, sent int64, c coded) []byte {
+func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 	meta := e.metaHeaders(sent)
 	hs, hops, hasHops := splitHops(e.Headers)
 	n := 2 + 5*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		len(e.Key) + len(e.Payload) + pairsLen(hs) + pairsLen(meta)
 	b := make([]byte, 0, n)
-	b = appendFormat(b, e.SourceID, id, formatCompactNoSource, formatCompactSourceIsID, formatCompactSource)
+	b = appendFormat(b, e.SourceID, id)
 	sFlag, source := cutBroker(e.Source)
 	flags := sFlag << 2
 	switch {
@@ -325,27 +268,26 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeBody is the inverse of encodeBody for the body of message id, and reads the
-// layout of formats 1-3 too (stores of earlier versions). It never panics:
-// malformed input, and input encodeBody would not write (a format 3 or 6 source id that
-// is empty or id, unused flag bits, an empty header list, a target or source field that
-// keeps a prefix the flags would have cut), yield an error wrapping ErrCorrupt. The
-// returned Key and Payload alias b.
+// decodeBody is the inverse of encodeBody for the body of message id. It never panics:
+// malformed input, and input encodeBody would not write (a formatSource source id that is
+// empty or id, unused flag bits, an empty header list, a source field that keeps a prefix
+// the flags would have cut), yield an error wrapping ErrCorrupt. The returned Key and
+// Payload alias b.
 func decodeBody(b []byte, id string) (Envelope, error) { return decodeBodyIn(b, id, nil) }
 
-// decodeBodyIn is decodeBody resolving the codes of target and source through names (a
-// shard's table; nil: none), errUnknownName when it lacks one.
-func decodeBodyIn(b []byte, id string, names *nameBook) (Envelope, error) {
+// decodeBodyIn is decodeBody resolving the codes of target and source through names (the
+// shard's table as of the read: names.go; nil: none, a code is then corrupt).
+func decodeBodyIn(b []byte, id string, names *nameTable) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
 	d := decoder{b: b[1:], names: names}
 	switch b[0] {
-	case formatNoSource, formatCompactNoSource:
-	case formatSourceIsID, formatCompactSourceIsID:
+	case formatNoSource:
+	case formatSourceIsID:
 		e.SourceID = id
-	case formatSource, formatCompactSource:
+	case formatSource:
 		e.SourceID = string(d.bytes("source id"))
 		if d.err == nil && (e.SourceID == "" || e.SourceID == id) {
 			d.fail("source id written as a field but empty or the message id")
@@ -353,17 +295,11 @@ func decodeBodyIn(b []byte, id string, names *nameBook) (Envelope, error) {
 	default:
 		return e, fmt.Errorf("%w: unknown body format %d", ErrCorrupt, b[0])
 	}
-	var hops uint64
-	var hasHops bool
-	if b[0] >= formatCompactNoSource {
-		hops, hasHops = d.compact(&e)
-	} else {
-		d.legacy(&e)
-	}
+	hops, hasHops := d.rest(&e)
 	if d.err == nil {
 		d.err = e.takeMeta()
 	}
-	if d.err == nil && b[0] >= formatCompactNoSource {
+	if d.err == nil {
 		if hasHops {
 			e.Headers = append(e.Headers, headers.Header{Key: contract.HeaderHops, Value: strconv.FormatUint(hops, 10)})
 		} else if _, _, cut := splitHops(e.Headers); cut {
@@ -377,24 +313,10 @@ func decodeBodyIn(b []byte, id string, names *nameBook) (Envelope, error) {
 	return e, nil
 }
 
-// legacy reads target, source, key and headers of a body of formats 1-3.
-func (d *decoder) legacy(e *Envelope) {
-	e.Target = string(d.bytes("target"))
-	e.Source = string(d.bytes("source"))
-	switch flag := d.byte("key flag"); {
-	case d.err != nil:
-	case flag == keyPresent:
-		e.Key = d.bytes("key")
-	case flag != keyAbsent:
-		d.fail(fmt.Sprintf("key flag %d", flag))
-	}
-	e.Headers = d.headers(d.uvarint("header count"))
-}
-
-// compact reads flags, target, source, key, headers and the hops count (and whether
-// there is one) of a body of formats 4-6.
-func (d *decoder) compact(e *Envelope) (uint64, bool) {
-	flags := d.compactHead(e)
+// rest reads flags, target, source, key, headers and the hops count (and whether there is
+// one) of a body, after its format byte and source id.
+func (d *decoder) rest(e *Envelope) (uint64, bool) {
+	flags := d.head(e)
 	if flags&flagKey != 0 {
 		e.Key = d.bytes("key")
 	}
@@ -411,8 +333,8 @@ func (d *decoder) compact(e *Envelope) (uint64, bool) {
 	return d.uvarint("hops"), true
 }
 
-// compactHead reads the flags, target and source of a compact body and returns the flags.
-func (d *decoder) compactHead(e *Envelope) byte {
+// head reads the flags, target and source of a body and returns the flags.
+func (d *decoder) head(e *Envelope) byte {
 	flags := d.byte("flags")
 	if d.err == nil && (flags&flagTarget != 0 || (flags&flagSourceCode != 0 && flags&flagSourceHTTP != 0)) {
 		d.fail(fmt.Sprintf("flags %#x", flags))
@@ -468,7 +390,7 @@ func (d *decoder) headers(count uint64) headers.List {
 type decoder struct {
 	b     []byte
 	err   error
-	names *nameBook // the shard's interned names (nil: none)
+	names *nameTable // the shard's interned names as of the read (nil: none)
 }
 
 // name returns the name a target field f stands for (nameBook.resolve).
@@ -553,11 +475,9 @@ type stored struct {
 	headerLen int
 }
 
-// headerBinary is the first byte of a stored envelope with a binary header of
-// headerLenBinary bytes: headerBinary, then version (6 bytes), attempts (3) and due (ms, 6
-// bytes), big-endian, then the body (envelope.lua's entry and header: fixed widths, so
-// Lua reads them with one string.byte and arithmetic). Entries of earlier versions have
-// the text header "<version>,<attempts>,<due>," and begin with a digit.
+// headerBinary is the first byte of a stored envelope, whose header is headerLenBinary
+// bytes: headerBinary, then version (6 bytes), attempts (3) and due (ms, 6 bytes),
+// big-endian, then the body (envelope.lua's entry and header).
 const (
 	headerBinary    = 1
 	headerLenBinary = 16
@@ -565,40 +485,16 @@ const (
 
 var errPrefix = errors.New("bad stored prefix")
 
-// parseStored splits a stored envelope into its header and body: "<version>,<attempts>,
-// <due>,<body>" or the binary header.
+// parseStored splits a stored envelope into its header and body (without copying it).
 func parseStored(s string) (stored, error) {
-	if len(s) > 0 && s[0] == headerBinary {
-		return parseBinary(s)
+	if len(s) < headerLenBinary || s[0] != headerBinary {
+		return stored{}, fmt.Errorf("%w: %w: not a stored header", ErrCorrupt, errPrefix)
 	}
-	var st stored
-	var fields [3]string
-	rest := s
-	for i := range fields {
-		j := strings.IndexByte(rest, ',')
-		if j < 0 {
-			return st, fmt.Errorf("%w: %w", ErrCorrupt, errPrefix)
-		}
-		fields[i], rest = rest[:j], rest[j+1:]
-	}
-	var err1, err2, err3 error
-	st.version, err1 = strconv.ParseInt(fields[0], 10, 64)
-	attempts, err2 := strconv.ParseInt(fields[1], 10, 32)
-	st.due, err3 = strconv.ParseInt(fields[2], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return stored{}, fmt.Errorf("%w: %w: %w", ErrCorrupt, errPrefix, err)
-	}
-	st.attempts = int(attempts)
-	st.body = rest
-	st.headerLen = len(s) - len(rest)
-	return st, nil
+	return parseBinary(s), nil
 }
 
-// parseBinary reads a stored envelope with the binary header (without copying it).
-func parseBinary(s string) (stored, error) {
-	if len(s) < headerLenBinary {
-		return stored{}, fmt.Errorf("%w: %w: truncated binary header", ErrCorrupt, errPrefix)
-	}
+// parseBinary reads the header of s, at least headerLenBinary bytes.
+func parseBinary(s string) stored {
 	be := func(b string) int64 {
 		var n int64
 		for i := 0; i < len(b); i++ {
@@ -607,7 +503,7 @@ func parseBinary(s string) (stored, error) {
 		return n
 	}
 	return stored{version: be(s[1:7]), attempts: int(be(s[7:10])), due: be(s[10:16]),
-		body: s[headerLenBinary:], headerLen: headerLenBinary}, nil
+		body: s[headerLenBinary:], headerLen: headerLenBinary}
 }
 
 // binaryHeader is the binary header of a stored envelope (tests and tools write entries
@@ -627,7 +523,7 @@ func binaryHeader(version int64, attempts int, due int64) []byte {
 
 // decodeStored parses a whole stored envelope of message id, resolving codes through
 // names (decodeBodyIn).
-func decodeStored(s, id string, names *nameBook) (stored, Envelope, error) {
+func decodeStored(s, id string, names *nameTable) (stored, Envelope, error) {
 	st, err := parseStored(s)
 	if err != nil {
 		return st, Envelope{}, err
@@ -647,14 +543,13 @@ func pairsLen(l headers.List) int {
 }
 
 // appendFormat appends a body's format byte, chosen by where its source id src is (none,
-// the message id itself, other: then followed by src, uvarint-length-prefixed), from the
-// three formats of a layout.
-func appendFormat(b []byte, src, id string, none, isID, other byte) []byte {
+// the message id itself, other: then followed by src, uvarint-length-prefixed).
+func appendFormat(b []byte, src, id string) []byte {
 	switch src {
 	case "":
-		return append(b, none)
+		return append(b, formatNoSource)
 	case id:
-		return append(b, isID)
+		return append(b, formatSourceIsID)
 	}
-	return appendString(append(b, other), src)
+	return appendString(append(b, formatSource), src)
 }

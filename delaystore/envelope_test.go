@@ -67,8 +67,8 @@ func TestBodyRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := encodeBody(tt.env, testID)
-			if want := map[string]byte{"": formatCompactNoSource, testID: formatCompactSourceIsID}[tt.env.SourceID]; want != 0 && b[0] != want ||
-				want == 0 && b[0] != formatCompactSource {
+			if want := map[string]byte{"": formatNoSource, testID: formatSourceIsID}[tt.env.SourceID]; want != 0 && b[0] != want ||
+				want == 0 && b[0] != formatSource {
 				t.Fatalf("format byte %d for source id %q", b[0], tt.env.SourceID)
 			}
 			got, err := decodeBody(b, testID)
@@ -88,9 +88,8 @@ func TestBodyRoundTrip(t *testing.T) {
 			if (got.Key == nil) != (tt.env.Key == nil) {
 				t.Fatalf("key nil-ness changed: got %v want %v", got.Key == nil, tt.env.Key == nil)
 			}
-			// Through the stored forms written by the scripts: the binary header, and the
-			// text one of earlier versions.
-			for _, h := range []string{string(binaryHeader(12, 3, 1700000000123)), "12,3,1700000000123,"} {
+			// Through the stored form written by the scripts.
+			for _, h := range []string{string(binaryHeader(12, 3, 1700000000123))} {
 				st, env2, err := decodeStored(h+string(b), testID, nil)
 				if err != nil {
 					t.Fatalf("decodeStored: %v", err)
@@ -118,7 +117,7 @@ func TestMetaOrder(t *testing.T) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
 	// The source time is dropped by the decoder: the envelope reads back as it was.
-	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, true, coded{}), testID); err != nil || !reflect.DeepEqual(back, env) {
+	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, coded{}), testID); err != nil || !reflect.DeepEqual(back, env) {
 		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
 	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) {
@@ -135,19 +134,19 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"unknown format", []byte{7, 0, 0, 0, 0, 0}},
-		{"compact: no flags", []byte{formatCompactNoSource}},
-		{"compact: unused flag bit", []byte{formatCompactNoSource, 0x80, 0, 0}},
-		{"compact: target prefix 3", []byte{formatCompactNoSource, 3, 0, 0}},
-		{"compact: target prefix flag nats (reserved)", []byte{formatCompactNoSource, flagNATS, 1, 'a', 0}},
-		{"compact: target prefix flag kafka (reserved)", []byte{formatCompactNoSource, flagKafka, 1, 'a', 0}},
-		{"compact: source keeps its prefix", []byte{formatCompactNoSource, 0, 0, 7, 'k', 'a', 'f', 'k', 'a', ':', 'a'}},
-		{"compact: source http as a field", []byte{formatCompactNoSource, 0, 0, 4, 'h', 't', 't', 'p'}},
-		{"compact: empty header list", []byte{formatCompactNoSource, flagSourceHTTP | flagHeaders, 0, 0}},
-		{"compact: hops as a header", []byte{formatCompactNoSource, flagSourceHTTP | flagHeaders, 0, 1, 12, 'x', '-', 'd', 'e', 'l', 'a', 'y', '-', 'h', 'o', 'p', 's', 1, '1'}},
-		{"compact: truncated hops", []byte{formatCompactNoSource, flagSourceHTTP | flagHops, 0}},
-		{"compact: overlong hops", []byte{formatCompactNoSource, flagSourceHTTP | flagHops, 0, 0x81, 0}},
-		{"compact: truncated key", []byte{formatCompactNoSource, flagSourceHTTP | flagKey, 0, 3, 'k'}},
-		{"compact: empty source id field", []byte{formatCompactSource, 0, flagSourceHTTP, 0}},
+		{"no flags", []byte{formatNoSource}},
+		{"unused flag bit", []byte{formatNoSource, 0x80, 0, 0}},
+		{"target prefix 3", []byte{formatNoSource, 3, 0, 0}},
+		{"target prefix flag nats (reserved)", []byte{formatNoSource, flagNATS, 1, 'a', 0}},
+		{"target prefix flag kafka (reserved)", []byte{formatNoSource, flagKafka, 1, 'a', 0}},
+		{"source keeps its prefix", []byte{formatNoSource, 0, 0, 7, 'k', 'a', 'f', 'k', 'a', ':', 'a'}},
+		{"source http as a field", []byte{formatNoSource, 0, 0, 4, 'h', 't', 't', 'p'}},
+		{"empty header list", []byte{formatNoSource, flagSourceHTTP | flagHeaders, 0, 0}},
+		{"hops as a header", []byte{formatNoSource, flagSourceHTTP | flagHeaders, 0, 1, 12, 'x', '-', 'd', 'e', 'l', 'a', 'y', '-', 'h', 'o', 'p', 's', 1, '1'}},
+		{"truncated hops", []byte{formatNoSource, flagSourceHTTP | flagHops, 0}},
+		{"overlong hops", []byte{formatNoSource, flagSourceHTTP | flagHops, 0, 0x81, 0}},
+		{"truncated key", []byte{formatNoSource, flagSourceHTTP | flagKey, 0, 3, 'k'}},
+		{"empty source id field", []byte{formatSource, 0, flagSourceHTTP, 0}},
 		{"format 0", []byte{0, 0, 0, 0, 0}},
 		{"truncated target length", []byte{1, 0x80}},
 		{"truncated source id", []byte{3, 5, 'j', 's'}},
@@ -155,10 +154,9 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"source id field equal to the id", append(append([]byte{3, byte(len(testID))}, testID...), 0, 0, 0, 0)},
 		{"format 2 without fields", []byte{2}},
 		{"target too long", []byte{1, 10, 'a'}},
-		{"bad key flag", []byte{1, 0, 0, 7, 0}},
-		{"missing key flag", []byte{1, 0, 0}},
-		{"huge header count", append([]byte{1, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f)},
-		{"truncated header", []byte{1, 0, 0, 0, 2, 1, 'a', 1}},
+		{"missing source", []byte{1, 0, 0}},
+		{"huge header count", append([]byte{1, flagSourceHTTP | flagHeaders, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f)},
+		{"truncated header", []byte{1, flagSourceHTTP | flagHeaders, 0, 2, 1, 'a', 1}},
 		{"uvarint overflow", []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
 		{"expires zero", withHeader(metaExpires, "0")},
 		{"expires not canonical", withHeader(metaExpires, "0100")},
@@ -191,15 +189,16 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 	}
 }
 
-// withHeader is a format 1 body with one header k: v and no payload.
+// withHeader is a body (source http, target "") with one header k: v and no payload.
 func withHeader(k, v string) []byte {
-	b := []byte{formatNoSource, 0, 0, keyAbsent, 1}
+	b := []byte{formatNoSource, flagSourceHTTP | flagHeaders, 0, 1}
 	return appendString(appendString(b, k), v)
 }
 
 func TestParseStoredCorrupt(t *testing.T) {
-	for _, s := range []string{"", "1,2", "1,2,3", "a,0,1,x", "1,b,1,x", "1,0,c,x", "1,99999999999,1,x",
-		"\x01", "\x01\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00", // binary: truncated
+	for _, s := range []string{"", "1,2", "1,2,3", "1,0,1,x", "12,3,1700000000123,\x01\x0c\x00",
+		"\x01", "\x01\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00", // truncated
+		"\x02\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01", // not the header byte
 	} {
 		t.Run(strconv.Quote(s), func(t *testing.T) {
 			if _, _, err := decodeStored(s, testID, nil); !errors.Is(err, ErrCorrupt) {
@@ -225,57 +224,22 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 			return
 		}
-		// Whatever decodes must re-encode to the same bytes (the compact format is
-		// canonical); a body of formats 1-3 re-encodes (compact) to the same envelope.
+		// Whatever decodes must re-encode to the same bytes (the format is canonical).
 		again := encodeBody(env, testID)
-		if b[0] >= formatCompactNoSource && !bytes.Equal(again, b) {
+		if !bytes.Equal(again, b) {
 			t.Fatalf("re-encode differs:\n in %x\nout %x", b, again)
 		}
 		if back, err := decodeBody(again, testID); err != nil || !reflect.DeepEqual(withPayload(back), withPayload(env)) {
-			t.Fatalf("compact re-encoding of %x reads back as %#v, %v", b, back, err)
+			t.Fatalf("re-encoding of %x reads back as %#v, %v", b, back, err)
 		}
-		_, _, _ = decodeStored("1,0,1,"+string(b), testID, nil)
 		_, _, _ = decodeStored(string(binaryHeader(1, 0, 1))+string(b), testID, nil)
 	})
 }
 
-// TestDecodeBodyFormat1 decodes bodies as the previous version wrote them (format byte 1,
-// no source id), so that messages parked before an upgrade are still delivered: the bytes
-// below are literal, not produced by today's encoder.
-func TestDecodeBodyFormat1(t *testing.T) {
-	b := []byte("\x01" + // format 1
-		"\x0fnats:orders.out" + // target
-		"\x0dnats:delay.in" + // source
-		"\x01\x01k" + // key present, "k"
-		"\x02" + // two headers
-		"\x01a\x011" + "\x01a\x012" +
-		"payload,1,2")
-	got, err := decodeBody(b, testID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Envelope{Target: "nats:orders.out", Source: "nats:delay.in", Key: []byte("k"),
-		Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Payload: []byte("payload,1,2")}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("format 1:\n got %#v\nwant %#v", got, want)
-	}
-	st, env, err := decodeStored("7,2,1700000000000,"+string(b), testID, nil)
-	if err != nil || st.version != 7 || st.attempts != 2 || !reflect.DeepEqual(env, want) {
-		t.Fatalf("stored format 1: %+v %#v %v", st, env, err)
-	}
-	// Formats 2 and 3 are format 1 with another format byte (and, for 3, the source id).
-	if env, err := decodeBody(append([]byte{formatSourceIsID}, b[1:]...), testID); err != nil || !reflect.DeepEqual(env, withSource(want, testID)) {
-		t.Fatalf("format 2: %#v %v", env, err)
-	}
-	if env, err := decodeBody(append([]byte("\x03\x07js:IN:1"), b[1:]...), testID); err != nil || !reflect.DeepEqual(env, withSource(want, "js:IN:1")) {
-		t.Fatalf("format 3: %#v %v", env, err)
-	}
-}
-
-// TestDecodeBodyCompact pins the compact layout (formats 4-6) with literal bytes: what
-// this version parks must stay readable by the versions after it.
-func TestDecodeBodyCompact(t *testing.T) {
-	b := []byte("\x06\x07js:IN:1" + // format 6, source id
+// TestDecodeBodyLiteral pins the body layout with literal bytes: a change to it is a new
+// store format (docs/operating.md, "Store format").
+func TestDecodeBodyLiteral(t *testing.T) {
+	b := []byte("\x03\x07js:IN:1" + // format 3, source id
 		"\x74" + // flags: source nats:, key, headers, hops
 		"\x0fnats:orders.out" + "\x08delay.in" + // target, source without "nats:"
 		"\x01k" + // key
@@ -286,16 +250,16 @@ func TestDecodeBodyCompact(t *testing.T) {
 		Headers: headers.List{{Key: "a", Value: "1"}, {Key: "x-delay-hops", Value: "3"}}, Every: "1s", Payload: []byte("payload,1,2")}
 	got, err := decodeBody(b, testID)
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("compact:\n got %#v, %v\nwant %#v", got, err, want)
+		t.Fatalf("body:\n got %#v, %v\nwant %#v", got, err, want)
 	}
 	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
 		t.Fatalf("encoded as %q\nwant %q", e, b)
 	}
 	// Kafka names, the source "http", no key, no headers, no hops; the source id is the id.
-	b = []byte("\x05\x0c\x07kafka:t" + "v")
+	b = []byte("\x02\x0c\x07kafka:t" + "v")
 	want = Envelope{SourceID: testID, Target: "kafka:t", Source: "http", Payload: []byte("v")}
 	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("compact kafka:\n got %#v, %v\nwant %#v", got, err, want)
+		t.Fatalf("kafka body:\n got %#v, %v\nwant %#v", got, err, want)
 	}
 	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
 		t.Fatalf("encoded as %q\nwant %q", e, b)

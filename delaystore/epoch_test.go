@@ -31,7 +31,7 @@ func TestCheckDataset(t *testing.T) {
 	// Shards 1 and 3 come back empty, as after FLUSHALL on the node holding them.
 	for _, sh := range []int{1, 3} {
 		k := f.s.keys[sh]
-		if err := f.rdb.Del(t.Context(), k.z, k.m, k.zmSeqTRN[2], k.zmSeqTRN[3], k.r, k.epoch, f.s.shardsKey).Err(); err != nil {
+		if err := f.rdb.Del(t.Context(), k.z, k.m, k.seq, k.bulk[3], k.bulk[10], k.r, k.epoch, f.s.shardsKey).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -55,8 +55,8 @@ func TestCheckDataset(t *testing.T) {
 			}
 		}
 	}
-	if v, err := f.rdb.Get(t.Context(), f.s.shardsKey).Result(); err != nil || v != "4,p4096,c2" {
-		t.Fatalf("shard count record %q, %v; want 4,p4096,c2 (a new store has the position layout with runs of 4096 and compact entries with interned names)", v, err)
+	if v, err := f.rdb.Get(t.Context(), f.s.shardsKey).Result(); err != nil || v != "4,p4096,v1" {
+		t.Fatalf("shard count record %q, %v; want 4,p4096,v1 (a new store records its runs of 4096 and the format)", v, err)
 	}
 }
 
@@ -90,8 +90,8 @@ func TestCheckDatasetFlushAll(t *testing.T) {
 			t.Fatalf("reported twice: reset %d shards, err %v", len(reset), err)
 		}
 	}
-	if v, err := f.rdb.Get(ctx, f.s.shardsKey).Result(); err != nil || v != "1024,p4096,c2" {
-		t.Fatalf("shard count record %q, %v; want 1024,p4096,c2", v, err)
+	if v, err := f.rdb.Get(ctx, f.s.shardsKey).Result(); err != nil || v != "1024,p4096,v1" {
+		t.Fatalf("shard count record %q, %v; want 1024,p4096,v1", v, err)
 	}
 }
 

@@ -55,14 +55,15 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 		retryAt = list.add(s, s.scripts[scriptRetry], retryGroups)
 	}
 	var claimGroups []group
-	var claimReq []int // the request of each claim group
+	var claimReq []int          // the request of each claim group
+	var claimNames []*nameTable // the names table each claim group named
 	for i, r := range claims {
-		g, err := s.claimGroup(r.Shard, r.Max, r.Ahead)
+		g, names, err := s.claimGroup(r.Shard, r.Max, r.Ahead)
 		if err != nil {
 			out.ClaimErrs[i] = err
 			continue
 		}
-		claimGroups, claimReq = append(claimGroups, g), append(claimReq, i)
+		claimGroups, claimReq, claimNames = append(claimGroups, g), append(claimReq, i), append(claimNames, names)
 	}
 	claimAt := list.add(s, s.scripts[scriptClaim], claimGroups)
 	if len(list.calls) == 0 {
@@ -82,7 +83,7 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 			out.ClaimErrs[i] = fmt.Errorf("claim shard %d: %w", claims[i].Shard, err)
 			continue
 		}
-		out.Claims[i], out.ClaimErrs[i] = s.parseClaim(ctx, claims[i].Shard, res)
+		out.Claims[i], out.ClaimErrs[i] = s.parseClaim(claims[i].Shard, claimNames[k], res)
 	}
 	return out
 }

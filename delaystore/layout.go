@@ -7,13 +7,10 @@ import (
 	"strings"
 )
 
-// The store's layout: which shard an id falls in (docs/design.md, "Redis data layout").
-// It is recorded with the shard count in P:shards, decided by the first Init on an empty
-// store and never changed for a store.
+// The store's layout and format (docs/design.md, "Redis data layout"): recorded with the
+// shard count in P:shards, "<N>,p<R>,v1", by the first Init on an empty store and never
+// changed for a store.
 const (
-	// legacyRun is the run of the stores created before runs were recorded: P:shards
-	// "<N>,p64" and "<N>,p64,c1".
-	legacyRun = 64
 	// DefaultShardRun is how many consecutive positions (JetStream stream sequences, Kafka
 	// offsets) of one stream or partition share a shard in a store this version creates on
 	// one Redis node (standalone, Sentinel) when Config.ShardRun is 0: the messages due
@@ -23,42 +20,30 @@ const (
 	// ClusterShardRun is that run on Redis Cluster, where the shards also spread the load
 	// over the masters: runs of 4096 would give one master a stream's every write and
 	// claim for 4096 positions at a time.
-	ClusterShardRun = legacyRun
+	ClusterShardRun = 64
 	// MaxShardRun is the largest accepted run, configured or recorded.
 	MaxShardRun = 65536
-	// positionMark follows the shard count in P:shards for the position layout, with the
-	// run after it: ",p64". A version before it reads "<N>,p64" as no shard count and
-	// refuses the store; the version before runs were recorded accepts only ",p64".
+	// positionMark follows the shard count in P:shards, with the run after it: ",p4096".
 	positionMark = ",p"
-	// compactMark follows the position mark in P:shards of a store whose entries are
-	// written compact (envelope.go encodeCompact, envelope.lua's binary header) and whose
-	// tombstones are sets that Redis expires (tombs.lua). A version before it refuses any
-	// value but "<N>" and "<N>,p64", so a replica that cannot read compact entries or
-	// would not see those tombstones never serves such a store.
-	compactMark = ",c1"
-	// internedMark stands in for compactMark in P:shards of a store whose compact entries
-	// hold codes for their target and source where the shard has one (names.go,
-	// docs/design.md "Interned names"). A version before it refuses it (an unknown mark),
-	// so a replica that cannot read codes never serves such a store.
-	internedMark = ",c2"
+	// formatMark ends P:shards: the store format (layout, stored envelope, tombstones,
+	// interned names) this version writes and reads. Another format is refused at start
+	// (docs/operating.md, "Store format").
+	formatMark = ",v1"
 	// maxPositionDigits bounds the position parsed from an id: 19 digits fit a uint64.
 	maxPositionDigits = 19
 )
 
-// ShardOf returns the shard of a message id in this store: PositionShard's when the store
-// has the position layout and the id is a source position, else fnv32a(id) mod shards.
-// It does not block.
+// ShardOf returns the shard of a message id in this store: PositionShard's when the id is
+// a source position, else fnv32a(id) mod shards. It does not block.
 func (s *Store) ShardOf(id string) int {
-	if run := s.run.Load(); run > 0 {
-		if sh, ok := PositionShard(id, s.shards, int(run)); ok {
-			return sh
-		}
+	if sh, ok := PositionShard(id, s.shards, int(s.run.Load())); ok {
+		return sh
 	}
 	return ShardOf(id, s.shards)
 }
 
-// ShardOf returns fnv32a(id) mod shards, the shard of an id in the id layout (and of
-// every id that is no source position in the position layout); shards < 1 yields 0.
+// ShardOf returns fnv32a(id) mod shards, the shard of an id that is no source position;
+// shards < 1 yields 0.
 // This mapping must never change: entries of existing ids would become unreachable by
 // Cancel and Get. It is a pure function.
 func ShardOf(id string, shards int) int {
@@ -68,8 +53,8 @@ func ShardOf(id string, shards int) int {
 	return int(fnv32a(id) % uint32(shards))
 }
 
-// PositionShard returns the shard of an id in the position layout with runs of run
-// positions when the id is a source position, "js:<stream>:<seq>" or
+// PositionShard returns the shard of an id in a store with runs of run positions when the
+// id is a source position, "js:<stream>:<seq>" or
 // "kafka:<topic>:<partition>:<offset>" (the last ':'-separated part 1-19 decimal
 // digits): (fnv32a(the id up to its last ':') + position / run) mod shards, so that run
 // consecutive positions of one stream or partition share a shard and the next run go to
@@ -124,7 +109,7 @@ func (s *Store) LaneOf(id string, lanes int) int {
 	if lanes <= 1 {
 		return 0
 	}
-	if s.run.Load() > legacyRun {
+	if s.run.Load() > ClusterShardRun {
 		if _, pos, ok := sourcePosition(id); ok {
 			return int(pos % uint64(lanes))
 		}
@@ -147,59 +132,36 @@ func (s *Store) layoutErr() error {
 	return ErrNotInitialised
 }
 
-// shardsValue is what this store records in P:shards: the shard count, the position mark
-// and run when it has the position layout, and the compact or interned mark when it
-// writes compact.
+// shardsValue is what this store records in P:shards (shardsMark).
 func (s *Store) shardsValue() string {
-	return shardsMark(s.shards, int(s.run.Load()), s.compact.Load(), s.interned.Load())
+	return shardsMark(s.shards, int(s.run.Load()))
 }
 
-// shardsMark is the P:shards value of a store of shards shards, runs of run positions (0:
-// the id layout), compact entries or not, and with interned names or not (compact ones).
-func shardsMark(shards, run int, compact, interned bool) string {
-	v := strconv.Itoa(shards)
-	if run > 0 {
-		v += positionMark + strconv.Itoa(run)
-	}
-	switch {
-	case compact && interned:
-		v += internedMark
-	case compact:
-		v += compactMark
-	}
-	return v
+// shardsMark is the P:shards value of a store of shards shards and runs of run positions:
+// "<N>,p<R>,v1".
+func shardsMark(shards, run int) string {
+	return strconv.Itoa(shards) + positionMark + strconv.Itoa(run) + formatMark
 }
 
-// parseShardsValue reads P:shards: "<N>" (the id layout), "<N>,p64" (the position
-// layout with runs of 64), "<N>,p64,c1" (the same, compact entries and set tombstones),
-// "<N>,p<R>,c1" (runs of R, 1-MaxShardRun: a store created since runs were recorded) or
-// "<N>,p<R>,c2" (the same with interned names: a store created since). It returns the
-// run, 0 for the id layout. Anything else (a compact mark without the position layout, a
-// run other than 64 without it, a number not in canonical form, an unknown mark) is an
-// error: this version cannot say how such a store is written.
-func parseShardsValue(v string) (shards, run int, compact, interned bool, err error) {
-	bad := func() (int, int, bool, bool, error) {
-		return 0, 0, false, false, fmt.Errorf("not a shard count: %q", v)
+// parseShardsValue reads P:shards, "<N>,p<R>,v1" (R in 1..MaxShardRun), and returns the
+// shard count and the run. Anything else (another format's mark, a number not in
+// canonical form) is an error: this version cannot say how such a store is written.
+func parseShardsValue(v string) (shards, run int, err error) {
+	bad := func() (int, int, error) {
+		return 0, 0, fmt.Errorf("not a store of format %s (%q)", formatMark[1:], v)
 	}
-	rest, interned := strings.CutSuffix(v, internedMark)
-	if !interned {
-		rest, compact = strings.CutSuffix(v, compactMark)
+	rest, ok := strings.CutSuffix(v, formatMark)
+	num, runText, ok2 := strings.Cut(rest, positionMark)
+	if !ok || !ok2 {
+		return bad()
 	}
-	compact = compact || interned
-	num, runText, byPosition := strings.Cut(rest, positionMark)
 	if shards, err = canonical(num, 1<<31-1); err != nil {
 		return bad()
 	}
-	if !byPosition {
-		if compact {
-			return bad()
-		}
-		return shards, 0, false, false, nil
-	}
-	if run, err = canonical(runText, MaxShardRun); err != nil || (!compact && run != legacyRun) {
+	if run, err = canonical(runText, MaxShardRun); err != nil {
 		return bad()
 	}
-	return shards, run, compact, interned, nil
+	return shards, run, nil
 }
 
 // canonical parses s as a decimal number in 1..max written without sign or leading zeros.

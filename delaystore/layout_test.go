@@ -53,7 +53,7 @@ func TestPositionShard(t *testing.T) {
 func TestLayoutOfNewStore(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Shards = 16 })
 	ctx := t.Context()
-	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun, true, true); v != want || want != "16,p4096,c2" {
+	if v, want := f.rdb.Get(ctx, f.s.shardsKey).Val(), shardsMark(16, DefaultShardRun); v != want || want != "16,p4096,v1" {
 		t.Fatalf("P:shards = %q, want %s", v, want)
 	}
 	var reqs []ParkRequest
@@ -94,10 +94,10 @@ func TestLayoutOfNewStore(t *testing.T) {
 	}
 }
 
-// TestLayoutOfExistingStore: a store recorded by an earlier version ("<N>": the id layout)
-// keeps fnv32a(id) for every id, so what that version parked is still found by id and a
-// redelivery of what it delivered meets its tombstone; a malformed record is refused.
-func TestLayoutOfExistingStore(t *testing.T) {
+// TestStoreOfAnotherFormat: a store whose P:shards is not this format's ("<N>,p<R>,v1")
+// is refused at start with ErrShardMismatch, an error that names the value and the
+// drain-and-recreate procedure, and the key is left as it was.
+func TestStoreOfAnotherFormat(t *testing.T) {
 	url := testredis.URL(t)
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -106,39 +106,22 @@ func TestLayoutOfExistingStore(t *testing.T) {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := testredis.Prefix(t)
-	if err := rdb.Set(t.Context(), prefix+":shards", "16", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
 	s, err := New(rdb, Config{KeyPrefix: prefix, Shards: 16, Lease: 30 * time.Second, TombstoneTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{s: s, rdb: rdb, prefix: prefix}
-	id := "js:IN:4242"
-	if s.ShardOf(id) != ShardOf(id, 16) {
-		t.Fatalf("id layout: shard %d, want fnv %d", s.ShardOf(id), ShardOf(id, 16))
-	}
-	if pos, _ := PositionShard(id, 16, DefaultShardRun); pos == ShardOf(id, 16) {
-		t.Fatalf("test id %s has the same shard in both layouts", id)
-	}
-	f.park(t, sourced(id, id, false))
-	f.deliver(t, id)
-	if p := f.park(t, sourced(id, id, false)); !p[0].Delivered {
-		t.Fatalf("redelivery: %+v, want Delivered", p[0])
-	}
-	if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != "16" {
-		t.Fatalf("P:shards rewritten to %q", v)
-	}
-	for _, bad := range []string{"16,p32", "16,", "p64", "016,p64", "0,p64", "16,c1", "16,c1,p64", "16,p64,c3", "16,c2", "16,p64,c1,", "16,p64,c1,c1", "16,p64,c2,c1",
-		"16,p1024", "16,p0,c1", "16,p65537,c1", "16,p01024,c1", "16,p,c1", "16,p-1,c1", "16,p1024,p64,c1"} {
+	for _, bad := range []string{"16", "16,p64", "16,p64,c1", "16,p4096,c1", "16,p4096,c2", "16,p4096,v2", "16,p4096,v1,", "16,v1",
+		"16,p32", "16,", "p64", "016,p4096,v1", "0,p4096,v1", "16,p0,v1", "16,p65537,v1", "16,p01024,v1", "16,p,v1", "16,p-1,v1",
+		"16,p1024,p64,v1", "16,v1,p64", "16,p64,v1,v1"} {
 		if err := rdb.Set(t.Context(), prefix+":shards", bad, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Init(t.Context()); !errors.Is(err, ErrShardMismatch) || !strings.Contains(err.Error(), bad) {
-			t.Errorf("P:shards %q: Init err %v, want ErrShardMismatch naming it", bad, err)
+		err := s.Init(t.Context())
+		if !errors.Is(err, ErrShardMismatch) || !strings.Contains(err.Error(), strconv.Quote(bad)) || !strings.Contains(err.Error(), "Store format") {
+			t.Errorf("P:shards %q: Init err %v, want ErrShardMismatch naming it and the procedure", bad, err)
+		}
+		if v := rdb.Get(t.Context(), prefix+":shards").Val(); v != bad {
+			t.Errorf("P:shards rewritten from %q to %q", bad, v)
 		}
 	}
 }
@@ -221,110 +204,42 @@ func TestNotInitialisedRefusesIDs(t *testing.T) {
 	}
 }
 
-// landedShardsRule is how the version before the compact mark read P:shards (layout.go's
-// parseShardsValue at 30081a0): an optional ",p64" after a canonical count >= 1, anything
-// else refused (ErrShardMismatch: it does not start).
-func landedShardsRule(v string) bool {
-	num, _ := strings.CutSuffix(v, ",p64")
-	n, err := strconv.Atoi(num)
-	return err == nil && n >= 1 && strconv.Itoa(n) == num
-}
-
-// priorRunsRule is how the version before runs were recorded read P:shards (layout.go's
-// parseShardsValue at d8a1e32): "<N>", "<N>,p64" or "<N>,p64,c1", a canonical count >= 1,
-// anything else refused (ErrShardMismatch: it does not start).
-func priorRunsRule(v string) bool {
-	num, ok := strings.CutSuffix(v, ",p64,c1")
-	if !ok {
-		num, _ = strings.CutSuffix(v, ",p64")
-	}
-	n, err := strconv.Atoi(num)
-	return err == nil && n >= 1 && strconv.Itoa(n) == num
-}
-
-// priorCompactRule is how the version before interned names read P:shards (layout.go's
-// parseShardsValue at 0a15f6b): "<N>", "<N>,p64", or "<N>,p<R>,c1" with a canonical count
-// >= 1 and a canonical run in 1..65536, anything else refused (it does not start).
-func priorCompactRule(v string) bool {
-	canon := func(s string, most int) bool {
-		n, err := strconv.Atoi(s)
-		return err == nil && n >= 1 && n <= most && strconv.Itoa(n) == s
-	}
-	rest, compact := strings.CutSuffix(v, ",c1")
-	num, run, byPosition := strings.Cut(rest, ",p")
-	if !canon(num, 1<<31-1) {
-		return false
-	}
-	if !byPosition {
-		return !compact
-	}
-	return canon(run, 65536) && (compact || run == "64")
-}
-
-// TestShardsValueTable: what this version records and accepts in P:shards. A new store's
-// mark carries its run, which the previous version refuses unless it is 64 (so no
-// replica ever shards a store by another run than the one it was created with), and
-// carries the compact format, which the version before that refuses; every value an
-// earlier version accepted is read with its layout, run and format.
+// TestShardsValueTable: what this version records and accepts in P:shards: exactly
+// "<N>,p<R>,v1" with canonical numbers, N >= 1, R in 1..MaxShardRun.
 func TestShardsValueTable(t *testing.T) {
 	for _, tc := range []struct {
-		v                   string
-		ok                  bool
-		run                 int
-		compact, interned   bool
-		landed, prev, prior bool // accepted by the version before the compact mark, before runs, before interned names
+		v   string
+		ok  bool
+		run int
 	}{
-		{"16", true, 0, false, false, true, true, true},
-		{"16,p64", true, 64, false, false, true, true, true},
-		{"16,p64,c1", true, 64, true, false, false, true, true},
-		{"1,p64,c1", true, 64, true, false, false, true, true},
-		{"16,p1024,c1", true, 1024, true, false, false, false, true},
-		{"16,p4096,c1", true, 4096, true, false, false, false, true},
-		{"16,p1,c1", true, 1, true, false, false, false, true},
-		{"16,p65536,c1", true, 65536, true, false, false, false, true},
-		{"16,p64,c2", true, 64, true, true, false, false, false},
-		{"16,p4096,c2", true, 4096, true, true, false, false, false},
-		{"16,p65537,c1", false, 0, false, false, false, false, false},
-		{"16,p65537,c2", false, 0, false, false, false, false, false},
-		{"16,p1024", false, 0, false, false, false, false, false},
-		{"16,c1", false, 0, false, false, false, false, false},
-		{"16,c2", false, 0, false, false, false, false, false},
-		{"16,p64,c3", false, 0, false, false, false, false, false},
-		{"16,p64,c1,c2", false, 0, false, false, false, false, false},
-		{"16,p64,c2,c1", false, 0, false, false, false, false, false},
-		{"16,c1,p64", false, 0, false, false, false, false, false},
-		{"016,p64,c1", false, 0, false, false, false, false, false},
-		{"0,p64,c1", false, 0, false, false, false, false, false},
-		{"16,p64,c1,x", false, 0, false, false, false, false, false},
+		{"16,p4096,v1", true, 4096},
+		{"16,p64,v1", true, 64},
+		{"1,p1,v1", true, 1},
+		{"16,p65536,v1", true, 65536},
+		{"16,p65537,v1", false, 0},
+		{"16,p4096,c2", false, 0},
+		{"16,p4096,c1", false, 0},
+		{"16,p64", false, 0},
+		{"16", false, 0},
+		{"16,v1", false, 0},
+		{"016,p64,v1", false, 0},
+		{"0,p64,v1", false, 0},
+		{"16,p064,v1", false, 0},
+		{"16,p64,v1,x", false, 0},
+		{"16,p64,v2", false, 0},
 	} {
-		n, run, compact, interned, err := parseShardsValue(tc.v)
-		if (err == nil) != tc.ok || run != tc.run || compact != tc.compact || interned != tc.interned || (tc.ok && n != 16 && n != 1) {
-			t.Errorf("parseShardsValue(%q) = %d, %d, %v, %v, %v", tc.v, n, run, compact, interned, err)
+		n, run, err := parseShardsValue(tc.v)
+		if (err == nil) != tc.ok || run != tc.run || (tc.ok && n != 16 && n != 1) {
+			t.Errorf("parseShardsValue(%q) = %d, %d, %v", tc.v, n, run, err)
 		}
-		if landedShardsRule(tc.v) != tc.landed || priorRunsRule(tc.v) != tc.prev || priorCompactRule(tc.v) != tc.prior {
-			t.Errorf("%q: accepted before the compact mark %v (want %v), before runs %v (want %v), before interned names %v (want %v)",
-				tc.v, landedShardsRule(tc.v), tc.landed, priorRunsRule(tc.v), tc.prev, priorCompactRule(tc.v), tc.prior)
+		if tc.ok && shardsMark(n, run) != tc.v {
+			t.Errorf("shardsMark(%d, %d) = %q, want %q", n, run, shardsMark(n, run), tc.v)
 		}
-		if tc.ok && shardsMark(n, run, compact, interned) != tc.v {
-			t.Errorf("shardsMark(%d, %d, %v, %v) = %q, want %q", n, run, compact, interned, shardsMark(n, run, compact, interned), tc.v)
-		}
-	}
-	// A new store's mark (interned names) is refused by every earlier version: none of
-	// them reads codes.
-	for _, m := range []string{shardsMark(16, DefaultShardRun, true, true), shardsMark(16, ClusterShardRun, true, true)} {
-		if landedShardsRule(m) || priorRunsRule(m) || priorCompactRule(m) {
-			t.Errorf("new store mark %q accepted by an earlier version", m)
-		}
-	}
-	if m := shardsMark(16, ClusterShardRun, true, true); m != "16,p64,c2" {
-		t.Errorf("new Cluster store mark %q, want 16,p64,c2", m)
 	}
 }
 
 // TestShardRunOfStore: a new store records the run its creator is configured with, and a
-// replica configured with another run uses the store's (an upgraded fleet on a store of
-// runs of 64 goes on sharding by 64, a store of 4096 is sharded by 4096 by a replica
-// configured with 64).
+// replica configured with another run uses the store's.
 func TestShardRunOfStore(t *testing.T) {
 	url := testredis.URL(t)
 	prefix := testredis.Prefix(t)
@@ -345,8 +260,8 @@ func TestShardRunOfStore(t *testing.T) {
 		return s
 	}
 	first := open(4096)
-	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,c2" {
-		t.Fatalf("P:shards = %q, want 16,p4096,c2 (BRIDGE_SHARD_RUN=4096)", v)
+	if v := first.rdb.Get(t.Context(), prefix+":shards").Val(); v != "16,p4096,v1" {
+		t.Fatalf("P:shards = %q, want 16,p4096,v1 (BRIDGE_SHARD_RUN=4096)", v)
 	}
 	later := open(64)
 	for _, id := range []string{"js:IN:63", "js:IN:4096", "js:IN:100000", "kafka:t:3:8191"} {

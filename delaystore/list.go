@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -162,11 +163,15 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 	cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
 	for i, sh := range reading {
 		out, err := cmds[i].Slice()
+		var names *nameTable
 		if err == nil {
-			err = s.knowNames(ctx, sh.shard, out)
+			names, err = s.scanNames(ctx, sh.shard, out)
+		}
+		if errors.Is(err, errNamesMoved) {
+			continue // read again next round
 		}
 		if err == nil {
-			err = sh.read(out, q.Match, s.book())
+			err = sh.read(out, q.Match, names)
 		}
 		if err != nil {
 			return fmt.Errorf("list: shard %d: %w", sh.shard, err)
@@ -176,9 +181,9 @@ func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard,
 }
 
 // read takes one scan.lua answer: the matches, the position after it, whether through.
-// names resolves the codes of a store with interned names (knowNames was called on out).
-func (sh *listShard) read(out []any, match func(string) bool, names *nameBook) error {
-	if len(out) < 3 || (len(out)-3)%6 != 0 {
+// names resolves the codes (the table of the generation the answer read: scanNames).
+func (sh *listShard) read(out []any, match func(string) bool, names *nameTable) error {
+	if len(out) < scanHeadLen || (len(out)-scanHeadLen)%6 != 0 {
 		return fmt.Errorf("unexpected scan reply of %d values", len(out))
 	}
 	done, _ := out[0].(int64)
@@ -187,7 +192,7 @@ func (sh *listShard) read(out []any, match func(string) bool, names *nameBook) e
 		sh.pos.ID = id
 		sh.pos.Score, _ = out[2].(string)
 	}
-	for i := 3; i < len(out); i += 6 {
+	for i := scanHeadLen; i < len(out); i += 6 {
 		l, ok := listed(out[i:i+6], names)
 		if ok && (match == nil || match(l.Target)) {
 			sh.found = append(sh.found, l)
@@ -199,7 +204,7 @@ func (sh *listShard) read(out []any, match func(string) bool, names *nameBook) e
 // listed decodes one member of a scan.lua answer: id, z score, prefix, body head, body
 // length, in retry set. ok is false for an entry that does not decode (left out: Get
 // shows it, egress quarantines it).
-func listed(v []any, names *nameBook) (Listed, bool) {
+func listed(v []any, names *nameTable) (Listed, bool) {
 	id, _ := v[0].(string)
 	score, _ := v[1].(string)
 	prefix, _ := v[2].(string)
@@ -277,43 +282,30 @@ func posOf(l Listed) ListCursor {
 	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
 }
 
-// scanHead reads the head of a body (encodeBody, either layout): preamble is how many
-// bytes come before its payload: format, source id, target, source, key, headers (and,
-// compact, the hops count); when they do not all lie in head, the bytes before the headers
-// (and window is 0). window is the spread window stored with the headers (metaWindow), 0
-// when none.
+// scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
+// its payload: format, source id, flags, target, source, key, headers and the hops count;
+// when they do not all lie in head, the bytes before the headers (and window is 0).
+// window is the spread window stored with the headers (metaWindow), 0 when none.
 func scanHead(head []byte) (preamble int, window time.Duration) {
 	if len(head) == 0 {
 		return 0, 0
 	}
 	d := decoder{b: head[1:]}
-	hasHeaders, hasHops := true, false
-	if head[0] >= formatCompactNoSource {
-		if head[0] == formatCompactSource {
-			d.bytes("source id")
-		}
-		flags := d.byte("flags")
-		d.bytes("target")
-		switch {
-		case flags&flagSourceCode != 0:
-			d.uvarint("source code")
-		case flags&flagSourceHTTP != flagSourceHTTP:
-			d.bytes("source")
-		}
-		if flags&flagKey != 0 {
-			d.bytes("key")
-		}
-		hasHeaders, hasHops = flags&flagHeaders != 0, flags&flagHops != 0
-	} else {
-		if head[0] == formatSource {
-			d.bytes("source id")
-		}
-		d.bytes("target")
-		d.bytes("source")
-		if d.byte("key flag") == keyPresent {
-			d.bytes("key")
-		}
+	if head[0] == formatSource {
+		d.bytes("source id")
 	}
+	flags := d.byte("flags")
+	d.bytes("target")
+	switch {
+	case flags&flagSourceCode != 0:
+		d.uvarint("source code")
+	case flags&flagSourceHTTP != flagSourceHTTP:
+		d.bytes("source")
+	}
+	if flags&flagKey != 0 {
+		d.bytes("key")
+	}
+	hasHeaders, hasHops := flags&flagHeaders != 0, flags&flagHops != 0
 	beforeHeaders := len(head) - len(d.b)
 	if hasHeaders {
 		count := d.uvarint("header count")

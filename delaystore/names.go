@@ -3,13 +3,18 @@ package delaystore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // maxNames is the most names one shard interns (intern.lua answers 0 beyond it: the name
@@ -22,27 +27,33 @@ const maxNames = 1024
 // per maxRefused new names.
 const maxRefused = 4096
 
-// errUnknownName is a body's code that the nameBook does not hold (yet): the caller
-// loads the shard's names (Store.loadNames) and decodes again.
-var errUnknownName = errors.New("unknown name code")
-
 // codeMark is the first byte of a target or source field that holds a code (the byte 0,
 // then the code as a uvarint) rather than the name: no name begins with it (targets
 // begin with their broker, sources with a subject or topic).
 const codeMark = 0
 
-// nameBook is what this replica knows of the store's interned names (docs/design.md,
-// "Interned names"): per shard, name -> the field form of its code there, and the names
-// of all codes. A code is given by one shard (code mod shards = the shard: intern.lua),
-// so codes of different shards never collide and one map decodes them all. Codes never
-// change while their shard's key lives, so an entry never goes stale; forget drops a
-// shard's after a park found a code Redis does not hold. Safe for concurrent use.
-type nameBook struct {
-	mu      sync.RWMutex
-	shards  int
-	codes   []map[string]nameCode // per shard: name -> its code there
-	names   map[uint64]string     // code -> name
-	refused []map[string]bool     // per shard: names intern.lua gave no code (the shard's table was full)
+// genField is the field of {P:s}:nm that holds the table's generation: random hex that
+// intern.lua replaces every time it gives a code, so two reads of the field that agree
+// saw the same table (docs/design.md "Interned names").
+const genField = "@"
+
+// genUnknown is the generation of a table this replica holds without knowing which state
+// of Redis' table it is (never an '@' value): a read never decodes with it.
+const genUnknown = "?"
+
+// errNamesMoved is a read whose shard's names changed between the read and the load of
+// the table: the caller reads again.
+var errNamesMoved = errors.New("the shard's names changed while reading")
+
+// nameTable is one shard's interned names as of one state of {P:s}:nm: the generation
+// (its '@' field, "" when it has none: no code given) and its codes both ways. A
+// table is never changed once made: readers decode with the table whose generation the
+// read saw, so a code is only ever decoded into the name it stood for in the dataset the
+// entry was read from (docs/design.md "Interned names").
+type nameTable struct {
+	gen   string
+	codes map[string]nameCode // name -> its code
+	names map[uint64]string   // code -> name
 }
 
 // nameCode is a name's code in one shard and its field form (codeField).
@@ -51,18 +62,155 @@ type nameCode struct {
 	form string
 }
 
+// emptyTable is a table of unknown generation with no codes.
+func emptyTable() *nameTable {
+	return &nameTable{gen: genUnknown, codes: map[string]nameCode{}, names: map[uint64]string{}}
+}
+
+// with returns a copy of t with generation gen and the codes given (names[i] -> codes[i];
+// 0: none, left out).
+func (t *nameTable) with(gen string, names []string, codes []int64) *nameTable {
+	out := &nameTable{gen: gen, codes: make(map[string]nameCode, len(t.codes)+len(names)),
+		names: make(map[uint64]string, len(t.names)+len(names))}
+	for n, c := range t.codes {
+		out.codes[n] = c
+	}
+	for c, n := range t.names {
+		out.names[c] = n
+	}
+	for i, n := range names {
+		if c := codes[i]; c > 0 {
+			out.add(n, uint64(c))
+		}
+	}
+	return out
+}
+
+func (t *nameTable) add(name string, code uint64) {
+	t.codes[name] = nameCode{code: code, form: codeField(code)}
+	t.names[code] = name
+}
+
+// resolve returns the name of a field that holds a code (codeMark first), the field
+// itself otherwise; ErrCorrupt for a malformed code or one the table does not hold.
+func (t *nameTable) resolve(f []byte) (string, error) {
+	if len(f) == 0 || f[0] != codeMark {
+		return string(f), nil
+	}
+	code, n := binary.Uvarint(f[1:])
+	if n <= 0 || n+1 != len(f) || (n > 1 && f[n] == 0) {
+		return "", fmt.Errorf("%w: bad name code %q", ErrCorrupt, f)
+	}
+	return t.nameOfCode(code)
+}
+
+// nameOfCode returns the name of code: ErrCorrupt when the table does not hold it (the
+// shard's names were lost: deleted by hand) or t is nil.
+func (t *nameTable) nameOfCode(code uint64) (string, error) {
+	if t != nil {
+		if name, ok := t.names[code]; ok {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("%w: name code %d not in the shard's names", ErrCorrupt, code)
+}
+
+// parseTable reads the fields of {P:s}:nm of shard sh (HGETALL: '=<name>' -> code,
+// '<code>' -> name, '#', '@') into a table; a code of another shard or an empty name is
+// left out (it is then corrupt to every reader).
+func parseTable(all map[string]string, sh, shards int) *nameTable {
+	t := &nameTable{gen: all[genField], codes: map[string]nameCode{}, names: map[uint64]string{}}
+	for f, name := range all {
+		if f == "" || f[0] < '1' || f[0] > '9' {
+			continue // '=<name>', '#', '@'
+		}
+		code, err := strconv.ParseUint(f, 10, 64)
+		if err == nil && code%uint64(shards) == uint64(sh) && name != "" && name[0] != codeMark {
+			t.add(name, code)
+		}
+	}
+	return t
+}
+
+// pairsOf reads a flat HGETALL reply (field, value, ...) into a map.
+func pairsOf(all []any) map[string]string {
+	out := make(map[string]string, len(all)/2)
+	for i := 0; i+1 < len(all); i += 2 {
+		f, _ := all[i].(string)
+		v, _ := all[i+1].(string)
+		out[f] = v
+	}
+	return out
+}
+
+// nameBook is what this replica knows of the store's interned names: per shard, the last
+// table it saw, and the names the shard refused (its table was full). Safe for concurrent
+// use; tables are swapped whole.
+type nameBook struct {
+	tables  []atomic.Pointer[nameTable]
+	mu      sync.Mutex        // serializes the writers of tables and refused
+	refused []map[string]bool // per shard: names intern.lua gave no code
+}
+
 func newNameBook(shards int) *nameBook {
-	b := &nameBook{shards: shards, codes: make([]map[string]nameCode, shards), names: map[uint64]string{},
-		refused: make([]map[string]bool, shards)}
-	for i := range b.codes {
-		b.codes[i], b.refused[i] = map[string]nameCode{}, map[string]bool{}
+	b := &nameBook{tables: make([]atomic.Pointer[nameTable], shards), refused: make([]map[string]bool, shards)}
+	for i := range b.tables {
+		b.tables[i].Store(emptyTable())
+		b.refused[i] = map[string]bool{}
 	}
 	return b
 }
 
-// coded is how a body of a store with interned names holds its target and source: the
-// target field of a code (codeField; "": the name itself) and the source's code (0: the
-// name itself).
+// table returns the last table of shard sh this replica saw.
+func (b *nameBook) table(sh int) *nameTable { return b.tables[sh].Load() }
+
+// code returns name's code in shard sh (ok false: none known), and whether name is
+// settled there: coded, or refused (stored whole without asking again).
+func (b *nameBook) code(sh int, name string) (c nameCode, ok, settled bool) {
+	if c, ok := b.table(sh).codes[name]; ok {
+		return c, true, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return nameCode{}, false, b.refused[sh][name]
+}
+
+// adopt makes t the table of shard sh (a load read it whole).
+func (b *nameBook) adopt(sh int, t *nameTable) { b.tables[sh].Store(t) }
+
+// interned records intern.lua's answer for shard sh: codes of names, the table's
+// generation gen after the call, and whether the table was at prior's generation before
+// it (then prior plus these codes is exactly the table at gen; otherwise the codes are
+// right but the rest is not known: generation genUnknown, so the next read loads the
+// table).
+func (b *nameBook) interned(sh int, prior *nameTable, matched bool, gen string, names []string, codes []int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !matched {
+		prior, gen = b.table(sh), genUnknown
+	}
+	b.tables[sh].Store(prior.with(gen, names, codes))
+	for i, n := range names {
+		if codes[i] == 0 {
+			if len(b.refused[sh]) >= maxRefused {
+				clear(b.refused[sh])
+			}
+			b.refused[sh][n] = true
+		}
+	}
+}
+
+// forget drops what the book knows of shard sh: a park found one of its codes that Redis
+// does not hold.
+func (b *nameBook) forget(sh int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tables[sh].Store(emptyTable())
+	clear(b.refused[sh])
+}
+
+// coded is how a body holds its target and source: the target field of a code
+// (codeField; "": the name itself) and the source's code (0: the name itself).
 type coded struct {
 	target string
 	source uint64
@@ -73,106 +221,87 @@ func codeField(code uint64) string {
 	return string(binary.AppendUvarint([]byte{codeMark}, code))
 }
 
-// code returns name's code in shard sh (ok false: none known), and whether name is
-// settled there: coded, or refused (stored whole without asking again).
-func (b *nameBook) code(sh int, name string) (c nameCode, ok, settled bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if c, ok := b.codes[sh][name]; ok {
-		return c, true, true
-	}
-	return nameCode{}, false, b.refused[sh][name]
-}
-
-// name returns the name of code.
-func (b *nameBook) name(code uint64) (string, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	n, ok := b.names[code]
-	return n, ok
-}
-
-// learn records that name has code in shard sh (0: refused, stored whole).
-func (b *nameBook) learn(sh int, name string, code uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if code == 0 {
-		if len(b.refused[sh]) >= maxRefused {
-			clear(b.refused[sh])
-		}
-		b.refused[sh][name] = true
-		return
-	}
-	b.codes[sh][name] = nameCode{code: code, form: codeField(code)}
-	b.names[code] = name
-}
-
-// forget drops what the book knows of shard sh: a park found one of its codes that Redis
-// does not hold.
-func (b *nameBook) forget(sh int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	clear(b.codes[sh])
-	clear(b.refused[sh])
-	for c := range b.names {
-		if c%uint64(b.shards) == uint64(sh) {
-			delete(b.names, c)
-		}
-	}
-}
-
-// resolve returns the name of a field that holds a code (codeMark first), the field
-// itself otherwise (nameOfCode's errors; ErrCorrupt when the code is malformed).
-func (b *nameBook) resolve(f []byte) (string, error) {
-	if len(f) == 0 || f[0] != codeMark {
-		return string(f), nil
-	}
-	code, n := binary.Uvarint(f[1:])
-	if n <= 0 || n+1 != len(f) || (n > 1 && f[n] == 0) {
-		return "", fmt.Errorf("%w: bad name code %q", ErrCorrupt, f)
-	}
-	return b.nameOfCode(code)
-}
-
-// nameOfCode returns the name of code: an error wrapping errUnknownName when the book
-// lacks it, ErrCorrupt for code 0 or a nil book (a store without interned names holds no
-// codes).
-func (b *nameBook) nameOfCode(code uint64) (string, error) {
-	if b == nil || code == 0 {
-		return "", fmt.Errorf("%w: name code %d in a store without it", ErrCorrupt, code)
-	}
-	if name, ok := b.name(code); ok {
-		return name, nil
-	}
-	return "", fmt.Errorf("%w %d", errUnknownName, code)
-}
-
-// book returns the store's name book when its entries may hold codes (a store with
-// interned names), nil otherwise.
-func (s *Store) book() *nameBook {
-	if !s.interned.Load() {
-		return nil
-	}
-	return s.names
-}
-
-// loadNames reads shard sh's interned names into the book (one HGETALL, at most
-// 2 x maxNames + 1 fields). It blocks until Redis answered or ctx is done.
-func (s *Store) loadNames(ctx context.Context, sh int) error {
+// loadTable reads shard sh's names whole (one HGETALL, at most 2 x maxNames + 2 fields)
+// and makes them the book's table of the shard. It blocks until Redis answered or ctx is
+// done.
+func (s *Store) loadTable(ctx context.Context, sh int) (*nameTable, error) {
 	all, err := s.rdb.HGetAll(ctx, s.keys[sh].nm).Result()
 	if err != nil {
-		return fmt.Errorf("load the names of shard %d: %w", sh, err)
+		return nil, fmt.Errorf("load the names of shard %d: %w", sh, err)
 	}
-	for f, name := range all {
-		if f == "" || f[0] < '1' || f[0] > '9' {
-			continue // '=<name>' and '#'
+	t := parseTable(all, sh, s.shards)
+	s.names.adopt(sh, t)
+	return t, nil
+}
+
+// tableAt returns shard sh's table of generation gen (what a read of the shard saw,
+// atomically with its entries): the book's when it has that generation, else the table
+// loaded now when Redis still has it; errNamesMoved when the names changed since the read
+// (the caller reads again). It blocks only to load.
+func (s *Store) tableAt(ctx context.Context, sh int, gen string) (*nameTable, error) {
+	if t := s.names.table(sh); t.gen == gen {
+		return t, nil
+	}
+	t, err := s.loadTable(ctx, sh)
+	if err != nil {
+		return nil, err
+	}
+	if t.gen != gen {
+		return nil, fmt.Errorf("shard %d: %w", sh, errNamesMoved)
+	}
+	return t, nil
+}
+
+// readNamed runs read, which reads shard sh and returns the generation of its names that
+// the read saw atomically with what it read, then decode with the table of that
+// generation; when the names changed in between it reads again, at most three times. It
+// blocks until Redis answered or ctx is done.
+func (s *Store) readNamed(ctx context.Context, sh int, read func() (string, error), decode func(*nameTable) error) error {
+	var err error
+	for range 3 {
+		var gen string
+		if gen, err = read(); err != nil {
+			return err
 		}
-		code, err := strconv.ParseUint(f, 10, 64)
-		if err == nil && code%uint64(s.shards) == uint64(sh) && name != "" && name[0] != codeMark {
-			s.names.learn(sh, name, code)
+		var t *nameTable
+		if t, err = s.tableAt(ctx, sh, gen); err == nil {
+			return decode(t)
+		}
+		if !errors.Is(err, errNamesMoved) {
+			return err
 		}
 	}
-	return nil
+	return err
+}
+
+// scanNames returns shard sh's table of the generation a scan.lua answer out read with its
+// entries (errNamesMoved: read the chunk again). It blocks only to load.
+func (s *Store) scanNames(ctx context.Context, sh int, out []any) (*nameTable, error) {
+	if len(out) < scanHeadLen {
+		return nil, fmt.Errorf("unexpected scan reply of %d values", len(out))
+	}
+	gen, _ := out[3].(string)
+	return s.tableAt(ctx, sh, gen)
+}
+
+// scanHeadLen is the length of a scan.lua answer's head: done, cursor id and score, names
+// generation; then 6 values per entry.
+const scanHeadLen = 4
+
+// genOf reads the generation field of a names hash from an HGET reply ("" when none).
+func genOf(c *redis.StringCmd) (string, error) {
+	g, err := c.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return g, err
+}
+
+// newGen returns a fresh random generation (16 hex digits).
+func newGen() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }
 
 // intern gives codes to the names of each shard (shard -> names not settled there) that
@@ -186,23 +315,29 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) map[int]error
 		return nil
 	}
 	shards := make([]int, 0, len(want))
+	priors := make([]*nameTable, 0, len(want))
+	gens := make([]string, 0, len(want))
 	calls := make([]call, 0, len(want))
 	for sh, names := range want {
-		args := make([]any, 0, 3+len(names))
-		args = append(args, maxNames, s.shards, sh)
+		prior, gen := s.names.table(sh), newGen()
+		args := make([]any, 0, 5+len(names))
+		args = append(args, maxNames, s.shards, sh, prior.gen, gen)
 		for _, n := range names {
 			args = append(args, n)
 		}
-		shards = append(shards, sh)
+		shards, priors, gens = append(shards, sh), append(priors, prior), append(gens, gen)
 		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].z}, args: args})
 	}
 	cmds := s.evalPipelined(ctx, s.scripts[scriptIntern], calls)
 	var errs map[int]error
 	for i, cmd := range cmds {
 		sh := shards[i]
-		codes, err := cmd.Int64Slice()
-		if err == nil && len(codes) != len(want[sh]) {
-			err = fmt.Errorf("%d codes for %d names", len(codes), len(want[sh]))
+		res, err := cmd.Int64Slice()
+		if err == nil && len(res) != len(want[sh])+1 {
+			err = fmt.Errorf("%d codes for %d names", len(res)-1, len(want[sh]))
+		}
+		if err == nil {
+			err = checkCodes(res[1:], s.shards, sh)
 		}
 		if err != nil {
 			if errs == nil {
@@ -214,67 +349,41 @@ func (s *Store) intern(ctx context.Context, want map[int][]string) map[int]error
 			}
 			continue
 		}
-		for j, name := range want[sh] {
-			if c := codes[j]; c == 0 || c%int64(s.shards) == int64(sh) {
-				s.names.learn(sh, name, uint64(max(c, 0)))
-			}
+		gen := priors[i].gen // the call gave no code: the table is as it was
+		if res[0]&2 != 0 {
+			gen = gens[i]
 		}
+		s.names.interned(sh, priors[i], res[0]&1 == 1, gen, want[sh], res[1:])
 	}
 	return errs
 }
 
-// decodeIn decodes the stored envelope raw of message id of shard sh (decodeStored),
-// loading the shard's names once when it holds a code the book lacks: ErrCorrupt when
-// Redis lacks it too, errUnknownName wrapping the load's error when the load failed. It
-// blocks only to load, until Redis answered or ctx is done.
-func (s *Store) decodeIn(ctx context.Context, sh int, raw, id string) (stored, Envelope, error) {
-	b := s.book()
-	st, env, err := decodeStored(raw, id, b)
-	if b == nil || !errors.Is(err, errUnknownName) {
-		return st, env, err
-	}
-	if err := s.loadNames(ctx, sh); err != nil {
-		return st, Envelope{}, fmt.Errorf("%w: %w", errUnknownName, err)
-	}
-	st, env, err = decodeStored(raw, id, b)
-	if errors.Is(err, errUnknownName) {
-		err = fmt.Errorf("%w: %v", ErrCorrupt, err) // Redis lacks it too
-	}
-	return st, env, err
-}
-
-// nameOf returns the name a target field form f stands for (a field of {P:s}:n or
-// {P:s}:qt: a name, or a code of a store with interned names), loading the names of the
-// code's shard once when the book lacks it. It blocks only to load.
-func (s *Store) nameOf(ctx context.Context, f string) (string, error) {
-	b := s.book()
-	n, err := b.resolve([]byte(f))
-	if !errors.Is(err, errUnknownName) || b == nil {
-		return n, err
-	}
-	code, _ := binary.Uvarint([]byte(f[1:])) // resolve checked it
-	if err := s.loadNames(ctx, int(code%uint64(s.shards))); err != nil {
-		return "", err
-	}
-	return b.resolve([]byte(f))
-}
-
-// knowNames loads shard sh's names once when a body head of the scan.lua answer out
-// holds a code the book lacks, so that decoding the answer finds them all. It blocks only
-// to load.
-func (s *Store) knowNames(ctx context.Context, sh int, out []any) error {
-	b := s.book()
-	if b == nil {
-		return nil
-	}
-	for i := 3; i+5 < len(out); i += 6 {
-		id, _ := out[i].(string)
-		head, _ := out[i+3].(string)
-		if _, _, err := decodeHead([]byte(head), id, b); errors.Is(err, errUnknownName) {
-			return s.loadNames(ctx, sh)
+// checkCodes checks intern.lua's codes for shard sh: each 0 or a code of the shard.
+func checkCodes(codes []int64, shards, sh int) error {
+	for _, c := range codes {
+		if c < 0 || (c > 0 && c%int64(shards) != int64(sh)) {
+			return fmt.Errorf("code %d is not one of shard %d", c, sh)
 		}
 	}
 	return nil
+}
+
+// nameOf returns the name a target field form f of shard sh stands for (a field of
+// {P:s}:n or {P:s}:qt: a name, or a code), with the shard's table as Redis holds it now.
+// It blocks until Redis answered or ctx is done.
+func (s *Store) nameOf(ctx context.Context, sh int, f string) (string, error) {
+	if len(f) == 0 || f[0] != codeMark {
+		return f, nil
+	}
+	var name string
+	err := s.readNamed(ctx, sh, func() (string, error) {
+		return genOf(s.rdb.HGet(ctx, s.keys[sh].nm, genField))
+	}, func(t *nameTable) error {
+		var err error
+		name, err = t.resolve([]byte(f))
+		return err
+	})
+	return name, err
 }
 
 // targetKey is name as the scripts read the target of shard sh's bodies (targetOf): its
@@ -282,10 +391,8 @@ func (s *Store) knowNames(ctx context.Context, sh int, out []any) error {
 // whole before its name got a code is then not matched by it (bulk's lineage check
 // passes over such an entry parked during the pass).
 func (s *Store) targetKey(sh int, name string) string {
-	if b := s.book(); b != nil {
-		if c, ok, _ := b.code(sh, name); ok {
-			return c.form
-		}
+	if c, ok, _ := s.names.code(sh, name); ok {
+		return c.form
 	}
 	return name
 }
@@ -297,26 +404,21 @@ func targetField(head string) string {
 		return ""
 	}
 	d := decoder{b: []byte(head[1:])}
-	if head[0] == formatSource || head[0] == formatCompactSource {
+	if head[0] == formatSource {
 		d.bytes("source id")
 	}
-	if head[0] >= formatCompactNoSource {
-		d.byte("flags")
-	}
+	d.byte("flags")
 	return string(d.bytes("target"))
 }
 
-// internNew interns, in a store with interned names, the targets and sources of reqs
-// (byShard: shard -> their indexes) that their shard has no settled code for, in one
-// round trip, and returns the error of each shard whose call failed. Settled names cost no
-// allocation and no I/O. A failed shard's names stay unsettled and Park parks none of its
-// messages (a Redis that refuses the call would refuse the park too), rather than park
-// them whole into a shard that may have no '#' yet (intern.lua would then give that shard
-// no code until it is empty); the other shards go on.
+// internNew interns the targets and sources of reqs (byShard: shard -> their indexes)
+// that their shard has no settled code for, in one round trip, and returns the error of
+// each shard whose call failed. Settled names cost no allocation and no I/O. A failed
+// shard's names stay unsettled and Park parks none of its messages (a Redis that refuses
+// the call would refuse the park too), rather than park them whole into a shard that may
+// have no '#' yet (intern.lua would then give that shard no code until it is empty); the
+// other shards go on.
 func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[int][]int) map[int]error {
-	if s.book() == nil {
-		return nil
-	}
 	var want map[int][]string
 	add := func(sh int, name string) {
 		if !internable(name) {
@@ -340,15 +442,14 @@ func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[i
 }
 
 // internable reports whether name may get a code: a target or a source other than
-// "http" (which a compact body holds in its flags), not beginning with codeMark.
+// "http" (which a body holds in its flags), not beginning with codeMark.
 func internable(name string) bool {
 	return name != "" && name != sourceHTTP && name[0] != codeMark
 }
 
 // namesBlock is what one park call writes of one shard's codes: the form each name got
 // (decided at its first use, so that the quota block and the bodies agree), and the
-// (code, name) pairs park.lua checks (docs/design.md "Interned names"). A nil block (a
-// store without interned names) codes nothing.
+// (code, name) pairs park.lua checks (docs/design.md "Interned names").
 type namesBlock struct {
 	book  *nameBook
 	sh    int
@@ -357,27 +458,20 @@ type namesBlock struct {
 	pairs []any      // code, name of the coded ones
 }
 
-// newNamesBlock returns shard sh's block for one park call; nil without interned names.
+// newNamesBlock returns shard sh's block for one park call.
 func (s *Store) newNamesBlock(sh int) *namesBlock {
-	b := s.book()
-	if b == nil {
-		return nil
-	}
-	return &namesBlock{book: b, sh: sh}
+	return &namesBlock{book: s.names, sh: sh}
 }
 
 // coded returns how e's body holds its target and source.
 func (n *namesBlock) coded(e Envelope) coded {
-	if n == nil {
-		return coded{}
-	}
 	return coded{target: n.code(e.Target).form, source: n.code(e.Source).code}
 }
 
 // code returns the code of name in this block's bodies (zero: it is written whole),
 // decided at its first use.
 func (n *namesBlock) code(name string) nameCode {
-	if n == nil || !internable(name) {
+	if !internable(name) {
 		return nameCode{}
 	}
 	if k := slices.Index(n.names, name); k >= 0 {
@@ -400,9 +494,6 @@ func (n *namesBlock) key(name string) string {
 
 // args is the names block of park's ARGV: the pairs, then their count.
 func (n *namesBlock) args() []any {
-	if n == nil {
-		return []any{"0"}
-	}
 	out := make([]any, 0, len(n.pairs)+1)
 	return append(append(out, n.pairs...), strconv.Itoa(len(n.pairs)/2))
 }

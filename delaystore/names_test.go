@@ -3,13 +3,12 @@ package delaystore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // internSample interns sampleEnvelope's target and source in every shard, so that a
@@ -181,31 +180,14 @@ func TestNamesBound(t *testing.T) {
 	}
 }
 
-// A store of the previous version (compact, ",c1") keeps its format: names whole, no
-// names keys.
-func TestCompactStoreKeepsNames(t *testing.T) {
-	f := newMarkedFixture(t, testredis.URL(t), "4,p4096,c1")
-	f.park(t, ParkRequest{ID: "c1-msg", Delay: time.Hour, Envelope: sampleEnvelope(0)})
-	if v := f.raw(t, f.s, "c1-msg"); !strings.Contains(v, "nats:orders.timeout") || !strings.Contains(v, "delay.in") {
-		t.Fatalf("compact store value without its names: %q", v)
-	}
-	for sh := range f.s.Shards() {
-		if n := f.rdb.Exists(t.Context(), f.s.keys[sh].nm).Val(); n != 0 {
-			t.Fatalf("compact store got a names key in shard %d", sh)
-		}
-	}
-}
-
-// A body with codes decodes with the book that holds them (and to the same envelope as
-// the body with the names), reads as corrupt without a book, and rejects codes written
-// in a form the encoder never writes.
+// A body with codes decodes with the table that holds them (and to the same envelope as
+// the body with the names), reads as corrupt without a table or with one that lacks them,
+// and rejects codes written in a form the encoder never writes.
 func TestCodedBodyRoundTrip(t *testing.T) {
-	b := newNameBook(4)
-	b.learn(1, "nats:orders.timeout", 5)
-	b.learn(1, "nats:delay.in", 9)
+	b := emptyTable().with("g1", []string{"nats:orders.timeout", "nats:delay.in"}, []int64{5, 9})
 	env := sampleEnvelope(3)
 	env.SourceID = testID
-	withCodes := encodeBodySent(env, testID, 0, true, coded{target: codeField(5), source: 9})
+	withCodes := encodeBodySent(env, testID, 0, coded{target: codeField(5), source: 9})
 	whole := encodeBody(env, testID)
 	if len(withCodes) != len(whole)-len("nats:orders.timeout")-len("delay.in")+2 {
 		t.Fatalf("coded body %d bytes, whole %d", len(withCodes), len(whole))
@@ -216,10 +198,10 @@ func TestCodedBodyRoundTrip(t *testing.T) {
 		t.Fatalf("coded body decodes to %+v, %v; want %+v, %v", got, err, want, err2)
 	}
 	if _, err := decodeBody(withCodes, testID); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("coded body without a book: %v, want ErrCorrupt", err)
+		t.Fatalf("coded body without a table: %v, want ErrCorrupt", err)
 	}
-	if _, err := decodeBodyIn(withCodes, testID, newNameBook(4)); !errors.Is(err, errUnknownName) {
-		t.Fatalf("coded body with a book that lacks the codes: %v, want errUnknownName", err)
+	if _, err := decodeBodyIn(withCodes, testID, emptyTable()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("coded body with a table that lacks the codes: %v, want ErrCorrupt", err)
 	}
 	// The flags byte follows the format byte: a source code with a broker prefix flag, and
 	// with the http flag, are not written by the encoder.
@@ -230,8 +212,146 @@ func TestCodedBodyRoundTrip(t *testing.T) {
 			t.Fatalf("flags %#x: %v, want ErrCorrupt", bad[1], err)
 		}
 	}
-	zero := encodeBodySent(env, testID, 0, true, coded{target: codeField(0)})
+	zero := encodeBodySent(env, testID, 0, coded{target: codeField(0)})
 	if _, err := decodeBodyIn(zero, testID, b); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("target code 0: %v, want ErrCorrupt", err)
+	}
+}
+
+// wrongTargets parks, through s, one message per target of targets (ids on shard sh, due
+// at once) and returns what reader makes of them: the claimed messages whose target is not
+// the one parked, those read as corrupt, and the Get and List answers that name another
+// target. Only its own target or corrupt is right (SPEC section 3).
+func wrongTargets(t *testing.T, s, reader *Store, sh int, tag string, targets []string) (wrong, corrupt int) {
+	t.Helper()
+	ctx := t.Context()
+	ids := idsOnShard(s, sh, len(targets), tag)
+	want := map[string]string{}
+	var reqs []ParkRequest
+	for i, id := range ids {
+		e := sampleEnvelope(i)
+		e.Target = targets[i]
+		want[id] = targets[i]
+		reqs = append(reqs, ParkRequest{ID: id, Envelope: e})
+	}
+	if p, err := s.Park(ctx, reqs); err != nil || p[len(p)-1].ID == "" {
+		t.Fatalf("park: %+v, %v", p, err)
+	}
+	for _, id := range ids {
+		if m, err := reader.Get(ctx, id); err == nil && m.Envelope.Target != want[id] {
+			wrong++
+		}
+	}
+	listed, _, err := reader.List(ctx, ListQuery{From: 0, To: math.MaxInt64, Limit: 1000}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range listed {
+		if w, ok := want[l.ID]; ok && l.Target != w {
+			wrong++
+		}
+	}
+	c, err := reader.Claim(ctx, sh, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Messages {
+		if w, ok := want[m.ID]; ok && m.Envelope.Target != w {
+			wrong++
+		}
+	}
+	return wrong, len(c.Corrupt)
+}
+
+// namesOf returns n target names with tag.
+func namesOf(tag string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("nats:%s.t%d", tag, i)
+	}
+	return out
+}
+
+// TestNoWrongTargetAfterReset (issue 37 item 1): replica A learns shard 1's codes, Redis
+// loses its data (restart without AOF: FLUSHALL on the test's own server), replica B parks
+// to the same names in another order and gets the codes A knew for other names. A's
+// Claim, Get and List must give each message its own target: A never decodes a code with
+// a table of another generation than the one the read saw.
+func TestNoWrongTargetAfterReset(t *testing.T) {
+	f, _ := ownServer(t)
+	a, b := f.s, f.replica(t, time.Minute)
+	names := namesOf("out", 50)
+	if wrong, corrupt := wrongTargets(t, a, a, 1, "before", names); wrong+corrupt != 0 {
+		t.Fatalf("before the reset: %d wrong, %d corrupt", wrong, corrupt)
+	}
+	if err := f.rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Init(t.Context()); err != nil { // the replica that comes back first
+		t.Fatal(err)
+	}
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	if wrong, corrupt := wrongTargets(t, b, a, 1, "after", reversed); wrong+corrupt != 0 {
+		t.Fatalf("after the reset: %d read with another target, %d corrupt (of %d)", wrong, corrupt, len(names))
+	}
+}
+
+// TestNoWrongTargetAfterFailover (issue 37 item 1): a failover to a replica that missed
+// the last writes: B read shard 1's names, A interned 30 new names (and parked), the
+// promoted replica has the names hash as it was before A's intern (DUMP / RESTORE here)
+// and none of A's entries; B parks to 30 other new names and gets A's codes. A must read
+// B's messages with their own targets.
+func TestNoWrongTargetAfterFailover(t *testing.T) {
+	f, _ := ownServer(t)
+	ctx := t.Context()
+	a, b := f.s, f.replica(t, time.Minute)
+	if wrong, corrupt := wrongTargets(t, b, b, 1, "first", namesOf("first", 5)); wrong+corrupt != 0 {
+		t.Fatalf("first: %d wrong, %d corrupt", wrong, corrupt)
+	}
+	k := f.s.keys[1]
+	before, err := f.rdb.Dump(ctx, k.nm).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrong, corrupt := wrongTargets(t, a, a, 1, "lost", namesOf("lost", 30)); wrong+corrupt != 0 {
+		t.Fatalf("before the failover: %d wrong, %d corrupt", wrong, corrupt)
+	}
+	// The promoted replica: the names as before A's writes, none of A's entries.
+	if err := f.rdb.Del(ctx, k.nm, k.z, k.m).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.Restore(ctx, k.nm, 0, before).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if wrong, corrupt := wrongTargets(t, b, a, 1, "after", namesOf("other", 30)); wrong+corrupt != 0 {
+		t.Fatalf("after the failover: %d read with another target, %d corrupt (of 30)", wrong, corrupt)
+	}
+}
+
+// TestNamesKeyDeletedNeverGuessed (issue 37 item 1): shard 1's names hash deleted by hand
+// under parked messages: the replica that parked them (whose table had the codes) reads
+// them as corrupt, never with a name it remembers from a table Redis no longer has.
+func TestNamesKeyDeletedNeverGuessed(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	names := namesOf("gone", 10)
+	ids := idsOnShard(f.s, 1, len(names), "gone")
+	var reqs []ParkRequest
+	for i, id := range ids {
+		e := sampleEnvelope(i)
+		e.Target = names[i]
+		reqs = append(reqs, ParkRequest{ID: id, Envelope: e})
+	}
+	f.park(t, reqs...)
+	if err := f.rdb.Del(ctx, f.s.keys[1].nm).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.s.Claim(ctx, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages) != 0 || len(c.Corrupt) != len(ids) {
+		t.Fatalf("claimed %d messages (%d corrupt) whose names were deleted; want all %d corrupt", len(c.Messages), len(c.Corrupt), len(ids))
 	}
 }

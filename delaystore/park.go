@@ -24,9 +24,9 @@ import (
 // pieceBytes goes in pieces, which succeed or fail each on its own as shards do. An empty
 // batch does no I/O. Park blocks until Redis answered or ctx is done.
 //
-// In a store with interned names, names new to a shard are interned first (names.go); a
-// shard that no longer holds a code this replica used (a failover lost it) has its codes
-// forgotten and its messages parked once more with codes interned again.
+// Names new to a shard are interned first (names.go); a shard that no longer holds a code
+// this replica used (a failover lost it) has its codes forgotten and its messages parked
+// once more with codes interned again.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	out, stale, err := s.park(ctx, reqs)
 	if len(stale) == 0 {
@@ -96,7 +96,7 @@ func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, 
 			if r.Replace && knownPublished(r.Published) {
 				sent = r.Published
 			}
-			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, s.compact.Load(), names.coded(r.Envelope))
+			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, names.coded(r.Envelope))
 		}
 		parts := splitPieces(reqs, idx, bodies, pieceBytes)
 		if parts == nil {

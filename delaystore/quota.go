@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -253,6 +254,18 @@ func (s *Store) quotaMarkKeys() []string {
 	return out
 }
 
+// shardOfField returns the shard whose names resolve the target field t of one of shards'
+// {P:s}:n (a code names its shard: code mod shards); shards[0] for a name, which needs
+// none.
+func shardOfField(t string, shards []int, n int) int {
+	if len(t) > 1 && t[0] == codeMark {
+		if code, k := binary.Uvarint([]byte(t[1:])); k > 0 {
+			return int(code % uint64(n))
+		}
+	}
+	return shards[0]
+}
+
 // countQuotaShards runs quotacount.lua over shards (whose counter hash is one key).
 func (s *Store) countQuotaShards(ctx context.Context, shards []int, force bool) error {
 	class := map[string]string{}
@@ -280,7 +293,10 @@ func (s *Store) countQuotaShards(ctx context.Context, shards []int, force bool) 
 			if t == "" {
 				continue
 			}
-			name, err := s.nameOf(ctx, t) // a field of {P:s}:n: a code in a store with interned names
+			name, err := s.nameOf(ctx, shardOfField(t, shards, s.shards), t) // a field of {P:s}:n: a name or a code
+			if errors.Is(err, ErrCorrupt) {
+				name, err = "", nil // its names were lost (deleted by hand): no pattern's
+			}
 			if err != nil {
 				return fmt.Errorf("quota counts: %w", err)
 			}

@@ -16,18 +16,30 @@ func (s *Store) Get(ctx context.Context, id string) (Message, error) {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	sh := s.ShardOf(id)
-	raw, err := s.rdb.HGet(ctx, s.keys[sh].m, id).Result()
+	var raw string
+	var m Message
+	err := s.readNamed(ctx, sh, func() (string, error) {
+		read := s.rdb.TxPipeline() // the entry and the generation of the names it was written against
+		entry := read.HGet(ctx, s.keys[sh].m, id)
+		gen := read.HGet(ctx, s.keys[sh].nm, genField)
+		_, _ = read.Exec(ctx)
+		var err error
+		if raw, err = entry.Result(); err != nil {
+			return "", err
+		}
+		return genOf(gen)
+	}, func(names *nameTable) error {
+		st, env, err := decodeStored(raw, id, names)
+		m = Message{ID: id, Shard: sh, Due: st.due, Attempts: st.attempts, Version: st.version, Envelope: env}
+		return err
+	})
 	if errors.Is(err, redis.Nil) {
 		return Message{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	st, env, err := s.decodeIn(ctx, sh, raw, id)
-	if err != nil {
-		return Message{}, fmt.Errorf("get %s: %w", id, err)
-	}
-	return Message{ID: id, Shard: sh, Due: st.due, Attempts: st.attempts, Version: st.version, Envelope: env}, nil
+	return m, nil
 }
 
 // Stats counts the parked messages per shard and finds the earliest score, in one

@@ -165,7 +165,7 @@ func FuzzARGVRoundTrip(f *testing.F) {
 		f.Add(s, []byte(s))
 	}
 	fx := newFixture(f, testredis.URL(f))
-	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx|nm)$|^` + regexp.QuoteMeta(fx.prefix) + `:(shards|cursor)$|^\{` +
+	keyRE := regexp.MustCompile(`^\{` + regexp.QuoteMeta(fx.prefix) + `:[0-9]+\}:(z|m|seq|epoch|tn|to|r|n|c|cx|nm)$|^` + regexp.QuoteMeta(fx.prefix) + `:(shards|cursor)$|^\{` +
 		regexp.QuoteMeta(fx.prefix) + `:fleet\}:(members|version|pending|tokens)$`)
 	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, s string, payload []byte) {

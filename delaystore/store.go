@@ -22,16 +22,10 @@ import (
 type Store struct {
 	rdb    redis.UniversalClient
 	shards int
-	// run: the store's position layout runs (layout.go; 0: the id layout); set by Init
-	// from P:shards, newRun until then (what Init gives an empty store).
+	// run: how many consecutive positions of a stream share a shard (layout.go); set by
+	// Init from P:shards, newRun until then (what Init gives an empty store).
 	run    atomic.Int64
 	newRun int // Config.ShardRun, or its default for the topology
-	// compact: the store's entries are written compact and its tombstones are sets
-	// (layout.go compactMark); set by Init from P:shards, true until then.
-	compact atomic.Bool
-	// interned: the store's compact entries hold codes for their target and source
-	// (layout.go internedMark, names.go); set by Init from P:shards, true until then.
-	interned atomic.Bool
 	// names: per shard, the interned names this replica knows (names.go).
 	names *nameBook
 	// layoutKnown: Init has read the layout; until then calls that address ids refuse.
@@ -83,25 +77,27 @@ type Store struct {
 }
 
 // shardKeys are the keys of one shard; the slices are passed to go-redis, which only reads
-// them.
+// them. Each script's list keeps its keys' order; the tombstones' older set ({P:s}:to)
+// comes last.
 type shardKeys struct {
-	z, m     string
-	r        string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
-	epoch    string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
-	zm       []string // z, m
-	zmRSeq   []string // z, m, r, seq: retry
-	n        string   // {P:s}:n, parked count per target (the field "" marks it complete)
-	nm       string   // {P:s}:nm, the shard's interned names (names.go)
-	zmtRN    []string // z, m, t, r, n, qt, qc: ack
-	zmSeqTRN []string // z, m, seq, t, r, n, b, bx, qt, qc: bulk
-	b, bx    string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
-	park     []string // z, m, seq, t, r, n, c, cx, qt, qc, nm: park
-	cancel   []string // z, m, t, r, n, c, cx, qt, qc: cancel
-	qt       string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
-	qc       string   // the quota counter hash: {P:quota}, or {P:s}:q on Cluster (quota.lua)
-	seq      string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
-	shardID  string   // the shard number as a decimal string
-	wake     string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
+	z, m    string
+	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
+	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
+	zm      []string // z, m
+	claim   []string // z, m, nm: claim
+	retry   []string // z, m, r, seq: retry
+	n       string   // {P:s}:n, parked count per target (the field "" marks it complete)
+	nm      string   // {P:s}:nm, the shard's interned names (names.go)
+	ack     []string // z, m, tn, r, n, qt, qc, to: ack
+	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to: bulk
+	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
+	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to: park
+	cancel  []string // z, m, tn, r, n, c, cx, qt, qc, to: cancel
+	qt      string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
+	qc      string   // the quota counter hash: {P:quota}, or {P:s}:q on Cluster (quota.lua)
+	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
+	shardID string   // the shard number as a decimal string
+	wake    string   // P:wake:<s>, the shard's wake channel (park publishes, Wakeups follows)
 }
 
 // newShardKeys are the keys of shard i under prefix p, all with the hash tag {p:i} but
@@ -109,24 +105,26 @@ type shardKeys struct {
 // shard's scripts count against it; on Cluster each shard has its own, {p:i}:q).
 func newShardKeys(p string, i int, perShard bool) shardKeys {
 	tag := "{" + p + ":" + strconv.Itoa(i) + "}"
-	z, m, seq, t, r, n := tag+":z", tag+":m", tag+":seq", tag+":t", tag+":r", tag+":n"
-	c, cx := tag+":c", tag+":cx" // remembered cancels and their expiry index
-	b, bx := tag+":b", tag+":bx" // bulk operations' progress and its expiry index
+	z, m, seq, r, n, nm := tag+":z", tag+":m", tag+":seq", tag+":r", tag+":n", tag+":nm"
+	tn, to := tag+":tn", tag+":to" // tombstones, newer and older set (tombs.lua)
+	c, cx := tag+":c", tag+":cx"   // remembered cancels and their expiry index
+	b, bx := tag+":b", tag+":bx"   // bulk operations' progress and its expiry index
 	qt, qc := tag+":qt", "{"+p+":quota}"
 	if perShard {
 		qc = tag + ":q"
 	}
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
-		zm:       []string{z, m},
-		zmRSeq:   []string{z, m, r, seq},
-		n:        n,
-		zmtRN:    []string{z, m, t, r, n, qt, qc},
-		zmSeqTRN: []string{z, m, seq, t, r, n, b, bx, qt, qc},
-		b:        b, bx: bx,
-		park:    []string{z, m, seq, t, r, n, c, cx, qt, qc, tag + ":nm"},
-		nm:      tag + ":nm",
-		cancel:  []string{z, m, t, r, n, c, cx, qt, qc},
+		zm:    []string{z, m},
+		claim: []string{z, m, nm},
+		retry: []string{z, m, r, seq},
+		n:     n,
+		nm:    nm,
+		ack:   []string{z, m, tn, r, n, qt, qc, to},
+		bulk:  []string{z, m, seq, tn, r, n, b, bx, qt, qc, to},
+		b:     b, bx: bx,
+		park:    []string{z, m, seq, tn, r, n, c, cx, qt, qc, nm, to},
+		cancel:  []string{z, m, tn, r, n, c, cx, qt, qc, to},
 		qt:      qt,
 		qc:      qc,
 		seq:     seq,
@@ -190,8 +188,6 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		}
 	}
 	s.run.Store(int64(s.newRun))
-	s.compact.Store(true)
-	s.interned.Store(true)
 	s.names = newNameBook(cfg.Shards)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
@@ -206,15 +202,16 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // Init checks that Redis will not evict parked messages: an allkeys-* maxmemory-policy is
 // an error wrapping ErrEvictionPolicy (noeviction, the default, is right; volatile-* only
 // evicts keys with a TTL, and the store sets none; a server that refuses INFO memory, as
-// with an ACL user without it, is not checked). It records the shard count in Redis (SET NX on "<prefix>:shards") and checks
-// it: a different recorded count is an error wrapping ErrShardMismatch. The same key gives
-// the store's layout and entry format (layout.go): an empty store gets the position layout
-// and compact entries, an existing one keeps what it has. It creates or reads
+// with an ACL user without it, is not checked). It records the shard count, the run and
+// the store format in Redis (SET NX on "<prefix>:shards": layout.go) and checks them: a
+// different recorded count is a ShardCountError, another format an error wrapping
+// ErrShardMismatch that names the drain-and-recreate procedure; an existing store keeps
+// its run. It creates or reads
 // every shard's dataset epoch, which CheckDataset compares against, and the key that seals
 // cursors (P:cursor, created once: cursor.go). It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
-// target complete (Targets; a store of an older version is counted once, a full Redis
-// leaves that to Targets). Call it once at start; it blocks
+// target complete (Targets; counts lost with a Redis dataset are counted again, a full
+// Redis leaves that to Targets). Call it once at start; it blocks
 // until Redis answered, and is safe to call concurrently and repeatedly.
 //
 // It also reads INFO replication of every master (Cluster: each; otherwise the one the
@@ -228,29 +225,27 @@ func (s *Store) Init(ctx context.Context) error {
 		return err
 	}
 	// A full Redis refuses SET even for a key that exists: what counts is the GET below.
-	// An empty store gets the position layout and compact entries; a store that has
-	// P:shards keeps its own.
-	if err := s.rdb.SetNX(ctx, s.shardsKey, shardsMark(s.shards, s.newRun, true, true), 0).Err(); err != nil && !IsOOM(err) {
+	// An empty store gets this replica's run; a store that has P:shards keeps its own.
+	if err := s.rdb.SetNX(ctx, s.shardsKey, shardsMark(s.shards, s.newRun), 0).Err(); err != nil && !IsOOM(err) {
 		return fmt.Errorf("init: record shard count: %w", err)
 	}
 	v, err := s.rdb.Get(ctx, s.shardsKey).Result()
 	if err != nil {
 		return fmt.Errorf("init: read shard count: %w", err)
 	}
-	recorded, run, compact, interned, err := parseShardsValue(v)
+	recorded, run, err := parseShardsValue(v)
 	if err != nil {
-		return fmt.Errorf("init: redis key %s: %w: %w", s.shardsKey, err, ErrShardMismatch)
+		return fmt.Errorf("init: redis key %s: %w; drain the store and create it again (docs/operating.md, \"Store format\"): %w",
+			s.shardsKey, err, ErrShardMismatch)
 	}
 	if recorded != s.shards {
 		return &ShardCountError{Key: s.shardsKey, Recorded: recorded, Configured: s.shards}
 	}
-	if run > 0 && run != s.newRun {
+	if run != s.newRun {
 		s.log.Info("the store records another shard run than this replica gives a new store (BRIDGE_SHARD_RUN, or its default); using the store's",
 			"key", s.shardsKey, "store_run", run, "configured_run", s.newRun)
 	}
 	s.run.Store(int64(run))
-	s.compact.Store(compact)
-	s.interned.Store(interned)
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err
@@ -267,8 +262,8 @@ func (s *Store) Init(ctx context.Context) error {
 	if err := s.loadScripts(ctx); err != nil {
 		return err
 	}
-	// Parked counts per target (Targets): a new store is marked complete at once; one
-	// written by a version that kept none is counted now, once (~3 us per entry). Delivery
+	// Parked counts per target (Targets): a new store is marked complete at once; a shard
+	// whose mark is gone (its dataset was lost) is counted now, once (~3 us per entry). Delivery
 	// does not need them: a count that failed (a full Redis, a shard too large for the
 	// read timeout) is left to the first Targets, which runs the same check.
 	if err := s.completeCounts(ctx, false); err != nil {
@@ -304,7 +299,7 @@ func (s *Store) checkEviction(ctx context.Context) error {
 			}
 			if ok && strings.HasPrefix(v, "volatile-") {
 				s.log.Warn("redis maxmemory-policy evicts keys with a TTL when memory is full: the tombstone sets of a "+
-					"compact store among them, so a redelivery within the tombstone TTL could be delivered twice; "+
+					"tombstone sets among them, so a redelivery within the tombstone TTL could be delivered twice; "+
 					"set maxmemory-policy noeviction", "policy", v)
 			}
 		}

@@ -29,14 +29,6 @@ type fixture struct {
 
 func newFixture(t testing.TB, url string, mutate ...func(*Config)) *fixture {
 	t.Helper()
-	return newMarkedFixture(t, url, "", mutate...)
-}
-
-// newMarkedFixture is newFixture on a store whose P:shards holds mark before Init (""
-// leaves it to Init: an empty store): "<N>,p64" is a store created by an earlier version,
-// which keeps writing entries of formats 1-3 and zset tombstones.
-func newMarkedFixture(t testing.TB, url, mark string, mutate ...func(*Config)) *fixture {
-	t.Helper()
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -52,11 +44,6 @@ func newMarkedFixture(t testing.TB, url, mark string, mutate ...func(*Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mark != "" {
-		if err := rdb.Set(t.Context(), prefix+":shards", mark, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := s.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +53,6 @@ func newMarkedFixture(t testing.TB, url, mark string, mutate ...func(*Config)) *
 func setup(t *testing.T, mutate ...func(*Config)) *fixture {
 	t.Helper()
 	return newFixture(t, testredis.URL(t), mutate...)
-}
-
-// setupText is setup on a store created by an earlier version ("4,p64": position layout,
-// entries of formats 1-3, zset tombstones).
-func setupText(t *testing.T, mutate ...func(*Config)) *fixture {
-	t.Helper()
-	return newMarkedFixture(t, testredis.URL(t), "4,p64", mutate...)
 }
 
 // ownServer is a fixture on a redis-server of its own, which the test may stop, fill or
@@ -763,7 +743,7 @@ func TestClaimCorrupt(t *testing.T) {
 	f := setup(t)
 	id := "bad"
 	tag := fmt.Sprintf("{%s:%d}", f.prefix, f.s.ShardOf(id))
-	f.rdb.HSet(t.Context(), tag+":m", id, "5,0,1000,\x09garbage")
+	f.rdb.HSet(t.Context(), tag+":m", id, string(binaryHeader(5, 0, 1000))+"\x09garbage")
 	f.rdb.ZAdd(t.Context(), tag+":z", redis.Z{Score: 1000, Member: id})
 	f.park(t, ParkRequest{ID: "good", Envelope: sampleEnvelope(1)})
 	c, err := f.s.Claim(t.Context(), f.s.ShardOf(id), 10)
@@ -981,7 +961,7 @@ func TestKeysIndependentOfInput(t *testing.T) {
 			}
 		}
 	}
-	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx|nm)$|^\{` +
+	allowed := regexp.MustCompile(`^\{` + regexp.QuoteMeta(f.prefix) + `:[0-3]\}:(z|m|seq|epoch|tn|to|r|n|c|cx|nm)$|^\{` +
 		regexp.QuoteMeta(f.prefix) + `:fleet\}:(members|version|pending|tokens)$`)
 	var keys []string
 	iter := f.rdb.Scan(t.Context(), 0, "*"+f.prefix+"*", 1000).Iterator()

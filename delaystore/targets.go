@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -76,9 +77,26 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 			return nil, nil, fmt.Errorf("targets: %w", err)
 		}
 	}
-	read := s.rdb.Pipeline()
+	var err error
+	for range 3 {
+		var sum map[string]int64
+		var held []map[string]bool
+		if sum, held, err = s.readCounts(ctx); !errors.Is(err, errNamesMoved) {
+			return sum, held, err
+		}
+	}
+	return nil, nil, err
+}
+
+// readCounts reads every shard's counts per target with the generation of its names, in
+// one transaction (per node on Cluster), and resolves the fields with the table of that
+// generation; errNamesMoved when a shard's names changed before its table was loaded.
+func (s *Store) readCounts(ctx context.Context) (map[string]int64, []map[string]bool, error) {
+	read := s.rdb.TxPipeline()
 	alls := make([]*redis.MapStringStringCmd, len(s.keys))
+	gens := make([]*redis.StringCmd, len(s.keys))
 	for i := range s.keys {
+		gens[i] = read.HGet(ctx, s.keys[i].nm, genField)
 		alls[i] = read.HGetAll(ctx, s.keys[i].n)
 	}
 	_, _ = read.Exec(ctx)
@@ -86,6 +104,14 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 	held := make([]map[string]bool, len(s.keys))
 	for i, c := range alls {
 		fields, err := c.Result()
+		var gen string
+		if err == nil {
+			gen, err = genOf(gens[i])
+		}
+		var names *nameTable
+		if err == nil {
+			names, err = s.tableAt(ctx, i, gen)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("targets: read shard %d: %w", i, err)
 		}
@@ -95,9 +121,9 @@ func (s *Store) targetCounts(ctx context.Context, recount bool) (map[string]int6
 			if f == "" || err != nil || n <= 0 {
 				continue
 			}
-			t, err := s.nameOf(ctx, f)
+			t, err := names.resolve([]byte(f))
 			if err != nil {
-				return nil, nil, fmt.Errorf("targets: read shard %d: %w", i, err)
+				continue // a code the shard's names lost (deleted by hand): its entries are corrupt
 			}
 			sum[t] += n
 			held[i][t] = true
@@ -168,11 +194,15 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 		cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
 		for i, sh := range reading {
 			out, err := cmds[i].Slice()
+			var names *nameTable
 			if err == nil {
-				err = s.knowNames(ctx, sh.shard, out)
+				names, err = s.scanNames(ctx, sh.shard, out)
+			}
+			if errors.Is(err, errNamesMoved) {
+				continue // read again next round
 			}
 			if err == nil {
-				err = sh.read(out, nil, s.book())
+				err = sh.read(out, nil, names)
 			}
 			if err != nil {
 				return fmt.Errorf("targets: next due: shard %d: %w", sh.shard, err)

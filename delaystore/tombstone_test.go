@@ -4,33 +4,26 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// tombKey is the tombstone zset of id's shard ({P:s}:t, stores of formats 1-3); the sets
-// of a compact store are tombKey + "n" and + "o" (tombs.lua).
+// tombKey is the base name of the tombstone sets of id's shard: tombKey + "n" is the
+// newer set, + "o" the older one (tombs.lua).
 func (f *fixture) tombKey(id string) string {
 	return fmt.Sprintf("{%s:%d}:t", f.prefix, f.s.ShardOf(id))
 }
 
-// tombstoned reports whether src has a live tombstone in id's shard: in the zset (score
-// after the Redis time) or in either set.
+// tombstoned reports whether src has a tombstone in id's shard: in either set.
 func (f *fixture) tombstoned(t *testing.T, id, src string) bool {
 	t.Helper()
 	ctx, tk := t.Context(), f.tombKey(id)
-	if sc, err := f.rdb.ZScore(ctx, tk, src).Result(); err == nil && int64(sc) > f.now(t) {
-		return true
-	}
 	return f.rdb.SIsMember(ctx, tk+"n", src).Val() || f.rdb.SIsMember(ctx, tk+"o", src).Val()
 }
 
-// tombstones counts the tombstones of id's shard: zset members (live or not) and set
-// members.
+// tombstones counts the tombstones of id's shard.
 func (f *fixture) tombstones(t *testing.T, id string) int64 {
 	t.Helper()
 	ctx, tk := t.Context(), f.tombKey(id)
-	return f.rdb.ZCard(ctx, tk).Val() + f.rdb.SCard(ctx, tk+"n").Val() + f.rdb.SCard(ctx, tk+"o").Val()
+	return f.rdb.SCard(ctx, tk+"n").Val() + f.rdb.SCard(ctx, tk+"o").Val()
 }
 
 // deliver claims id (due now) and acks it, as egress does after the target confirmed.
@@ -53,20 +46,9 @@ func sourced(id, sourceID string, replace bool) ParkRequest {
 // TestTombstoneAbsorbsRedelivery: a delivered message leaves a tombstone of its source id
 // for the TTL, and a redelivery of that source message is not parked again (rows A1, A3,
 // B4, the Kafka kill), whether its id is the source id or an explicit x-delay-id.
-// Both kinds of store: a compact one's tombstone is in the newer set, which expires
-// after 2.5 x TTL; a text one's in the zset, until now + TTL.
+// The tombstone is in the newer set, which expires after 2.5 x TTL.
 func TestTombstoneAbsorbsRedelivery(t *testing.T) {
-	for _, store := range []string{"compact", "text"} {
-		t.Run(store, func(t *testing.T) { testTombstoneAbsorbsRedelivery(t, store == "compact") })
-	}
-}
-
-func testTombstoneAbsorbsRedelivery(t *testing.T, compact bool) {
-	mutate := func(c *Config) { c.TombstoneTTL = time.Minute }
-	f := setup(t, mutate)
-	if !compact {
-		f = setupText(t, mutate)
-	}
+	f := setup(t, func(c *Config) { c.TombstoneTTL = time.Minute })
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name, id, src string
@@ -80,28 +62,13 @@ func testTombstoneAbsorbsRedelivery(t *testing.T, compact bool) {
 			if p := f.park(t, sourced(tc.id, tc.src, tc.replace)); p[0].Existed || p[0].Delivered {
 				t.Fatalf("first park: %+v", p[0])
 			}
-			before := f.now(t)
 			f.deliver(t, tc.id)
-			after := f.now(t)
 			ttl := time.Minute.Milliseconds()
-			if compact {
-				if !f.rdb.SIsMember(ctx, f.tombKey(tc.id)+"n", tc.src).Val() {
-					t.Fatalf("no tombstone of %s in the newer set after the ack", tc.src)
-				}
-				if pttl := f.rdb.PTTL(ctx, f.tombKey(tc.id)+"n").Val().Milliseconds(); pttl <= 2*ttl || pttl > 2*ttl+ttl/2 {
-					t.Fatalf("newer set expires in %d ms, want (2, 2.5] x TTL", pttl)
-				}
-				if n := f.rdb.Exists(ctx, f.tombKey(tc.id)).Val(); n != 0 {
-					t.Fatal("a compact store wrote the zset")
-				}
-			} else {
-				exp, err := f.rdb.ZScore(ctx, f.tombKey(tc.id), tc.src).Result()
-				if err != nil {
-					t.Fatalf("no tombstone of %s after the ack: %v", tc.src, err)
-				}
-				if int64(exp) < before+ttl || int64(exp) > after+ttl {
-					t.Fatalf("tombstone expiry %d not in [%d, %d]", int64(exp), before+ttl, after+ttl)
-				}
+			if !f.rdb.SIsMember(ctx, f.tombKey(tc.id)+"n", tc.src).Val() {
+				t.Fatalf("no tombstone of %s in the newer set after the ack", tc.src)
+			}
+			if pttl := f.rdb.PTTL(ctx, f.tombKey(tc.id)+"n").Val().Milliseconds(); pttl <= 2*ttl || pttl > 2*ttl+ttl/2 {
+				t.Fatalf("newer set expires in %d ms, want (2, 2.5] x TTL", pttl)
 			}
 			p := f.park(t, sourced(tc.id, tc.src, tc.replace))
 			if !p[0].Delivered || !p[0].Existed || p[0].Due != 0 {
@@ -198,99 +165,7 @@ func TestTombstoneCancel(t *testing.T) {
 	}
 }
 
-// TestTombstoneExpiryAndPruning: in a store of an earlier version (zset tombstones) an
-// expired tombstone no longer absorbs a park, and every ack removes at most twice as many
-// expired tombstones as it deleted entries, oldest first: the set stays bounded without a
-// sweeper, and no ack does unbounded work.
-func TestTombstoneExpiryAndPruning(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	f := setupText(t, func(c *Config) { c.TombstoneTTL = ttl })
-	ctx := t.Context()
-	ids := idsOnShard(f.s, 0, 20, "js:IN")
-	tz := f.tombKey(ids[0])
-	deliverAll := func(ids []string) {
-		t.Helper()
-		var reqs []ParkRequest
-		for _, id := range ids {
-			reqs = append(reqs, sourced(id, id, false))
-		}
-		f.park(t, reqs...)
-		var rs []Receipt
-		for len(rs) < len(ids) {
-			c, err := f.s.Claim(ctx, 0, 100)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range c.Messages {
-				rs = append(rs, m.Receipt)
-			}
-		}
-		if a, err := f.s.Ack(ctx, rs); err != nil || a.N != len(ids) {
-			t.Fatalf("ack: %+v %v", a, err)
-		}
-	}
-	deliverAll(ids[:10])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 10 {
-		t.Fatalf("%d tombstones after 10 deliveries, want 10", n)
-	}
-	if p := f.park(t, sourced(ids[0], ids[0], false)); !p[0].Delivered {
-		t.Fatalf("redelivery within the TTL: %+v, want Delivered", p[0])
-	}
-	time.Sleep(ttl + 50*time.Millisecond) // let the tombstones expire (Redis clock)
-
-	// Expired: ids[1] is parked again.
-	if p := f.park(t, sourced(ids[1], ids[1], false)); p[0].Delivered {
-		t.Fatalf("redelivery after the TTL: %+v, want parked", p[0])
-	}
-	// Cancelled: ids[1]'s tombstone is written again, live now (10: 9 expired, 1 live).
-	if _, err := f.s.Cancel(ctx, ids[1]); err != nil {
-		t.Fatal(err)
-	}
-	// One delivery: +1 live, at most 2 expired removed: 10 + 1 - 2 = 9.
-	deliverAll(ids[10:11])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 9 {
-		t.Fatalf("%d tombstones after 1 more delivery, want 9 (2 of 9 expired pruned)", n)
-	}
-	// Three deliveries: +3, at most 6 of the 7 expired removed: 9 + 3 - 6 = 6.
-	deliverAll(ids[11:14])
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 6 {
-		t.Fatalf("%d tombstones after 3 more deliveries, want 6 (6 of 7 expired pruned)", n)
-	}
-	deliverAll(ids[14:20])
-	live := f.rdb.ZCount(ctx, tz, fmt.Sprint(f.now(t)+1), "+inf").Val()
-	if n := f.rdb.ZCard(ctx, tz).Val(); n != 11 || live != 11 {
-		t.Fatalf("%d tombstones (%d live) at the end, want 11 live: ids[1] cancelled and ids[10:20]", n, live)
-	}
-}
-
-// TestTombstoneFormat1Entry: an entry parked by the previous version (body format 1, no
-// source id) is claimed, decoded and acked as before; it leaves no tombstone.
-func TestTombstoneFormat1Entry(t *testing.T) {
-	f := setup(t, func(c *Config) { c.TombstoneTTL = time.Minute })
-	ctx := t.Context()
-	id := "js:IN:99"
-	sh := f.s.ShardOf(id)
-	body := "\x01\x0fnats:orders.out\x0dnats:delay.in\x00\x01\x01a\x011payload"
-	now := f.now(t)
-	if err := f.rdb.HSet(ctx, f.s.keys[sh].m, id, fmt.Sprintf("5,0,%d,%s", now, body)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.rdb.ZAdd(ctx, f.s.keys[sh].z, redis.Z{Score: float64(now), Member: id}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := f.claimID(t, id, 5*time.Second)
-	if c.Version != 5 || c.Envelope.Target != "nats:orders.out" || string(c.Envelope.Payload) != "payload" || c.Envelope.SourceID != "" {
-		t.Fatalf("format 1 entry claimed as %+v", c)
-	}
-	if a, err := f.s.Ack(ctx, []Receipt{c.Receipt}); err != nil || a.N != 1 {
-		t.Fatalf("ack: %+v %v", a, err)
-	}
-	if n := f.tombstones(t, id); n != 0 {
-		t.Fatal("a format 1 entry left a tombstone")
-	}
-}
-
-// TestTombstoneSetsRotate: in a compact store the tombstones of the first TTL go to the
+// TestTombstoneSetsRotate: the tombstones of the first TTL go to the
 // newer set; the first ack after the TTL moves that set to the older name and starts a new
 // one, and a redelivery of a message delivered before that boundary is still absorbed
 // (both sets are checked). The next move drops the older set (its tombstones are then

@@ -23,33 +23,24 @@ import (
 // JetStream-like messages (id = source id js:IN:<seq>) at 5k msgs/s, delays uniform in
 // 0..1 s, parked every 1 ms as ingress's group commit does, claimed and acked by the real
 // scheduler over 16 shards, or 1 (a fake delivery acks at once); it reports Redis CPU per
-// message. Variants: the store's layout (id: fnv32a of every id; position: runs of 4096
-// positions share a shard) and the ack hold (0: acks ride with every claim; ackHold, the
-// default). It also reports the lateness of the hand-off to delivery (p50, p99: handed
+// message. Variants: the ack hold (0: acks ride with every claim; ackHold, the default). It also reports the lateness of the hand-off to delivery (p50, p99: handed
 // minus due, ms), which the hold must not move.
 //
 //	go test -run '^$' -bench BenchmarkSteadyRedisCPU -benchtime 25000x ./egress/
 func BenchmarkSteadyRedisCPU(b *testing.B) {
 	for _, shards := range []int{16, 1} {
-		for _, layout := range []string{"id", "position"} {
-			for _, hold := range []time.Duration{0, ackHold} {
-				b.Run(fmt.Sprintf("shards=%d/layout=%s/hold=%s", shards, layout, hold), func(b *testing.B) {
-					benchSteady(b, shards, layout == "position", hold)
-				})
-			}
+		for _, hold := range []time.Duration{0, ackHold} {
+			b.Run(fmt.Sprintf("shards=%d/hold=%s", shards, hold), func(b *testing.B) {
+				benchSteady(b, shards, hold)
+			})
 		}
 	}
 }
 
-func benchSteady(b *testing.B, shards int, byPosition bool, hold time.Duration) {
+func benchSteady(b *testing.B, shards int, hold time.Duration) {
 	srv := testredis.Start(b, "--appendfsync", "everysec")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	b.Cleanup(func() { _ = rdb.Close() })
-	if !byPosition { // a store recorded by an earlier version
-		if err := rdb.Set(b.Context(), "delay:shards", strconv.Itoa(shards), 0).Err(); err != nil {
-			b.Fatal(err)
-		}
-	}
 	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: "delay", Shards: shards, Lease: 30 * time.Second, TombstoneTTL: 90 * time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
 -- ack: delete delivered messages, leaving tombstones of their source messages; one group
--- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (tombstones: tombs.lua),
---       4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n (parked count per
---       target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter hash (quota.lua)
+-- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:tn (newer
+--       tombstones: tombs.lua), 4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n
+--       (parked count per target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter
+--       hash (quota.lua), 8 = {P:s}:to (older tombstones)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
 --       of the shard follows in the same round trip and reads it), then per message 3
 --       values: id, version, token
@@ -10,10 +11,7 @@
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL (park then
--- drops a redelivery of that source message; tombs.lua: a compact entry's in the expiring
--- sets, another's in the zset t, source id -> now + TTL). Then at most 2 x (deleted entries
--- of formats 1-3) expired tombstones of the zset are removed, oldest first: it stays
--- bounded without a sweeper.
+-- drops a redelivery of that source message; tombs.lua: in the expiring sets).
 -- The retry set is touched only when a deleted entry has attempts > 0 (only such entries
 -- are in it: retry.lua adds an id with attempts + 1; park, bulk and a recurring firing
 -- reset attempts only while taking the id out of it, or keep them).
@@ -37,12 +35,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 --!include quota.lua
 
 local function shard(KEYS, ARGV)
-  local z, m, tz = KEYS[1], KEYS[2], KEYS[3]
+  local z, m = KEYS[1], KEYS[2]
   local ttl = tonumber(ARGV[1])
 
   local n = 0
-  local tombs, tombsC = {}, {} -- source ids of the deleted entries: text, compact
-  local nText = 0 -- deleted entries with a text body (formats 1-3)
+  local tombs = {} -- source ids of the deleted entries
   local deltas = {} -- target -> minus the deleted entries
   local ids = {}
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
@@ -63,11 +60,7 @@ local function shard(KEYS, ARGV)
           seen[id] = true
           retried = retried or attempts ~= 0
           local src = p and sourceOf(envs[j], p, id) or ''
-          local compact = p and compactAt(envs[j], p)
-          if not compact then nText = nText + 1 end
-          if src ~= '' then
-            if compact then tombsC[#tombsC + 1] = src else tombs[#tombs + 1] = src end
-          end
+          if src ~= '' then tombs[#tombs + 1] = src end
           local tgt = p and targetOf(envs[j], p) or ''
           deltas[tgt] = (deltas[tgt] or 0) - 1
         end
@@ -84,9 +77,7 @@ local function shard(KEYS, ARGV)
   if n > 0 then
     count(KEYS[5], deltas)
     quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)
-    tombAdd(tz, tombs, ttl, false)
-    tombAdd(tz, tombsC, ttl, true)
-    if nText > 0 then tombPrune(tz, 2 * nText) end
+    tombAdd(KEYS[3], KEYS[8], tombs, ttl)
   end
 
   if ARGV[2] == '0' then return {n, -2} end

@@ -1,10 +1,11 @@
 #!lua flags=allow-oom
 -- bulk: change picked messages of one shard that are not in delivery (a bulk change).
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:t (tombstones), 5 = {P:s}:r,
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:seq, 4 = {P:s}:tn (newer tombstones), 5 = {P:s}:r,
 --       6 = {P:s}:n (parked count per target: -1 per cancelled message),
 --       7 = {P:s}:b (progress of resumable operations: op id -> progress),
 --       8 = {P:s}:bx (op id -> when its progress was last written, ms: the expiry index),
---       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua)
+--       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua), 11 = {P:s}:to (older
+--       tombstones)
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
 --       (the bound), 4 = the shard's wake channel (P:wake:<s>),
@@ -57,7 +58,7 @@ local CHUNK = 1000
 
 --!include tombs.lua
 
-local tombs, tombsC = {}, {} -- source ids of the cancelled entries: text, compact bodies
+local tombs = {} -- source ids of the cancelled entries
 
 --!include quota.lua
 
@@ -110,15 +111,12 @@ for i = 11, #ARGV, 3 do
         count(KEYS[6], {[tgt] = -1})
         cancelled[tgt] = (cancelled[tgt] or 0) - 1
         local src = sourceOf(env, p, id)
-        if src ~= '' then
-          local l = compactAt(env, p) and tombsC or tombs
-          l[#l + 1] = src
-        end
+        if src ~= '' then tombs[#tombs + 1] = src end
       else
         local newDue = bounded(op, due)
         local v = redis.call('INCR', seq)
         local d = string.format('%d', newDue)
-        redis.call('HSET', m, id, header(v, attempts, newDue, compactAt(env, p)) .. string.sub(env, p))
+        redis.call('HSET', m, id, header(v, attempts, newDue) .. string.sub(env, p))
         redis.call('ZADD', z, d, id)
         redis.call('ZREM', r, id)
         if earliest == nil or newDue < earliest then earliest = newDue end
@@ -128,8 +126,7 @@ for i = 11, #ARGV, 3 do
   end
 end
 quotaSettle(KEYS[9], KEYS[10], KEYS[6], cancelled)
-tombAdd(tz, tombs, ttl, false)
-tombAdd(tz, tombsC, ttl, true)
+tombAdd(tz, KEYS[11], tombs, ttl)
 if earliest ~= nil and (headScore == nil or earliest < headScore) then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', earliest))
 end

@@ -1,11 +1,11 @@
 #!lua flags=allow-oom
 -- cancel: delete one message, pending or claimed, leaving a tombstone of its source message,
 -- and remember the cancel so that an earlier message of the id arriving later is not parked.
--- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:t (tombstones: tombs.lua),
+-- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:tn (newer tombstones: tombs.lua),
 --       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6), 8 = {P:s}:qt,
---       9 = the quota counter hash (quota.lua)
+--       9 = the quota counter hash (quota.lua), 10 = {P:s}:to (older tombstones)
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
 --       source time), 4 = window ms (<= 0: remember nothing), 5 = the shard's wake channel
@@ -76,7 +76,7 @@ if p then
 end
 if env and tonumber(ARGV[2]) > 0 then
   local src = p and sourceOf(env, p, ARGV[1]) or ''
-  if src ~= '' then tombAdd(KEYS[3], {src}, tonumber(ARGV[2]), compactAt(env, p)) end
+  if src ~= '' then tombAdd(KEYS[3], KEYS[10], {src}, tonumber(ARGV[2])) end
 end
 remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
 if p and ARGV[5] then

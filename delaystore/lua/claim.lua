@@ -1,8 +1,12 @@
 #!lua flags=allow-oom
 -- claim: lease the due messages of shards; one group per shard (groups.lua).
--- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m; ARGV: 1 = lease ms, 2 = max messages, 3 = ahead ms
--- (absent: 0)
--- returns: per group {now ms, token, next head score or -1, id1, env1, at1, id2, env2, at2, ...}
+-- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:nm (the shard's interned names);
+-- ARGV: 1 = lease ms, 2 = max messages, 3 = ahead ms, 4 = the generation of the caller's
+-- table of the shard's names
+-- returns: per group {now ms, token, next head score or -1, names, id1, env1, at1, id2,
+-- env2, at2, ...}; names is 0 when the shard's names are at generation ARGV[4] (the
+-- caller's table decodes the entries), else the names hash whole (HGETALL: the table the
+-- entries were written against; docs/design.md "Interned names")
 -- (at: 0 for an entry due by now; for one claimed ahead its score, the time it becomes
 -- eligible: its due time, or a retry's or put-back's next attempt)
 -- Members with score <= now + ahead (Redis TIME; ahead: the caller holds those not yet due
@@ -60,7 +64,8 @@ local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local token = now + tonumber(ARGV[1])
   local tokenStr = string.format('%d', token)
-  local out = {now, token, -1}
+  local out = {now, token, -1, 0}
+  if (redis.call('HGET', KEYS[3], '@') or '') ~= ARGV[4] then out[4] = redis.call('HGETALL', KEYS[3]) end
   local ids, at, rest = due(z, tonumber(ARGV[2]), now + (tonumber(ARGV[3]) or 0))
   local leased = false
   for i = 1, #ids, CHUNK do

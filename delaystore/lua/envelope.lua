@@ -1,10 +1,9 @@
 -- envelope: functions on a stored envelope, shared by the scripts that read or write one.
--- A stored envelope is a header owned by the scripts, then a body encoded by Go
--- (delaystore/envelope.go). The body starts with its format byte: 1-3 the layout every
--- version reads, 4-6 the compact one (flags, target, source without its broker prefix,
--- key, headers and hops as the flags say) that stores marked compact write. The
--- header goes with the body: the text header "<version>,<attempts>,<due>," before a body
--- of formats 1-3, the binary one (header, entry) before a compact body; entry reads both.
+-- A stored envelope is a binary header owned by the scripts (header, entry), then a body
+-- encoded by Go (delaystore/envelope.go): its format byte (where the source id is: none 1,
+-- the message id 2, a field 3), the source id field (format 3), flags, the target, the
+-- source (without its broker prefix, or a code), then key, headers and hops as the flags
+-- say.
 -- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
 -- script; it is not a script of its own.
 
@@ -46,17 +45,13 @@ end
 local STRUCT = rawget(_G, 'struct')
 
 -- entry returns the version, attempts and due (ms) of the stored envelope s as numbers
--- and the index of its body; nil when the header is malformed. It reads the text header
--- (one string.match, the numbers coerced, which costs less than tonumber) and the binary
--- one (the byte 1, then version in 6 bytes, attempts in 3, due in 6, big-endian), never
--- formatting a number; the match fails at the first byte of a binary header.
+-- and the index of its body; nil when the header is malformed. The header is the byte 1,
+-- then version in 6 bytes, attempts in 3, due in 6, big-endian; read without formatting a
+-- number.
 local function entry(s)
-  local v, a, d, p = string.match(s, '^(%d+),(%d+),(%d+),()')
-  if p then return v + 0, a + 0, d + 0, p end
   if string.byte(s, 1) ~= 1 or #s < 16 then return nil end
   if STRUCT then
-    local _
-    _, v, a, d, p = STRUCT.unpack('>BI6I3I6', s)
+    local _, v, a, d, p = STRUCT.unpack('>BI6I3I6', s)
     return v, a, d, p
   end
   local v1, v2, v3, v4, v5, v6, a1, a2, a3, d1, d2, d3, d4, d5, d6 = string.byte(s, 2, 16)
@@ -65,10 +60,8 @@ local function entry(s)
 end
 
 -- header returns the header of a stored envelope for version, attempts and due (numbers
--- >= 0): binary (see entry; attempts at most 2^24 - 1, a negative due 0) when compact
--- (the body that follows is compact: compactAt), else the text one.
-local function header(version, attempts, due, compact)
-  if not compact then return string.format('%d,%d,%d,', version, attempts, due) end
+-- >= 0; attempts at most 2^24 - 1, a negative due 0): see entry.
+local function header(version, attempts, due)
   local v, a, d = version, attempts, due
   if a > 16777215 then a = 16777215 end
   if d < 0 then d = 0 end
@@ -98,88 +91,62 @@ local function header(version, attempts, due, compact)
     (d - d2) / 256 % 256, d2, d3, d4, d5, d6)
 end
 
--- compactAt reports whether the body starting at index p of s is compact (formats 4-6).
-local function compactAt(s, p)
-  return (string.byte(s, p) or 0) >= 4
-end
-
 -- bitOf returns bit k (0 = lowest) of the byte b.
 local function bitOf(b, k)
   return math.floor(b / 2 ^ k) % 2
 end
 
 -- sourceOf returns the source id of the body of message id starting at index p of s: by
--- its format byte, none (1, 4), the id itself (2, 5), or a uvarint-length-prefixed field
--- (3, 6); '' when none or malformed.
+-- its format byte, none (1), the id itself (2), or a uvarint-length-prefixed field (3);
+-- '' when none or malformed.
 local function sourceOf(s, p, id)
   local f = string.byte(s, p)
-  if f == 2 or f == 5 then return id end
-  if f ~= 3 and f ~= 6 then return '' end
+  if f == 2 then return id end
+  if f ~= 3 then return '' end
   return (field(s, p + 1)) or ''
 end
 
--- flagsAt returns the index after the format byte and source id of the body starting at
--- index p of s (the target field, or a compact body's flags) and whether the body is
--- compact (formats 4-6); nil when malformed.
-local function flagsAt(s, p)
-  local f = string.byte(s, p)
-  if f == 3 or f == 6 then return skip(s, p + 1), f == 6 end
-  return p + 1, f ~= nil and f >= 4
-end
-
--- targetOf returns the target ("broker:name") of the body starting at index p of s: the
--- field after the format byte, the source id of formats 3 and 6, and the flags of a
--- compact body (which keeps the target whole); '' when malformed. Inlined rather than
--- built on flagsAt: it runs for every message parked and acked.
+-- targetOf returns the target field of the body starting at index p of s (the name
+-- "broker:name", or the byte 0 and a code: an opaque key to the scripts): the field after
+-- the format byte, the source id of format 3 and the flags; '' when malformed.
 local function targetOf(s, p)
-  local f = string.byte(s, p)
   local i = p + 1
-  if f == 3 or f == 6 then
+  if string.byte(s, p) == 3 then
     i = skip(s, i)
     if not i then return '' end
   end
-  if f and f >= 4 then i = i + 1 end
-  return (field(s, i)) or ''
+  return (field(s, i + 1)) or ''
 end
 
 -- headersAt returns the index of the header count of the body starting at index p of s;
--- nil when it has no header list (a compact body without one) or is malformed. It steps
--- over source id, target, source and key (a few bytes read per field, nothing copied); a
--- source held as a code (flags bit 7, broker bits 0: delaystore/names.go) is a bare
--- uvarint.
+-- nil when it has no header list or is malformed. It steps over source id, flags,
+-- target, source and key (a few bytes read per field, nothing copied); a source held as a
+-- code (flags bit 7, broker bits 0: delaystore/names.go) is a bare uvarint.
 local function headersAt(s, p)
-  local i, compact = flagsAt(s, p)
+  local i = p + 1
+  if string.byte(s, p) == 3 then i = skip(s, i) end
   if not i then return nil end
-  if compact then
-    local flags = string.byte(s, i)
-    if not flags then return nil end
-    local code = flags >= 128
-    if code then flags = flags - 128 end
-    i = skip(s, i + 1) -- target
-    if i and code then
-      if flags % 16 >= 4 then return nil end
-      local c
-      c, i = uvarint(s, i) -- source code
-      if not c then return nil end
-    elseif i and flags % 16 < 12 then
-      i = skip(s, i) -- source (none when it is "http")
-    end
-    if i and bitOf(flags, 4) == 1 then i = skip(s, i) end -- key
-    if bitOf(flags, 5) == 0 then return nil end
-    return i
+  local flags = string.byte(s, i)
+  if not flags then return nil end
+  local code = flags >= 128
+  if code then flags = flags - 128 end
+  i = skip(s, i + 1) -- target
+  if i and code then
+    if flags % 16 >= 4 then return nil end
+    local c
+    c, i = uvarint(s, i) -- source code
+    if not c then return nil end
+  elseif i and flags % 16 < 12 then
+    i = skip(s, i) -- source (none when it is "http")
   end
-  i = skip(s, i) -- target
-  if i then i = skip(s, i) end -- source
-  if not i then return nil end
-  local flag = string.byte(s, i)
-  i = i + 1
-  if flag == 1 then return skip(s, i) elseif flag ~= 0 then return nil end
+  if i and bitOf(flags, 4) == 1 then i = skip(s, i) end -- key
+  if not i or bitOf(flags, 5) == 0 then return nil end
   return i
 end
 
 -- recurring reports whether the body starting at index p of s is a recurring message's:
 -- its last header is the schedule (delaystore/envelope.go: metaEvery, the last meta
--- header; a compact body's hops count is not in the list). False when malformed.
+-- header; the hops count is not in the list). False when malformed.
 local function recurring(s, p)
   local i = headersAt(s, p)
   if not i then return false end

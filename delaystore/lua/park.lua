@@ -1,12 +1,13 @@
 -- park: hold messages until they are due; one group per shard (groups.lua).
 -- Per group: KEYS: 1 = {P:s}:z (zset id -> next eligible ms), 2 = {P:s}:m (hash id -> stored envelope),
---       3 = {P:s}:seq (version counter), 4 = {P:s}:t (tombstones: tombs.lua),
+--       3 = {P:s}:seq (version counter), 4 = {P:s}:tn (newer tombstones: tombs.lua),
 --       5 = {P:s}:r (retry set; a replaced id leaves it), 6 = {P:s}:n (parked count per
 --       target: +1 per message written, -1 for the target of an entry it replaces),
 --       7 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       8 = {P:s}:cx (zset id -> until ms: only its size is read here),
 --       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua: {P:quota}, or {P:s}:q on Cluster),
---       11 = {P:s}:nm (the shard's interned names: delaystore/names.go)
+--       11 = {P:s}:nm (the shard's interned names: delaystore/names.go),
+--       12 = {P:s}:to (older tombstones)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode and source time ('r' relative | 'a' absolute, followed by the message's
 --       time by its source in ms when known: 'r1700000000123'; unknown: never covered by a
@@ -141,17 +142,13 @@ local function shard(KEYS, ARGV)
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
   local dues = {}
-  local srcs, withSrc, withSrcC = {}, {}, {} -- withSrc: text bodies, withSrcC: compact
+  local srcs, withSrc = {}, {}
   for k = 1, #ids do
-    local body = ARGV[3 + (k - 1) * W + 4]
-    srcs[k] = sourceOf(body, 1, ids[k])
-    if srcs[k] ~= '' then
-      if compactAt(body, 1) then withSrcC[#withSrcC + 1] = k else withSrc[#withSrc + 1] = k end
-    end
+    srcs[k] = sourceOf(ARGV[3 + (k - 1) * W + 4], 1, ids[k])
+    if srcs[k] ~= '' then withSrc[#withSrc + 1] = k end
   end
   local tombed = {}
-  tombLive(KEYS[4], srcs, withSrc, false, tombed)
-  tombLive(KEYS[4], srcs, withSrcC, true, tombed)
+  tombLive(KEYS[4], KEYS[12], srcs, withSrc, tombed)
   local cancelled = remembered(KEYS, ARGV, ids)
   for k = 1, #ids do
     local id = ids[k]
@@ -208,7 +205,7 @@ local function shard(KEYS, ARGV)
       local dueStr = string.format('%d', dues[k])
       hset[#hset + 1] = id
       local body = ARGV[3 + (k - 1) * W + 4]
-      hset[#hset + 1] = header(version, 0, dues[k], compactAt(body, 1)) .. body
+      hset[#hset + 1] = header(version, 0, dues[k]) .. body
       zadd[#zadd + 1] = dueStr
       zadd[#zadd + 1] = id
       if earliest == nil or dues[k] < earliest then earliest = dues[k] end

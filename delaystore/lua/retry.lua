@@ -41,12 +41,12 @@ local function shard(KEYS, ARGV)
           local mode = ARGV[i + 4]
           if mode == 'n' then
             local v = redis.call('INCR', KEYS[4])
-            redis.call('HSET', m, id, header(v, 0, tonumber(ARGV[i + 3]), compactAt(env, p)) .. string.sub(env, p))
+            redis.call('HSET', m, id, header(v, 0, tonumber(ARGV[i + 3])) .. string.sub(env, p))
             redis.call('ZREM', r, id)
             redis.call('ZADD', z, ARGV[i + 3], id)
           else
             if mode == '1' then
-              redis.call('HSET', m, id, header(version, attempts + 1, due, compactAt(env, p)) .. string.sub(env, p))
+              redis.call('HSET', m, id, header(version, attempts + 1, due) .. string.sub(env, p))
               redis.call('ZADD', r, string.format('%d', due), id)
             end
             redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)

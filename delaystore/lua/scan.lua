@@ -8,14 +8,15 @@
 --       ('' at the start), 6 = max members read, 7 = bytes of the body to return,
 --       8... = literals a target must hold, in order (glob.Literals of the selector's
 --       pattern; none: every target)
--- returns: {done (0|1), cursor id, cursor score,
+-- returns: {done (0|1), cursor id, cursor score, names generation ('@' of KEYS[4]: the
+--           table Go decodes the heads' codes with; docs/design.md "Interned names"),
 --           id1, z score1, prefix1, head1, body length1, in retry set (0|1), id2, ...}
 -- Members are read in score order (then id) after the cursor: by rank after the cursor
 -- member while it still has the cursor's score, or, when it moved or left meanwhile, from
 -- that score on, dropping those at that score with an id not after it. At most ARGV[6] are read; done is 1 when the set holds no
 -- more in [min, max]. The cursor to pass next is the last member read. With 'r', a member
 -- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
--- "<version>,<attempts>,<due>" (whichever header the entry has), head the first bytes of the body (the Go decoder reads
+-- "<version>,<attempts>,<due>", head the first bytes of the body (the Go decoder reads
 -- target and source from it). A member without an entry is skipped, and so is one whose
 -- target lacks a literal (a prefilter: the caller still matches the pattern).
 -- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
@@ -87,7 +88,7 @@ for i = 1, #got, 2 do
     scores[#scores + 1] = got[i + 1]
   end
 end
-local out = {done, lastId, lastScore}
+local out = {done, lastId, lastScore, redis.call('HGET', KEYS[4], '@') or ''}
 if #ids == 0 then return out end
 local envs = redis.call('HMGET', m, unpack(ids))
 for i = 1, #ids do

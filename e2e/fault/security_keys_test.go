@@ -33,7 +33,7 @@ var secHostile = []string{
 // key set in Redis ({P:i}:z, {P:i}:m, {P:i}:seq, {P:i}:epoch, {P:i}:n (targets are its
 // fields) for each shard, P:shards, P:cursor (the key that seals API cursors), the audit
 // log's {P:audit}:z, :e and :s (op ids are members and fields, never key names), and
-// {P:i}:tn, the tombstones (a set: the store is created compact), in the shards where a
+// {P:i}:tn, the tombstones, in the shards where a
 // message with a source id was cancelled,
 // and {P:i}:c and {P:i}:cx, the remembered cancels, in the shards of the cancelled ids),
 // whatever was parked, dead-lettered or cancelled; tombstone members are the adapter's

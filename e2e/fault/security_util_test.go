@@ -73,14 +73,13 @@ func secACLCommands(line string) []string {
 }
 
 // secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
-// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:t (zset tombstones, stores of an earlier
-// version), {p:i}:tn and {p:i}:to (set tombstones, compact stores), {p:i}:r (retry set), {p:i}:n (parked count
+// {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:tn and {p:i}:to (tombstones), {p:i}:r (retry set), {p:i}:n (parked count
 // per target), {p:i}:c and {p:i}:cx (remembered cancels, their expiry index), p:shards, p:cursor (the key that seals API cursors), and the fleet's
 // {p:fleet}:members, :version, :pending and :tokens. Nothing a user sends may add to them.
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
-		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|t|tn|to|r|n|c|cx|b|bx|qt|q|nm)$`),
+		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|tn|to|r|n|c|cx|b|bx|qt|q|nm)$`),
 		regexp.MustCompile(`^\{` + q + `:quota\}$`), // BRIDGE_TARGET_QUOTA's counts (one Redis node)
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
