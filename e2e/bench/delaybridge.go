@@ -329,24 +329,24 @@ func (s *dbSystem) close() {
 }
 
 // benchShards is the bridge's BRIDGE_SHARDS (its default) and benchPrefix its
-// BRIDGE_KEY_PREFIX: the store's keys are {bench:<shard>}:z, :m, and the tombstones :t
-// (zset, stores of an earlier version) or :tn and :to (sets, compact stores).
+// BRIDGE_KEY_PREFIX: the store's keys are {bench:<shard>}:z, :m, and the tombstone sets
+// :tn and :to.
 const (
 	benchShards = 16
 	benchPrefix = "bench"
 )
 
 // storeCounts sums, over the shards, the parked entries (ZCARD z) and the tombstones
-// (ZCARD t + SCARD tn + SCARD to), in one pipeline.
+// (SCARD tn + SCARD to), in one pipeline.
 func (s *dbSystem) storeCounts() (parked, tombstones int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pipe := s.rp.rdb.Pipeline()
-	zs, ts := make([]*redis.IntCmd, benchShards), make([]*redis.IntCmd, 3*benchShards)
+	zs, ts := make([]*redis.IntCmd, benchShards), make([]*redis.IntCmd, 2*benchShards)
 	for i := range benchShards {
 		tag := fmt.Sprintf("{%s:%d}", benchPrefix, i)
-		zs[i], ts[i] = pipe.ZCard(ctx, tag+":z"), pipe.ZCard(ctx, tag+":t")
-		ts[benchShards+i], ts[2*benchShards+i] = pipe.SCard(ctx, tag+":tn"), pipe.SCard(ctx, tag+":to")
+		zs[i] = pipe.ZCard(ctx, tag+":z")
+		ts[i], ts[benchShards+i] = pipe.SCard(ctx, tag+":tn"), pipe.SCard(ctx, tag+":to")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, err

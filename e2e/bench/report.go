@@ -320,7 +320,7 @@ This run: ` + "`go run ./e2e/bench " + strings.Join(os.Args[1:], " ") + "`" + `.
   where all messages are parked before any is due (burst, parked).
 - tombstones (delaybridge burst rows, notes): once every message of the burst was delivered and acked
   (no entry parked; Redis has deleted the emptied sorted sets and hashes), (INFO used_memory - before the
-  burst) / tombstones left (sum of ` + "`SCARD {bench:s}:tn` + `SCARD {bench:s}:to`" + `, sets of a compact store, and ` + "`ZCARD {bench:s}:t`" + `, the zset of a store of an earlier version). Source ids are ` + "`js:IN:<seq>`" + ` (9-12 bytes;
+  burst) / tombstones left (sum of ` + "`SCARD {bench:s}:tn` + `SCARD {bench:s}:to`" + `). Source ids are ` + "`js:IN:<seq>`" + ` (9-12 bytes;
   Kafka ` + "`kafka:delay.in:<partition>:<offset>`" + `, 18-21 bytes).
 - CPU per 1000 messages: INFO used_cpu_sys+used_cpu_user (+ the _children pair: AOF rewrites) delta (Redis), /proc/<pid>/stat utime+stime
   (all bridge processes) over the whole workload, divided by messages handled (parked workload: parked +
