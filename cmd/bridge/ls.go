@@ -98,7 +98,7 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	fs := flag.NewFlagSet("bridge targets", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
-	recount := fs.Bool("recount", false, "count every shard from its entries first (after replicas of an older version ran)")
+	recount := fs.Bool("recount", false, "count every shard from its entries first (when the counts look wrong)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge targets [--recount] [--json]")

@@ -11,7 +11,7 @@
 --       {2, target, ...}: targets of n the caller did not classify (parked since it read
 --       n; at most 1000): nothing changed, the caller classifies them and calls again
 -- One step for all its keys: the counts are exact whatever ran before (parks of replicas
--- with other patterns, or of versions before quotas). Work: the fields of the n hashes
+-- with other patterns, or a dataset that lost its counts). Work: the fields of the n hashes
 -- (targets per shard), not the messages.
 -- flags: none: on a full Redis its writes are refused and the counts stay as they were.
 
