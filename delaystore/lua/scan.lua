@@ -17,8 +17,8 @@
 -- cursor is one position for all shards), after the last member at that score whose id is
 -- not after it (a binary search by rank among that score's members). At most ARGV[6] are
 -- read; done is 1 when the set holds no more in [min, max]. The cursor to pass next is the
--- last member read (the cursor given when none was): never before the one given. With 'r', a member
--- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
+-- last member read (the cursor given when none was): never before the one given. With
+-- 'r', a member whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
 -- "<version>,<attempts>,<due>" (whichever header the entry has), head the first bytes of the body (the Go decoder reads
 -- target and source from it). A member without an entry is skipped, and so is one whose
 -- target lacks a literal (a prefilter: the caller still matches the pattern).
