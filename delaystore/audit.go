@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delaybridge/delaybridge/internal/envconf"
 )
 
@@ -282,7 +284,9 @@ const MaxAuditPage = 1000
 
 // AuditList returns at most limit (1 to MaxAuditPage) entries of the audit log older than
 // the entry after (an op id from an earlier page's Next; "" for the newest), none older
-// than the retention. A running entry whose lease ran out is interrupted. One Redis call;
+// than the retention. A running entry whose lease ran out is interrupted. The counts of a
+// bulk operation that is running or interrupted are those of the chunks changed so far
+// (countsSoFar). One Redis call, and a pipeline when the page holds such an operation;
 // it blocks until Redis answered. An after that is no op id is ErrBadOpID (the API seals
 // its cursors, so that never reaches here from a client).
 func (s *Store) AuditList(ctx context.Context, after string, limit int) (AuditPage, error) {
@@ -316,7 +320,55 @@ func (s *Store) AuditList(ctx context.Context, after string, limit int) (AuditPa
 	if more == 1 && len(page.Entries) > 0 {
 		page.Next = page.Entries[len(page.Entries)-1].OpID
 	}
+	if err := s.countsSoFar(ctx, page.Entries); err != nil {
+		return AuditPage{}, err
+	}
 	return page, nil
+}
+
+// countsSoFar sets the counts of the entries of resumable operations that are not done
+// to what their progress counts ({P:s}:b, written by bulk.lua in the same call as each
+// chunk's changes, summed over the shards) when that is more than the entry holds: the
+// entry's own counts are written only with a lease renewal (every opRenew) and at the
+// end, so a run killed between them left fewer, often 0 (docs/design.md, "Audit log").
+// One pipeline of an HMGET per shard, only when the page holds such an entry.
+func (s *Store) countsSoFar(ctx context.Context, entries []AuditEntry) error {
+	var ids []string
+	var at []int
+	for i, e := range entries {
+		if e.Resumable && e.State != AuditDone {
+			ids = append(ids, e.OpID)
+			at = append(at, i)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	p := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(s.keys))
+	for sh, k := range s.keys {
+		cmds[sh] = p.HMGet(ctx, k.b, ids...)
+	}
+	_, _ = p.Exec(ctx)
+	matched, changed := make([]int64, len(ids)), make([]int64, len(ids))
+	for sh, c := range cmds {
+		vals, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("audit: list: progress of shard %d: %w", sh, err)
+		}
+		for j, v := range vals {
+			raw, _ := v.(string)
+			if pr, err := parseProgress(raw, 0); err == nil {
+				matched[j] += pr.matched
+				changed[j] += pr.changed
+			}
+		}
+	}
+	for j, i := range at {
+		e := &entries[i]
+		e.Matched, e.Changed = max(e.Matched, matched[j]), max(e.Changed, changed[j])
+	}
+	return nil
 }
 
 // parseAuditState reads '<state>,<lease until>,<matched>,<changed>,<owner>' at Redis time

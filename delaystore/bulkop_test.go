@@ -127,6 +127,74 @@ func TestOpResumedExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestOpKilledShowsCountsSoFar: a shift (and a dry run) cut off after a few chunks in two
+// shards, its runner gone without a word (a killed replica: no renewal, no End), lists
+// the counts of those chunks, while its lease runs and once interrupted: exactly what was
+// changed, never 0, so nobody runs it again to move them twice.
+func TestOpKilledShowsCountsSoFar(t *testing.T) {
+	f := setup(t)
+	now := f.now(t)
+	ids := names("m", 4000)
+	f.parkFor(t, "nats:shift.a", now+60_000, ids...)
+	before := f.dueOf(t, ids)
+	a := f.replica(t, 5*time.Second)
+	sel := Selector{Match: targetIs("nats:shift.")}
+	ops := map[bool]*Op{}
+	done := map[bool]OpResult{}
+	for _, dry := range []bool{false, true} {
+		spec := shiftSpec("shift.*")
+		spec.DryRun = dry
+		op, err := a.StartOp(t.Context(), AuditEntry{Op: "reschedule", Actor: "alice", DryRun: dry}, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Three chunks in shard 0 and one in shard 1, as the killed replica did them.
+		var res OpResult
+		p, err := a.readProgress(t.Context(), op.ID(), []int{0, 1}, op.Spec.Fences)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, chunks := range []int{3, 1} {
+			for range chunks {
+				if p[i], err = op.step(t.Context(), op.selector(sel), i, p[i], &res); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ops[dry], done[dry] = op, res
+	}
+	for _, state := range []string{AuditRunning, AuditInterrupted} {
+		for dry, op := range ops {
+			res := done[dry]
+			deadline := time.Now().Add(10 * time.Second)
+			e := auditEntryOf(t, a, op.ID())
+			for e.State != state {
+				if time.Now().After(deadline) {
+					t.Fatalf("dry run %v: the entry never showed %s: %+v", dry, state, e)
+				}
+				time.Sleep(20 * time.Millisecond)
+				e = auditEntryOf(t, a, op.ID())
+			}
+			if e.Matched != res.Matched || e.Changed != res.Changed {
+				t.Fatalf("dry run %v, %s: listed matched %d, changed %d; the chunks matched %d, changed %d",
+					dry, state, e.Matched, e.Changed, res.Matched, res.Changed)
+			}
+		}
+	}
+	shifted := int64(0)
+	after := f.dueOf(t, ids)
+	for _, id := range ids {
+		if after[id] == before[id]+3_600_000 {
+			shifted++
+		}
+	}
+	shift, dry := done[false], done[true]
+	if shift.Matched < 2*bulkChunk || shift.Changed != shift.Matched || shifted != shift.Changed ||
+		dry.Matched < 2*bulkChunk || dry.Changed != 0 {
+		t.Fatalf("the chunks: shift %+v, dry run %+v; %d shifted", shift, dry, shifted)
+	}
+}
+
 // TestOpStaleRunnerChangesNothingTwice: a runner whose lease ran out (a paused process)
 // goes on after another took the operation over: its next chunk is refused (the progress
 // it continues is not the stored one), and no message moves twice.

@@ -2,6 +2,7 @@ package delaystore
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -29,7 +30,7 @@ func listAll(t *testing.T, f *fixture, q ListQuery, budget time.Duration) ([]Lis
 		}
 		for _, l := range page {
 			if seen[l.ID] {
-				t.Fatalf("%s shown twice", l.ID)
+				t.Fatalf("%s shown twice (limit %d, page %d)", l.ID, q.Limit, pages)
 			}
 			seen[l.ID] = true
 		}
@@ -199,4 +200,81 @@ func TestListMergesUnevenShards(t *testing.T) {
 		t.Fatalf("listed %d of %d in %d pages", len(all), len(reqs), pages)
 	}
 	inOrder(t, all)
+}
+
+// Many messages share few due times (60, 30, 20 and 10), and their ids (source positions
+// in runs of 4 over 3 shards, and a few that are not positions, of both cases) split each
+// due millisecond over the shards (a shard holds more of one than its first chunk reads), so a page's last message often lies in another shard than
+// the next one: following the cursors from every page size from 1 to 1000, with and
+// without a target and a due filter (and, for a sample of sizes, with no time to read, so
+// that pages end at the merge's frontier), lists each message exactly once, in order,
+// and comes to an end (listAll fails on a repeat and after 10,000 pages).
+func TestListEachOnceAcrossSharedDueTimes(t *testing.T) {
+	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 3; c.ShardRun = 4 })
+	base := f.now(t) + 3_600_000
+	rng := rand.New(rand.NewPCG(37, 4))
+	dues := []int64{base, base + 1, base + 2, base + 7}
+	var reqs []ParkRequest
+	for i := range 120 {
+		id := fmt.Sprintf("js:S:%d", 1+i)
+		switch i % 15 {
+		case 11:
+			id = fmt.Sprintf("Api-%d", i)
+		case 12:
+			id = fmt.Sprintf("api-%d", i)
+		}
+		env := sampleEnvelope(i)
+		env.Target = []string{"nats:bulk.a", "nats:bulk.b", "nats:other"}[rng.IntN(3)]
+		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: dues[min(i/60+i/90+i/110, 3)], Envelope: env})
+	}
+	f.park(t, reqs...)
+	match := func(target string) bool { return glob.MatchTarget("bulk.*", target) }
+	queries := []struct {
+		name string
+		q    ListQuery
+		want func(ParkRequest) bool
+	}{
+		{"all", ListQuery{}, func(ParkRequest) bool { return true }},
+		{"target", ListQuery{Match: match, Literals: glob.Literals("bulk.*")},
+			func(r ParkRequest) bool { return match(r.Envelope.Target) }},
+		{"due", ListQuery{From: base + 1, To: base + 2},
+			func(r ParkRequest) bool { return r.At == base+1 || r.At == base+2 }},
+		{"both", ListQuery{Match: match, From: base + 1, To: base + 7},
+			func(r ParkRequest) bool { return r.At > base && match(r.Envelope.Target) }},
+	}
+	for _, qc := range queries {
+		t.Run(qc.name, func(t *testing.T) { listEachOnce(t, f, qc.q, reqs, qc.want) })
+	}
+}
+
+// listEachOnce pages through query with every limit from 1 to 1000 (and, for a sample,
+// no time to read) and fails unless it lists the requests selected picks, each once, in
+// order.
+func listEachOnce(t *testing.T, f *fixture, query ListQuery, reqs []ParkRequest, selected func(ParkRequest) bool) {
+	want := map[string]bool{}
+	for _, r := range reqs {
+		if selected(r) {
+			want[r.ID] = true
+		}
+	}
+	for limit := 1; limit <= 1000; limit++ {
+		budgets := []time.Duration{time.Minute}
+		if limit <= 10 || limit%97 == 0 {
+			budgets = append(budgets, 0)
+		}
+		for _, budget := range budgets {
+			q := query
+			q.Limit = limit
+			all, _ := listAll(t, f, q, budget)
+			inOrder(t, all)
+			if len(all) != len(want) {
+				t.Fatalf("limit %d, budget %v: listed %d of %d", limit, budget, len(all), len(want))
+			}
+			for _, l := range all {
+				if !want[l.ID] {
+					t.Fatalf("limit %d: listed %s, not selected", limit, l.ID)
+				}
+			}
+		}
+	}
 }

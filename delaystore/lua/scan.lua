@@ -11,11 +11,15 @@
 -- returns: {done (0|1), cursor id, cursor score, names generation ('@' of KEYS[4]: the
 --           table Go decodes the heads' codes with; docs/design.md "Interned names"),
 --           id1, z score1, prefix1, head1, body length1, in retry set (0|1), id2, ...}
--- Members are read in score order (then id) after the cursor: by rank after the cursor
--- member while it still has the cursor's score, or, when it moved or left meanwhile, from
--- that score on, dropping those at that score with an id not after it. At most ARGV[6] are read; done is 1 when the set holds no
--- more in [min, max]. The cursor to pass next is the last member read. With 'r', a member
--- whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
+-- Members are read in score order, then id (bytes compared as Redis orders them: the
+-- order of Go's strings, never Lua's locale-dependent '<'), strictly after the cursor
+-- (score, id): by rank after the cursor member while it still has the cursor's score, or,
+-- when the set does not hold it there (it moved or left, or it is another shard's: a list
+-- cursor is one position for all shards), after the last member at that score whose id is
+-- not after it (a binary search by rank among that score's members). At most ARGV[6] are
+-- read; done is 1 when the set holds no more in [min, max]. The cursor to pass next is the
+-- last member read (the cursor given when none was): never before the one given. With
+-- 'r', a member whose z score lies in [min, max] is skipped (the 'z' pass reads it). prefix is
 -- "<version>,<attempts>,<due>", head the first bytes of the body (the Go decoder reads
 -- target and source from it). A member without an entry is skipped, and so is one whose
 -- target lacks a literal (a prefilter: the caller still matches the pattern).
@@ -53,13 +57,23 @@ local function holds(target)
   return true
 end
 
+-- idBefore reports whether id a sorts before id b in a sorted set (bytes compared
+-- unsigned, a prefix first): Lua's '<' on strings follows the server's locale.
+local function idBefore(a, b)
+  if a == b then return false end
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
 local z, m, r = KEYS[1], KEYS[2], KEYS[3]
 local key = z
 if ARGV[1] == 'r' then key = r end
 local min, max, cscore, cid = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, headLen = tonumber(ARGV[6]), tonumber(ARGV[7])
 local start
-local vanished = false
 if cid == '' then
   start = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[2])
 else
@@ -67,8 +81,14 @@ else
   if at and tonumber(at) == tonumber(cscore) then
     start = redis.call('ZRANK', key, cid) + 1
   else
-    vanished = true
-    start = redis.call('ZCOUNT', key, '-inf', '(' .. cscore)
+    -- ranks [lo, hi) hold the cursor's score: the first whose id is after cid
+    local lo = redis.call('ZCOUNT', key, '-inf', '(' .. cscore)
+    local hi = redis.call('ZCOUNT', key, '-inf', cscore)
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if idBefore(cid, redis.call('ZRANGE', key, mid, mid)[1]) then hi = mid else lo = mid + 1 end
+    end
+    start = lo
   end
 end
 local got = redis.call('ZRANGE', key, start, start + n - 1, 'WITHSCORES')
@@ -83,10 +103,8 @@ for i = 1, #got, 2 do
     break
   end
   lastId, lastScore = id, got[i + 1]
-  if not (vanished and sc == tonumber(cscore) and id <= cid) then
-    ids[#ids + 1] = id
-    scores[#scores + 1] = got[i + 1]
-  end
+  ids[#ids + 1] = id
+  scores[#scores + 1] = got[i + 1]
 end
 local out = {done, lastId, lastScore, redis.call('HGET', KEYS[4], '@') or ''}
 if #ids == 0 then return out end
