@@ -68,7 +68,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, sc ServerConfig, lo
 
 // ServeListener is Serve on an existing listener, which it closes. A handler that panics
 // is answered 500 and logged with its stack at Error on logger (nil: slog.Default), never
-// a dropped connection (recoverPanics); net/http's own errors go to logger too.
+// a dropped connection (recoverPanics).
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, sc ServerConfig, logger *slog.Logger) error {
 	sc = sc.withDefaults()
 	if sc.MaxConns > 0 {
@@ -79,7 +79,6 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, sc Serv
 	}
 	srv := &http.Server{
 		Handler:           recoverPanics(h, logger),
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ReadHeaderTimeout: sc.ReadHeaderTimeout,
 		ReadTimeout:       sc.ReadTimeout,
 		WriteTimeout:      sc.WriteTimeout,
