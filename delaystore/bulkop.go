@@ -124,6 +124,9 @@ func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk operation %s: claim: %w", id, err)
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("bulk operation %s: claim: an empty reply", id)
+	}
 	word, _ := out[0].(string)
 	num := func(i int) int64 {
 		if i < len(out) {
@@ -132,11 +135,18 @@ func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
 		}
 		return 0
 	}
+	str := func(i int) string {
+		if i < len(out) {
+			v, _ := out[i].(string)
+			return v
+		}
+		return ""
+	}
 	switch word {
 	case "missing":
 		return nil, ErrOpUnknown
 	case "done":
-		body, _ := out[3].(string)
+		body := str(3)
 		if !strings.Contains(body, `"spec":`) {
 			return nil, fmt.Errorf("bulk operation %s: %w", id, ErrNotResumable)
 		}
@@ -147,7 +157,7 @@ func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
 	default:
 		return nil, fmt.Errorf("bulk operation %s: claim: unexpected reply %v", id, out)
 	}
-	body, _ := out[3].(string)
+	body := str(3)
 	var st auditStored
 	rec := &AuditRecord{s: s, id: id, owner: owner}
 	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Spec == nil || len(st.Spec.Fences) != len(s.keys) {

@@ -160,8 +160,11 @@ func (r listReplies) pick(at []groupAt) []groupReply {
 // does not fail the others, as when every shard had a call of its own. The groups that
 // ran before the error run again, which every script allows (park is idempotent by id and
 // source id, acks and retries are fenced, a claim's leased messages come back after the
-// lease).
+// lease). An empty list (every group failed before it was packed) does no I/O.
 func (s *Store) runList(ctx context.Context, l *callList, confirm bool) listReplies {
+	if len(l.calls) == 0 {
+		return nil
+	}
 	eval := func(calls []call) []*redis.Cmd {
 		if confirm {
 			return s.evalConfirmed(ctx, nil, calls)

@@ -45,7 +45,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 	}
 	res, stale2, err2 := s.park(ctx, again)
 	for k, i := range stale {
-		out[i] = res[k]
+		if k < len(res) { // none when the second park failed before any shard ran
+			out[i] = res[k]
+		}
 	}
 	if len(stale2) > 0 {
 		err2 = errors.Join(err2, fmt.Errorf("park: %d messages: the shard's names changed while parking", len(stale2)))

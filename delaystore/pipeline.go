@@ -41,8 +41,12 @@ func (s *Store) evalPipelined(ctx context.Context, sc *script, calls []call) []*
 // NOSCRIPT (script cache flushed, or a node that never saw SCRIPT LOAD) did not run and are
 // sent again with EVAL in a second pipeline. With confirm, each pipeline ends with the WAIT
 // fence (confirmPipeline), so the EVAL resend is confirmed too; master names c in errors.
-// Errors are left in the returned commands.
+// Errors are left in the returned commands. No calls: no I/O, no commands (a batch whose
+// every call failed before it was sent, e.g. at interning names, has nothing to confirm).
 func (s *Store) evalOn(ctx context.Context, c pipeliner, master string, sc *script, calls []call, confirm bool) []*redis.Cmd {
+	if len(calls) == 0 {
+		return nil
+	}
 	cmds := make([]*redis.Cmd, len(calls))
 	all := make([]int, len(calls))
 	for i := range all {
@@ -68,9 +72,13 @@ func (s *Store) evalOn(ctx context.Context, c pipeliner, master string, sc *scri
 
 // sendPipeline sends calls[i] for every i in idx in one pipeline on c, storing their
 // commands in cmds[i]; with confirm the pipeline ends with the WAIT fence, and the
-// commands that succeeded get an error when WAIT does not confirm them.
+// commands that succeeded get an error when WAIT does not confirm them. An empty idx
+// sends nothing (there is no call whose fence WAIT could follow).
 func (s *Store) sendPipeline(ctx context.Context, c pipeliner, master string, calls []call, idx []int,
 	cmds []*redis.Cmd, confirm bool, send func(redis.Pipeliner, call) *redis.Cmd) {
+	if len(idx) == 0 {
+		return
+	}
 	pipe := c.Pipeline()
 	for _, i := range idx {
 		cmds[i] = send(pipe, calls[i])

@@ -66,9 +66,12 @@ type pipeliner interface {
 // evalConfirmed runs sc once per call like evalPipelined and, with MinReplicas > 0, has
 // every call confirmed by WAIT on the master that executed it (Cluster: one pipeline per
 // master). A call that is not confirmed carries an error wrapping ErrNotReplicated. Every
-// call must have its fence set.
+// call must have its fence set. No calls: no I/O, no commands.
 func (s *Store) evalConfirmed(ctx context.Context, sc *script, calls []call) []*redis.Cmd {
-	if sc == nil && len(calls) > 0 {
+	if len(calls) == 0 {
+		return nil
+	}
+	if sc == nil {
 		sc = calls[0].sc // the calls' own script (callList), for the timing metric's name
 	}
 	if s.minReplicas == 0 {

@@ -424,3 +424,77 @@ func TestClusterWaitMoved(t *testing.T) {
 		t.Fatalf("%s not on the new master %s: %v %v", ids[1], to.Addr(), ok, err)
 	}
 }
+
+// TestPrimaryGoneFailsWrites: with MinReplicas 1 and the primary killed, every write
+// (a park to a target new to the store, one to a known target, cancels, a bulk change)
+// returns an error and nothing panics (a failed name lookup once left Park an empty
+// call list, and sendPipeline read its fence at index 0); with the primary back, the
+// same writes succeed without a new Store.
+func TestPrimaryGoneFailsWrites(t *testing.T) {
+	r := newReplicated(t)
+	ctx := t.Context()
+	if err := parkOne(ctx, r.s, "before"); err != nil {
+		t.Fatal(err)
+	}
+	park := func(ctx context.Context, id, target string) error {
+		env := sampleEnvelope(1)
+		env.Target = target
+		_, err := r.s.Park(ctx, []ParkRequest{{ID: id, Delay: time.Hour, Envelope: env}})
+		return err
+	}
+	writes := []struct {
+		name string
+		do   func(ctx context.Context) error
+	}{
+		{"park to a new target", func(ctx context.Context) error { return park(ctx, "new", "nats:never.seen") }},
+		{"park to a known target", func(ctx context.Context) error { return parkOne(ctx, r.s, "before") }}, // its shard holds the name
+		{"cancel", func(ctx context.Context) error { _, err := r.s.Cancel(ctx, "before"); return err }},
+		{"cancel at", func(ctx context.Context) error { _, err := r.s.CancelAt(ctx, "x", time.Now().UnixMilli()); return err }},
+		{"bulk cancel", func(ctx context.Context) error {
+			_, err := r.s.Bulk(ctx, Selector{}, BulkOp{Kind: BulkCancel}, false, nil, time.Second)
+			return err
+		}},
+		{"bulk cancel of one id", func(ctx context.Context) error {
+			_, err := r.s.Bulk(ctx, Selector{ID: "before"}, BulkOp{Kind: BulkCancel}, false, nil, time.Second)
+			return err
+		}},
+	}
+	r.primary.Kill()
+	if got := r.s.runList(ctx, &callList{}, true); got != nil { // no call: no I/O, no WAIT
+		t.Fatalf("runList of no calls: %v", got)
+	}
+	if got := r.s.evalConfirmed(ctx, nil, nil); got != nil {
+		t.Fatalf("evalConfirmed of no calls: %v", got)
+	}
+	for _, w := range writes {
+		t.Run("down/"+w.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := w.do(ctx); err == nil {
+				t.Fatal("succeeded with the primary gone")
+			} else {
+				t.Log(err)
+			}
+		})
+	}
+	r.primary.Restart(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the replica reconnects by itself; until then WAIT falls short
+		err := park(ctx, "after", "nats:also.new")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no park 30 s after the primary came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !r.onReplicaHas(t, "after") {
+		t.Fatal("parked after the restart but not on the replica")
+	}
+	for _, w := range writes {
+		if err := w.do(ctx); err != nil {
+			t.Fatalf("%s with the primary back: %v", w.name, err)
+		}
+	}
+}

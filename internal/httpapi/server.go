@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -64,14 +66,19 @@ func Serve(ctx context.Context, addr string, h http.Handler, sc ServerConfig, lo
 	return ServeListener(ctx, ln, h, sc, logger)
 }
 
-// ServeListener is Serve on an existing listener, which it closes.
+// ServeListener is Serve on an existing listener, which it closes. A handler that panics
+// is answered 500 and logged with its stack at Error on logger (nil: slog.Default), never
+// a dropped connection (recoverPanics).
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, sc ServerConfig, logger *slog.Logger) error {
 	sc = sc.withDefaults()
 	if sc.MaxConns > 0 {
 		ln = netutil.LimitListener(ln, sc.MaxConns)
 	}
+	if logger == nil {
+		logger = slog.Default()
+	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           recoverPanics(h, logger),
 		ReadHeaderTimeout: sc.ReadHeaderTimeout,
 		ReadTimeout:       sc.ReadTimeout,
 		WriteTimeout:      sc.WriteTimeout,
@@ -87,7 +94,7 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, sc Serv
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && logger != nil {
+	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("http shutdown", "addr", ln.Addr().String(), "err", err)
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -95,3 +102,52 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, sc Serv
 	}
 	return nil
 }
+
+// recoverPanics serves h and answers a request whose handler panicked with 500
+// {"error": "internal error"} (when nothing was written yet), logging the panic, the request
+// line and the stack at Error. net/http alone would drop the connection, which a client
+// cannot tell from a crash, and print to the standard logger. A panic is a bug to fix
+// where it happens: this only keeps its request's answer and the log honest. A panic with
+// http.ErrAbortHandler (a handler's deliberate abort) passes on to net/http.
+func recoverPanics(h http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pw := &panicWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			logger.Error("http handler panicked: a bug, please report it", "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if !pw.wrote {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"error":"internal error (logged by the bridge)"}`+"\n")
+			}
+		}()
+		h.ServeHTTP(pw, r)
+	})
+}
+
+// panicWriter records whether a handler began its answer. Unwrap keeps
+// http.ResponseController (Hijack, Flush) working through it.
+type panicWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *panicWriter) WriteHeader(code int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *panicWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *panicWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

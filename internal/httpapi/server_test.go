@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -234,3 +236,58 @@ func TestServerMaxConns(t *testing.T) {
 		t.Fatalf("second connection after the first closed: status %d", resp.StatusCode)
 	}
 }
+
+// TestServerPanicAnswered: a handler that panics gets its request answered 500 (not a
+// dropped connection, which a client cannot tell from a crashed bridge), the panic is
+// logged at Error with its stack, and the server goes on serving.
+func TestServerPanicAnswered(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/boom" {
+			var empty []int
+			_ = empty[len(r.URL.Path)-5] // index out of range [0] with length 0
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- httpapi.ServeListener(ctx, ln, h, httpapi.ServerConfig{}, logger) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := "http://" + ln.Addr().String()
+	for range 2 {
+		resp, err := http.Get(base + "/boom")
+		if err != nil {
+			t.Fatalf("a panicking handler's request: %v, want an answer", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), `"error"`) {
+			t.Fatalf("answer %d %s, want 500 with an error", resp.StatusCode, body)
+		}
+		resp, err = http.Get(base + "/ok")
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("after a panic: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	mu.Lock()
+	out := logged.String()
+	mu.Unlock()
+	if strings.Count(out, "level=ERROR") != 2 || !strings.Contains(out, "index out of range") || !strings.Contains(out, "server_test.go") {
+		t.Fatalf("the panics are not logged at Error with their stack:\n%s", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -246,6 +246,9 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parked, err := a.store.Park(r.Context(), []delaystore.ParkRequest{park})
+	if err == nil && len(parked) != 1 {
+		err = fmt.Errorf("park: %d results for 1 message", len(parked))
+	}
 	if err != nil {
 		a.log.Warn("park from api", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
