@@ -172,10 +172,6 @@ func canonicalMS(v string) (int64, bool) {
 	return ms, err == nil && ms > 0 && strconv.FormatInt(ms, 10) == v
 }
 
-// encodeBody encodes the Go-owned part of a stored envelope of message id with names
-// whole (encodeBodySent without codes). Tests and tools use it.
-func encodeBody(e Envelope, id string) []byte { return encodeBodySent(e, id, 0, coded{}) }
-
 // encodeBodySent encodes the Go-owned part of a stored envelope of message id, with the
 // source time sent (unix ms, 0: none) stored as the first trailing reserved header
 // (metaSent): the format byte (by e.SourceID: empty, equal to id, other), with
@@ -268,15 +264,12 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeBody is the inverse of encodeBody for the body of message id. It never panics:
-// malformed input, and input encodeBody would not write (a formatSource source id that is
-// empty or id, unused flag bits, an empty header list, a source field that keeps a prefix
-// the flags would have cut), yield an error wrapping ErrCorrupt. The returned Key and
-// Payload alias b.
-func decodeBody(b []byte, id string) (Envelope, error) { return decodeBodyIn(b, id, nil) }
-
-// decodeBodyIn is decodeBody resolving the codes of target and source through names (the
-// shard's table as of the read: names.go; nil: none, a code is then corrupt).
+// decodeBodyIn decodes the body of message id (encodeBodySent), resolving the codes of
+// target and source through names (the shard's table as of the read: names.go; nil: none,
+// a code is then corrupt). It never panics: malformed input, and input encodeBodySent
+// would not write (a formatSource source id that is empty or id, unused flag bits, an
+// empty header list, a source field that keeps a prefix the flags would have cut), yield
+// an error wrapping ErrCorrupt. The returned Key and Payload alias b.
 func decodeBodyIn(b []byte, id string, names *nameTable) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
@@ -504,21 +497,6 @@ func parseBinary(s string) stored {
 	}
 	return stored{version: be(s[1:7]), attempts: int(be(s[7:10])), due: be(s[10:16]),
 		body: s[headerLenBinary:], headerLen: headerLenBinary}
-}
-
-// binaryHeader is the binary header of a stored envelope (tests and tools write entries
-// as the scripts do).
-func binaryHeader(version int64, attempts int, due int64) []byte {
-	b := []byte{headerBinary}
-	for _, f := range []struct {
-		v int64
-		n int
-	}{{version, 6}, {int64(attempts), 3}, {due, 6}} {
-		for i := f.n - 1; i >= 0; i-- {
-			b = append(b, byte(f.v>>(8*i)))
-		}
-	}
-	return b
 }
 
 // decodeStored parses a whole stored envelope of message id, resolving codes through

@@ -28,64 +28,69 @@ import (
 // this replica used (a failover lost it) has its codes forgotten and its messages parked
 // once more with codes interned again.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
-	out, stale, err := s.park(ctx, reqs)
-	if len(stale) == 0 {
-		return out, err
-	}
-	again := make([]ParkRequest, len(stale))
-	for k, i := range stale {
-		again[k] = reqs[i]
-	}
-	shards := map[int]bool{}
-	for _, r := range again {
-		if sh := s.ShardOf(r.ID); !shards[sh] {
-			shards[sh] = true
-			s.names.forget(sh)
-		}
-	}
-	res, stale2, err2 := s.park(ctx, again)
-	for k, i := range stale {
-		if k < len(res) { // none when the second park failed before any shard ran
-			out[i] = res[k]
-		}
-	}
-	if len(stale2) > 0 {
-		err2 = errors.Join(err2, fmt.Errorf("park: %d messages: the shard's names changed while parking", len(stale2)))
-	}
-	return out, errors.Join(err, err2)
-}
-
-// park is Park, once: it returns also the indexes of the requests that a shard refused
-// for a code it does not hold (left unparked, their Parked zero).
-func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, error) {
 	if len(reqs) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err := s.layoutErr(); err != nil {
-		return nil, nil, fmt.Errorf("park: %w", err)
+		return nil, fmt.Errorf("park: %w", err)
 	}
-	byShard := make(map[int][]int)
-	var order []int // shards in first-seen order, for deterministic calls
+	todo := make([]int, len(reqs))
 	for i, r := range reqs {
 		if r.ID == "" {
-			return nil, nil, fmt.Errorf("park request %d: empty id", i)
+			return nil, fmt.Errorf("park request %d: empty id", i)
 		}
 		if !r.Absolute && r.Delay < 0 {
-			return nil, nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
+			return nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
 		}
-		sh := s.ShardOf(r.ID)
+		todo[i] = i
+	}
+	out := make([]Parked, len(reqs))
+	var errs []error
+	for attempt := 1; len(todo) > 0; attempt++ {
+		byShard, order := s.byShard(reqs, todo)
+		if attempt > 1 { // a shard refused codes it no longer holds: intern them again
+			for _, sh := range order {
+				s.names.forget(sh)
+			}
+		}
+		failed := s.internNew(ctx, reqs, byShard)
+		match := map[string]int{} // target -> quota rule, -1: none (quota.go)
+		groups, pieces, err := s.parkGroups(reqs, order, byShard, failed, match)
+		errs = append(errs, err)
+		stale, err := s.runPark(ctx, reqs, groups, pieces, match, out)
+		errs = append(errs, err)
+		if todo = stale; len(stale) > 0 && attempt == 2 {
+			errs = append(errs, fmt.Errorf("park: %d messages: the shard's names changed while parking", len(stale)))
+			break
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// byShard groups the requests todo (indexes into reqs) by shard; order is the shards in
+// first-seen order, for deterministic calls.
+func (s *Store) byShard(reqs []ParkRequest, todo []int) (map[int][]int, []int) {
+	byShard := make(map[int][]int)
+	var order []int
+	for _, i := range todo {
+		sh := s.ShardOf(reqs[i].ID)
 		if _, ok := byShard[sh]; !ok {
 			order = append(order, sh)
 		}
 		byShard[sh] = append(byShard[sh], i)
 	}
+	return byShard, order
+}
+
+// parkGroups encodes the requests of each shard of order (byShard) into park groups, a
+// shard's part in pieces of at most pieceBytes; pieces[g] are group g's requests, in
+// request order. A shard whose names could not be interned (failed) gets no group: its
+// requests stay unparked and its error is returned.
+func (s *Store) parkGroups(reqs []ParkRequest, order []int, byShard map[int][]int, failed map[int]error,
+	match map[string]int) (groups []group, pieces [][]int, err error) {
 	var errs []error
-	failed := s.internNew(ctx, reqs, byShard)
-	groups := make([]group, 0, len(order))
-	pieces := make([][]int, 0, len(order)) // the requests of each group, in request order
-	match := map[string]int{}              // target -> quota rule, -1: none (quota.go)
 	for _, sh := range order {
-		if err := failed[sh]; err != nil { // its messages stay unparked, as a failed group's
+		if err := failed[sh]; err != nil {
 			errs = append(errs, fmt.Errorf("park shard %d: %w", sh, err))
 			continue
 		}
@@ -102,25 +107,34 @@ func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, 
 		}
 		parts := splitPieces(reqs, idx, bodies, pieceBytes)
 		if parts == nil {
-			groups = append(groups, s.parkGroup(reqs, sh, idx, bodies, match, names))
-			pieces = append(pieces, idx)
-			continue
+			parts = [][]int{nil}
 		}
 		for _, part := range parts {
-			own, bs := make([]int, len(part)), make([][]byte, len(part))
-			for j, k := range part {
-				own[j], bs[j] = idx[k], bodies[k]
+			own, bs := idx, bodies
+			if part != nil {
+				own, bs = make([]int, len(part)), make([][]byte, len(part))
+				for j, k := range part {
+					own[j], bs[j] = idx[k], bodies[k]
+				}
 			}
 			groups = append(groups, s.parkGroup(reqs, sh, own, bs, match, names))
 			pieces = append(pieces, own)
 		}
 	}
+	return groups, pieces, errors.Join(errs...)
+}
+
+// runPark runs the park groups in one round trip and fills out[i] for every request whose
+// group succeeded; it returns the requests a shard refused for a code it does not hold
+// (left zero) and the errors of the groups that failed.
+func (s *Store) runPark(ctx context.Context, reqs []ParkRequest, groups []group, pieces [][]int,
+	match map[string]int, out []Parked) ([]int, error) {
 	var list callList
 	at := list.add(s, s.scripts[scriptPark], groups)
 	replies := s.runList(ctx, &list, true).pick(at)
 	s.mem.note(replies)
-	out := make([]Parked, len(reqs))
 	var stale []int
+	var errs []error
 	for gi, own := range pieces {
 		refused, err := parkResults(replies[gi], reqs, own, out)
 		if err != nil {
@@ -136,7 +150,7 @@ func (s *Store) park(ctx context.Context, reqs []ParkRequest) ([]Parked, []int, 
 			}
 		}
 	}
-	return out, stale, errors.Join(errs...)
+	return stale, errors.Join(errs...)
 }
 
 // parkGroup is the park group of the requests own (indexes into reqs, one shard sh,
