@@ -250,8 +250,8 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 			stale = append(stale, i)
 			continue
 		}
-		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1 && existed <= 3, Delivered: existed == 2,
-			Cancelled: existed == 3, OverQuota: existed == 4}
+		got[k] = Parked{ID: reqs[i].ID, Due: due, Existed: existed >= 1 && existed <= 3 || existed == parkedInDelivery,
+			Delivered: existed == 2, Cancelled: existed == 3, OverQuota: existed == 4, InDelivery: existed == parkedInDelivery}
 	}
 	for k, i := range idx {
 		out[i] = got[k]
@@ -263,13 +263,17 @@ func parkResults(reply groupReply, reqs []ParkRequest, idx []int, out []Parked) 
 // code the shard does not hold: nothing of the group was written.
 const parkedNamesStale = 5
 
+// parkedInDelivery is park.lua's answer for a message that replaced an entry in delivery
+// (Parked.InDelivery).
+const parkedInDelivery = 6
+
 // Cancel is CancelAt with the Redis time as the cancel's time.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 	return s.CancelAt(ctx, id, 0)
 }
 
-// CancelAt deletes the message with this id, pending or claimed (a claimer's later Ack is
-// then fenced); a message with a source id leaves a tombstone, as in Ack, so that a
+// CancelAt deletes the message with this id unless it is in delivery; a message with a
+// source id leaves a tombstone, as in Ack, so that a
 // redelivery of the cancelled source message is not parked again. Found or not, the
 // cancel is remembered for Config.CancelWindow: a later Park of the id whose Published
 // time is at or before at is not parked (Parked.Cancelled). at is the cancel's time by its
@@ -278,7 +282,11 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 // Published, stored when it was parked with Replace) is kept: the cancel was read late;
 // an operator's cancel (at <= 0: Cancel, the message API's DELETE) deletes what is parked
 // whatever its source time (a producer clock ahead of Redis's). It reports whether a message was
-// deleted, and blocks until Redis answered or ctx is done.
+// deleted: true means it will never be delivered. A message in delivery (claimed by a
+// replica whose lease runs, which may hold it until its due time) is not deleted: false
+// and an *InDeliveryError (errors.Is ErrInDelivery), the cancel still remembered; for a
+// recurring message the entry is deleted all the same (no later firing: Stopped), the
+// firing in delivery may still be published. It blocks until Redis answered or ctx is done.
 // With Config.MinReplicas > 0 the deletion is confirmed by WAIT; fewer replicas is an
 // error wrapping ErrNotReplicated (the deletion may still have happened on the master:
 // cancelling again is safe, but may then report false).
@@ -296,8 +304,20 @@ func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
+	switch n {
+	case cancelInDelivery:
+		return false, &InDeliveryError{ID: id}
+	case cancelFiringInDelivery:
+		return false, &InDeliveryError{ID: id, Stopped: true}
+	}
 	return n == 1, nil
 }
+
+// cancel.lua's answers other than 1 (deleted) and 0 (not found).
+const (
+	cancelInDelivery       = 2 // in delivery: kept
+	cancelFiringInDelivery = 3 // a recurring message in delivery: deleted, its firing may be published
+)
 
 // publishedArg is a source time as the scripts take it: unix ms, "0" (unknown: park checks
 // no remembered cancel, cancel takes the Redis time) when <= 0 or beyond what Lua's doubles

@@ -54,15 +54,17 @@ func TestNextFiring(t *testing.T) {
 }
 
 // TestNextFiringAfterCancel: a recurring message cancelled while a firing is in flight
-// stays cancelled: the firing's end parks nothing.
+// stays cancelled: the cancel answers in delivery with Stopped (the firing may still be
+// published), and the firing's end parks nothing.
 func TestNextFiringAfterCancel(t *testing.T) {
 	f := setup(t)
 	env := sampleEnvelope(4)
 	env.Every = "1s"
 	f.park(t, ParkRequest{ID: "stop", Envelope: env})
 	m, c := f.claimID(t, "stop", time.Second)
-	if ok, err := f.s.Cancel(t.Context(), "stop"); err != nil || !ok {
-		t.Fatalf("cancel = %v, %v", ok, err)
+	var busy *InDeliveryError
+	if ok, err := f.s.Cancel(t.Context(), "stop"); ok || !errors.As(err, &busy) || !busy.Stopped {
+		t.Fatalf("cancel = %v, %v; want an InDeliveryError with Stopped", ok, err)
 	}
 	r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: m.Receipt, Next: c.Now + 1000}})
 	if err != nil || r.N != 0 {

@@ -271,8 +271,8 @@ func TestParkClaim(t *testing.T) {
 			if m.Due != p[0].Due || m.Attempts != 0 || m.Version < 1 || m.Shard != f.s.ShardOf(req.ID) {
 				t.Fatalf("claimed %+v", m)
 			}
-			if m.Token != c.Now+30_000 {
-				t.Fatalf("token %d, want now+lease %d", m.Token, c.Now+30_000)
+			if want := c.Now + 30_000 + (c.Now+30_000)%2; m.Token != want {
+				t.Fatalf("token %d, want now+lease made even %d", m.Token, want)
 			}
 			if c.Next != m.Token {
 				t.Fatalf("next head %d, want the lease expiry %d", c.Next, m.Token)
@@ -594,13 +594,22 @@ func TestCancelGet(t *testing.T) {
 	f.park(t, ParkRequest{ID: "c", Delay: time.Hour, Envelope: sampleEnvelope(7)})
 	f.park(t, ParkRequest{ID: "claimed", Envelope: sampleEnvelope(8)})
 	claimed, _ := f.claimID(t, "claimed", time.Second)
+	// A claimed message is in delivery: not cancelled, kept, and its ack goes through.
+	if ok, err := f.s.Cancel(t.Context(), "claimed"); ok || !errors.Is(err, ErrInDelivery) {
+		t.Fatalf("cancel of a claimed message = %v, %v; want ErrInDelivery", ok, err)
+	}
+	if _, err := f.s.Get(t.Context(), "claimed"); err != nil {
+		t.Fatalf("get after a cancel in delivery: %v", err)
+	}
+	if a, err := f.s.Ack(t.Context(), []Receipt{claimed.Receipt}); err != nil || a.N != 1 {
+		t.Fatalf("ack after a cancel in delivery = %+v, %v", a, err)
+	}
 	tests := []struct {
 		id      string
 		found   bool
 		existed bool
 	}{
 		{"c", true, true},
-		{"claimed", true, true},
 		{"unknown", false, false},
 	}
 	for _, tt := range tests {
@@ -624,9 +633,6 @@ func TestCancelGet(t *testing.T) {
 				t.Fatalf("second cancel = %v, %v", ok, err)
 			}
 		})
-	}
-	if a, err := f.s.Ack(t.Context(), []Receipt{claimed.Receipt}); err != nil || a.N != 0 {
-		t.Fatalf("ack after cancel = %+v, %v", a, err)
 	}
 	if z, m := f.counts(t); z != 0 || m != 0 {
 		t.Fatalf("counts %d/%d", z, m)
@@ -755,6 +761,10 @@ func TestClaimCorrupt(t *testing.T) {
 	}
 	if _, err := f.s.Get(t.Context(), id); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("get err = %v", err)
+	}
+	// Egress quarantines it (put back BackoffMax ahead): no longer in delivery.
+	if _, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: c.Corrupt[0], Backoff: time.Hour, PutBack: true}}); err != nil {
+		t.Fatal(err)
 	}
 	if ok, err := f.s.Cancel(t.Context(), id); !ok || err != nil {
 		t.Fatalf("cancel = %v, %v", ok, err)
@@ -1079,50 +1089,38 @@ func TestLargeBatch(t *testing.T) {
 	}
 }
 
-// TestWakeupsWithdrawals: a cancel, and a park that replaces an entry in delivery (claimed),
-// withdraw the version they removed on the shard's wake channel (so that a replica holding
-// a copy claimed ahead does not publish it); a park that replaces a waiting entry withdraws
-// nothing; an id with colons survives the payload.
+// TestWakeupsWithdrawals: only a cancel of a recurring message in delivery (claimed)
+// withdraws a version on the shard's wake channel (so that a replica holding its firing
+// claimed ahead does not publish it): a cancel of a waiting entry and a park that replaces
+// a claimed entry (InDelivery: it is still delivered) withdraw nothing; an id with colons
+// survives the payload.
 func TestWakeupsWithdrawals(t *testing.T) {
 	f := setup(t)
 	w, _ := followingAll(t, f)
 	ids := idsOnShard(f.s, 3, 3, "x:y")
-	version := func(id string) int64 {
-		m, err := f.s.Get(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Version
-	}
-	expect := func(what, id string, v int64) {
-		t.Helper()
-		if got, want := nextWithdrawal(t, w.C), (Wake{Shard: 3, ID: id, Version: v}); got != want {
-			t.Fatalf("after %s: withdrawal %+v, want %+v", what, got, want)
-		}
-	}
 
 	f.park(t, ParkRequest{ID: ids[0], Replace: true, Delay: time.Minute})
-	v := version(ids[0])
 	if ok, err := f.s.Cancel(t.Context(), ids[0]); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
-	expect("a cancel", ids[0], v)
-
 	f.park(t, ParkRequest{ID: ids[1], Replace: true})
 	if c, err := f.s.Claim(t.Context(), 3, 10); err != nil || len(c.Messages) != 1 {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	v = version(ids[1])
-	f.park(t, ParkRequest{ID: ids[1], Replace: true, Delay: 2 * time.Minute})
-	expect("replacing a claimed entry", ids[1], v)
-
-	f.park(t, ParkRequest{ID: ids[2], Replace: true, Delay: time.Minute})
-	f.park(t, ParkRequest{ID: ids[2], Replace: true, Delay: 2 * time.Minute}) // waiting: no withdrawal
-	v = version(ids[2])
-	if ok, err := f.s.Cancel(t.Context(), ids[2]); err != nil || !ok {
-		t.Fatalf("cancel: %v %v", ok, err)
+	if p := f.park(t, ParkRequest{ID: ids[1], Replace: true, Delay: 2 * time.Minute}); !p[0].InDelivery {
+		t.Fatalf("replace of a claimed entry: %+v, want InDelivery", p[0])
 	}
-	expect("replacing a waiting entry, then cancelling it (only the cancel withdraws)", ids[2], v)
+
+	env := sampleEnvelope(2)
+	env.Every = "1s"
+	f.park(t, ParkRequest{ID: ids[2], Replace: true, Envelope: env})
+	m, _ := f.claimID(t, ids[2], time.Second)
+	if ok, err := f.s.Cancel(t.Context(), ids[2]); ok || !errors.Is(err, ErrInDelivery) {
+		t.Fatalf("cancel of a recurring message in delivery: %v %v", ok, err)
+	}
+	if got, want := nextWithdrawal(t, w.C), (Wake{Shard: 3, ID: ids[2], Version: m.Version}); got != want {
+		t.Fatalf("withdrawal %+v, want %+v (the recurring firing's only)", got, want)
+	}
 
 	for _, bad := range []string{"3:x:id", "3:x1:", "3:xv:id", "9:x1:id", "-1:x1:id"} {
 		if wk, ok := f.s.parseWake(bad); ok {

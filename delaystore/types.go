@@ -30,7 +30,31 @@ var (
 	// ErrTooFewReplicas: at Init, a master has fewer connected replicas than
 	// Config.MinReplicas, or does not say how many it has.
 	ErrTooFewReplicas = errors.New("delaystore: redis master has fewer connected replicas than required")
+	// ErrInDelivery: CancelAt found the message in delivery (claimed by a replica whose
+	// lease runs, which may hold it until its due time): it can no longer be stopped and
+	// was not deleted. Returned as an *InDeliveryError.
+	ErrInDelivery = errors.New("delaystore: message in delivery")
 )
+
+// InDeliveryError is CancelAt's answer for a message in delivery (errors.Is
+// ErrInDelivery): the replica that claimed it publishes it (and then acks it), so the
+// cancel did not stop it. Stopped is set for a recurring message: its entry was deleted,
+// so no firing after the one in delivery is parked (the schedule ends), but that firing
+// may still be published.
+type InDeliveryError struct {
+	ID      string
+	Stopped bool
+}
+
+func (e *InDeliveryError) Error() string {
+	if e.Stopped {
+		return "in_delivery: " + e.ID + ": a firing is being delivered and may still be published; no later firing will be"
+	}
+	return "in_delivery: " + e.ID + ": claimed for delivery, it can no longer be stopped"
+}
+
+// Is reports whether target is ErrInDelivery.
+func (e *InDeliveryError) Is(target error) bool { return target == ErrInDelivery }
 
 // ReplicaError is Init's refusal of a Redis master with fewer connected replicas than
 // Config.MinReplicas (Required), or one that refuses to tell (Refused set: INFO
@@ -165,6 +189,11 @@ type Parked struct {
 	// Due is 0. The caller dead-letters it (reason quota_exceeded) and then acknowledges
 	// the source; the API answers 429.
 	OverQuota bool
+	// InDelivery: the message replaced an entry of its ID that is in delivery (claimed by
+	// a replica whose lease runs): that version is still published (its holder does not
+	// see the replacement), and this one is parked as its own firing; Existed is true.
+	// False for a replace means the replaced version will not be delivered.
+	InDelivery bool
 }
 
 // Receipt identifies one claim of one message; it fences Ack and Retry, so a stale claim

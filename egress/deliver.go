@@ -230,6 +230,15 @@ func (d *delivery) publish(ctx context.Context, group []*outgoing) {
 		}
 		return
 	}
+	if err := ctx.Err(); err != nil {
+		// Past the claim's fence (4/5 of the lease): the entry may be claimed again or
+		// cancelled by now (cancel.lua deletes an entry whose lease ran out), so it is
+		// never published from here.
+		for _, o := range group {
+			o.err = fmt.Errorf("publish after the claim's fence: %w", err)
+		}
+		return
+	}
 	var err error
 	if ep, ok := pub.(envelopePublisher); ok {
 		msgs := make([]headers.Message, len(group))

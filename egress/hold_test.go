@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -133,11 +134,12 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-// TestClaimAheadWithdrawn: a message claimed ahead and held is not published when it is
-// cancelled, or replaced (rescheduled), before its due time, nor a recurring one that a
-// bulk cancel takes in delivery: the store withdraws it on the
-// shard's wake channel; the replacement is published at its own due time, and the
-// withdrawn copies settle (run returns, nothing left handed).
+// TestClaimAheadWithdrawn: a message claimed ahead and held is in delivery: a cancel
+// before its due time does not stop it (ErrInDelivery) and it is published; a replace
+// (reschedule) answers InDelivery and both versions are published, each at its own due
+// time. A recurring one that a bulk cancel takes in delivery is withdrawn on the shard's
+// wake channel and not published, and the withdrawn copy settles (run returns, nothing
+// left handed).
 func TestClaimAheadWithdrawn(t *testing.T) {
 	st := storetest.NewWith(t, delaystore.Config{Lease: 10 * time.Second, Shards: 1})
 	f, rec, cancel, done := recordedScheduler(t, st, Config{Lease: 10 * time.Second, ClaimAhead: time.Second}, ackHold)
@@ -149,26 +151,29 @@ func TestClaimAheadWithdrawn(t *testing.T) {
 	}
 	park(t, st, "w-first", 300*time.Millisecond, "nats:t", nil) // its claim takes the others ahead
 	waitClaimed(t, rec, 4)
-	if ok, err := st.Cancel(t.Context(), "w-cancel"); err != nil || !ok {
-		t.Fatalf("cancel: %v %v", ok, err)
+	if ok, err := st.Cancel(t.Context(), "w-cancel"); ok || !errors.Is(err, delaystore.ErrInDelivery) {
+		t.Fatalf("cancel of a held message: %v %v, want ErrInDelivery", ok, err)
 	}
 	newer := park(t, st, "w-replace", 600*time.Millisecond, "nats:t", nil)
+	if !newer.InDelivery {
+		t.Fatalf("replace of a held message: %+v, want InDelivery", newer)
+	}
 	r, err := st.Bulk(t.Context(), delaystore.Selector{Match: func(t string) bool { return t == "nats:rec" }}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
 	if err != nil || r.Changed != 1 {
 		t.Fatalf("bulk cancel of the recurring message in delivery: %+v, %v", r, err)
 	}
 	time.Sleep(time.Second) // past both the old due times and the new one
 	f.mu.Lock()
-	_, cancelled := f.got["w-cancel"]
+	_, inDelivery := f.got["w-cancel"]
 	_, fired := f.got["w-recurring"]
 	got, replaced := f.got["w-replace"]
 	handed := f.n
 	f.mu.Unlock()
-	if cancelled || fired {
-		t.Errorf("published after they were cancelled: w-cancel %v, w-recurring (bulk) %v", cancelled, fired)
+	if !inDelivery || fired {
+		t.Errorf("w-cancel (in delivery) published %v, want true; w-recurring (bulk-cancelled, withdrawn) %v, want false", inDelivery, fired)
 	}
-	if !replaced || got.Due != newer.Due || handed != 2 {
-		t.Errorf("w-replace handed %v (due %d, want the replacement's %d); %d handed in all, want 2", replaced, got.Due, newer.Due, handed)
+	if !replaced || got.Due != newer.Due || handed != 4 {
+		t.Errorf("w-replace handed %v (due %d, want the replacement's %d last); %d handed in all, want 4", replaced, got.Due, newer.Due, handed)
 	}
 	cancel()
 	<-done

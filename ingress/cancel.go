@@ -14,7 +14,10 @@ import (
 // cancel removes the pending message named by msg's x-delay-id and acks msg. Found or not,
 // the store remembers the cancel with msg's source time (contract.Published), so that a
 // message of the id published before it but read after it (another partition or subject,
-// a redelivery) is not parked. Counted as cancelled (found) or cancel_not_found.
+// a redelivery) is not parked. A message in delivery is not stopped (delaystore.ErrInDelivery):
+// the reply says "cancelled": false, "in_delivery": true (and "stopped": true for a recurring
+// message, whose later firings are cancelled). Counted as cancelled (found), cancel_not_found
+// or cancel_in_delivery.
 func (in *Ingress) cancel(ctx context.Context, src Source, msg *headers.Received) {
 	ids := msg.Headers.Values(contract.HeaderID)
 	if len(ids) != 1 {
@@ -28,10 +31,14 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *headers.Received
 	id := ids[0]
 	at := contract.Published(msg.SourceTime, in.now())
 	var cancelled bool
+	var busy *delaystore.InDeliveryError
 	refused := ""
 	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
 		var err error
 		cancelled, err = in.store.CancelAt(opCtx, id, at)
+		if errors.As(err, &busy) {
+			return nil // answered below: too late to stop it
+		}
 		if errors.Is(err, delaystore.ErrNotReplicated) && msg.Request {
 			refused = notReplicatedReply(err)
 			return nil // answered with the error below; the sender retries
@@ -49,10 +56,16 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *headers.Received
 		return
 	}
 	msg.Ack(replyJSON(struct {
-		ID        string `json:"id"`
-		Cancelled bool   `json:"cancelled"`
-	}{id, cancelled}))
-	in.log.Debug("cancel", "id", id, "cancelled", cancelled, "published", at)
+		ID         string `json:"id"`
+		Cancelled  bool   `json:"cancelled"`
+		InDelivery bool   `json:"in_delivery,omitempty"`
+		Stopped    bool   `json:"stopped,omitempty"`
+	}{id, cancelled, busy != nil, busy != nil && busy.Stopped}))
+	in.log.Debug("cancel", "id", id, "cancelled", cancelled, "in_delivery", busy != nil, "published", at)
+	if busy != nil {
+		in.metrics.Count(src.Broker, "cancel_in_delivery", 1)
+		return
+	}
 	if !cancelled {
 		in.metrics.Count(src.Broker, "cancel_not_found", 1)
 		return

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -215,13 +216,18 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 		return err
 	}
 	ok, err := c.Cancel(ctx, pos[0])
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && strings.HasPrefix(apiErr.Message, "in_delivery") {
+		// exit 1: not cancelled, it may still be delivered
+		return fmt.Errorf("cancel %s: not cancelled: %s", pos[0], apiErr.Message)
+	}
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
 	if !ok {
 		return fmt.Errorf("cancel %s: no pending message with that id", pos[0]) // exit 1
 	}
-	fmt.Fprintf(stdout, "%s: cancelled\n", pos[0])
+	fmt.Fprintf(stdout, "%s: cancelled (it will not be delivered)\n", pos[0])
 	return nil
 }
 

@@ -26,9 +26,11 @@
 -- Progress older than ARGV[10] ms (an operation never finished) is dropped, a few entries
 -- per call, and both keys expire after ARGV[10] ms without a write.
 -- A message is changed only when its stored version is the one read (fence: replaced,
--- cancelled or fired meanwhile: left alone) and it is not in delivery: its score equals
--- its due time, or it is in the retry set (waiting for its backoff). A claimed message
--- (scored at its lease) and one put back by egress are in delivery: left alone. Except
+-- cancelled or fired meanwhile: left alone) and it is waiting: its score equals its due
+-- time, or it is in the retry set (waiting for its backoff), and it is not claimed by a
+-- replica whose lease runs (an even score, claim.lua's mark, other than its due time,
+-- after now, as cancel.lua reads it: a retried message claimed again is in delivery). A
+-- claimed message and one put back by egress are left alone. Except
 -- a recurring message (recurring: its body ends with the schedule) under cancel: it is
 -- cancelled in delivery too, and so is the next occurrence its firing parked since the
 -- scan (a newer version, same target): the entry is gone, so the firing's re-park
@@ -93,7 +95,9 @@ for i = 11, #ARGV, 3 do
   local score = redis.call('ZSCORE', z, id)
   if env and score then
     local version, attempts, due, p = entry(env)
-    local waiting = tonumber(score) == due or redis.call('ZSCORE', r, id)
+    local s = tonumber(score)
+    local held = s % 2 == 0 and s ~= due and s > now
+    local waiting = not held and (s == due or redis.call('ZSCORE', r, id))
     local pick = not lineage and version == tonumber(want) and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
       pick = (not lineage and version == tonumber(want)) or (version > tonumber(want) and targetOf(env, p) == ARGV[i + 2])

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
--- cancel: delete one message, pending or claimed, leaving a tombstone of its source message,
--- and remember the cancel so that an earlier message of the id arriving later is not parked.
+-- cancel: delete one message that is not in delivery, leaving a tombstone of its source
+-- message, and remember the cancel so that an earlier message of the id arriving later is not parked.
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:tn (newer tombstones: tombs.lua),
 --       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
@@ -10,10 +10,18 @@
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
 --       source time), 4 = window ms (<= 0: remember nothing), 5 = the shard's wake channel
 --       (P:wake:<s>), 6 = shard number
--- returns: 1 if it existed (and was deleted), else 0
--- A deleted entry is withdrawn on the shard's wake channel ("<shard>:x<version>:<id>"): a
--- replica that claimed it ahead of its due time and holds it does not publish it
--- (egress/hold.go; best effort).
+-- returns: 1 if it existed and was deleted; 0 if not found (or kept, below); 2 if it is in
+-- delivery and was kept; 3 if it is a recurring message in delivery: deleted (no firing
+-- after the current one), the current firing may still be published
+-- In delivery = claimed by a replica whose lease still runs: an even score (claim.lua's
+-- token; retry.lua writes odd ones) other than the entry's due time, after now. That
+-- replica may publish it up to its due time (claimed ahead) and acks it after, so a cancel
+-- answered 1 must find no such copy: the entry is kept (2) and its holder publishes it.
+-- Once the lease ran out its holder no longer publishes (egress gives up at 4/5 of the
+-- lease), and the entry is deleted as a pending one is. A recurring message's entry in
+-- delivery is deleted all the same (3: the firing's re-park, retry.lua mode n, is then
+-- fenced out) and withdrawn on the shard's wake channel ("<shard>:x<version>:<id>"): a
+-- replica holding the firing claimed ahead drops it (egress/hold.go; best effort).
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL
@@ -66,6 +74,17 @@ if sent and sent > at then
   remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
   return 0
 end
+local firing = false -- a recurring message in delivery: deleted, its firing withdrawn
+if env then
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '')
+  if score and score % 2 == 0 and score ~= due and score > now then
+    if not (p and recurring(env, p)) then
+      remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
+      return 2
+    end
+    firing = true
+  end
+end
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -79,8 +98,9 @@ if env and tonumber(ARGV[2]) > 0 then
   if src ~= '' then tombAdd(KEYS[3], KEYS[10], {src}, tonumber(ARGV[2])) end
 end
 remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
-if p and ARGV[5] then
+if firing then
   redis.call('PUBLISH', ARGV[5], ARGV[6] .. ':x' .. string.format('%d', version) .. ':' .. ARGV[1])
+  return 3
 end
 if a + b > 0 then return 1 end
 return 0

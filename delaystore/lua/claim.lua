@@ -10,8 +10,10 @@
 -- (at: 0 for an entry due by now; for one claimed ahead its score, the time it becomes
 -- eligible: its due time, or a retry's or put-back's next attempt)
 -- Members with score <= now + ahead (Redis TIME; ahead: the caller holds those not yet due
--- until their due time, egress/hold.go) are re-scored to token = now + lease and returned
--- with their stored envelope; a member without envelope is removed. The next head is the
+-- until their due time, egress/hold.go) are re-scored to token = now + lease, made even
+-- (+1 ms when odd), and returned with their stored envelope; a member without envelope is
+-- removed. An even score other than the entry's due time marks it claimed (in delivery:
+-- cancel.lua, park.lua, bulk.lua); retry.lua's scores are odd. The next head is the
 -- least score left: of the first entry after the due ones and of the token (read again
 -- only when more than PEEK were due).
 -- Per group: one ZRANGE of the first PEEK entries (+ a ZRANGEBYSCORE and a second ZRANGE
@@ -63,6 +65,7 @@ end
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local token = now + tonumber(ARGV[1])
+  if token % 2 == 1 then token = token + 1 end -- even: the claim mark
   local tokenStr = string.format('%d', token)
   local out = {now, token, -1, 0}
   if (redis.call('HGET', KEYS[3], '@') or '') ~= ARGV[4] then out[4] = redis.call('HGETALL', KEYS[3]) end

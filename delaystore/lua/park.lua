@@ -15,7 +15,7 @@
 --       (quota.lua quotaGate: triples target, pattern, limit, then their count; '0': none),
 --       then the names block: pairs code, name of the codes the bodies hold, then their
 --       count ('0': none)
--- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4 | 5)}
+-- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4 | 5 | 6)}
 -- A group whose names block names a code the shard does not hold as given (a failover
 -- lost it, or the key was deleted) writes nothing: {0, 5} for every message (Go interns
 -- again and parks them once more), so no body is ever written with a code its shard lacks.
@@ -28,10 +28,11 @@
 -- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
--- earliest new due is earlier than the head. A replaced entry in delivery (its score is
--- not its due time: one ZMSCORE of the replaced ids) is withdrawn on the wake channel
--- ("<shard>:x<version>:<id>", one PUBLISH each): a replica holding a copy claimed ahead of
--- its due time does not publish it (egress/hold.go; best effort). Reads and writes are batched (HMGET, INCRBY,
+-- earliest new due is earlier than the head. A message that replaced an entry in delivery
+-- (claimed by a replica whose lease runs: an even score other than its due time, after now,
+-- as cancel.lua reads it; one ZMSCORE of the replaced ids) answers {due, 6}: the replaced
+-- version is still published by its holder (its ack is then fenced by the version), the
+-- new one is parked as its own firing. Reads and writes are batched (HMGET, INCRBY,
 -- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
 -- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
 -- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
@@ -76,10 +77,11 @@ local function remembered(KEYS, ARGV, ids)
   return out
 end
 
--- inDelivery returns the wake payloads "<shard>:x<version>:<id>" of the replaced entries
--- ({id, version, due}: swapped) that are in delivery: scored other than their due time
--- (claimed, or waiting for a retry). One ZMSCORE per chunk, before the batch's ZADD.
-local function inDelivery(z, swapped, shardNo)
+-- inDelivery returns the indexes into ids of the messages whose replaced entry ({id, due,
+-- index}: swapped) is in delivery: claimed by a replica whose lease runs (an even score,
+-- claim.lua's mark, other than its due time, after now). One ZMSCORE per chunk, before the
+-- batch's ZADD.
+local function inDelivery(z, swapped)
   local out = {}
   for i = 1, #swapped, CHUNK do
     local last = math.min(i + CHUNK - 1, #swapped)
@@ -87,10 +89,8 @@ local function inDelivery(z, swapped, shardNo)
     for k = i, last do ids[#ids + 1] = swapped[k][1] end
     local scores = redis.call('ZMSCORE', z, unpack(ids))
     for k = i, last do
-      local r, sc = swapped[k], scores[k - i + 1]
-      if sc and tonumber(sc) ~= r[3] then
-        out[#out + 1] = shardNo .. ':x' .. string.format('%d', r[2]) .. ':' .. r[1]
-      end
+      local r, sc = swapped[k], tonumber(scores[k - i + 1] or '')
+      if sc and sc % 2 == 0 and sc ~= r[2] and sc > now then out[#out + 1] = r[3] end
     end
   end
   return out
@@ -136,8 +136,8 @@ local function shard(KEYS, ARGV)
   -- curSrc[id] its source id, curTgt[id] its target; deltas[target] what the batch adds
   -- to the target's parked count.
   local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
-  -- oldVer[id]: the version of an entry stored before the batch; swapped: {id, version,
-  -- due} of those this batch replaces
+  -- oldVer[id]: the version of an entry stored before the batch; swapped: {id, due, index
+  -- of the replacing message} of those this batch replaces
   local oldVer, swapped = {}, {}
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
@@ -181,7 +181,7 @@ local function shard(KEYS, ARGV)
       end
       if existing ~= nil then deltas[curTgt[id]] = (deltas[curTgt[id]] or 0) - 1 end
       if oldVer[id] then
-        swapped[#swapped + 1] = {id, oldVer[id], existing}
+        swapped[#swapped + 1] = {id, existing, k}
         oldVer[id] = nil
       end
       local tgt = targetOf(ARGV[a + 4], 1)
@@ -212,7 +212,7 @@ local function shard(KEYS, ARGV)
       if out[k][2] == 1 then replaced[#replaced + 1] = id end
     end
     local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-    local withdrawn = inDelivery(z, swapped, ARGV[2])
+    for _, k in ipairs(inDelivery(z, swapped)) do out[k][2] = 6 end
     chunked('HSET', m, hset)
     chunked('ZADD', z, zadd)
     chunked('ZREM', KEYS[5], replaced)
@@ -221,7 +221,6 @@ local function shard(KEYS, ARGV)
     if head[2] == nil or earliest < tonumber(head[2]) then
       redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
     end
-    for _, w in ipairs(withdrawn) do redis.call('PUBLISH', ARGV[1], w) end
   end
   return out
 end

@@ -9,7 +9,9 @@
 -- Same fence as ack (score == token and version matches). mode '1' (a failed publish):
 -- score = now + backoff (Redis TIME), attempts + 1, and the id enters the retry set with
 -- its due time. mode '0' (put back unpublished: the target is at its in-flight limit):
--- only the score moves to now + backoff. The scheduled due time is kept in both. mode 'n'
+-- only the score moves to now + backoff. The scheduled due time is kept in both, and the
+-- score is made odd (+1 ms when even): an even score marks a claim (claim.lua), and an
+-- entry waiting for its next attempt is in no replica's hands (cancel.lua deletes it). mode 'n'
 -- (the firing of a recurring message was published or dead-lettered): the entry becomes
 -- the next firing (new version, attempts 0, the next due, the same body), scored at the next due, out of the
 -- retry set: acking a firing and parking the next one is this one write, so no moment
@@ -49,7 +51,9 @@ local function shard(KEYS, ARGV)
               redis.call('HSET', m, id, header(version, attempts + 1, due) .. string.sub(env, p))
               redis.call('ZADD', r, string.format('%d', due), id)
             end
-            redis.call('ZADD', z, string.format('%d', now + tonumber(ARGV[i + 3])), id)
+            local at = now + tonumber(ARGV[i + 3])
+            if at % 2 == 0 then at = at + 1 end -- odd: not claimed
+            redis.call('ZADD', z, string.format('%d', at), id)
           end
           n = n + 1
         end

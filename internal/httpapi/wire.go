@@ -24,10 +24,21 @@ type PostRequest struct {
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
 }
 
-// PostResponse is the 201 body of POST /v1/messages.
+// PostResponse is the 201 body of POST /v1/messages. InDelivery: the message replaced a
+// version of its id that is in delivery, which is still delivered (this one is parked as
+// its own firing); absent, a replaced version will not be delivered.
 type PostResponse struct {
-	ID  string `json:"id"`
-	Due int64  `json:"due"`
+	ID         string `json:"id"`
+	Due        int64  `json:"due"`
+	InDelivery bool   `json:"in_delivery,omitempty"`
+}
+
+// InDeliveryResponse is the 409 body of DELETE /v1/messages/{id} for a message in
+// delivery: Error starts "in_delivery: "; Stopped: a recurring message whose later firings
+// were cancelled (the one in delivery may still be published).
+type InDeliveryResponse struct {
+	Error   string `json:"error"`
+	Stopped bool   `json:"stopped,omitempty"`
 }
 
 // MessageResponse is the 200 body of GET /v1/messages/{id}.

@@ -19,7 +19,8 @@ type Metrics struct {
 // NewMetrics registers the metrics of messages coming in with reg:
 // delaybridge_messages_in_total{broker, result, reason}, result one of parked, cancelled (a
 // cancel that removed a pending message), cancel_not_found (a cancel that found none: the
-// store remembers it), cancelled_on_arrival (a message published before a remembered
+// store remembers it), cancel_in_delivery (a cancel of a message in delivery: not
+// stopped), cancelled_on_arrival (a message published before a remembered
 // cancel of its id: acked, not parked), invalid (reason = the x-delay-error code), nacked
 // or already_delivered (a redelivery of a source message delivered within the store's
 // tombstone TTL: acked, not parked again).
@@ -27,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_in_total",
-			Help: "Messages taken from a source, by broker and result (parked, cancelled, cancel_not_found, cancelled_on_arrival, invalid, nacked, already_delivered); reason is set for invalid.",
+			Help: "Messages taken from a source, by broker and result (parked, cancelled, cancel_not_found, cancel_in_delivery, cancelled_on_arrival, invalid, nacked, already_delivered); reason is set for invalid.",
 		}, []string{"broker", "result", "reason"}),
 	}
 	m.lookalikes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -46,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Count records n messages from broker ("nats", "kafka"; the message API counts as
-// "http") with result parked, cancelled, cancel_not_found, cancelled_on_arrival, nacked
+// "http") with result parked, cancelled, cancel_not_found, cancel_in_delivery, cancelled_on_arrival, nacked
 // or already_delivered.
 func (m *Metrics) Count(broker, result string, n int) {
 	if m != nil {

@@ -269,7 +269,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
-	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due})
+	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due, InDelivery: parked[0].InDelivery})
 }
 
 // incoming turns a POST body into the header form ingress validates, so the API and the

@@ -118,6 +118,11 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ok, err := a.store.CancelAt(r.Context(), r.PathValue("id"), contract.Published("", a.cfg.Now()))
+	var busy *delaystore.InDeliveryError
+	if errors.As(err, &busy) {
+		a.deleteInDelivery(w, r, rec, busy)
+		return
+	}
 	var n int64
 	if ok {
 		n = 1
@@ -136,6 +141,22 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Metrics.Count("http", "cancelled", 1)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteInDelivery answers a DELETE of a message in delivery: 409 in_delivery, recorded as
+// matched and (for a recurring message, whose later firings it stopped) changed.
+func (a *api) deleteInDelivery(w http.ResponseWriter, r *http.Request, rec *AuditRecord, busy *delaystore.InDeliveryError) {
+	var changed int64
+	msg := "in_delivery: the message is being delivered (claimed by a replica, which may hold it until its due time) and can no longer be stopped"
+	if busy.Stopped {
+		changed = 1
+		msg = "in_delivery: a firing of this recurring message is being delivered and may still be published; the later firings are cancelled"
+	}
+	if err := rec.End(r.Context(), 1, changed, nil); err != nil {
+		a.log.Warn("audit: end of a cancel", "op_id", rec.OpID(), "err", err)
+	}
+	a.cfg.Metrics.Count("http", "cancel_in_delivery", 1)
+	writeJSON(w, http.StatusConflict, httpapi.InDeliveryResponse{Error: msg, Stopped: busy.Stopped})
 }
 
 // auditList is GET /v1/audit?limit=<n>&cursor=<c>: newest first, limit 1 to 1000

@@ -50,7 +50,9 @@ func (c *Client) Get(ctx context.Context, id string) (httpapi.MessageResponse, e
 	return out, err
 }
 
-// Cancel removes a pending message; it reports false when the id was unknown.
+// Cancel removes a pending message; it reports false when the id was unknown. true means
+// it will never be delivered. A message in delivery (409) is an *APIError whose Status is
+// http.StatusConflict and whose Message starts "in_delivery: ": it may still be delivered.
 func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
 	err := c.do(ctx, http.MethodDelete, "/v1/messages/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
 	if apiErr, ok := err.(*APIError); ok && apiErr.Status == http.StatusNotFound {
