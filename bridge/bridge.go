@@ -331,7 +331,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
 	if cfg.APIAddr != "" || ls.api != nil {
-		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
+		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
 			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, logger)
 	}
