@@ -137,14 +137,14 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 	t.Helper()
 	post := func(path, body string) (int, string) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
 	get := func(id string) int64 {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/messages/"+url.PathEscape(id), nil))
 		var m httpapi.MessageResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("get %s: %d %s", id, rec.Code, rec.Body)
@@ -175,7 +175,7 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 		}
 	case "step":
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
 		code, out = rec.Code, rec.Body.String()
 		if code == http.StatusOK {
 			var r httpapi.ForecastResponse
