@@ -314,6 +314,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	ec := cfg.Egress // the BRIDGE_* variables egress owns; then what the assembly decides
 	ec.DLQSubject, ec.DrainTimeout, ec.Lease = cfg.DLQSubject, cfg.ShutdownTimeout, cfg.Store.Lease
 	ec.Tracer, ec.Now, ec.ClaimAll = ls.tracer, ls.now, failpoint.ClaimAll()
+	ec.MaxDelay = cfg.Ingress.MaxDelay
 	if b.out, err = egress.New(ec, store, publishers, logger, b.outMetrics); err != nil {
 		return err
 	}
@@ -331,7 +332,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
 	if cfg.APIAddr != "" || ls.api != nil {
-		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken,
+		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
 			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, logger)
 	}

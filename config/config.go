@@ -82,6 +82,12 @@ type Config struct {
 	APIToken string `env:"API_TOKEN" envDoc:"bearer token the message API requires when set (secret)"`
 	// APITokenFile names a file holding APIToken (trailing newline trimmed).
 	APITokenFile string `env:"API_TOKEN_FILE" envDoc:"file holding BRIDGE_API_TOKEN"`
+	// APIHosts are the DNS names, besides localhost, by which a browser may reach the
+	// message API when APIToken is empty: a request whose Host is another name gets 403
+	// host_not_allowed (DNS rebinding); IP addresses are always allowed, with any port.
+	// Items are trimmed, empty items dropped; each is a host name without port or wildcard
+	// (api.CheckHostName), matched in any case, a trailing dot ignored.
+	APIHosts []string `env:"API_HOSTS" envDoc:"without BRIDGE_API_TOKEN: comma-separated host names besides localhost that a request's Host may name (no port, no wildcard); other names get 403 host_not_allowed (DNS rebinding); IP addresses always pass"`
 	// LogLevel is "debug", "info", "warn" or "error" (given in any case, stored lower case).
 	LogLevel string `env:"LOG_LEVEL" envDefault:"info" envDoc:"debug, info, warn or error"`
 	// LogFormat is "json" or "text" (given in any case, stored lower case).
@@ -232,6 +238,7 @@ func (c *Config) normalize(vars map[string]string) {
 	c.Redis.SentinelAddrs = trimList(c.Redis.SentinelAddrs)
 	c.Kafka.Normalize()
 	c.TargetAllow = trimList(c.TargetAllow)
+	c.APIHosts = trimList(c.APIHosts)
 	if v, ok := vars[Prefix+"API_ADDR"]; ok && strings.TrimSpace(v) == "" {
 		c.APIAddr = ""
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/envconf"
+	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 
@@ -125,6 +126,11 @@ func (c *Config) validateListeners(ps *envconf.Problems) {
 	ps.PositiveDuration("HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, time.Millisecond)
 	if envconf.HasSpaceOrControl(c.APIToken) {
 		ps.Add("API_TOKEN", "contains whitespace or control characters (a trailing newline?)")
+	}
+	for _, h := range c.APIHosts {
+		if p := api.CheckHostName(h); p != "" {
+			ps.Add("API_HOSTS", "%s: %s", envconf.Quote(h), p)
+		}
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 
 // chromium returns a headless browser context (Debian's chromium through chromedp); the
 // test fails when the browser is not installed (make test and .ci/run install it).
-func chromium(t *testing.T) context.Context {
+func chromium(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -38,6 +38,7 @@ func chromium(t *testing.T) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	actx, cancelA := chromedp.NewExecAllocator(t.Context(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelC(); cancelA() })

@@ -63,6 +63,11 @@ type Config struct {
 	// effort); a bulk change leaves it alone (in delivery). 0: the default, 32ms;
 	// negative: off (claim only what is due). At most a quarter of Lease applies.
 	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a cancel or replace in that span still stops a message (best effort), a bulk change leaves it alone; 0: 32ms; negative: off (extension)"`
+	// MaxDelay is BRIDGE_MAX_DELAY (set by the program from the ingress rules): a recurring
+	// message's next occurrence more than MaxDelay after the firing that parks it is not
+	// parked; the schedule ends with that firing (delivery.fired). <= 0: only an
+	// occurrence that overflows ends it.
+	MaxDelay time.Duration
 	// ClaimAll claims every shard whatever the ownership (the behaviour before ownership).
 	// Fault tests use it to force two replicas to claim the same shards; the claim lease
 	// keeps that correct.

@@ -28,7 +28,8 @@ type Metrics struct {
 // put_back: claimed while its target was at its in-flight limit, put back unpublished;
 // rate_limited: claimed before its BRIDGE_TARGET_RATE slot, put back to it;
 // misfire_skipped: a recurring message's firing that missed its time, not published
-// under x-delay-misfire: skip) and
+// under x-delay-misfire: skip; schedule_ended: a recurring message's last firing, its
+// schedule having no next occurrence within BRIDGE_MAX_DELAY) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
 // the Redis clock), delaybridge_delivery_lateness_max_seconds (the largest of them since
 // start: a quantile read from the histogram never exceeds it), delaybridge_inflight_messages (claimed, not yet settled) and
@@ -40,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited, misfire_skipped).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited, misfire_skipped, schedule_ended).",
 		}, []string{"broker", "result"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_dead_letters_out_total",

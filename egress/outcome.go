@@ -35,13 +35,13 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 		switch {
 		case o.err == nil:
 			published++
-			d.fired(st, o)
+			d.fired(st, o, confirmedAt)
 			d.metrics.observeLateness(confirmedAt - o.claimed.Due)
 			if debug {
 				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
 			}
 		case d.permanent(o) && d.deadLetter(ctx, o) == nil:
-			d.fired(st, o)
+			d.fired(st, o, confirmedAt)
 		default:
 			backoff := d.backoff(o.claimed.Attempts + 1)
 			st.retries = append(st.retries, delaystore.RetryRequest{Receipt: o.claimed.Receipt, Backoff: backoff})

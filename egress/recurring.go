@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/schedule"
 )
 
@@ -23,9 +24,14 @@ import (
 // Only a firing that expired (x-delay-expires) skips the occurrences that have expired
 // too: the next one is the first still within its expiry at the time of this firing. A
 // schedule that no longer parses or has no next occurrence ends the message with this
-// firing (logged at Error). With a spread window (x-delay-window) the next firing is the
-// time drawn in the next occurrence's window (nextFiring).
-func (d *delivery) fired(st *settlement, o *outgoing) {
+// firing (logged at Error), and so does one whose next occurrence lies more than
+// BRIDGE_MAX_DELAY (Config.MaxDelay) after now, the Redis time of the settlement (a cron
+// expression's gap: 29 February, then four years): every due time the bridge parks is
+// bounded, as ingress bounds the first (schedule.Every.Within). Both count as
+// delaybridge_messages_out_total{result="schedule_ended"}. With a spread window
+// (x-delay-window) the next firing is the time drawn in the next occurrence's window
+// (nextFiring).
+func (d *delivery) fired(st *settlement, o *outgoing, now int64) {
 	c := o.claimed
 	if c.Envelope.Every == "" {
 		st.acks = append(st.acks, c.Receipt)
@@ -36,13 +42,30 @@ func (d *delivery) fired(st *settlement, o *outgoing) {
 		after = max(c.Due, exp.at-c.Envelope.Expires.Milliseconds())
 	}
 	next, err := nextFiring(c, after)
-	if err != nil || next <= c.Due {
+	switch {
+	case err != nil || next <= c.Due:
 		d.log.Error("recurring message has no next occurrence: this was its last firing", "id", c.ID,
 			"every", c.Envelope.Every, "err", err)
-		st.acks = append(st.acks, c.Receipt)
+	case !d.withinMaxDelay(next, now):
+		d.log.Error("recurring message's next occurrence lies beyond BRIDGE_MAX_DELAY: this was its last firing", "id", c.ID,
+			"every", c.Envelope.Every, "next", time.UnixMilli(next).UTC().Format(time.RFC3339), "max_delay", d.cfg.MaxDelay)
+	default:
+		st.retries = append(st.retries, delaystore.RetryRequest{Receipt: c.Receipt, Next: next})
 		return
 	}
-	st.retries = append(st.retries, delaystore.RetryRequest{Receipt: c.Receipt, Next: next})
+	d.metrics.out(o.broker, "schedule_ended")
+	st.acks = append(st.acks, c.Receipt)
+}
+
+// withinMaxDelay reports whether a next occurrence at next (unix ms) lies at most
+// Config.MaxDelay after now (unix ms, the Redis clock): contract.Horizon, as every due
+// time computed from input. MaxDelay <= 0: always.
+func (d *delivery) withinMaxDelay(next, now int64) bool {
+	if d.cfg.MaxDelay <= 0 {
+		return true
+	}
+	_, err := contract.Horizon{Now: now, MaxDelay: d.cfg.MaxDelay}.At(next)
+	return err == nil
 }
 
 // nextFiring is the due time (unix ms) of the first occurrence of c's schedule after its
@@ -95,7 +118,7 @@ func (d *delivery) misfires(claimed []delaystore.Claimed, now int64) (fire []del
 		due := time.UnixMilli(c.Due)
 		at, ok := every.CatchUp(due, time.UnixMilli(now), policy)
 		if !ok {
-			if next, _ := nextFiring(c, now); next > 0 {
+			if next, _ := nextFiring(c, now); next > 0 && d.withinMaxDelay(next, now) {
 				skipped = append(skipped, delaystore.RetryRequest{Receipt: c.Receipt, Next: next})
 				d.log.Debug("missed occurrences skipped", "id", c.ID, "due", c.Due, "next", next)
 				continue

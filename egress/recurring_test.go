@@ -304,3 +304,61 @@ func stopRecurring(t *testing.T, st *delaystore.Store, id string) {
 		t.Fatalf("cancel %s = %v, %v", id, ok, err)
 	}
 }
+
+// TestRecurringNextBeyondMaxDelay (issue 37 item 7): a recurring message whose next
+// occurrence lies more than BRIDGE_MAX_DELAY after its firing (an interval parked before
+// the bound, a cron expression's gap: 29 February, then years) fires this once and is not
+// parked again (it was parked for 2028 and 2319); one whose next occurrence is within the
+// bound goes on. Through a real store: the message is gone after its firing.
+func TestRecurringNextBeyondMaxDelay(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	out := collect(t, gc, "rare")
+	runEgress(t, Config{MaxDelay: 8760 * time.Hour}, st, map[string]message.Publisher{"nats": gc})
+	at := time.Now().Add(200 * time.Millisecond).UnixMilli()
+	for _, every := range []string{"0 0 29 2 *", "9000h", "2562047h47m16s"} {
+		if _, err := st.Park(context.Background(), []delaystore.ParkRequest{{
+			ID: every, Replace: true, Absolute: true, At: at,
+			Envelope: delaystore.Envelope{Target: "nats:rare", Source: "http", Payload: []byte("r"), Every: every},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		waitFor(t, out, 5*time.Second)
+	}
+	waitEmpty(t, st)
+
+	// The settlement itself, at fixed times: ended (acked) or parked for the next.
+	d := &delivery{cfg: Config{MaxDelay: 8760 * time.Hour}, log: slog.New(slog.DiscardHandler)}
+	leap := time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for _, tt := range []struct {
+		every     string
+		due, now  int64
+		wantNext  int64 // 0: ended
+		wantEnded bool
+	}{
+		{every: "0 0 29 2 *", due: leap, now: leap + 100, wantEnded: true},
+		{every: "0 0 1 3 *", due: leap, now: leap + 100, wantNext: leap + 86_400_000},
+		{every: "9000h", due: leap, now: leap + 100, wantEnded: true},
+		{every: "2562047h47m16s", due: leap, now: leap + 100, wantEnded: true},
+		{every: "8760h", due: leap, now: leap + 100, wantNext: leap + 8760*3_600_000},
+		{every: "1s", due: leap, now: leap + 100, wantNext: leap + 1000},
+	} {
+		st := &settlement{}
+		d.fired(st, &outgoing{claimed: delaystore.Claimed{Receipt: delaystore.Receipt{ID: tt.every}, Due: tt.due,
+			Envelope: delaystore.Envelope{Every: tt.every}}}, tt.now)
+		switch {
+		case tt.wantEnded && (len(st.acks) != 1 || len(st.retries) != 0):
+			t.Errorf("%s: acks %v retries %v, want it ended (acked)", tt.every, st.acks, st.retries)
+		case !tt.wantEnded && (len(st.retries) != 1 || st.retries[0].Next != tt.wantNext):
+			t.Errorf("%s: retries %+v acks %v, want next %d", tt.every, st.retries, st.acks, tt.wantNext)
+		}
+	}
+	// Under x-delay-misfire skip, a next occurrence beyond the bound is not parked either.
+	_, skipped := d.misfires([]delaystore.Claimed{{Receipt: delaystore.Receipt{ID: "s"}, Due: leap - 3_600_000,
+		Envelope: delaystore.Envelope{Target: "nats:t", Every: "0 0 29 2 *", Misfire: "skip"}}}, leap+120_000)
+	if len(skipped) != 0 {
+		t.Errorf("skip parked %+v beyond BRIDGE_MAX_DELAY", skipped)
+	}
+}

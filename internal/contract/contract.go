@@ -118,6 +118,11 @@ const (
 	// a cross-site request forgery, refused with or without the token. Not a dead-letter
 	// reason.
 	ReasonCrossOrigin = "cross_origin"
+	// ReasonHostNotAllowed starts the 403 answer of the message API, without
+	// BRIDGE_API_TOKEN, to a request whose Host is a DNS name other than localhost and
+	// not listed in BRIDGE_API_HOSTS: a page on a name rebound to the bridge's address
+	// (DNS rebinding). Not a dead-letter reason.
+	ReasonHostNotAllowed = "host_not_allowed"
 	// ReasonInvalidCursor starts the 400 answer of the message API to a cursor that the
 	// bridge did not issue for that query (altered, made up, or another selector's).
 	// Not a dead-letter reason.

@@ -19,7 +19,7 @@ func TestEveryErrorReadsOnce(t *testing.T) {
 		"sometimes":               `invalid_every: invalid every "sometimes": want a Go duration`,
 		"CRON_TZ=Local 0 9 * * *": `invalid_every: invalid every "CRON_TZ=Local 0 9 * * *": CRON_TZ=Local is the zone of the machine`,
 	} {
-		_, err := ParseEvery(headers.List{{Key: "x-delay-every", Value: value}}, time.Now())
+		_, err := ParseEvery(headers.List{{Key: "x-delay-every", Value: value}}, 24*time.Hour, time.Now())
 		text := ErrorText(err)
 		if !errors.Is(err, ErrInvalidEvery) || !errors.Is(err, schedule.ErrInvalid) {
 			t.Fatalf("%v wraps neither ErrInvalidEvery nor schedule.ErrInvalid", err)

@@ -38,9 +38,11 @@ func ParseExpires(h headers.List) (time.Duration, error) {
 // ParseEvery reads x-delay-every (name matched case-insensitively) from h: the recurring
 // schedule of the message ([schedule.Parse]: a Go duration of at least 1s, or a cron
 // expression, optionally CRON_TZ=<zone> first). Absent: the zero Every (delivered once).
-// Repeated or invalid: an error wrapping [ErrInvalidEvery]. now bounds the search for a
-// cron expression's first occurrence.
-func ParseEvery(h headers.List, now time.Time) (schedule.Every, error) {
+// Repeated or invalid: an error wrapping [ErrInvalidEvery]. A schedule that does not
+// keep its firings within maxDelay (BRIDGE_MAX_DELAY) of now, an interval longer than it
+// or a cron expression whose next occurrence after now lies beyond it
+// ([schedule.Every.Within]), is invalid too.
+func ParseEvery(h headers.List, maxDelay time.Duration, now time.Time) (schedule.Every, error) {
 	vs := h.Values(contract.HeaderEvery)
 	switch len(vs) {
 	case 0:
@@ -50,6 +52,9 @@ func ParseEvery(h headers.List, now time.Time) (schedule.Every, error) {
 		return schedule.Every{}, fmt.Errorf("%w: %s given %d times", ErrInvalidEvery, contract.HeaderEvery, len(vs))
 	}
 	e, err := schedule.Parse(vs[0], now)
+	if err == nil {
+		err = e.Within(now, maxDelay)
+	}
 	if err != nil {
 		return schedule.Every{}, everyError{err}
 	}
@@ -171,9 +176,9 @@ func (f firing) storedMisfire() string {
 	return f.misfire.String()
 }
 
-// parseFiring reads the firing-control headers: x-delay-expires, x-delay-every,
-// x-delay-misfire and x-delay-window.
-func parseFiring(h headers.List, now time.Time) (firing, error) {
+// parseFiring reads the firing-control headers: x-delay-expires, x-delay-every (bounded
+// by maxDelay), x-delay-misfire and x-delay-window.
+func parseFiring(h headers.List, maxDelay time.Duration, now time.Time) (firing, error) {
 	var f firing
 	var err error
 	if f.expires, err = ParseExpires(h); err != nil {
@@ -182,7 +187,7 @@ func parseFiring(h headers.List, now time.Time) (firing, error) {
 	if f.window, err = ParseWindow(h); err != nil {
 		return f, err
 	}
-	if f.every, err = ParseEvery(h, now); err != nil {
+	if f.every, err = ParseEvery(h, maxDelay, now); err != nil {
 		return f, err
 	}
 	f.misfire, err = ParseMisfire(h, f.every)

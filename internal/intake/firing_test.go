@@ -144,3 +144,48 @@ func TestPrepareMisfire(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryBoundedByMaxDelay (issue 37 item 7): a recurring schedule whose firings would
+// lie further than BRIDGE_MAX_DELAY apart is invalid_every through every header form
+// (x-delay-every from NATS or Kafka, Nats-Schedule's @every and cron forms): an interval
+// longer than it (the largest Duration among them: its first firing would be in 2319), a
+// cron expression whose next occurrence lies beyond it (29 February, 30 February). An
+// interval of exactly BRIDGE_MAX_DELAY and a cron expression that fires within it pass.
+func TestEveryBoundedByMaxDelay(t *testing.T) {
+	r := prepareRules()
+	r.MaxDelay = 8760 * time.Hour
+	now := time.Date(2026, 11, 25, 8, 30, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		hs     []string
+		reason string
+	}{
+		{"the largest Duration", []string{"x-delay-every", "2562047h47m16s"}, contract.ReasonInvalidEvery},
+		{"one second over", []string{"x-delay-every", "8760h0m1s"}, contract.ReasonInvalidEvery},
+		{"over, with x-delay", []string{"x-delay-every", "9000h", "x-delay", "1s"}, contract.ReasonInvalidEvery},
+		{"over, with x-deliver-at", []string{"x-delay-every", "9000h", "x-deliver-at", "1795600000000"}, contract.ReasonInvalidEvery},
+		{"NATS @every over", []string{"Nats-Schedule", "@every 8761h"}, contract.ReasonInvalidEvery},
+		{"29 February (next in 2028)", []string{"x-delay-every", "0 0 29 2 *"}, contract.ReasonInvalidEvery},
+		{"30 February (never)", []string{"x-delay-every", "0 0 30 2 *"}, contract.ReasonInvalidEvery},
+		{"NATS cron of 29 February", []string{"Nats-Schedule", "0 0 0 29 2 *"}, contract.ReasonInvalidEvery},
+		{"exactly the maximum", []string{"x-delay-every", "8760h"}, ""},
+		{"yearly", []string{"x-delay-every", "@yearly"}, ""},
+		{"1 March", []string{"Nats-Schedule", "0 0 0 1 3 *"}, ""},
+	} {
+		for _, broker := range []string{"nats", "kafka"} {
+			req, err := r.Prepare(prepareIn(broker, append([]string{"x-target", "a.b"}, tt.hs...)...), now)
+			if got := Reason(err); got != tt.reason {
+				t.Fatalf("%s from %s: reason %q (%v), want %q", tt.name, broker, got, err, tt.reason)
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), "BRIDGE_MAX_DELAY") && !strings.Contains(err.Error(), "never fires") {
+					t.Errorf("%s: %q does not name BRIDGE_MAX_DELAY", tt.name, err)
+				}
+				continue
+			}
+			if req.Absolute && time.UnixMilli(req.At).Sub(now) > r.MaxDelay {
+				t.Errorf("%s: first firing %s, beyond the maximum", tt.name, time.UnixMilli(req.At).UTC())
+			}
+		}
+	}
+}

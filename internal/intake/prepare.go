@@ -79,7 +79,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	fire, err := parseFiring(h, now)
+	fire, err := parseFiring(h, r.MaxDelay, now)
 	if err != nil {
 		return req, err
 	}

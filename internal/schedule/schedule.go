@@ -158,6 +158,28 @@ func parseInterval(d, s string) (Every, error) {
 	return Every{text: iv.String(), interval: iv}, nil
 }
 
+// Within returns an error wrapping [ErrInvalid] when e cannot keep every firing within
+// maxDelay of its time (BRIDGE_MAX_DELAY, docs/contract.md section 9): an interval longer
+// than maxDelay, or a cron expression whose next occurrence after now lies more than
+// maxDelay after now (0 0 29 2 * in a year whose February has no 29th). nil for the zero
+// Every. A cron expression that passes may still have a later gap longer than maxDelay
+// (29 February fires, and the next lies four years on): egress ends such a schedule with
+// the firing before the gap (docs/using.md, "Recurring messages").
+func (e Every) Within(now time.Time, maxDelay time.Duration) error {
+	switch {
+	case e.IsZero():
+		return nil
+	case e.cron == nil && e.interval > maxDelay:
+		return invalid(e.text, "the interval is longer than BRIDGE_MAX_DELAY (%s)", maxDelay)
+	case e.cron != nil:
+		if next := e.cron.Next(now); next.IsZero() || next.Sub(now) > maxDelay {
+			return invalid(e.text, "its next occurrence (%s) lies more than BRIDGE_MAX_DELAY (%s) from now",
+				next.UTC().Format(time.RFC3339), maxDelay)
+		}
+	}
+	return nil
+}
+
 // String is the schedule as stored with a message: the interval as a Go duration, or the
 // cron expression as given (trimmed). Parse(e.String(), now) is e.
 func (e Every) String() string { return e.text }

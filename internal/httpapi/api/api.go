@@ -49,6 +49,11 @@ type Config struct {
 	DefaultBroker string
 	// Token, when set, is the bearer token every request must carry.
 	Token string
+	// Hosts are the DNS names, besides localhost, that a request's Host may give when no
+	// Token is set (BRIDGE_API_HOSTS; each as [CheckHostName] accepts it): any other name
+	// is refused with 403 host_not_allowed (hostGuard: DNS rebinding). IP literals are
+	// always allowed; with a Token every host is.
+	Hosts []string
 	// Metrics, when set, counts the API's messages in delaybridge_messages_in_total with
 	// broker "http" (parked, invalid by reason, cancelled).
 	Metrics *intake.Metrics
@@ -95,8 +100,10 @@ func (c Config) MaxBodyBytes() int64 {
 // NewAPI returns the message API handler (docs/contract.md section 6):
 // POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
 //
-// A change (POST, DELETE) that a browser sent from another origin is refused first, with
-// 403, token or not (crossOrigin). Every request is then authenticated (when a token is
+// Without a token, a request whose Host is a DNS name other than localhost and
+// cfg.Hosts is refused first, on every route (the console too), with 403
+// host_not_allowed (hostGuard). A change (POST, DELETE) that a browser sent from another
+// origin is refused next, with 403, token or not (crossOrigin). Every request is then authenticated (when a token is
 // set): a 401 is answered with Connection: close and the body is never read. A POST whose
 // Content-Type is not application/json gets 415 unread (requireJSON), and a body must hold
 // one JSON value, nothing after it (400). A request body is then limited to
@@ -160,7 +167,10 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	top.Handle("GET /ui/", ui.Handler(a.authorized))
 	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	top.Handle("/", a.auth(a.limitBody(mux)))
-	return crossOrigin(top)
+	if cfg.Token != "" {
+		return crossOrigin(top)
+	}
+	return hostGuard(cfg.Hosts, crossOrigin(top))
 }
 
 type api struct {

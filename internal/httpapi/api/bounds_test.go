@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -136,14 +137,14 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 	t.Helper()
 	post := func(path, body string) (int, string) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
 	get := func(id string) int64 {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/messages/"+url.PathEscape(id), nil))
 		var m httpapi.MessageResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("get %s: %d %s", id, rec.Code, rec.Body)
@@ -174,7 +175,7 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 		}
 	case "step":
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
 		code, out = rec.Code, rec.Body.String()
 		if code == http.StatusOK {
 			var r httpapi.ForecastResponse
@@ -204,4 +205,33 @@ func (bigEnd) of(from, step int64, n int64) int64 {
 		return -1
 	}
 	return from + step*n
+}
+
+// TestEveryBeyondMaxDelayRefused (issue 37 item 7): POST /v1/messages with an every
+// longer than BRIDGE_MAX_DELAY (24h here), or a cron expression whose next occurrence
+// lies beyond it, is 400 invalid_every and parks nothing (it answered 201 with a first
+// firing in 2319); one within it is parked with its first firing within it.
+func TestEveryBeyondMaxDelayRefused(t *testing.T) {
+	c, st := newAPI(t, "")
+	ctx := context.Background()
+	inThreeDays := time.Now().UTC().Add(72 * time.Hour)
+	for _, every := range []string{"2562047h47m16s", "24h0m1s", fmt.Sprintf("0 0 %d %d *", inThreeDays.Day(), inThreeDays.Month())} {
+		_, err := c.Send(ctx, httpapi.PostRequest{Target: "x.a", Every: every, Payload: str("p")})
+		var apiErr *client.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.HasPrefix(apiErr.Message, "invalid_every: ") ||
+			!strings.Contains(apiErr.Message, "BRIDGE_MAX_DELAY") {
+			t.Errorf("every %q: %v, want 400 invalid_every naming BRIDGE_MAX_DELAY", every, err)
+		}
+	}
+	if s, err := st.Stats(ctx); err != nil || s.Parked != 0 {
+		t.Fatalf("refused messages parked: %+v %v", s, err)
+	}
+	before := time.Now()
+	res, err := c.Send(ctx, httpapi.PostRequest{Target: "x.a", Every: "24h", Payload: str("p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.UnixMilli(res.Due).Sub(before); d > 24*time.Hour+time.Minute {
+		t.Fatalf("every 24h: first firing %s from now", d)
+	}
 }
