@@ -24,8 +24,9 @@ type Applied struct {
 // Claim leases up to limit due messages of one shard (score <= Redis time): each is
 // re-scored to Now + Lease, the token of its Receipt. Nothing is ever returned before its
 // due time. Entries whose envelope cannot be decoded are leased too and reported in
-// Claim.Corrupt instead of Messages. Claim blocks until Redis answered or ctx is done;
-// concurrent claims on one shard never return the same message under the same lease.
+// Claim.Corrupt instead of Messages, with what survives of each (Corrupt). Claim blocks
+// until Redis answered or ctx is done; concurrent claims on one shard never return the
+// same message under the same lease.
 func (s *Store) Claim(ctx context.Context, shard, limit int) (Claim, error) {
 	g, names, err := s.claimGroup(shard, limit, 0)
 	if err != nil {
@@ -88,7 +89,7 @@ func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error
 		st, env, err := decodeStored(raw, id, names)
 		rc.Version = st.version
 		if err != nil {
-			c.Corrupt = append(c.Corrupt, rc)
+			c.Corrupt = append(c.Corrupt, Corrupt{Receipt: rc, Eligible: max(at, now), Envelope: salvageStored(raw, id, names), Err: err})
 			continue
 		}
 		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: max(at, now), Attempts: st.attempts, Envelope: env})

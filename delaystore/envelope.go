@@ -271,11 +271,18 @@ func appendString(b []byte, s string) []byte {
 // empty header list, a source field that keeps a prefix the flags would have cut), yield
 // an error wrapping ErrCorrupt. The returned Key and Payload alias b.
 func decodeBodyIn(b []byte, id string, names *nameTable) (Envelope, error) {
+	return decodeBodyAs(b, id, names, false)
+}
+
+// decodeBodyAs is decodeBodyIn; with salvage (salvageStored), a target or source whose
+// code names does not resolve is left "" instead of failing the body: everything else is
+// decoded as strictly.
+func decodeBodyAs(b []byte, id string, names *nameTable, salvage bool) (Envelope, error) {
 	var e Envelope
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
-	d := decoder{b: b[1:], names: names}
+	d := decoder{b: b[1:], names: names, salvage: salvage}
 	switch b[0] {
 	case formatNoSource:
 	case formatSourceIsID:
@@ -384,6 +391,8 @@ type decoder struct {
 	b     []byte
 	err   error
 	names *nameTable // the shard's interned names as of the read (nil: none)
+	// salvage: a name that does not resolve reads as "" and is not an error (keep)
+	salvage bool
 }
 
 // name returns the name a target field f stands for (nameBook.resolve).
@@ -402,9 +411,12 @@ func (d *decoder) code(code uint64) string {
 	return d.keep(d.names.nameOfCode(code))
 }
 
-// keep returns n, recording err as the decoder's error when set.
+// keep returns n, recording err as the decoder's error when set (salvaging: "", no error).
 func (d *decoder) keep(n string, err error) string {
 	if err != nil {
+		if d.salvage {
+			return ""
+		}
 		d.err = err
 	}
 	return n

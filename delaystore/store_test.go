@@ -762,8 +762,8 @@ func TestClaimCorrupt(t *testing.T) {
 	if _, err := f.s.Get(t.Context(), id); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("get err = %v", err)
 	}
-	// Egress quarantines it (put back BackoffMax ahead): no longer in delivery.
-	if _, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: c.Corrupt[0], Backoff: time.Hour, PutBack: true}}); err != nil {
+	// Put back (as egress re-scores one whose dead letter failed): no longer in delivery.
+	if _, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: c.Corrupt[0].Receipt, Backoff: time.Hour, PutBack: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := f.s.Cancel(t.Context(), id); !ok || err != nil {

@@ -228,10 +228,33 @@ type Claim struct {
 	// Next is the shard's earliest score after the claim (unix ms), or -1 when empty. It
 	// includes the lease expiry of claimed messages.
 	Next int64
-	// Corrupt are claimed entries whose stored envelope could not be decoded (Version is 0
-	// when even the stored prefix is unreadable). They are leased like Messages and come
-	// back after every lease until removed: log them and Cancel them by ID.
-	Corrupt []Receipt
+	// Corrupt are claimed entries whose stored envelope could not be decoded, with what
+	// survives of each. They are leased like Messages and come back after every lease
+	// until removed: dead-letter them and Ack their receipts (egress does), or Cancel them
+	// by ID.
+	Corrupt []Corrupt
+}
+
+// Corrupt is a claimed entry whose stored envelope does not decode: the bridge cannot
+// tell its target for sure, so it is never published, only dead-lettered (SPEC section
+// 3, "Only its own target").
+type Corrupt struct {
+	// Receipt fences the entry like a claimed message's (Version is 0 when even the
+	// stored header is unreadable: such an entry is removed only by Cancel).
+	Receipt
+	// Eligible is when the entry was due to be published, unix ms (Redis clock), as
+	// Claimed.Eligible: a dead letter of it waits for it too.
+	Eligible int64
+	// Envelope is what survives. A body whose structure decodes but whose target or
+	// source is a name code the shard's names no longer hold (the names hash was lost
+	// or deleted by hand) keeps everything else: source id, headers (with the hops count),
+	// key, payload, and the target or source that does resolve ("" for one that does
+	// not; a code is never guessed). A body whose structure does not decode keeps only
+	// its bytes as Payload (after the stored header; the whole stored value when the
+	// header is unreadable); every other field is then empty.
+	Envelope Envelope
+	// Err is why the entry does not decode (errors.Is ErrCorrupt).
+	Err error
 }
 
 // RetryRequest re-schedules a claimed message after a failed delivery.

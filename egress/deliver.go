@@ -55,6 +55,9 @@ func newDelivery(cfg Config, publishers map[string]message.Publisher, reserver R
 type batch struct {
 	shard   int
 	claimed []delaystore.Claimed
+	// corrupt are the claim's entries that do not decode: dead-lettered, never published
+	// (deadLetterCorrupt). The scheduler hands them at once, never to the holder.
+	corrupt []delaystore.Corrupt
 	fence   time.Time // a moment before the claim: the lease runs from after it
 }
 
@@ -104,8 +107,13 @@ type settlement struct {
 // target waits for another; each group's settlement goes to settle as soon as its own
 // Publish returned. The rest is put back unpublished, for the limiter's delay, through
 // settle before submit returns. The settlements of a batch together settle each of its
-// messages once (their n add up to len(b.claimed)). Safe for concurrent use.
+// messages once (their n add up to len(b.claimed) + len(b.corrupt)); the corrupt entries
+// are dead-lettered in a goroutine of their own (deadLetterCorrupt). Safe for concurrent
+// use.
 func (d *delivery) submit(ctx context.Context, b batch, settle func(*settlement)) {
+	if len(b.corrupt) > 0 {
+		go func() { settle(d.deadLetterCorrupt(ctx, b)) }()
+	}
 	groups := map[string][]delaystore.Claimed{}
 	var order []string
 	for _, c := range b.claimed {

@@ -64,7 +64,10 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 			st.head = cl.Now // more may be due: claim again at once (capacity permitting)
 		}
 		if len(cl.Corrupt) > 0 {
-			s.quarantine(st.shard, cl.Corrupt)
+			// Never published: delivery dead-letters them (reason corrupt), at once.
+			s.metrics.claimed(len(cl.Corrupt))
+			s.handed.Add(int64(len(cl.Corrupt)))
+			s.deliver(ctx, batch{shard: st.shard, corrupt: cl.Corrupt, fence: fence}, s.returned)
 		}
 		if len(cl.Messages) > 0 {
 			s.handOff(ctx, batch{shard: st.shard, claimed: cl.Messages, fence: fence})
@@ -121,16 +124,4 @@ func (s *scheduler) settled(acks []delaystore.Receipt, retries []delaystore.Retr
 		s.total -= k
 		s.metrics.settled(k)
 	}
-}
-
-// quarantine handles entries whose envelope could not be decoded: they cannot be
-// published or dead-lettered, so they stay in Redis for an operator, tried again only
-// every BackoffMax, and are logged at Error.
-func (s *scheduler) quarantine(shard int, corrupt []delaystore.Receipt) {
-	reqs := make([]delaystore.RetryRequest, len(corrupt))
-	for i, r := range corrupt {
-		reqs[i] = delaystore.RetryRequest{Receipt: r, Backoff: s.cfg.BackoffMax}
-		s.log.Error("corrupt envelope in the delay store; left in place", "id", r.ID, "shard", r.Shard)
-	}
-	s.settle(&settlement{shard: shard, retries: reqs, n: len(reqs)})
 }

@@ -39,7 +39,7 @@ const ackHold = 32 * time.Millisecond
 
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
 // on publishing; it hands every message of b back through settle, in settlements whose n
-// add up to len(b.claimed), each from whatever goroutine finished it.
+// add up to len(b.claimed) + len(b.corrupt), each from whatever goroutine finished it.
 type deliverFunc func(ctx context.Context, b batch, settle func(*settlement))
 
 // scheduler claims the due messages of the shards this replica owns and settles them.

@@ -10,6 +10,8 @@
 -- returns: per group {acked count, next head score, -1 when empty, -2 when not read}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
+-- An entry whose header is unreadable has version 0 to its claimer (delaystore Corrupt, which
+-- egress dead-letters and then acks): the token alone fences it.
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL (park then
 -- drops a redelivery of that source message; tombs.lua: in the expiring sets).
 -- The retry set is touched only when a deleted entry has attempts > 0 (only such entries
@@ -53,7 +55,7 @@ local function shard(KEYS, ARGV)
       local id = ids[k]
       local a = (k - 1) * 3 + 3
       local version, attempts, _, p = entry(envs[j] or '')
-      if envs[j] and not seen[id] and version == tonumber(ARGV[a + 1]) then
+      if envs[j] and not seen[id] and (version or 0) == tonumber(ARGV[a + 1]) then
         local score = scores[j]
         if score and tonumber(score) == tonumber(ARGV[a + 2]) then
           del[#del + 1] = id

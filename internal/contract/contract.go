@@ -148,6 +148,11 @@ const (
 	// ReasonExpired: the message could not be published before its due time + its
 	// x-delay-expires (an outage, a failing target, a rate limit); it was not delivered.
 	ReasonExpired = "expired"
+	// ReasonCorrupt: the stored message does not decode (Redis lost its names, or the
+	// entry was damaged), so the bridge cannot tell its target for sure and never
+	// publishes it (section 3, "Only its own target"): its headers and payload as far as
+	// they survive, x-target and x-delay-source only when they do.
+	ReasonCorrupt = "corrupt"
 )
 
 // Remaining is what is left of a relative delay at now for a message received at
