@@ -218,6 +218,10 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(encodeBody(Envelope{SourceID: "kafka:in:0:7", Target: "t"}, testID))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := decodeBody(b, testID)
+		salvaged := salvageStored(string(binaryHeader(1, 0, 1))+string(b), testID, nil) // never panics
+		if err == nil && !reflect.DeepEqual(withPayload(salvaged), withPayload(env)) {
+			t.Fatalf("salvage of a body that decodes: %#v, decoded %#v", salvaged, env)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error not ErrCorrupt: %v", err)

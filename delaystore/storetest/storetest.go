@@ -88,3 +88,26 @@ func NewBrokenShard(t testing.TB, lease time.Duration, shard int) (st *delaystor
 		}
 	}
 }
+
+// NewNamesLost returns an initialised store (4 shards, the given lease) and lose, which
+// deletes every shard's names hash ({P:s}:nm) as an operator's DEL by hand would: the
+// messages parked before it then read as corrupt (delaystore.Corrupt).
+func NewNamesLost(t testing.TB, lease time.Duration) (st *delaystore.Store, lose func()) {
+	t.Helper()
+	rdb, prefix := testredis.Client(t), testredis.Prefix(t)
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: prefix, Shards: 4, Lease: lease})
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	if err := st.Init(t.Context()); err != nil {
+		t.Fatalf("storetest: init: %v", err)
+	}
+	return st, func() {
+		t.Helper()
+		for sh := range st.Shards() {
+			if err := rdb.Del(t.Context(), fmt.Sprintf("{%s:%d}:nm", prefix, sh)).Err(); err != nil {
+				t.Fatalf("storetest: delete the names of shard %d: %v", sh, err)
+			}
+		}
+	}
+}
