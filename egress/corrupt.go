@@ -36,7 +36,7 @@ func (d *delivery) deadLetterCorrupt(ctx context.Context, b batch) *settlement {
 	d.waitEligible(mctx, b.corrupt)
 	st := &settlement{shard: b.shard, n: len(b.corrupt), fence: b.fence}
 	var failed []string
-	var firstErr error
+	var firstErr, why error // the first failed dead letter's error; why the first dead-lettered entry is corrupt
 	for _, c := range b.corrupt {
 		broker := d.corruptBroker(c.Envelope)
 		err := mctx.Err()
@@ -59,11 +59,14 @@ func (d *delivery) deadLetterCorrupt(ctx context.Context, b batch) *settlement {
 			continue
 		}
 		d.metrics.deadLettered(broker, contract.ReasonCorrupt)
+		if why == nil {
+			why = c.Err
+		}
 		st.acks = append(st.acks, c.Receipt)
 	}
 	if n := len(st.acks); n > 0 {
 		d.log.Error("corrupt entries in the delay store (their target cannot be told for sure): dead-lettered, not published",
-			"reason", contract.ReasonCorrupt, "count", n, "shard", b.shard, "first_id", st.acks[0].ID, "err", b.corrupt[0].Err)
+			"reason", contract.ReasonCorrupt, "count", n, "shard", b.shard, "first_id", st.acks[0].ID, "err", why)
 	}
 	if len(failed) > 0 {
 		d.log.Error("dead letter of corrupt entries failed; they stay in the store and are tried again after the maximum backoff",
