@@ -245,8 +245,8 @@ type prepared struct {
 }
 
 // consume reads messages (next) until their channel is closed. Cancels are handled one by
-// one. Delayed messages are validated as they arrive (invalid ones are dead-lettered at
-// once) and handed to group, which parks them by lane (Parker.LaneOf),
+// one. Delayed messages are validated as they arrive (invalid ones are handed to reject,
+// which dead-letters them without holding the source) and handed to group, which parks them by lane (Parker.LaneOf),
 // so that the messages of one id keep their order, in as few park calls as the load
 // allows.
 func (in *Ingress) consume(ctx context.Context, src Source, next func() (*headers.Received, bool)) {

@@ -61,15 +61,22 @@ type deadLetters struct {
 	// streak logs failed publishes per broker: Warn at the first of a run (and once a
 	// minute while it lasts), Info at recovery; not once per message.
 	streak map[string]*backoff.Streak
+	log    *slog.Logger
 }
 
 func newDeadLetters(log *slog.Logger) *deadLetters {
-	d := &deadLetters{slots: make(chan struct{}, maxDeadLetters), held: map[string][]*headers.Received{},
-		streak: map[string]*backoff.Streak{}}
-	for _, b := range []string{intake.BrokerNATS, intake.BrokerKafka} {
-		d.streak[b] = &backoff.Streak{Log: log, Every: time.Minute}
+	return &deadLetters{slots: make(chan struct{}, maxDeadLetters), held: map[string][]*headers.Received{},
+		streak: map[string]*backoff.Streak{}, log: log}
+}
+
+// streakOf is broker's streak; d.mu is held.
+func (d *deadLetters) streakOf(broker string) *backoff.Streak {
+	s := d.streak[broker]
+	if s == nil {
+		s = &backoff.Streak{Log: d.log, Every: time.Minute}
+		d.streak[broker] = s
 	}
-	return d
+	return s
 }
 
 // join adds msg to the copies of its source message whose dead letter is under way and
@@ -107,7 +114,7 @@ func (d *deadLetters) failed(ctx context.Context, broker string, msg *headers.Re
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	waiting := len(d.held)
-	d.streak[broker].Failed(ctx, "dead-letter publish failed; retrying: the message waits unacked (its Kafka partition is not committed past it, its JetStream message stays pending), the others go on",
+	d.streakOf(broker).Failed(ctx, "dead-letter publish failed; retrying: the message waits unacked (its Kafka partition is not committed past it, its JetStream message stays pending), the others go on",
 		"broker", broker, "dlq", subject, "id", logID(msg), "source_id", msg.SourceID, "waiting", waiting, "error", err)
 }
 
@@ -115,7 +122,7 @@ func (d *deadLetters) failed(ctx context.Context, broker string, msg *headers.Re
 func (d *deadLetters) recovered(ctx context.Context, broker, subject string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.streak[broker].Recovered(ctx, "dead-letter publish recovered", "broker", broker, "dlq", subject)
+	d.streakOf(broker).Recovered(ctx, "dead-letter publish recovered", "broker", broker, "dlq", subject)
 }
 
 // deadLetter publishes the dead letter of msg, retrying with backoff (RetryMin to
