@@ -153,6 +153,7 @@ func kafkaSide(ctx context.Context, cfg config.Config, logger *slog.Logger) (*br
 	if err := checkIngressTopic(ctx, cfg.Kafka, kafkaSec); err != nil {
 		return s, err
 	}
+	warnMissingDLQTopic(ctx, cfg, kafkaSec, logger)
 	// The cancel topic has its own group: its rebalances (a member joins, the topic is
 	// created late) never pause the ingress topic; a missing one is waited for.
 	subs := make([]*kafkabroker.Subscriber, 2)
@@ -216,6 +217,20 @@ func checkIngressTopic(ctx context.Context, cfg kafkabroker.Config, sec kafkabro
 		return fmt.Errorf("BRIDGE_KAFKA_TOPIC %q: %w", cfg.Topic, err)
 	}
 	return nil
+}
+
+// warnMissingDLQTopic names a missing Kafka dead-letter topic (BRIDGE_DLQ_SUBJECT) in a
+// warning: the bridge starts anyway (a broker with auto.create.topics.enable creates it
+// on this check, as on the first dead letter), but until it exists each invalid record
+// waits unacked, holding its partition's commit point (the other partitions go on).
+// Any other failure of the check is left to the dead-letter publishes to report.
+func warnMissingDLQTopic(ctx context.Context, cfg config.Config, sec kafkabroker.Security, logger *slog.Logger) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kafkabroker.Partitions(cctx, cfg.Kafka.Brokers, sec, cfg.DLQSubject); errors.Is(err, kafkabroker.ErrUnknownTopic) {
+		logger.Warn("BRIDGE_DLQ_SUBJECT: kafka dead-letter topic not found: create it; until it exists each invalid record waits unacked and holds its partition (nothing committed past it; other partitions go on)",
+			"component", "bridge", "topic", cfg.DLQSubject)
+	}
 }
 
 // kafkaBatchOverhead is what a broker counts against message.max.bytes beyond the

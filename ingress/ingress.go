@@ -111,6 +111,7 @@ type Ingress struct {
 	log     *slog.Logger
 	metrics *intake.Metrics
 	now     func() time.Time
+	dead    *deadLetters // dead letters under way (reject)
 	// subscribed is set once Run has subscribed to every source (Subscribed).
 	subscribed atomic.Bool
 }
@@ -174,14 +175,16 @@ func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publ
 	if cfg.Lookalikes == nil {
 		cfg.Lookalikes = intake.NewLookalikes(logger, metrics, cfg.Now)
 	}
+	log := logger.With("component", "ingress")
 	return &Ingress{
 		cfg: cfg, store: store, sources: sources, dlq: dlq,
-		log: logger.With("component", "ingress"), metrics: metrics, now: cfg.Now,
+		log: log, metrics: metrics, now: cfg.Now, dead: newDeadLetters(log),
 	}, nil
 }
 
 // Run subscribes to every source and processes messages until ctx is cancelled; it then
-// returns nil once every received message has been acked or nacked. A subscribe error is
+// returns nil once every received message has been acked or nacked (dead letters still
+// being retried when ctx ends are nacked). A subscribe error is
 // returned at once, unless ctx ended meanwhile (a stop during start-up is clean).
 // Messages in a batch that could not be parked before ctx ended are nacked (the source
 // redelivers them; core NATS cannot, see docs/guarantees.md).
@@ -215,6 +218,7 @@ func (in *Ingress) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	in.dead.wg.Wait() // no reject is made after the consumers returned
 	return nil
 }
 
@@ -241,8 +245,8 @@ type prepared struct {
 }
 
 // consume reads messages (next) until their channel is closed. Cancels are handled one by
-// one. Delayed messages are validated as they arrive (invalid ones are dead-lettered at
-// once) and handed to group, which parks them by lane (Parker.LaneOf),
+// one. Delayed messages are validated as they arrive (invalid ones are handed to reject,
+// which dead-letters them without holding the source) and handed to group, which parks them by lane (Parker.LaneOf),
 // so that the messages of one id keep their order, in as few park calls as the load
 // allows.
 func (in *Ingress) consume(ctx context.Context, src Source, next func() (*headers.Received, bool)) {

@@ -32,6 +32,20 @@ func checkLimits(h headers.List, maxHeaders, maxBytes int) error {
 	return nil
 }
 
+// checkReserved refuses a header whose name starts with headers.ReservedPrefix
+// ("_delaybridge_", in any case): the bridge keeps its internal metadata under such names
+// next to a message's headers, so it could not carry the header unchanged, and dropping
+// it would lose it silently. The error wraps [ErrInvalidHeaders] and names the header.
+func checkReserved(h headers.List) error {
+	for _, f := range h {
+		if hasPrefixFold(f.Key, headers.ReservedPrefix) {
+			return fmt.Errorf("%w: header %s: names starting %s (any case) are reserved for the bridge's internal metadata; rename it",
+				ErrInvalidHeaders, quote(f.Key), quote(headers.ReservedPrefix))
+		}
+	}
+	return nil
+}
+
 // parseHops reads x-delay-hops: 0 when absent; an error wrapping [ErrInvalidHeaders] when
 // repeated or not a decimal count; an error wrapping [ErrTargetLoop] when it reached
 // maxHops (the message went through bridges that often: a loop).
@@ -49,11 +63,25 @@ func parseHops(h headers.List, maxHops int) (int, error) {
 	}
 	n, ok := parseUint(vs[0], uint64(maxHops))
 	if !ok || int(n) >= maxHops {
-		return 0, &targetError{kind: ErrTargetLoop, value: vs[0],
-			detail: fmt.Sprintf("%s reached the limit of %d hops: the message loops through the bridge", contract.HeaderHops, maxHops)}
+		return 0, &hopsError{value: vs[0], max: maxHops}
 	}
 	return int(n), nil
 }
+
+// hopsError is an x-delay-hops count at or over the limit: the message went through a
+// bridge that often (a loop), or its producer set the header. It wraps [ErrTargetLoop]
+// and names the header and its value, not a target (the target may be fine).
+type hopsError struct {
+	value string
+	max   int
+}
+
+func (e *hopsError) Error() string {
+	return fmt.Sprintf("%s %s reached the limit of %d hops (BRIDGE_MAX_HOPS): the message went through a bridge that often, a loop; the bridge sets this header, a producer must not",
+		contract.HeaderHops, quote(e.value), e.max)
+}
+
+func (e *hopsError) Unwrap() error { return ErrTargetLoop }
 
 // isDropped reports whether an incoming header is not forwarded as given: control headers
 // (x-delay-expires, x-delay-every, x-delay-misfire and x-delay-window among them: they are kept with the

@@ -48,8 +48,9 @@ type Incoming struct {
 // MaxHeaderBytes limits, x-delay-hops (MaxHops; the parked message carries the incoming
 // count + 1), a single well-formed x-kafka-key, for a NATS target that NATS can carry
 // every forwarded header unchanged (Kafka to Kafka carries any bytes), and that the
-// outgoing message fits the target broker's limit (Limits, [SizeLimits]). Headers the bridge
-// sets itself, Nats-* headers and internal metadata keys are stripped ([isDropped]).
+// outgoing message fits the target broker's limit (Limits, [SizeLimits]). A header named
+// with the bridge's reserved prefix is refused ([checkReserved]). Headers the bridge sets
+// itself and Nats-* headers are stripped ([isDropped]).
 //
 // The compatibility headers of NATS message schedules and kafka-message-scheduler are
 // translated first ([translateCompat]): Nats-Schedule "@at <time>" and scheduler-epoch
@@ -63,6 +64,9 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		return req, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(in.Payload), r.MaxPayload)
 	}
 	if err := checkLimits(in.Headers, orDefault(r.MaxHeaders, DefaultMaxHeaders), orDefault(r.MaxHeaderBytes, DefaultMaxHeaderBytes)); err != nil {
+		return req, err
+	}
+	if err := checkReserved(in.Headers); err != nil {
 		return req, err
 	}
 	h, comp, err := translateCompat(in.Headers)

@@ -54,9 +54,10 @@ func TestPrepareHeaders(t *testing.T) {
 			"Nats-Rollup", "all", "Nats-Expected-Last-Sequence", "1", "nats-msg-id", "evil", "Nats-TTL", "1s",
 			"x-delay-due", "1", "X-Delay-Source", "forged", "x-delay-error", "forged", "t", "1"),
 			want: hl("t", "1", contract.HeaderHops, "1")},
-		{name: "strips internal metadata keys in any case", in: prepareIn("kafka", "x-target", "kafka:a.b",
-			headers.MetaHeaders, "\x01\x0bNats-Rollup\x03all", "_DelayBridge_kafka_key", "k", "t", "1"),
-			want: hl("t", "1", contract.HeaderHops, "1")},
+		{name: "refuses internal metadata keys", in: prepareIn("kafka", "x-target", "kafka:a.b",
+			headers.MetaHeaders, "\x01\x0bNats-Rollup\x03all", "t", "1"), reason: contract.ReasonInvalidHeaders},
+		{name: "refuses internal metadata keys in any case", in: prepareIn("kafka", "x-target", "kafka:a.b",
+			"_DelayBridge_kafka_key", "k", "t", "1"), reason: contract.ReasonInvalidHeaders},
 		{name: "hops counted up", in: prepareIn("nats", "x-target", "a.b", "X-Delay-Hops", "2"), want: hl(contract.HeaderHops, "3")},
 		{name: "hops at the limit", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "3"), reason: contract.ReasonTargetLoop},
 		{name: "hops huge", in: prepareIn("nats", "x-target", "a.b", "x-delay-hops", "99999999999999999999999"), reason: contract.ReasonTargetLoop},
@@ -217,4 +218,28 @@ func FuzzPrepareHeaders(f *testing.F) {
 			t.Fatalf("%d x-delay-hops headers", hops)
 		}
 	})
+}
+
+// TestPrepareErrorTexts: the dead-letter text of a header refusal names the header: a
+// forged x-delay-hops its value and the limit (not "invalid target"), a header with the
+// reserved prefix its name.
+func TestPrepareErrorTexts(t *testing.T) {
+	r := prepareRules()
+	for _, tt := range []struct {
+		name string
+		in   Incoming
+		want string
+	}{
+		{"forged hops", prepareIn("kafka", "x-target", "a.b", "x-delay-hops", "99"),
+			`target_loop: x-delay-hops "99" reached the limit of 3 hops (BRIDGE_MAX_HOPS)`},
+		{"reserved prefix", prepareIn("kafka", "x-target", "a.b", "_delaybridge_trace", "1"),
+			`invalid_headers: invalid headers: header "_delaybridge_trace": names starting "_delaybridge_" (any case) are reserved`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := r.Prepare(tt.in, time.Now())
+			if got := ErrorText(err); !strings.HasPrefix(got, tt.want) {
+				t.Fatalf("error text %q, want it to start %q", got, tt.want)
+			}
+		})
+	}
 }
