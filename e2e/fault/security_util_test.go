@@ -54,8 +54,8 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // must be added here and to the ACL line of docs/operating.md (TestRedisACLUser fails until both
 // agree).
 var bridgeRedisCommands = []string{
-	"eval", "evalsha", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
-	"incrby", "info", "pexpire", "pexpireat", "ping", "pttl", "publish", "rename", "sadd", "script|load", "set", "smismember", "subscribe",
+	"eval", "evalsha", "exec", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
+	"incrby", "info", "multi", "pexpire", "pexpireat", "ping", "pttl", "publish", "rename", "sadd", "script|load", "set", "smismember", "subscribe",
 	"time", "unlink", "unsubscribe", "zadd", "zcard",
 	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zrevrange", "zrevrank", "zscore", "wait",
 }
