@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 	"github.com/delaybridge/delaybridge/internal/testnats"
@@ -123,14 +126,22 @@ func (s *stack) createTopic(t *testing.T, brokers []string, topic string, partit
 }
 
 func deleteTopic(t *testing.T, brokers []string, topic string) {
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cl.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: []string{topic}})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err == nil {
-		err = resp.Errors[topic]
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrDeleteTopicsRequest()
+		req.TopicNames = []string{topic}
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		var resp *kmsg.DeleteTopicsResponse
+		if resp, err = req.RequestWith(ctx, cl); err == nil {
+			for _, r := range resp.Topics {
+				err = errors.Join(err, kerr.ErrorForCode(r.ErrorCode))
+			}
+		}
 	}
 	if err != nil {
 		t.Logf("delete topic %s: %v", topic, err)

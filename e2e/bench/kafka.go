@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // kafkaSource is the Kafka variant of the ingress: an in-process kfake broker holding
@@ -19,7 +19,7 @@ import (
 // stream OUT, core subscriber) is the same as for NATS.
 type kafkaSource struct {
 	c *kfake.Cluster
-	w *kafkago.Writer
+	w *kgo.Client
 }
 
 const kafkaPartitions = 4
@@ -30,14 +30,11 @@ func startKafka() (*kafkaSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &kafkago.Writer{
-		Addr:         kafkago.TCP(c.ListenAddrs()...),
-		Topic:        "delay.in",
-		Balancer:     &kafkago.RoundRobin{},
-		BatchSize:    1000,
-		BatchTimeout: 2 * time.Millisecond,
-		RequiredAcks: kafkago.RequireAll,
-		Transport:    &kafkago.Transport{},
+	w, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("delay.in"),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.ProducerLinger(2*time.Millisecond))
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
 	return &kafkaSource{c: c, w: w}, nil
 }
@@ -45,7 +42,7 @@ func startKafka() (*kafkaSource, error) {
 func (k *kafkaSource) brokers() string { return strings.Join(k.c.ListenAddrs(), ",") }
 
 func (k *kafkaSource) close() {
-	_ = k.w.Close()
+	k.w.Close()
 	k.c.Close()
 }
 
@@ -78,19 +75,19 @@ func (k *kafkaSource) send(n int, gen func(int) sched, rate float64) error {
 						time.Sleep(wait)
 					}
 				}
-				msgs := make([]kafkago.Message, 0, to-from)
+				msgs := make([]*kgo.Record, 0, to-from)
 				for i := from; i < to; i++ {
 					sc := gen(i)
-					h := []kafkago.Header{{Key: "x-target", Value: []byte("nats:bench.out.w")}}
+					h := []kgo.RecordHeader{{Key: "x-target", Value: []byte("nats:bench.out.w")}}
 					if sc.abs {
-						h = append(h, kafkago.Header{Key: "x-deliver-at", Value: []byte(strconv.FormatInt(sc.at.UnixMilli(), 10))})
+						h = append(h, kgo.RecordHeader{Key: "x-deliver-at", Value: []byte(strconv.FormatInt(sc.at.UnixMilli(), 10))})
 					} else {
-						h = append(h, kafkago.Header{Key: "x-delay", Value: []byte(strconv.FormatInt(sc.delay.Milliseconds(), 10))})
+						h = append(h, kgo.RecordHeader{Key: "x-delay", Value: []byte(strconv.FormatInt(sc.delay.Milliseconds(), 10))})
 					}
-					msgs = append(msgs, kafkago.Message{Value: benchPayload, Headers: h})
+					msgs = append(msgs, &kgo.Record{Value: benchPayload, Headers: h})
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				err := k.w.WriteMessages(ctx, msgs...)
+				err := k.w.ProduceSync(ctx, msgs...).FirstErr()
 				cancel()
 				if err != nil {
 					mu.Lock()

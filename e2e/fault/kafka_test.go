@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
@@ -169,17 +171,12 @@ func TestD4KafkaTopicAuthorizationFailed(t *testing.T) {
 	k := newKafkaStack(t)
 	testkafkaCreate(t, k, "forbidden.k")
 	c := newKafkaChecker(t, k)
-	kf := k.kafka.Kfake()
-	kf.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kf.KeepControl()
-		resp, hit := produceErrors(req, func(topic string) int16 {
-			if topic == "forbidden.k" {
-				return 29 // TOPIC_AUTHORIZATION_FAILED
-			}
-			return 0
-		})
-		return resp, nil, hit
-	})
+	// kfake's own fault: the topic's partitions answer TOPIC_AUTHORIZATION_FAILED, the other
+	// topics of the same produce request are written (a producer puts every topic led by
+	// one broker in one request).
+	refuse := k.kafka.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "forbidden.k",
+		Err: kerr.TopicAuthorizationFailed, Count: -1})
+	defer refuse.Remove()
 	e2etest.StartReady(t, bridgeBin, k.envWith())
 	bad := c.sendTarget("d4k-bad", "forbidden.k", 200, uniform(time.Second))
 	seqs := c.send("d4k", 1000, -1, uniform(time.Second), nil)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -246,18 +245,9 @@ func requireKafkaSafe(t *testing.T, r kreport) {
 // committed returns the group's committed offset of every partition of topic.
 func (k *kstack) committed(t *testing.T, topic string) map[int]int64 {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(k.brokers...), Transport: tr, Timeout: 5 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: k.group, Topics: map[string][]int{topic: {0, 1, 2}}})
-	if err != nil {
-		t.Fatalf("offset fetch: %v", err)
-	}
 	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		out[p.Partition] = p.CommittedOffset
+	for p, o := range testkafka.Committed(t, k.brokers, k.group, topic, 3) {
+		out[p] = o
 	}
 	return out
 }

@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/contract"
@@ -39,7 +41,7 @@ type KafkaConfig struct {
 
 // Kafka redrives the dead letters of cfg.DLQTopic from the group's committed offsets (or
 // the first ones) up to the end offsets at its start. A run is a member of the consumer
-// group cfg.Group (kafka-go's ConsumerGroup): the coordinator hands each partition to one
+// group cfg.Group (a franz-go group client): the coordinator hands each partition to one
 // run at a time, and offsets are committed with the run's generation, so two runs at
 // once split the partitions and never send a letter twice (a run reads only the
 // partitions it holds; the other run counts the rest). On a rebalance a run finishes the
@@ -58,13 +60,16 @@ func Kafka(ctx context.Context, cfg KafkaConfig, opts Options) (Counts, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	tr := kafkabroker.NewTransport(kafkabroker.DefaultClientID+"-redrive", cfg.Security)
-	defer tr.CloseIdleConnections()
-	r := &kafkaRun{cfg: cfg, opts: opts, counts: Counts{}, sent: map[string]string{},
-		cl: &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.Timeout},
-		w: &kafkago.Writer{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr, Topic: cfg.Ingress,
-			RequiredAcks: kafkago.RequireAll, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond}}
-	defer r.w.Close()
+	// One client: admin requests, and the producer of the letters (idempotent, acks from
+	// all in-sync replicas, keyed records partitioned with murmur2).
+	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(cfg.Brokers, kafkabroker.DefaultClientID+"-redrive", cfg.Security),
+		kgo.DefaultProduceTopic(cfg.Ingress), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RequestTimeoutOverhead(cfg.Timeout), kgo.MaxVersions(kafkabroker.AdminVersions()))...)
+	if err != nil {
+		return Counts{}, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	r := &kafkaRun{cfg: cfg, opts: opts, counts: Counts{}, sent: map[string]string{}, cl: cl}
 	ranges, err := r.ranges(ctx)
 	if err != nil {
 		return r.counts, err
@@ -93,8 +98,7 @@ type kafkaRun struct {
 	cfg    KafkaConfig
 	opts   Options
 	counts Counts
-	cl     *kafkago.Client
-	w      *kafkago.Writer
+	cl     *kgo.Client // admin requests and the producer
 	seen   int
 	// sent maps the place (contract.HeaderRedrive) of each letter produced to the ingress,
 	// not yet seen refused again, to its reason.
@@ -143,62 +147,110 @@ func idRanges(ranges map[int]span, ids []string) map[int]span {
 // span is the part of a partition to read: [from, to).
 type span struct{ from, to int64 }
 
-// Group timing of a run (kafka-go's defaults are for long-lived consumers): a run that
+// Group timing of a run (Kafka's defaults are for long-lived consumers): a run that
 // joins makes the others give their partitions up within a heartbeat, and a run that
 // died holds its partitions for a session.
 const (
 	groupHeartbeat = 250 * time.Millisecond
 	groupSession   = 10 * time.Second
-	groupBackoff   = 250 * time.Millisecond
 )
 
 // ranges is, per partition of the dead-letter topic, where to start (the first offset;
 // the committed one too for a dry run, which joins no group) and the end offset now.
 func (r *kafkaRun) ranges(ctx context.Context) (map[int]span, error) {
-	meta, err := r.cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{r.cfg.DLQTopic}})
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(r.cfg.DLQTopic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(tctx, r.cl)
 	if err != nil {
 		return nil, fmt.Errorf("kafka metadata: %w", err)
 	}
-	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+	if len(mresp.Topics) != 1 || mresp.Topics[0].ErrorCode != 0 || len(mresp.Topics[0].Partitions) == 0 {
 		var terr error
-		if len(meta.Topics) == 1 {
-			terr = meta.Topics[0].Error
+		if len(mresp.Topics) == 1 {
+			terr = kerr.ErrorForCode(mresp.Topics[0].ErrorCode)
 		}
 		return nil, fmt.Errorf("dead-letter topic %q: %w", r.cfg.DLQTopic, errors.Join(terr, errors.New("not found")))
 	}
-	var reqs []kafkago.OffsetRequest
-	var ids []int
-	for _, p := range meta.Topics[0].Partitions {
-		ids = append(ids, p.ID)
-		reqs = append(reqs, kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
+	var ids []int32
+	for _, p := range mresp.Topics[0].Partitions {
+		ids = append(ids, p.Partition)
 	}
-	lo, err := r.cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{r.cfg.DLQTopic: reqs}})
+	first, err := r.listOffsets(tctx, ids, -2)
 	if err != nil {
-		return nil, fmt.Errorf("dead-letter topic offsets: %w", err)
+		return nil, err
+	}
+	last, err := r.listOffsets(tctx, ids, -1)
+	if err != nil {
+		return nil, err
 	}
 	out := map[int]span{}
-	for _, po := range lo.Topics[r.cfg.DLQTopic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("dead-letter topic offsets, partition %d: %w", po.Partition, po.Error)
-		}
-		out[po.Partition] = span{from: po.FirstOffset, to: po.LastOffset}
+	for _, p := range ids {
+		out[int(p)] = span{from: first[p], to: last[p]}
 	}
 	if r.cfg.FromStart || !r.opts.DryRun {
 		return out, nil
 	}
-	of, err := r.cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: r.cfg.Group, Topics: map[string][]int{r.cfg.DLQTopic: ids}})
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Group = r.cfg.Group
+	ot := kmsg.NewOffsetFetchRequestTopic()
+	ot.Topic, ot.Partitions = r.cfg.DLQTopic, ids
+	of.Topics = append(of.Topics, ot)
+	oresp, err := of.RequestWith(tctx, r.cl)
 	if err == nil {
-		err = of.Error
+		err = kerr.ErrorForCode(oresp.ErrorCode)
 	}
-	if errors.Is(err, kafkago.GroupIdNotFound) {
+	if errors.Is(err, kerr.GroupIDNotFound) {
 		return out, nil // no run committed yet
 	}
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of group %s: %w", r.cfg.Group, err)
 	}
-	for _, c := range of.Topics[r.cfg.DLQTopic] {
-		if sp, ok := out[c.Partition]; ok && c.Error == nil && c.CommittedOffset > sp.from {
-			out[c.Partition] = span{from: min(c.CommittedOffset, sp.to), to: sp.to}
+	for _, t := range oresp.Topics {
+		for _, c := range t.Partitions {
+			if sp, ok := out[int(c.Partition)]; ok && c.ErrorCode == 0 && c.Offset > sp.from {
+				out[int(c.Partition)] = span{from: min(c.Offset, sp.to), to: sp.to}
+			}
+		}
+	}
+	return out, nil
+}
+
+// listOffsets is the offset at ts (-2: the first, -1: the end, the high watermark) of
+// each of partitions of the dead-letter topic.
+func (r *kafkaRun) listOffsets(ctx context.Context, partitions []int32, ts int64) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 0 // the high watermark: a letter of an open transaction is waited for
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = r.cfg.DLQTopic
+	for _, p := range partitions {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, ts
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	shards := r.cl.RequestSharded(ctx, req) // partitions may have different leaders
+	out := map[int32]int64{}
+	for _, sh := range shards {
+		if sh.Err != nil {
+			return nil, fmt.Errorf("dead-letter topic offsets: %w", sh.Err)
+		}
+		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return nil, fmt.Errorf("dead-letter topic offsets, partition %d: %w", p.Partition, err)
+				}
+				out[p.Partition] = p.Offset
+			}
+		}
+	}
+	for _, p := range partitions {
+		if _, ok := out[p]; !ok {
+			return nil, fmt.Errorf("dead-letter topic offsets, partition %d: no answer", p)
 		}
 	}
 	return out, nil
@@ -208,7 +260,7 @@ func (r *kafkaRun) ranges(ctx context.Context) (map[int]span, error) {
 // would read them, without joining the group.
 func (r *kafkaRun) dryRun(ctx context.Context, ranges map[int]span) error {
 	for _, p := range sortedKeys(ranges) {
-		if err := r.partition(ctx, ctx, p, ranges[p], nil); err != nil {
+		if err := r.partition(ctx, p, ranges[p]); err != nil {
 			return err
 		}
 		if r.opts.Max > 0 && r.seen >= r.opts.Max {
@@ -222,15 +274,24 @@ func (r *kafkaRun) dryRun(ctx context.Context, ranges map[int]span) error {
 // `kafka-consumer-groups --reset-offsets --to-earliest` does: the coordinator refuses it
 // while another run is a member of the group.
 func (r *kafkaRun) reset(ctx context.Context, ranges map[int]span) error {
-	var offs []kafkago.OffsetCommit
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = r.cfg.Group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = r.cfg.DLQTopic
 	for _, p := range sortedKeys(ranges) {
-		offs = append(offs, kafkago.OffsetCommit{Partition: p, Offset: ranges[p].from})
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = int32(p), ranges[p].from
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	res, err := r.cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: r.cfg.Group, GenerationID: -1,
-		Topics: map[string][]kafkago.OffsetCommit{r.cfg.DLQTopic: offs}})
+	req.Topics = append(req.Topics, rt)
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	resp, err := req.RequestWith(tctx, r.cl)
 	if err == nil {
-		for _, pc := range res.Topics[r.cfg.DLQTopic] {
-			err = errors.Join(err, pc.Error)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+			}
 		}
 	}
 	if err != nil {
@@ -240,74 +301,245 @@ func (r *kafkaRun) reset(ctx context.Context, ranges map[int]span) error {
 	return nil
 }
 
-// genResult is what a run did with one generation's partitions: done when it read them
-// all to their end offsets (or opts.Max letters), or err.
-type genResult struct {
-	done bool
-	err  error
-}
-
-// member joins the group and reads the partitions each generation hands it, until those
-// of one generation were all read to their end offsets, then leaves the group.
+// member joins the group and reads the partitions each assignment hands it, until those
+// of one assignment were all read to their end offsets (or opts.Max letters), then
+// leaves the group. Rebalances wait between polls (BlockRebalanceOnPoll) and a poll takes
+// one letter: a revoked partition is given up once the letter in hand was handled and
+// committed past.
 func (r *kafkaRun) member(ctx context.Context, ranges map[int]span) error {
 	bounds, err := json.Marshal(ends(ranges))
 	if err != nil {
 		return fmt.Errorf("end offsets: %w", err)
 	}
-	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: r.cfg.Group, Brokers: r.cfg.Brokers,
-		Dialer: kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-redrive", r.cfg.Security), Topics: []string{r.cfg.DLQTopic},
-		GroupBalancers:    []kafkago.GroupBalancer{boundsBalancer{bounds: bounds}},
-		HeartbeatInterval: groupHeartbeat, SessionTimeout: groupSession, RebalanceTimeout: 3 * r.cfg.Timeout,
-		JoinGroupBackoff: groupBackoff, StartOffset: kafkago.FirstOffset, Timeout: r.cfg.Timeout})
+	var mu sync.Mutex
+	var assigned []int32 // the current assignment; nil before the first
+	assignments := 0
+	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(r.cfg.Brokers, kafkabroker.DefaultClientID+"-redrive", r.cfg.Security),
+		kgo.ConsumerGroup(r.cfg.Group), kgo.ConsumeTopics(r.cfg.DLQTopic),
+		kgo.Balancers(boundsBalancer{GroupBalancer: kgo.RangeBalancer(), bounds: bounds}),
+		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.KeepControlRecords(),
+		kgo.HeartbeatInterval(groupHeartbeat), kgo.SessionTimeout(groupSession), kgo.RebalanceTimeout(3*r.cfg.Timeout),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			assigned = append([]int32{}, m[r.cfg.DLQTopic]...)
+			assignments++
+		}),
+		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			assigned = nil
+		}),
+		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			assigned = nil
+		}),
+	)...)
 	if err != nil {
 		return fmt.Errorf("consumer group %s: %w", r.cfg.Group, err)
 	}
-	defer cg.Close() // leaves the group
-	var joinErr error
-	deadline := time.Now().Add(r.cfg.Timeout)
+	defer cl.Close() // leaves the group
+	commit := func(p int, offset int64) error {
+		var cerr error
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		defer cancel()
+		cl.CommitOffsetsSync(cctx, map[string]map[int32]kgo.EpochOffset{r.cfg.DLQTopic: {int32(p): {Epoch: -1, Offset: offset}}},
+			func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+				cerr = err
+				if resp != nil {
+					for _, t := range resp.Topics {
+						for _, p := range t.Partitions {
+							cerr = errors.Join(cerr, kerr.ErrorForCode(p.ErrorCode))
+						}
+					}
+				}
+			})
+		return cerr
+	}
+
+	seenAssignment := 0
+	idleSince := time.Now() // the last record handled, or assignment taken
+	var left map[int32]span // per assigned partition not yet read to its end: what is left
 	for {
-		gen, err := cg.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || time.Now().After(deadline) {
-				return fmt.Errorf("join consumer group %s: %w", r.cfg.Group, errors.Join(err, joinErr))
+		// The assignment of the records about to be polled is set before they are (and
+		// cannot change until AllowRebalance).
+		refresh := func() (bool, error) {
+			mu.Lock()
+			cur, n := assigned, assignments
+			mu.Unlock()
+			if cur != nil && n != seenAssignment {
+				seenAssignment = n
+				if left, err = r.assignment(ctx, cur, ranges); err != nil {
+					return false, err
+				}
 			}
-			joinErr = err
-			continue // kafka-go joins again (after groupBackoff)
+			return cur != nil && n == seenAssignment, nil
 		}
-		if err := r.shareBounds(ctx, ranges); err != nil {
+		if current, err := refresh(); err != nil {
 			return err
+		} else if current && len(left) == 0 {
+			return nil
 		}
-		res := make(chan genResult, 1)
-		// Started in the generation, so that kafka-go joins again only after the letter in
-		// hand was committed; held until the group is closed once done, so that it leaves
-		// without joining first.
-		gen.Start(func(gctx context.Context) {
-			done, err := r.generation(ctx, gctx, gen, ranges)
-			res <- genResult{done: done, err: err}
-			if done || err != nil {
-				<-gctx.Done()
+		if r.opts.Max > 0 && r.seen >= r.opts.Max {
+			return nil
+		}
+		if r.opts.over() {
+			return ErrUntil
+		}
+		// Short polls: an assignment with nothing left to read ends the run at once.
+		pctx, cancel := context.WithTimeout(ctx, min(r.cfg.Timeout, 250*time.Millisecond))
+		fs := cl.PollRecords(pctx, 1)
+		cancel()
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
+			return ctx.Err()
+		}
+		var rec *kgo.Record
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = errors.Join(ferr, err)
 			}
 		})
-		if out := <-res; out.done || out.err != nil {
-			return out.err
+		fs.EachRecord(func(x *kgo.Record) { rec = x })
+		if rec == nil {
+			cl.AllowRebalance()
+			before := seenAssignment
+			current, err := refresh()
+			switch {
+			case err != nil:
+				return err
+			case current && len(left) == 0:
+				return nil
+			case seenAssignment != before:
+				idleSince = time.Now()
+			}
+			if time.Since(idleSince) < r.cfg.Timeout && ferr == nil {
+				continue
+			}
+			still := current
+			switch {
+			case ferr != nil:
+				return fmt.Errorf("dead letters: %w", ferr)
+			case seenAssignment == 0:
+				return fmt.Errorf("join consumer group %s: no assignment within %s", r.cfg.Group, r.cfg.Timeout)
+			case still && len(left) > 0:
+				for p, sp := range left {
+					return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: no record within %s", p, sp.from, sp.to, r.cfg.Timeout)
+				}
+			}
+			continue
 		}
-		deadline = time.Now().Add(r.cfg.Timeout)
+		if _, err := refresh(); err != nil {
+			cl.AllowRebalance()
+			return err
+		}
+		idleSince = time.Now()
+		err := r.memberRecord(ctx, rec, left, commit)
+		cl.AllowRebalance()
+		if err != nil {
+			return err
+		}
 	}
 }
 
-// boundsBalancer is kafka-go's range assignment under the protocol name "delaybridge-redrive"
-// (a consumer of another kind cannot join the group), with the run's end offsets at its
-// start (ends) as member user data, which every member reads with DescribeGroups.
+// assignment is, for the partitions of a new assignment that ranges knows (a partition
+// added since the start holds letters for a later run), what is left to read: from the
+// group's committed offset (the first one without) to the end offset, lowered to the
+// other runs' end offsets (shareBounds). A partition with nothing left is not in it.
+func (r *kafkaRun) assignment(ctx context.Context, assigned []int32, ranges map[int]span) (map[int32]span, error) {
+	if err := r.shareBounds(ctx, ranges); err != nil {
+		return nil, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Group = r.cfg.Group
+	ot := kmsg.NewOffsetFetchRequestTopic()
+	ot.Topic, ot.Partitions = r.cfg.DLQTopic, assigned
+	of.Topics = append(of.Topics, ot)
+	resp, err := of.RequestWith(tctx, r.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, fmt.Errorf("committed offsets of group %s: %w", r.cfg.Group, err)
+	}
+	committed := map[int32]int64{}
+	if err == nil {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode == 0 {
+					committed[p.Partition] = p.Offset
+				}
+			}
+		}
+	}
+	left := map[int32]span{}
+	for _, p := range assigned {
+		sp, ok := ranges[int(p)]
+		if !ok {
+			continue
+		}
+		if c, ok := committed[p]; ok && c >= 0 {
+			sp.from = min(max(c, sp.from), sp.to)
+		}
+		if sp.from < sp.to {
+			left[p] = sp
+		}
+	}
+	return left, nil
+}
+
+// memberRecord handles one record polled by a member: a letter below its partition's end
+// offset is redriven or left and committed past; a record at or past it (a letter
+// refused again) or a transaction marker is not a letter. A partition read to its end
+// leaves left.
+func (r *kafkaRun) memberRecord(ctx context.Context, rec *kgo.Record, left map[int32]span, commit func(p int, offset int64) error) error {
+	sp, ok := left[rec.Partition]
+	if !ok {
+		return nil // read already (or not this run's)
+	}
+	if rec.Offset >= sp.to {
+		delete(left, rec.Partition)
+		return nil
+	}
+	if !rec.Attrs.IsControl() {
+		r.seen++
+		if err := r.one(ctx, rec, commit); err != nil {
+			return err
+		}
+	}
+	if rec.Offset+1 >= sp.to {
+		delete(left, rec.Partition)
+	} else {
+		left[rec.Partition] = span{from: rec.Offset + 1, to: sp.to}
+	}
+	return nil
+}
+
+// boundsBalancer is franz-go's range assignment under the protocol name
+// "delaybridge-redrive" (a consumer of another kind cannot join the group), with the
+// run's end offsets at its start (ends) as member user data, which every member reads
+// with DescribeGroups.
 type boundsBalancer struct {
-	kafkago.RangeGroupBalancer
+	kgo.GroupBalancer
 	bounds []byte
 }
 
 // ProtocolName names the assignment protocol of redrive runs.
 func (boundsBalancer) ProtocolName() string { return "delaybridge-redrive" }
 
-// UserData is the run's end offsets at its start, JSON-encoded.
-func (b boundsBalancer) UserData() ([]byte, error) { return b.bounds, nil }
+// JoinGroupMetadata is the consumer protocol's member metadata with the run's end
+// offsets, JSON-encoded, as user data.
+func (b boundsBalancer) JoinGroupMetadata(interests []string, _ map[string][]int32, _ int32) []byte {
+	m := kmsg.NewConsumerMemberMetadata()
+	m.Topics = interests
+	m.UserData = b.bounds
+	return m.AppendTo(nil)
+}
 
 // ends is the end offset of each partition of ranges.
 func ends(ranges map[int]span) map[int]int64 {
@@ -324,17 +556,25 @@ func ends(ranges map[int]span) map[int]int64 {
 // past them) is not redriven by another in the same go. A run that joins after the others
 // left is a later run and reads up to its own end offsets.
 func (r *kafkaRun) shareBounds(ctx context.Context, ranges map[int]span) error {
-	res, err := r.cl.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{r.cfg.Group}})
-	if err == nil && len(res.Groups) == 1 {
-		err = res.Groups[0].Error
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{r.cfg.Group}
+	resp, err := req.RequestWith(tctx, r.cl)
+	if err == nil && len(resp.Groups) == 1 {
+		err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
 	}
 	if err != nil {
 		return fmt.Errorf("describe consumer group %s: %w", r.cfg.Group, err)
 	}
-	for _, g := range res.Groups {
+	for _, g := range resp.Groups {
 		for _, m := range g.Members {
+			var meta kmsg.ConsumerMemberMetadata
+			if meta.ReadFrom(m.ProtocolMetadata) != nil {
+				continue
+			}
 			var theirs map[int]int64
-			if json.Unmarshal(m.MemberMetadata.UserData, &theirs) != nil {
+			if json.Unmarshal(meta.UserData, &theirs) != nil {
 				continue // not a redrive run: it could not have joined (another protocol)
 			}
 			for p, end := range theirs {
@@ -347,84 +587,81 @@ func (r *kafkaRun) shareBounds(ctx context.Context, ranges map[int]span) error {
 	return nil
 }
 
-// generation reads the partitions that gen assigned, from their committed offsets up to
-// their end offsets, until gctx ends (the generation did: done is false).
-func (r *kafkaRun) generation(ctx, gctx context.Context, gen *kafkago.Generation, ranges map[int]span) (done bool, err error) {
-	assigned := gen.Assignments[r.cfg.DLQTopic]
-	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
-	commit := func(p int, offset int64) error {
-		return gen.CommitOffsets(map[string]map[int]int64{r.cfg.DLQTopic: {p: offset}})
-	}
-	for _, pa := range assigned {
-		sp, ok := ranges[pa.ID]
-		if !ok {
-			continue // a partition added since the start: its letters are for a later run
+// partition reads one partition's span outside any group, letter by letter (a dry run:
+// nothing is committed).
+func (r *kafkaRun) partition(ctx context.Context, p int, sp span) error {
+	return readSpan(ctx, r.cfg, "-redrive", p, sp, func(rec *kgo.Record) (bool, error) {
+		if r.opts.over() {
+			return false, ErrUntil
 		}
-		if pa.Offset >= 0 { // else nothing committed (kafka-go's FirstOffset): the first one
-			sp.from = min(max(pa.Offset, sp.from), sp.to)
-		}
-		if err := r.partition(ctx, gctx, pa.ID, sp, commit); err != nil {
+		r.seen++
+		if err := r.one(ctx, rec, nil); err != nil {
 			return false, err
 		}
-		if gctx.Err() != nil {
-			return false, nil
-		}
-		if r.opts.Max > 0 && r.seen >= r.opts.Max {
-			return true, nil
-		}
-	}
-	return true, nil
+		return r.opts.Max == 0 || r.seen < r.opts.Max, nil
+	})
 }
 
-// partition reads one partition's span, letter by letter, committing past each (commit
-// nil: a dry run). It stops between letters when gctx ends (nil then): the letter in hand
-// is finished with ctx.
-func (r *kafkaRun) partition(ctx, gctx context.Context, p int, sp span, commit func(p int, offset int64) error) error {
+// readSpan reads partition p of cfg.DLQTopic from sp.from up to sp.to outside any group
+// (read_committed, committing nothing) and hands each letter to fn until fn returns false
+// or an error; transaction markers are passed over. Each wait for a record is bounded by
+// cfg.Timeout: the partition not read to sp.to by then is an error.
+func readSpan(ctx context.Context, cfg KafkaConfig, role string, p int, sp span, fn func(*kgo.Record) (bool, error)) error {
 	if sp.from >= sp.to {
 		return nil
 	}
-	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: r.cfg.Brokers, Topic: r.cfg.DLQTopic, Partition: p,
-		Dialer: kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-redrive", r.cfg.Security), MaxWait: 500 * time.Millisecond})
-	defer rd.Close()
-	if err := rd.SetOffset(sp.from); err != nil {
+	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(cfg.Brokers, kafkabroker.DefaultClientID+role, cfg.Security),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.DLQTopic: {int32(p): kgo.NewOffset().At(sp.from)}}),
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))...)
+	if err != nil {
 		return fmt.Errorf("dead letters, partition %d: %w", p, err)
 	}
-	for (r.opts.Max == 0 || r.seen < r.opts.Max) && gctx.Err() == nil {
-		if r.opts.over() {
-			return ErrUntil
-		}
-		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		stop := context.AfterFunc(gctx, cancel)
-		m, err := rd.ReadMessage(rctx)
-		stop()
+	defer cl.Close()
+	next := sp.from
+	for next < sp.to {
+		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		fs := cl.PollRecords(pctx, 0)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil && gctx.Err() != nil {
-				return nil // the generation ended: the partition goes to whom it is handed
-			}
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && rd.Offset() >= sp.to {
-				return nil // nothing more below the end offset (control records)
-			}
-			return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: %w", p, rd.Offset(), sp.to, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		r.seen++
-		if err := r.one(ctx, m, commit); err != nil {
-			return err
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = errors.Join(ferr, err)
+			}
+		})
+		if ferr != nil {
+			return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: %w", p, next, sp.to, ferr)
 		}
-		if m.Offset+1 >= sp.to {
-			return nil
+		if fs.NumRecords() == 0 {
+			return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: no record within %s", p, next, sp.to, cfg.Timeout)
+		}
+		for _, rec := range fs.Records() {
+			if rec.Offset >= sp.to {
+				return nil
+			}
+			next = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				continue
+			}
+			more, err := fn(rec)
+			if err != nil || !more {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
 // one redrives or leaves one letter, then commits past it (commit nil: a dry run).
-func (r *kafkaRun) one(ctx context.Context, m kafkago.Message, commit func(p int, offset int64) error) error {
+func (r *kafkaRun) one(ctx context.Context, m *kgo.Record, commit func(p int, offset int64) error) error {
 	var h headers.List
 	for _, kh := range m.Headers {
 		h.Add(kh.Key, string(kh.Value))
 	}
-	id := KafkaID(m.Partition, m.Offset)
+	p := int(m.Partition)
+	id := KafkaID(p, m.Offset)
 	if r.seenIDs != nil {
 		r.seenIDs[id] = true
 	}
@@ -437,16 +674,16 @@ func (r *kafkaRun) one(ctx context.Context, m kafkago.Message, commit func(p int
 		t.Selected++
 		return nil
 	default:
-		ref := fmt.Sprintf("%s:%d:%d", m.Topic, m.Partition, m.Offset)
-		out := kafkago.Message{Key: m.Key, Value: m.Value}
+		ref := fmt.Sprintf("%s:%d:%d", m.Topic, p, m.Offset)
+		out := &kgo.Record{Key: m.Key, Value: m.Value}
 		for _, f := range republished(h, ref) {
-			out.Headers = append(out.Headers, kafkago.Header{Key: f.Key, Value: []byte(f.Value)})
+			out.Headers = append(out.Headers, kgo.RecordHeader{Key: f.Key, Value: []byte(f.Value)})
 		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		err := r.w.WriteMessages(wctx, out)
+		err := r.cl.ProduceSync(wctx, out).FirstErr()
 		cancel()
 		if err != nil {
-			return fmt.Errorf("dead letter %d/%d (%s) not redriven, it stays: %w", m.Partition, m.Offset, reason, err)
+			return fmt.Errorf("dead letter %d/%d (%s) not redriven, it stays: %w", p, m.Offset, reason, err)
 		}
 		t.Selected++
 		t.Redriven++
@@ -455,9 +692,9 @@ func (r *kafkaRun) one(ctx context.Context, m kafkago.Message, commit func(p int
 	if commit == nil {
 		return nil
 	}
-	if err := commit(m.Partition, m.Offset+1); err != nil {
+	if err := commit(p, m.Offset+1); err != nil {
 		return fmt.Errorf("commit group %s partition %d offset %d (the letters before it were handled; a next run may send some again): %w",
-			r.cfg.Group, m.Partition, m.Offset+1, err)
+			r.cfg.Group, p, m.Offset+1, err)
 	}
 	return nil
 }
@@ -518,26 +755,31 @@ func (r *kafkaRun) watchRefused(ctx context.Context, ranges map[int]span) error 
 // follow sends the contract.HeaderRedrive value of each record of partition p from
 // offset on to refs, until ctx ends (nil then).
 func (r *kafkaRun) follow(ctx context.Context, p int, offset int64, refs chan<- string) error {
-	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: r.cfg.Brokers, Topic: r.cfg.DLQTopic, Partition: p,
-		Dialer: kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-redrive", r.cfg.Security), MaxWait: 200 * time.Millisecond})
-	defer rd.Close()
-	if err := rd.SetOffset(offset); err != nil {
+	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(r.cfg.Brokers, kafkabroker.DefaultClientID+"-redrive", r.cfg.Security),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.DLQTopic: {int32(p): kgo.NewOffset().At(offset)}}),
+		kgo.FetchMaxWait(200*time.Millisecond))...)
+	if err != nil {
 		return fmt.Errorf("watch dead letters, partition %d: %w", p, err)
 	}
+	defer cl.Close()
 	for {
-		m, err := rd.ReadMessage(ctx)
+		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("watch dead letters, partition %d: %w", p, err)
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
+		if ferr != nil {
+			return fmt.Errorf("watch dead letters, partition %d: %w", p, ferr)
 		}
-		for _, h := range m.Headers {
-			if strings.EqualFold(h.Key, contract.HeaderRedrive) {
-				select {
-				case refs <- string(h.Value):
-				case <-ctx.Done():
-					return nil
+		for _, m := range fs.Records() {
+			for _, h := range m.Headers {
+				if strings.EqualFold(h.Key, contract.HeaderRedrive) {
+					select {
+					case refs <- string(h.Value):
+					case <-ctx.Done():
+						return nil
+					}
 				}
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
@@ -50,18 +49,9 @@ func kletters(t *testing.T, cl *kgo.Client, specs ...kletterSpec) {
 // dlqEnd is the sum of the end offsets of delay.dlq's 4 partitions.
 func dlqEnd(t *testing.T, brokers []string) int64 {
 	t.Helper()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second}
-	var reqs []kafkago.OffsetRequest
-	for p := range 4 {
-		reqs = append(reqs, kafkago.LastOffsetOf(p))
-	}
-	res, err := cl.ListOffsets(t.Context(), &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{"delay.dlq": reqs}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum int64
-	for _, p := range res.Topics["delay.dlq"] {
-		sum += p.LastOffset
+	for _, o := range testkafka.EndOffsets(t, brokers, "delay.dlq", 4) {
+		sum += o
 	}
 	return sum
 }
@@ -210,14 +200,25 @@ func TestKafkaFromStartRefusedWhileARunHolds(t *testing.T) {
 	}
 	defer cl.Close()
 	kletters(t, cl, kletterSpec{"ok", "out.ok", "publish_failed: 10 attempts", 8})
-	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{ID: "bridge-redrive", Brokers: brokers,
-		Topics: []string{"delay.dlq"}, GroupBalancers: []kafkago.GroupBalancer{boundsBalancer{bounds: []byte("{}")}},
-		HeartbeatInterval: groupHeartbeat, SessionTimeout: groupSession})
+	joined := make(chan struct{})
+	cg, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup("bridge-redrive"), kgo.ConsumeTopics("delay.dlq"),
+		kgo.Balancers(boundsBalancer{GroupBalancer: kgo.RangeBalancer(), bounds: []byte("{}")}),
+		kgo.HeartbeatInterval(groupHeartbeat), kgo.SessionTimeout(groupSession), kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+			select {
+			case <-joined:
+			default:
+				close(joined)
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cg.Next(t.Context()); err != nil {
-		t.Fatal(err)
+	go func() { _ = cg.PollFetches(t.Context()) }() // polling joins the group
+	select {
+	case <-joined:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the holding member did not join")
 	}
 	cfg := KafkaConfig{Brokers: brokers, DLQTopic: "delay.dlq", Ingress: "delay.in", Group: "bridge-redrive", FromStart: true}
 	counts, err := Kafka(t.Context(), cfg, Options{})

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/testkafka"
@@ -129,16 +128,10 @@ func TestKafka(t *testing.T) {
 // groupOffsets sums the committed offsets of the redrive group on delay.dlq.
 func groupOffsets(t *testing.T, brokers []string) int64 {
 	t.Helper()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second}
-	res, err := cl.OffsetFetch(t.Context(), &kafkago.OffsetFetchRequest{GroupID: "bridge-redrive",
-		Topics: map[string][]int{"delay.dlq": {0, 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum int64
-	for _, p := range res.Topics["delay.dlq"] {
-		if p.Error == nil && p.CommittedOffset > 0 {
-			sum += p.CommittedOffset
+	for _, o := range testkafka.Committed(t, brokers, "bridge-redrive", "delay.dlq", 2) {
+		if o > 0 {
+			sum += o
 		}
 	}
 	return sum

@@ -11,7 +11,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/contract"
@@ -231,9 +231,13 @@ func ListKafka(ctx context.Context, cfg KafkaConfig, q ListQuery) (Page, error) 
 	if err != nil {
 		return Page{}, err
 	}
-	tr := kafkabroker.NewTransport(kafkabroker.DefaultClientID+"-deadletters", cfg.Security)
-	defer tr.CloseIdleConnections()
-	r := &kafkaRun{cfg: cfg, opts: Options{DryRun: true}, cl: &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.Timeout}}
+	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(cfg.Brokers, kafkabroker.DefaultClientID+"-deadletters", cfg.Security),
+		kgo.MaxVersions(kafkabroker.AdminVersions()))...)
+	if err != nil {
+		return Page{}, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	r := &kafkaRun{cfg: cfg, opts: Options{DryRun: true}, cl: cl}
 	ranges, err := r.ranges(ctx)
 	if err != nil {
 		return Page{}, err
@@ -269,35 +273,23 @@ func (r *kafkaRun) listPartition(ctx context.Context, p int, sp span, q ListQuer
 	if sp.from >= sp.to || len(page.Letters) >= q.Limit || clock.over() {
 		return sp.from, nil
 	}
-	rd := kafkago.NewReader(kafkago.ReaderConfig{Brokers: r.cfg.Brokers, Topic: r.cfg.DLQTopic, Partition: p,
-		Dialer:  kafkabroker.NewDialer(kafkabroker.DefaultClientID+"-deadletters", r.cfg.Security),
-		MaxWait: 200 * time.Millisecond, MaxBytes: 8 << 20, QueueCapacity: 1000})
-	defer rd.Close()
-	if err := rd.SetOffset(sp.from); err != nil {
-		return sp.from, fmt.Errorf("dead letters, partition %d: %w", p, err)
-	}
 	next := sp.from
-	for next < sp.to && len(page.Letters) < q.Limit && !clock.over() {
-		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		m, err := rd.ReadMessage(rctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && rd.Offset() >= sp.to {
-				return sp.to, nil // nothing more below the end offset (control records)
-			}
-			return next, fmt.Errorf("dead letters, partition %d: read offset %d of %d: %w", p, rd.Offset(), sp.to, err)
-		}
-		if m.Offset >= sp.to {
-			return sp.to, nil
-		}
+	err := readSpan(ctx, r.cfg, "-deadletters", p, sp, func(m *kgo.Record) (bool, error) {
 		next = m.Offset + 1
 		var h headers.List
 		for _, kh := range m.Headers {
 			h.Add(kh.Key, string(kh.Value))
 		}
 		if q.Reason == "" || reasonOf(h) == q.Reason {
-			page.Letters = append(page.Letters, letterOf(KafkaID(m.Partition, m.Offset), h, m.Time, len(m.Value)))
+			page.Letters = append(page.Letters, letterOf(KafkaID(p, m.Offset), h, m.Timestamp, len(m.Value)))
 		}
+		return len(page.Letters) < q.Limit && !clock.over(), nil
+	})
+	if err != nil {
+		return next, err
+	}
+	if len(page.Letters) < q.Limit && !clock.over() {
+		return sp.to, nil // read to the end (what is past the last letter: markers)
 	}
 	return next, nil
 }

@@ -7,8 +7,8 @@
 // ends. Helpers take testing.TB, call t.Helper and fail the test on error; nothing here
 // skips.
 //
-// Admin requests ([CreateTopic]) use their own kafka-go Transport: kafka-go's shared
-// DefaultTransport caches metadata for seconds and would hide topics created later.
+// Admin requests ([CreateTopic], [Committed], [EndOffsets]) go through a franz-go client
+// of their own, closed after each.
 package testkafka
 
 import (
@@ -21,8 +21,11 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 const (
@@ -141,8 +144,8 @@ func (c *Cluster) Close() {
 }
 
 // CreateTopic creates topic with the given number of partitions on the cluster at
-// brokers, through a private kafka-go Transport, and fails the test unless the topic
-// was created (an existing topic is an error too).
+// brokers and fails the test unless the topic was created (an existing topic is an error
+// too).
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	t.Helper()
 	if err := createTopic(brokers, topic, partitions); err != nil {
@@ -150,23 +153,139 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	}
 }
 
-func createTopic(brokers []string, topic string, partitions int) error {
+// admin runs fn with a client of its own for the cluster at brokers, closed after, and a
+// context bounded by the admin timeout.
+func admin(brokers []string, fn func(ctx context.Context, cl *kgo.Client) error) error {
 	if len(brokers) == 0 {
-		return errors.New("create topic: no brokers")
+		return errors.New("no brokers")
 	}
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr, Timeout: adminTimeout}
+	v := kversion.Stable() // offset requests by topic name, not id
+	v.SetMaxKeyVersion(int16(kmsg.OffsetCommit), 9)
+	v.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 9)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MaxVersions(v))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	resp, err := cl.CreateTopics(ctx, &kafkago.CreateTopicsRequest{
-		Topics: []kafkago.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: -1}},
+	return fn(ctx, cl)
+}
+
+func createTopic(brokers []string, topic string, partitions int) error {
+	err := admin(brokers, func(ctx context.Context, cl *kgo.Client) error {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic = topic
+		rt.NumPartitions = int32(partitions)
+		rt.ReplicationFactor = -1
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = int32(adminTimeout.Milliseconds())
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, rt := range resp.Topics {
+			if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	if err := resp.Errors[topic]; err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
 	return nil
+}
+
+// Committed returns group's committed offset of each of the first partitions partitions
+// of topic (-1: none, also when the group does not exist). It retries until the cluster answers (it may be restarting), and
+// fails the test after the admin timeout.
+func Committed(t testing.TB, brokers []string, group, topic string, partitions int) []int64 {
+	t.Helper()
+	var out []int64
+	var last error
+	for deadline := time.Now().Add(adminTimeout); ; {
+		last = admin(brokers, func(ctx context.Context, cl *kgo.Client) error {
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.Group = group
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = topic
+			for p := range partitions {
+				rt.Partitions = append(rt.Partitions, int32(p))
+			}
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl)
+			if err != nil {
+				return err
+			}
+			out = make([]int64, partitions)
+			for i := range out {
+				out[i] = -1
+			}
+			if err := kerr.ErrorForCode(resp.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+				return nil // nothing committed yet
+			} else if err != nil {
+				return err
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						return err
+					}
+					if int(p.Partition) < partitions {
+						out[p.Partition] = p.Offset
+					}
+				}
+			}
+			return nil
+		})
+		if last == nil {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testkafka: committed offsets of %s: %v", group, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// EndOffsets returns the end offset (the next offset to be written) of each of the first
+// partitions partitions of topic.
+func EndOffsets(t testing.TB, brokers []string, topic string, partitions int) []int64 {
+	t.Helper()
+	var out []int64
+	err := admin(brokers, func(ctx context.Context, cl *kgo.Client) error {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for p := range partitions {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = int32(p)
+			rp.Timestamp = -1 // the end
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		out = make([]int64, partitions)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return fmt.Errorf("partition %d: %w", p.Partition, err)
+				}
+				if int(p.Partition) < partitions {
+					out[p.Partition] = p.Offset
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("testkafka: end offsets of %s: %v", topic, err)
+	}
+	return out
 }

@@ -2,12 +2,16 @@ package testkafka
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 const waitFor = 10 * time.Second
@@ -26,46 +30,46 @@ func TestCreateTopicAndRestartKeepData(t *testing.T) {
 		t.Fatal("creating an existing topic succeeded")
 	}
 
-	tr := &kafkago.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Transport: tr, BatchTimeout: time.Millisecond, RequiredAcks: kafkago.RequireAll}
-	t.Cleanup(func() { _ = w.Close() })
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(int16(kmsg.OffsetCommit), 9)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxVersions(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := w.WriteMessages(ctx, kafkago.Message{Topic: "keep", Partition: 0, Value: []byte("a")}); err != nil {
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "keep", Partition: 0, Value: []byte("a")}).FirstErr(); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr}
-	if _, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
-		GroupID: "g", GenerationID: -1,
-		Topics: map[string][]kafkago.OffsetCommit{"keep": {{Partition: 0, Offset: 1}, {Partition: 1, Offset: 0}}},
-	}); err != nil {
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = "g", -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = "keep"
+	for p, o := range []int64{1, 0} {
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = int32(p), o
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
 		t.Fatalf("commit: %v", err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("commit partition %d: %v", rp.Partition, err)
+			}
+		}
 	}
 
 	c.Restart(t)
 	if got := c.Brokers(); !slices.Equal(got, brokers) {
 		t.Fatalf("brokers after restart = %v, want %v", got, brokers)
 	}
-
-	tr2 := &kafkago.Transport{}
-	t.Cleanup(tr2.CloseIdleConnections)
-	cl2 := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr2}
-	var end int64 = -1
-	var committed int64 = -1
-	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		lo, err := cl2.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{"keep": {kafkago.LastOffsetOf(0)}}})
-		if err != nil || len(lo.Topics["keep"]) != 1 || lo.Topics["keep"][0].Error != nil {
-			continue
-		}
-		end = lo.Topics["keep"][0].LastOffset
-		of, err := cl2.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{"keep": {0}}})
-		if err != nil || of.Error != nil || len(of.Topics["keep"]) != 1 {
-			continue
-		}
-		committed = of.Topics["keep"][0].CommittedOffset
-		break
-	}
+	end := EndOffsets(t, brokers, "keep", 1)[0]
+	committed := Committed(t, brokers, "g", "keep", 1)[0]
 	if end != 1 || committed != 1 {
 		t.Fatalf("after restart: end offset %d, committed %d; want 1 and 1", end, committed)
 	}
@@ -85,23 +89,26 @@ func TestStartOptions(t *testing.T) {
 
 func partitions(t *testing.T, brokers []string, topic string) int {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	var n int
+	err := admin(brokers, func(ctx context.Context, cl *kgo.Client) error {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, tp := range resp.Topics {
+			if tp.Topic != nil && *tp.Topic == topic {
+				n = len(tp.Partitions)
+				return kerr.ErrorForCode(tp.ErrorCode)
+			}
+		}
+		return fmt.Errorf("no topic %s", topic)
+	})
 	if err != nil {
 		t.Fatalf("metadata: %v", err)
 	}
-	for _, tp := range md.Topics {
-		if tp.Name == topic {
-			if tp.Error != nil {
-				t.Fatalf("metadata %s: %v", topic, tp.Error)
-			}
-			return len(tp.Partitions)
-		}
-	}
-	t.Fatalf("metadata: no topic %s", topic)
-	return 0
+	return n
 }

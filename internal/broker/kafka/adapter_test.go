@@ -16,7 +16,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -122,33 +121,9 @@ func (e *env) produceRecords(t *testing.T, rs ...*kgo.Record) {
 // committed returns the group's committed offset per partition of topic (-1: none).
 func (e *env) committed(t *testing.T, group, topic string, partitions int) []int64 {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(e.brokers...), Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	ids := make([]int, partitions)
-	for i := range ids {
-		ids[i] = i
-	}
-	for {
-		resp, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
-		if err == nil && resp.Error == nil {
-			out := make([]int64, partitions)
-			for _, p := range resp.Topics[topic] {
-				out[p.Partition] = p.CommittedOffset
-			}
-			return out
-		}
-		select { // the cluster may be restarting
-		case <-ctx.Done():
-			t.Fatalf("offset fetch: %v %v", err, resp)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return testkafka.Committed(t, e.brokers, group, topic, partitions)
 }
 
-// waitCommitted polls the broker until the group's committed offsets of topic are want.
 func (e *env) waitCommitted(t *testing.T, group, topic string, want ...int64) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
@@ -610,12 +585,10 @@ func TestRecordRoundTrip(t *testing.T) {
 	if _, ok := msgs[1].Metadata[headers.MetaKafkaKey]; ok {
 		t.Errorf("null key became metadata: %q", msgs[1].Metadata)
 	}
-	// kafka-go reads an empty key as null (it cannot tell them apart), so an empty key
-	// is absent from the metadata, as a null one is.
-	if _, ok := msgs[2].Metadata[headers.MetaKafkaKey]; ok {
-		t.Errorf("empty key: metadata %q (has kafka-go learnt to tell empty from null?)", msgs[2].Metadata)
+	// An empty key is an empty key, not a null one.
+	if k, ok := msgs[2].Metadata[headers.MetaKafkaKey]; !ok || k != "" {
+		t.Errorf("empty key: metadata %q, want an empty key", msgs[2].Metadata)
 	}
-	msgs[2].Metadata.Set(headers.MetaKafkaKey, "") // an empty key set by the sender goes on the wire as such
 	// The publisher honours each message's context; these came from a subscription whose
 	// contexts end with it, so they are republished with fresh ones.
 	for _, m := range msgs {
@@ -750,7 +723,7 @@ func TestPublishErrorPerMessage(t *testing.T) {
 		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
 		key := "key-" + strconv.Itoa(i)
 		m.Metadata.Set(headers.MetaKafkaKey, key)
-		if (&kafkago.Murmur2Balancer{}).Balance(kafkago.Message{Key: []byte(key)}, 0, 1) == 1 {
+		if kgo.StickyKeyPartitioner(nil).ForTopic("perr").Partition(&kgo.Record{Key: []byte(key)}, 2) == 1 {
 			wantFailed[m.UUID] = true
 		} else {
 			toP0++
@@ -777,14 +750,14 @@ func TestPublishErrorPerMessage(t *testing.T) {
 		t.Fatalf("%d failed, want %d: %v", len(failed), len(wantFailed)+2, failed)
 	}
 	for id := range wantFailed {
-		if !errors.Is(failed[id], kafkago.InvalidRecord) {
+		if !errors.Is(failed[id], kerr.InvalidRecord) {
 			t.Fatalf("message %s: %v, want INVALID_RECORD", id, failed[id])
 		}
 	}
 	if !errors.Is(failed[dead.UUID], context.Canceled) {
 		t.Fatalf("dead context: %v", failed[dead.UUID])
 	}
-	if !errors.Is(failed[big.UUID], kafkago.MessageSizeTooLarge) {
+	if !errors.Is(failed[big.UUID], kerr.MessageTooLarge) {
 		t.Fatalf("big message: %v", failed[big.UUID])
 	}
 	if want := fmt.Sprintf("%d of %d", len(failed), len(msgs)); !strings.Contains(err.Error(), want) {
@@ -820,27 +793,7 @@ func TestPublisherMaxRecordBytes(t *testing.T) {
 
 func endOffsets(t *testing.T, e *env, topic string, partitions int) []int64 {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(e.brokers...), Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	var reqs []kafkago.OffsetRequest
-	for p := range partitions {
-		reqs = append(reqs, kafkago.LastOffsetOf(p))
-	}
-	resp, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: reqs}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]int64, partitions)
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			t.Fatal(p.Error)
-		}
-		out[p.Partition] = p.LastOffset
-	}
-	return out
+	return testkafka.EndOffsets(t, e.brokers, topic, partitions)
 }
 
 // A call that fails as a whole (the topic does not exist and may not be created) is a
@@ -854,7 +807,7 @@ func TestPublishToMissingTopicFailsWhole(t *testing.T) {
 	if err == nil || errors.As(err, &perr) {
 		t.Fatalf("err = %v, want a plain error", err)
 	}
-	if !errors.Is(err, kafkago.UnknownTopicOrPartition) {
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		t.Fatalf("err = %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
 	}
 }
@@ -1010,13 +963,13 @@ func TestCloseWithMessagesInFlight(t *testing.T) {
 	first.Ack()
 }
 
-// adapterGoroutines counts the goroutines running code of this adapter or of kafka-go.
+// adapterGoroutines counts the goroutines running code of this adapter.
 func adapterGoroutines() int {
 	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "internal/broker/kafka.") || strings.Contains(g, "segmentio/kafka-go.") {
+		if strings.Contains(g, "internal/broker/kafka.") {
 			n++
 		}
 	}

@@ -1,22 +1,23 @@
 // Package kafka is delaybridge's watermill adapter for Kafka: a [Publisher] and a
-// [Subscriber] over github.com/segmentio/kafka-go.
+// [Subscriber] over franz-go (github.com/twmb/franz-go/pkg/kgo).
 //
-// Publishing: all messages of one Publish call go to kafka-go in one WriteMessages
-// call, with acks from all in-sync replicas, partitioned by record key (murmur2, as
-// Java's default partitioner). Publish returns when every record is acknowledged;
-// per-message failures come back as a [*broker.PublishError]. kafka-go has no idempotent
-// producer, so a retried Publish may write a record twice.
+// Publishing: all messages of one Publish call are produced at once and awaited, with
+// acks from all in-sync replicas, idempotently (a produce request sent again after a lost
+// answer is written once), partitioned by record key (murmur2, as Java's default
+// partitioner). Publish returns when every record is acknowledged; per-message failures
+// come back as a [*broker.PublishError]. A Publish that failed as a whole and is made
+// again writes new records.
 //
-// Subscribing: each Subscribe is a member of the consumer group, driven through
-// kafka-go's explicit group API (ConsumerGroup, Generation) rather than its Reader, so
-// that the adapter owns the offsets. Records are handed out without waiting for the
-// previous Ack (bounded per partition), and a partition's offset is committed,
+// Subscribing: each Subscribe is one member of the consumer group (a franz-go client with
+// manual commits), reading read_committed: records of aborted transactions are never
+// handed out. Records are handed out without waiting for the previous Ack (bounded per
+// partition: a full partition alone is paused), and a partition's offset is committed,
 // synchronously and within the generation, only over contiguous acked records: never
 // past a record that was nacked or not yet acked. A Nack hands the same record out
 // again. On a rebalance a partition stops handing out records, waits (bounded) for the
 // outstanding Acks, commits and is released; a later Ack is ignored, and the next owner
-// hands the record out again. Delivery is at least once; duplicates come with
-// rebalances, restarts and Nacks.
+// hands the record out again. A lost partition commits nothing. Delivery is at least
+// once; duplicates come with rebalances, restarts and Nacks.
 //
 // Headers: Kafka headers may repeat, watermill metadata is a map. The mapping is
 // [headers.ToMetadata] / [headers.FromMetadata]: repeated values keep their order,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -23,7 +23,7 @@ const MetaKafkaTimestamp = headers.MetaSourceTime
 // (headers.FromMetadata) with ID msg.UUID, the key from metadata [headers.MetaKafkaKey]
 // when present (an empty value is an empty, non-null key; absent means a null key) and a
 // tombstone when metadata [headers.MetaKafkaTombstone] is there.
-func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Message {
+func toKafka(topic string, msg *message.Message, uuidHeader string) *kgo.Record {
 	m := headers.Message{ID: msg.UUID, Headers: headers.FromMetadata(msg.Metadata), Payload: msg.Payload}
 	if k, ok := msg.Metadata[headers.MetaKafkaKey]; ok {
 		m.Key = []byte(k)
@@ -36,18 +36,18 @@ func toKafka(topic string, msg *message.Message, uuidHeader string) kafkago.Mess
 // names as given), key m.Key (nil: a null key), and, when uuidHeader is set, that header =
 // m.ID (replacing any such header in the list). The value is the payload, never null,
 // except for a tombstone (m.Tombstone): a null value.
-func listToKafka(topic string, m *headers.Message, uuidHeader string) kafkago.Message {
-	hs := make([]kafkago.Header, 0, len(m.Headers)+1)
+func listToKafka(topic string, m *headers.Message, uuidHeader string) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+1)
 	for _, h := range m.Headers {
 		if headers.IsReserved(h.Key) || (uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader)) {
 			continue
 		}
-		hs = append(hs, kafkago.Header{Key: h.Key, Value: []byte(h.Value)})
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
 	}
 	if uuidHeader != "" {
-		hs = append(hs, kafkago.Header{Key: uuidHeader, Value: []byte(m.ID)})
+		hs = append(hs, kgo.RecordHeader{Key: uuidHeader, Value: []byte(m.ID)})
 	}
-	km := kafkago.Message{Topic: topic, Headers: hs, Value: m.Payload, Key: m.Key}
+	km := &kgo.Record{Topic: topic, Headers: hs, Value: m.Payload, Key: m.Key}
 	if m.Tombstone {
 		km.Value = nil // a tombstone: a null value
 	} else if km.Value == nil {
@@ -62,10 +62,10 @@ func listToKafka(topic string, m *headers.Message, uuidHeader string) kafkago.Me
 // uuidHeader header when uuidHeader is set and the record has one (that header is then
 // not metadata), else a new ULID. Reserved metadata added: [headers.MetaSourceID]
 // ("kafka:<topic>:<partition>:<offset>"), [headers.MetaKafkaKey] when the key is not
-// null (kafka-go reads an empty key as null: it is absent too),
-// [MetaKafkaTimestamp] when the record has a timestamp, and [headers.MetaKafkaTombstone]
-// when km.Value is nil: the fetcher sets an empty, non-null value to []byte{} first.
-func fromKafka(km *kafkago.Message, uuidHeader string) *message.Message {
+// null (an empty key is an empty value), [MetaKafkaTimestamp] when the record has a
+// timestamp, and [headers.MetaKafkaTombstone] when the value is null (franz-go keeps a
+// null value nil and an empty one a non-nil empty slice).
+func fromKafka(km *kgo.Record, uuidHeader string) *message.Message {
 	var uuid string
 	var list headers.List
 	for _, h := range km.Headers {
@@ -83,12 +83,12 @@ func fromKafka(km *kafkago.Message, uuidHeader string) *message.Message {
 	if uuid == "" {
 		uuid = watermill.NewULID()
 	}
-	extra := map[string]string{headers.MetaSourceID: sourceID(km.Topic, km.Partition, km.Offset)}
+	extra := map[string]string{headers.MetaSourceID: sourceID(km.Topic, int(km.Partition), km.Offset)}
 	if km.Key != nil {
 		extra[headers.MetaKafkaKey] = string(km.Key)
 	}
-	if !km.Time.IsZero() {
-		extra[MetaKafkaTimestamp] = strconv.FormatInt(km.Time.UnixMilli(), 10)
+	if !km.Timestamp.IsZero() {
+		extra[MetaKafkaTimestamp] = strconv.FormatInt(km.Timestamp.UnixMilli(), 10)
 	}
 	if km.Value == nil {
 		extra[headers.MetaKafkaTombstone] = "1"

@@ -3,20 +3,25 @@ package kafka
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// partitionConsumer consumes one partition for one generation of the group. One
-// goroutine (run) owns all of its state; the Ack and Nack of handed-out messages reach
+// partitionConsumer consumes one partition for one assignment of the group (until the
+// partition is revoked or lost). The subscription's poller hands it the partition's
+// records (feed); when it holds MaxInFlight records, the poller pauses the partition's
+// fetching (only this partition's), and run resumes it once the commit point let records
+// go. One goroutine (run) owns the rest of its state; the Ack and Nack of handed-out messages reach
 // it as events: a watermill message's through one watcher goroutine per message
 // (Subscribe), a headers.Received's sent by its Ack or Nack itself (SubscribeReceived).
 // The events channel holds MaxInFlight: every entry of the window has at most one event
@@ -32,11 +37,23 @@ import (
 type partitionConsumer struct {
 	sub       *subscription
 	cfg       *SubscriberConfig
-	gen       *kafkago.Generation
-	partition int
-	start     int64 // assigned offset: committed, or FirstOffset/LastOffset
+	cl        *kgo.Client
+	partition int32
 	log       *slog.Logger
 
+	// inMu guards inbox, held and paused, shared with the poller (feed).
+	inMu   sync.Mutex
+	inbox  []*kgo.Record // fed, not yet taken by run
+	held   int           // records fed and not yet past the commit point
+	paused bool          // fetching of the partition paused (held >= MaxInFlight)
+	wake   chan struct{} // feed's signal to run (capacity 1)
+
+	pending []*kgo.Record // taken from the inbox, not yet in the window (run only)
+
+	genCtx   context.Context // cancelled by end
+	genEnd   context.CancelFunc
+	lost     atomic.Bool   // set by end(true): drain neither waits nor commits
+	ended    chan struct{} // closed when run returned
 	events   chan event
 	done     chan struct{} // closed when run ends: watchers and timers give up
 	watchers sync.WaitGroup
@@ -50,7 +67,7 @@ type partitionConsumer struct {
 	offerCancel context.CancelFunc
 	outstanding int   // handed out, awaiting Ack or Nack
 	committable int64 // offset after the acked prefix; -1 before any
-	committed   int64 // last committed offset; -1 unknown
+	committed   int64 // last committed offset by this consumer; -1 none
 	lastCommit  time.Time
 	commitFails backoff.Streak // failed commits of the current run (Warn once)
 }
@@ -77,33 +94,103 @@ type event struct {
 	kind eventKind
 }
 
-func newPartitionConsumer(sub *subscription, gen *kafkago.Generation, pa kafkago.PartitionAssignment) *partitionConsumer {
+func newPartitionConsumer(sub *subscription, cl *kgo.Client, partition int32) *partitionConsumer {
+	genCtx, genEnd := context.WithCancel(context.Background())
 	pc := &partitionConsumer{
 		sub:         sub,
 		cfg:         &sub.s.cfg,
-		gen:         gen,
-		partition:   pa.ID,
-		start:       pa.Offset,
-		log:         sub.log.With("partition", pa.ID, "generation", gen.ID),
+		cl:          cl,
+		partition:   partition,
+		log:         sub.log.With("partition", partition),
+		wake:        make(chan struct{}, 1),
+		genCtx:      genCtx,
+		genEnd:      genEnd,
+		ended:       make(chan struct{}),
 		events:      make(chan event, max(sub.s.cfg.MaxInFlight, 1)),
 		done:        make(chan struct{}),
 		committable: -1,
 		committed:   -1,
 	}
-	if pa.Offset >= 0 {
-		pc.committed = pa.Offset
-	}
 	pc.commitFails.Log = pc.log
 	return pc
 }
 
-// run consumes the partition until genCtx ends (rebalance, or the group is closed),
+// feed adds records of the partition, in offset order, polled by the subscription's
+// poller; when the partition holds MaxInFlight records or more, its fetching is paused
+// (the records the client buffered for it are dropped and fetched again on resume).
+// Called with the subscription's mu held, never after end.
+func (pc *partitionConsumer) feed(recs []*kgo.Record) {
+	pc.inMu.Lock()
+	pc.inbox = append(pc.inbox, recs...)
+	pc.held += len(recs)
+	if pc.held >= pc.cfg.MaxInFlight && !pc.paused {
+		pc.paused = true
+		pc.cl.PauseFetchPartitions(map[string][]int32{pc.sub.topic: {pc.partition}})
+		pc.log.Debug("kafka partition paused", "held", pc.held)
+	}
+	pc.inMu.Unlock()
+	select {
+	case pc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// let accounts for n records past the commit point: below MaxInFlight, a paused
+// partition is fetched again.
+func (pc *partitionConsumer) let(n int) {
+	pc.inMu.Lock()
+	pc.held -= n
+	if pc.paused && pc.held < pc.cfg.MaxInFlight {
+		pc.paused = false
+		pc.cl.ResumeFetchPartitions(map[string][]int32{pc.sub.topic: {pc.partition}})
+		pc.log.Debug("kafka partition resumed", "held", pc.held)
+	}
+	pc.inMu.Unlock()
+}
+
+// end ends the consumer's assignment: run drains (lost: gives up at once) and returns,
+// then ended is closed.
+func (pc *partitionConsumer) end(lost bool) {
+	if lost {
+		pc.lost.Store(true)
+	}
+	pc.genEnd()
+}
+
+// take moves the next record into the window as the fresh entry, when there is room
+// and none is fresh.
+func (pc *partitionConsumer) take() {
+	if pc.fresh != nil || len(pc.window) >= pc.cfg.MaxInFlight {
+		return
+	}
+	if len(pc.pending) == 0 {
+		pc.inMu.Lock()
+		pc.pending, pc.inbox = pc.inbox, pc.pending[:0]
+		pc.inMu.Unlock()
+		if len(pc.pending) == 0 {
+			return
+		}
+	}
+	km := pc.pending[0]
+	pc.pending[0] = nil
+	pc.pending = pc.pending[1:]
+	e := &entry{offset: km.Offset}
+	if pc.sub.fast != nil {
+		e.rec = newRecord(km, pc.cfg.UUIDHeader)
+	} else {
+		e.msg = fromKafka(km, pc.cfg.UUIDHeader)
+	}
+	pc.window = append(pc.window, e)
+	pc.fresh = e
+}
+
+// run consumes the partition until end is called (rebalance, or the group is left),
 // then drains and commits. From runCtx's end (the subscription stops) until then, it
 // hands nothing out.
-func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
-	fetched := make(chan kafkago.Message)
-	stopReader := pc.startReader(runCtx, fetched)
-	pc.log.Debug("kafka partition assigned", "offset", pc.start)
+func (pc *partitionConsumer) run(runCtx context.Context) {
+	defer close(pc.ended)
+	defer pc.genEnd()
+	pc.log.Debug("kafka partition assigned")
 
 	commitTick := time.NewTicker(pc.cfg.CommitInterval)
 	defer commitTick.Stop()
@@ -112,6 +199,7 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 		var outCh chan<- *message.Message
 		var fastCh chan<- *headers.Received
 		if handing {
+			pc.take()
 			pc.prepareOffer(runCtx)
 			switch {
 			case pc.offer == nil:
@@ -121,32 +209,18 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 				outCh = pc.sub.out
 			}
 		}
-		var fetchCh <-chan kafkago.Message
-		if handing && pc.fresh == nil && len(pc.window) < pc.cfg.MaxInFlight {
-			fetchCh = fetched
-		}
 		var runDone <-chan struct{}
 		if handing {
 			runDone = runCtx.Done()
 		}
 		select {
-		case <-genCtx.Done():
-			stopReader()
+		case <-pc.genCtx.Done():
 			pc.drain()
 			return
 		case <-runDone:
 			handing = false
 			pc.withdrawOffer()
-			stopReader()
-		case km := <-fetchCh:
-			e := &entry{offset: km.Offset}
-			if pc.sub.fast != nil {
-				e.rec = newRecord(&km, pc.cfg.UUIDHeader)
-			} else {
-				e.msg = fromKafka(&km, pc.cfg.UUIDHeader)
-			}
-			pc.window = append(pc.window, e)
-			pc.fresh = e
+		case <-pc.wake:
 		case outCh <- pc.offerMsg:
 			pc.handedOut()
 		case fastCh <- pc.offerRecReceived():
@@ -157,87 +231,6 @@ func (pc *partitionConsumer) run(runCtx, genCtx context.Context) {
 			pc.maybeCommit()
 		case <-commitTick.C:
 			pc.maybeCommit()
-		}
-	}
-}
-
-// startReader starts a reader of the partition at pc.start that sends its records on
-// fetched until runCtx ends or the returned stop is called; stop closes the reader and
-// waits for its fetcher (safe to call more than once).
-func (pc *partitionConsumer) startReader(runCtx context.Context, fetched chan<- kafkago.Message) (stop func()) {
-	rc := kafkago.ReaderConfig{
-		Brokers:        pc.cfg.Brokers,
-		Topic:          pc.sub.topic,
-		Partition:      pc.partition,
-		Dialer:         pc.sub.s.dialer,
-		MaxWait:        fetchMaxWait,
-		IsolationLevel: kafkago.ReadCommitted,
-		Logger:         kafkaLogger(pc.log),
-		ErrorLogger:    kafkaLogger(pc.log),
-	}
-	fetchCtx, stopFetch := context.WithCancel(runCtx)
-	fetchDone := make(chan struct{})
-	var reader *kafkago.Reader
-	if err := rc.Validate(); err != nil { // NewReader panics on an invalid config
-		pc.log.Error("kafka partition reader config", "error", err)
-		close(fetchDone)
-	} else {
-		reader = kafkago.NewReader(rc)
-		if err := reader.SetOffset(pc.start); err != nil {
-			pc.log.Error("kafka partition reader offset", "offset", pc.start, "error", err)
-		}
-		go func() {
-			defer close(fetchDone)
-			pc.fetch(fetchCtx, reader, fetched)
-		}()
-	}
-	return sync.OnceFunc(func() {
-		stopFetch()
-		if reader != nil {
-			if err := reader.Close(); err != nil {
-				pc.log.Debug("close kafka partition reader", "error", err)
-			}
-		}
-		<-fetchDone
-	})
-}
-
-// fetch reads records from r until ctx is done and sends them on fetched.
-func (pc *partitionConsumer) fetch(ctx context.Context, r *kafkago.Reader, fetched chan<- kafkago.Message) {
-	streak := backoff.Streak{Log: pc.log} // logged once at Warn, then quietly retried
-	for {
-		km, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return
-			}
-			streak.Failed(ctx, "kafka fetch, retrying", "error", err)
-			if !backoff.Sleep(ctx, fetchErrorPause) {
-				return
-			}
-			continue
-		}
-		if km.Value == nil { // null or empty: kafka-go cannot tell; ask the broker
-			null, err := pc.sub.s.nullValue(ctx, km.Topic, km.Partition, km.Offset)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				streak.Failed(ctx, "kafka fetch, retrying", "error", err)
-				if !backoff.Sleep(ctx, fetchErrorPause) || r.SetOffset(km.Offset) != nil {
-					return
-				}
-				continue
-			}
-			if !null {
-				km.Value = []byte{}
-			}
-		}
-		streak.Reset()
-		select {
-		case fetched <- km:
-		case <-ctx.Done():
-			return
 		}
 	}
 }
@@ -352,7 +345,7 @@ func (pc *partitionConsumer) handle(ev event, handing bool) {
 		pc.log.Debug("kafka message resolved", "offset", e.offset, "acked", ev.kind == evAck)
 	}
 	if h := pc.sub.s.hooks.resolved; h != nil && ev.kind != evResend {
-		h(pc.sub.topic, pc.partition, e.offset, ev.kind == evAck)
+		h(pc.sub.topic, int(pc.partition), e.offset, ev.kind == evAck)
 	}
 }
 
@@ -389,6 +382,9 @@ func (pc *partitionConsumer) advance() {
 		n++
 	}
 	pc.window = pc.window[n:]
+	if n > 0 {
+		pc.let(n)
+	}
 }
 
 // maybeCommit commits when the commit point moved and the last attempt is at least
@@ -408,9 +404,26 @@ func (pc *partitionConsumer) commit() {
 	}
 	pc.lastCommit = time.Now()
 	off := pc.committable
-	err := pc.gen.CommitOffsets(map[string]map[int]int64{pc.sub.topic: {pc.partition: off}})
+	ctx, cancel := context.WithTimeout(context.Background(), coordinatorTimeout)
+	defer cancel()
+	var err error
+	pc.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{pc.sub.topic: {pc.partition: {Epoch: -1, Offset: off}}},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, cerr error) {
+			err = cerr
+			if resp == nil {
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+				}
+			}
+		})
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
 	if h := pc.sub.s.hooks.committed; h != nil {
-		h(pc.sub.topic, pc.partition, off, err)
+		h(pc.sub.topic, int(pc.partition), off, err)
 	}
 	if err != nil {
 		pc.commitFails.Failed(context.Background(), "kafka offset commit", "offset", off, "error", err) // Warn once per run
@@ -425,9 +438,13 @@ func (pc *partitionConsumer) commit() {
 // messages handed out are awaited up to DrainTimeout; the contiguous acks are
 // committed. Later Acks are ignored, and the contexts of the messages still out are
 // cancelled.
+//
+// A lost partition (end(true)) neither waits nor commits: another member may own it
+// already.
 func (pc *partitionConsumer) drain() {
 	pc.withdrawOffer()
-	if pc.outstanding > 0 {
+	lost := pc.lost.Load()
+	if pc.outstanding > 0 && !lost {
 		timer := time.NewTimer(pc.cfg.DrainTimeout)
 	wait:
 		for pc.outstanding > 0 {
@@ -440,8 +457,10 @@ func (pc *partitionConsumer) drain() {
 		}
 		timer.Stop()
 	}
-	pc.handlePending(false)
-	pc.commit()
+	if !lost {
+		pc.handlePending(false)
+		pc.commit()
+	}
 	if pc.outstanding > 0 {
 		pc.log.Warn("kafka partition released with messages neither acked nor nacked: they will be redelivered",
 			"count", pc.outstanding, "committed", pc.committed)

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/broker"
 	"github.com/delaybridge/delaybridge/internal/contract"
@@ -19,12 +20,11 @@ import (
 // Publisher defaults.
 const (
 	DefaultBatchTimeout = 2 * time.Millisecond
-	DefaultBatchSize    = 1000
 	DefaultWriteTimeout = 10 * time.Second
 )
 
-// maxRecordBytes is the default of PublisherConfig.MaxRecordBytes (kafka-go's default
-// batch limit, just under the brokers' default message.max.bytes).
+// maxRecordBytes is the default of PublisherConfig.MaxRecordBytes (just under the
+// brokers' default message.max.bytes).
 const maxRecordBytes = 1 << 20
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -36,18 +36,12 @@ type PublisherConfig struct {
 	Brokers []string
 	// ClientID names the client to the brokers. Default [DefaultClientID].
 	ClientID string
-	// BatchTimeout is how long the writer waits for more messages to fill a partition's
-	// batch before sending it. Messages of one Publish call are all queued at once, so
-	// this only delays the last, partial batch of each partition. kafka-go's own
-	// default is one second: far too long for a synchronous Publish. Default
+	// BatchTimeout is how long a partition's batch waits for more records before it is
+	// sent (franz-go's linger). Records of one Publish call are all queued at once, so
+	// this only delays the last, partial batch of each partition. Default
 	// [DefaultBatchTimeout] (2ms).
 	BatchTimeout time.Duration
-	// BatchSize is the most messages sent to one partition in one produce request; a
-	// Publish call with more messages for a partition sends several requests, one after
-	// the other. Default [DefaultBatchSize] (1000).
-	BatchSize int
-	// WriteTimeout bounds one Publish call (and each network read or write of the
-	// writer). Default [DefaultWriteTimeout] (10s).
+	// WriteTimeout bounds one Publish call. Default [DefaultWriteTimeout] (10s).
 	WriteTimeout time.Duration
 	// AllowAutoTopicCreation asks the brokers to create a missing topic (when they
 	// allow it). Default false: publishing to a missing topic fails.
@@ -58,10 +52,10 @@ type PublisherConfig struct {
 	UUIDHeader string
 	// Security is the connection's TLS and SASL; the zero value is plaintext, no auth.
 	Security Security
-	// MaxRecordBytes is the largest record (key, value and headers) sent: the writer's
+	// MaxRecordBytes is the largest record (key, value and headers) sent: the producer's
 	// batch limit, to be set to the brokers' message.max.bytes
 	// (BRIDGE_KAFKA_MAX_MESSAGE_BYTES). A larger record fails alone, rejected as
-	// too_large. Default 1 MiB (kafka-go's default).
+	// too_large. Default 1 MiB.
 	MaxRecordBytes int
 }
 
@@ -69,32 +63,35 @@ func (c PublisherConfig) withDefaults() (PublisherConfig, error) {
 	if err := checkBrokers(c.Brokers); err != nil {
 		return c, fmt.Errorf("kafka publisher config: %w", err)
 	}
-	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.BatchSize < 0 || c.MaxRecordBytes < 0 {
-		return c, errors.New("kafka publisher config: BatchTimeout, BatchSize, WriteTimeout and MaxRecordBytes must not be negative")
+	if c.BatchTimeout < 0 || c.WriteTimeout < 0 || c.MaxRecordBytes < 0 {
+		return c, errors.New("kafka publisher config: BatchTimeout, WriteTimeout and MaxRecordBytes must not be negative")
 	}
 	defaultTo(&c.ClientID, DefaultClientID)
 	defaultTo(&c.BatchTimeout, DefaultBatchTimeout)
-	defaultTo(&c.BatchSize, DefaultBatchSize)
 	defaultTo(&c.WriteTimeout, DefaultWriteTimeout)
 	defaultTo(&c.MaxRecordBytes, maxRecordBytes)
+	if c.MaxRecordBytes > MaxMessageBytesLimit {
+		return c, fmt.Errorf("kafka publisher config: MaxRecordBytes %d above %d", c.MaxRecordBytes, MaxMessageBytesLimit)
+	}
 	return c, nil
 }
 
-// Publisher is a watermill message.Publisher over a kafka-go Writer it owns. Records
-// are produced with acks from all in-sync replicas (RequiredAcks = all) and partitioned
-// by key with murmur2, as Java's default partitioner does (records without a key go to
-// a random partition).
+// Publisher is a watermill message.Publisher over a franz-go client it owns. Records are
+// produced idempotently (the producer id and per-partition sequence numbers let the
+// brokers drop a batch that the client sent again after a lost answer), with acks from
+// all in-sync replicas, and partitioned by key with murmur2, as Java's default
+// partitioner does (records without a key stick to a partition per batch).
 //
-// kafka-go has no idempotent producer: a Publish that failed or timed out may still
-// have written some of its records, and a retry writes them again. Such duplicates carry
-// the same message (for egress: the same x-delay-id).
+// Idempotence covers the client's own retries within one Publish call. A Publish that
+// failed or timed out as a whole may still have written some of its records, and a
+// retried call (a new Publish) writes them again: such duplicates carry the same message
+// (for egress: the same x-delay-id).
 //
 // It is safe for concurrent use.
 type Publisher struct {
-	cfg       PublisherConfig
-	log       *slog.Logger
-	transport *kafkago.Transport
-	writer    *kafkago.Writer
+	cfg PublisherConfig
+	log *slog.Logger
+	cl  *kgo.Client
 
 	gate  broker.Gate // Publish enters, Close closes and waits
 	close sync.Once
@@ -109,28 +106,35 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		return nil, err
 	}
 	log := loggerOrDiscard(logger).With("component", "kafka.publisher")
-	tr := NewTransport(cfg.ClientID, cfg.Security)
-	w := &kafkago.Writer{
-		Addr:                   kafkago.TCP(cfg.Brokers...),
-		Balancer:               &kafkago.Murmur2Balancer{},
-		BatchSize:              cfg.BatchSize,
-		BatchBytes:             int64(cfg.MaxRecordBytes),
-		BatchTimeout:           cfg.BatchTimeout,
-		ReadTimeout:            cfg.WriteTimeout,
-		WriteTimeout:           cfg.WriteTimeout,
-		RequiredAcks:           kafkago.RequireAll,
-		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
-		Transport:              tr,
-		Logger:                 kafkaLogger(log),
-		ErrorLogger:            kafkaLogger(log),
+	opts := append(ClientOpts(cfg.Brokers, cfg.ClientID, cfg.Security),
+		kgo.WithLogger(kgoLogger{log}),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence needs it; franz-go's default
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerLinger(cfg.BatchTimeout),
+		kgo.ProducerBatchMaxBytes(int32(min(cfg.MaxRecordBytes+recordBatchOverhead, MaxMessageBytesLimit))),
+		kgo.RecordDeliveryTimeout(cfg.WriteTimeout),
+		// A produce request without an answer within half of WriteTimeout is sent again
+		// (same producer id and sequence numbers: written once) within the call.
+		kgo.ProduceRequestTimeout(cfg.WriteTimeout/4),
+		kgo.RequestTimeoutOverhead(cfg.WriteTimeout/4),
+	)
+	if cfg.AllowAutoTopicCreation {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
-	return &Publisher{cfg: cfg, log: log, transport: tr, writer: w}, nil
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher: %w", err)
+	}
+	return &Publisher{cfg: cfg, log: log, cl: cl}, nil
 }
 
-// Publish writes msgs to topic in one kafka-go WriteMessages call and returns when
-// every record is acknowledged by all in-sync replicas, or WriteTimeout after the call
-// began. Every call takes at least BatchTimeout: kafka-go sends the last, partial batch
-// of each partition only then.
+// recordBatchOverhead is the size of a record batch's header: a batch of one record of
+// MaxRecordBytes is that much larger.
+const recordBatchOverhead = 61
+
+// Publish writes msgs to topic and returns when every record is acknowledged by all
+// in-sync replicas, or WriteTimeout after the call began. Every call takes at least
+// BatchTimeout: the last, partial batch of each partition is sent only then.
 //
 // A record's key is the metadata [headers.MetaKafkaKey] (absent: a null key), its
 // headers the non-reserved metadata (repeated keys in order, see
@@ -138,13 +142,13 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 // goes on the wire.
 //
 // A message whose Context is done before the write is not sent and fails. When some
-// messages fail (kafka-go reports errors per partition batch, so per message), the
-// error is a [*broker.PublishError] naming them by UUID; the others are written. When the
-// call fails as a whole (closed publisher, unknown topic, timeout), a plain error: a
-// timed-out call may still have written some records. A record larger than the
-// writer's batch limit (MaxRecordBytes, headers and key included) fails alone. Messages are not
-// modified. Failures no retry can fix (TOPIC_AUTHORIZATION_FAILED, a record too large)
-// are [*broker.RejectedError]s, with reason forbidden or too_large.
+// messages fail (franz-go reports each record's outcome), the error is a
+// [*broker.PublishError] naming them by UUID; the others are written. When no answer
+// came within WriteTimeout, a plain error: such a call may still have written some
+// records. A record larger than MaxRecordBytes (headers and key included) fails alone.
+// Messages are not modified. Failures no retry can fix (TOPIC_AUTHORIZATION_FAILED, a
+// record too large) are [*broker.RejectedError]s, with reason forbidden or too_large;
+// a missing topic (without auto-creation) fails the call as a whole.
 //
 // Safe for concurrent use; returns [ErrClosed] after Close.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
@@ -191,7 +195,13 @@ func (p *Publisher) PublishList(ctx context.Context, topic string, msgs []header
 type outRecord struct {
 	id  string
 	ctx context.Context
-	km  kafkago.Message
+	km  *kgo.Record
+}
+
+// produced is the outcome of one record of a send.
+type produced struct {
+	i   int
+	err error
 }
 
 // send is Publish and PublishList once their records are built (inside the gate).
@@ -200,90 +210,75 @@ func (p *Publisher) send(topic string, msgs []outRecord) error {
 		return nil
 	}
 	perr := broker.NewPublishError(topic, len(msgs))
-	records := make([]kafkago.Message, 0, len(msgs))
-	uuids := make([]string, 0, len(msgs))
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
+	defer cancel()
+	// Buffered for every record: a promise that runs after a timed-out call returned
+	// never blocks.
+	done := make(chan produced, len(msgs))
+	sent := 0
 	for i := range msgs {
 		msg := &msgs[i]
 		if err := msg.ctx.Err(); err != nil {
 			perr.Add(msg.id, fmt.Errorf("message context: %w", err))
 			continue
 		}
-		if n := recordSize(&msg.km); n > p.cfg.MaxRecordBytes {
+		if n := recordSize(msg.km); n > p.cfg.MaxRecordBytes {
 			perr.Add(msg.id, broker.Reject(contract.ReasonTooLarge,
-				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, p.cfg.MaxRecordBytes, kafkago.MessageSizeTooLarge)))
+				fmt.Errorf("record of about %d bytes exceeds the %d byte limit: %w", n, p.cfg.MaxRecordBytes, kerr.MessageTooLarge)))
 			continue
 		}
-		records = append(records, msg.km)
-		uuids = append(uuids, msg.id)
+		sent++
+		p.cl.Produce(ctx, msg.km, func(_ *kgo.Record, err error) { done <- produced{i: i, err: err} })
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
-	defer cancel()
-	if err := p.write(ctx, topic, records, uuids, perr); err != nil {
-		return err
-	}
-	if p.log.Enabled(ctx, slog.LevelDebug) {
-		for _, id := range uuids {
-			if !perr.Failed(id) {
-				p.log.Debug("published", "topic", topic, "uuid", id)
+	for range sent {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				perr.Add(msgs[r.i].id, classify(r.err))
+			} else if p.log.Enabled(ctx, slog.LevelDebug) {
+				p.log.Debug("published", "topic", topic, "uuid", msgs[r.i].id)
 			}
+		case <-ctx.Done():
+			return fmt.Errorf("publish %d messages to %s: no acknowledgement within %s: %w", sent, topic, p.cfg.WriteTimeout, ctx.Err())
 		}
 	}
 	if perr.Len() == 0 {
 		return nil
 	}
+	if missing := perr.Len() == len(msgs) && sent == len(msgs) && allUnknownTopic(perr); missing {
+		return fmt.Errorf("publish %d messages to %s: %w", sent, topic, kerr.UnknownTopicOrPartition)
+	}
 	p.log.Debug("publish incomplete", "topic", topic, "failed", perr.Len(), "total", len(msgs))
 	return perr
 }
 
-// write sends records in one WriteMessages call and records per-message failures in
-// perr. It returns an error only when the call failed as a whole.
-func (p *Publisher) write(ctx context.Context, topic string, records []kafkago.Message, uuids []string, perr *broker.PublishError) error {
-	if len(records) == 0 {
-		return nil
-	}
-	err := p.writer.WriteMessages(ctx, records...)
-	if err == nil {
-		return nil
-	}
-	var werrs kafkago.WriteErrors
-	if errors.As(err, &werrs) && len(werrs) == len(records) {
-		for i, e := range werrs {
-			if e != nil {
-				perr.Add(uuids[i], classify(e))
-			}
+// allUnknownTopic reports whether every failure of perr is a missing topic: the call
+// failed as a whole.
+func allUnknownTopic(perr *broker.PublishError) bool {
+	for _, err := range perr.FailedMessages() {
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return false
 		}
-		return nil
 	}
-	if _, ok := broker.IsRejected(classify(err)); ok {
-		for _, id := range uuids {
-			perr.Add(id, classify(err))
-		}
-		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("publish %d messages to %s: no acknowledgement within %s: %w", len(records), topic, p.cfg.WriteTimeout, err)
-	}
-	return fmt.Errorf("publish %d messages to %s: %w", len(records), topic, err)
+	return true
 }
 
 // classify marks the broker errors that no retry can fix as rejections: no permission
 // on the topic, or a record the broker will not take.
 func classify(err error) error {
 	switch {
-	case errors.Is(err, kafkago.TopicAuthorizationFailed), errors.Is(err, kafkago.ClusterAuthorizationFailed):
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
 		return broker.Reject(contract.ReasonForbidden, err)
-	case errors.Is(err, kafkago.MessageSizeTooLarge), errors.Is(err, kafkago.RecordListTooLarge):
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return broker.Reject(contract.ReasonTooLarge, err)
 	}
 	return err
 }
 
-// recordSize is an upper bound of the size kafka-go gives a record when it checks it
-// against the batch limit (it refuses a whole WriteMessages call for one record over
-// it): varints counted at their largest.
-func recordSize(km *kafkago.Message) int {
-	n := 4 + 1 + 1 + 4 + len(km.Key) + 4 + len(km.Value) + 8 + 5
+// recordSize is an upper bound of the encoded size of a record (the producer refuses a
+// record whose batch would exceed its limit): varints counted at their largest.
+func recordSize(km *kgo.Record) int {
+	n := 5 + 1 + 10 + 5 + 5 + len(km.Key) + 5 + len(km.Value) + 5
 	for _, h := range km.Headers {
 		n += 5 + len(h.Key) + 5 + len(h.Value)
 	}
@@ -291,16 +286,10 @@ func recordSize(km *kafkago.Message) int {
 }
 
 // Close makes later Publish calls fail with [ErrClosed], waits for the calls in
-// progress (each bounded by WriteTimeout), then closes the writer and its connections.
-// Idempotent and safe to call concurrently; returns the writer's close error, if any.
+// progress (each bounded by WriteTimeout), then closes the client and its connections.
+// Idempotent and safe to call concurrently; returns nil.
 func (p *Publisher) Close() error {
 	p.gate.Close()
-	var err error
-	p.close.Do(func() {
-		if e := p.writer.Close(); e != nil {
-			err = fmt.Errorf("close kafka writer: %w", e)
-		}
-		p.transport.CloseIdleConnections()
-	})
-	return err
+	p.close.Do(p.cl.Close)
+	return nil
 }

@@ -2,12 +2,11 @@ package kafka
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -19,8 +18,9 @@ import (
 // (ok is always true) and returns at once, as Subscribe does.
 //
 // A Received carries what Subscribe's metadata does: ID the first UUIDHeader value (""
-// without one: no ULID is made), the headers without reserved keys in the order
-// [headers.FromMetadata] gives them, the key (nil when null), Tombstone for a null value,
+// without one: no ULID is made), the headers without reserved keys in the record's order
+// (Subscribe's metadata map keeps that order only when a key repeats), the key (nil when
+// null), Tombstone for a null value (read from the record itself: no second fetch),
 // SourceID "kafka:<topic>:<partition>:<offset>" and SourceTime the record's timestamp in
 // unix ms ("" when it has none). The receiver settles each message once: Ack counts as
 // Subscribe's Ack, Nack hands the record out again after NackResendDelay (a new Received);
@@ -44,10 +44,9 @@ type record struct {
 }
 
 // newRecord reads km as fromKafka does, into a record: headers with reserved keys
-// dropped, the first uuidHeader value as the ID (not a header); in record order when a
-// key repeats, else sorted by key (what headers.FromMetadata gives for fromKafka's
-// metadata).
-func newRecord(km *kafkago.Message, uuidHeader string) *record {
+// dropped, in record order, the first uuidHeader value as the ID (not a header). A null
+// header value arrives as an empty one (a header list holds strings).
+func newRecord(km *kgo.Record, uuidHeader string) *record {
 	r := &record{}
 	list := make(headers.List, 0, len(km.Headers))
 	for _, h := range km.Headers {
@@ -62,28 +61,12 @@ func newRecord(km *kafkago.Message, uuidHeader string) *record {
 		}
 		list = append(list, headers.Header{Key: h.Key, Value: string(h.Value)})
 	}
-	if !repeatsKey(list) {
-		slices.SortFunc(list, func(a, b headers.Header) int { return strings.Compare(a.Key, b.Key) })
-	}
 	r.msg.Headers = list[:len(list):len(list)] // a receiver's append copies
 	r.msg.Payload = km.Value
 	r.msg.Key = km.Key
 	r.msg.Tombstone = km.Value == nil
-	r.sourceID, r.sourceTime = sourceIDAndTime(km.Topic, km.Partition, km.Offset, km.Time.UnixMilli(), !km.Time.IsZero())
+	r.sourceID, r.sourceTime = sourceIDAndTime(km.Topic, int(km.Partition), km.Offset, km.Timestamp.UnixMilli(), !km.Timestamp.IsZero())
 	return r
-}
-
-// repeatsKey reports whether a key occurs twice in l (exactly: metadata keys are case
-// sensitive).
-func repeatsKey(l headers.List) bool {
-	for i := 1; i < len(l); i++ {
-		for j := range i {
-			if l[i].Key == l[j].Key {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // sourceIDAndTime returns sourceID(topic, partition, offset) and, with timed, ms in

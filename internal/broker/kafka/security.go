@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"golang.org/x/text/secure/precis"
 )
 
 // Security is how the adapter protects and authenticates its broker connections. The
@@ -26,28 +27,28 @@ type Security struct {
 func NewSASL(mechanism, user, password string) (sasl.Mechanism, error) {
 	switch strings.ToUpper(mechanism) {
 	case "PLAIN":
-		return plain.Mechanism{Username: user, Password: password}, nil
-	case "SCRAM-SHA-256":
-		return scramMechanism(scram.SHA256, user, password)
-	case "SCRAM-SHA-512":
-		return scramMechanism(scram.SHA512, user, password)
+		return plain.Auth{User: user, Pass: password}.AsMechanism(), nil
+	case "SCRAM-SHA-256", "SCRAM-SHA-512":
+		// Prepared as SCRAM clients prepare them (SASLprep's successor, PRECIS
+		// OpaqueString: RFC 8265); refused here, at start, when that fails.
+		u, err1 := precis.OpaqueString.String(user)
+		p, err2 := precis.OpaqueString.String(password)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("kafka sasl %s: user or password not valid for SCRAM (SASLprep)", strings.ToUpper(mechanism))
+		}
+		a := scram.Auth{User: u, Pass: p}
+		if strings.ToUpper(mechanism) == "SCRAM-SHA-256" {
+			return a.AsSha256Mechanism(), nil
+		}
+		return a.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("kafka sasl: unknown mechanism %q (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)", mechanism)
-}
-
-func scramMechanism(algo scram.Algorithm, user, password string) (sasl.Mechanism, error) {
-	m, err := scram.Mechanism(algo, user, password)
-	if err != nil {
-		// SASLprep rejected the user or password; say which without echoing them.
-		return nil, fmt.Errorf("kafka sasl %s: user or password not valid for SCRAM (SASLprep)", algo.Name())
-	}
-	return m, nil
 }
 
 // IsAuthError reports whether err is the brokers refusing the SASL credentials or
 // mechanism: retrying does not fix it, so the bridge stops at start instead.
 func IsAuthError(err error) bool {
-	return errors.Is(err, kafkago.SASLAuthenticationFailed) ||
-		errors.Is(err, kafkago.UnsupportedSASLMechanism) ||
-		errors.Is(err, kafkago.IllegalSASLState)
+	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, ErrSASLRefused) ||
+		errors.Is(err, kerr.UnsupportedSaslMechanism) ||
+		errors.Is(err, kerr.IllegalSaslState)
 }

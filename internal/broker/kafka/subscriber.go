@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/headers"
@@ -29,24 +29,22 @@ const (
 )
 
 const (
-	// joinGroupBackoff is kafka-go's own pause before the group is joined again after an
-	// error (its default is 5 s); on top of it the subscription backs off from
-	// rejoinBackoffMin to rejoinBackoffMax (doubling) while joining keeps failing.
-	joinGroupBackoff = time.Second
-	rejoinBackoffMin = 500 * time.Millisecond
-	rejoinBackoffMax = 30 * time.Second
-	// partitionWatchInterval is how often a member checks its topic's partition count;
-	// a change (partitions added, the topic deleted or created again) starts a rebalance.
+	// partitionWatchInterval is how often a member refreshes its topic's metadata; a
+	// change of the partition count (partitions added, the topic deleted or created
+	// again) seen by the group's leader starts a rebalance.
 	partitionWatchInterval = 5 * time.Second
-	// coordinatorTimeout bounds each request to the group coordinator (join and sync
-	// wait longer: up to the rebalance or session timeout on top of it), and so every
-	// offset commit.
+	// coordinatorTimeout bounds each topic check, and each offset commit.
 	coordinatorTimeout = 5 * time.Second
 	// fetchMaxWait is the longest a fetch request waits at the broker for new records.
 	fetchMaxWait = time.Second
-	// fetchErrorPause is the pause after a fetch error that kafka-go reports (it retries
-	// with its own backoff as well).
-	fetchErrorPause = 100 * time.Millisecond
+	// pollMax bounds the records taken by one poll (all partitions together).
+	pollMax = 10000
+)
+
+// Start offsets of a partition without a committed offset ([SubscriberConfig.StartOffset]).
+const (
+	FirstOffset int64 = -2 // the partition's first record
+	LastOffset  int64 = -1 // after its last record: only records produced later
 )
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -93,8 +91,8 @@ type SubscriberConfig struct {
 	// Default [DefaultCommitInterval] (100ms).
 	CommitInterval time.Duration
 	// StartOffset is where a partition without a committed offset for the group is
-	// read from: [kafkago.FirstOffset] (the default, so records produced before the
-	// group's first start are not skipped) or [kafkago.LastOffset].
+	// read from: [FirstOffset] (the default, so records produced before the group's
+	// first start are not skipped) or [LastOffset].
 	StartOffset int64
 	// UUIDHeader, when set, is the record header whose value becomes the message UUID
 	// (the header is then not metadata). Empty (the default), or a record without it: a
@@ -128,11 +126,11 @@ func (c SubscriberConfig) withDefaults() (SubscriberConfig, error) {
 	defaultTo(&c.MissingTopicInterval, DefaultMissingTopicInterval)
 	switch c.StartOffset {
 	case 0:
-		c.StartOffset = kafkago.FirstOffset
-	case kafkago.FirstOffset, kafkago.LastOffset:
+		c.StartOffset = FirstOffset
+	case FirstOffset, LastOffset:
 	default:
 		return c, fmt.Errorf("kafka subscriber config: StartOffset %d is neither FirstOffset (%d) nor LastOffset (%d)",
-			c.StartOffset, kafkago.FirstOffset, kafkago.LastOffset)
+			c.StartOffset, FirstOffset, LastOffset)
 	}
 	if c.HeartbeatInterval >= c.SessionTimeout {
 		return c, fmt.Errorf("kafka subscriber config: HeartbeatInterval %s must be below SessionTimeout %s", c.HeartbeatInterval, c.SessionTimeout)
@@ -153,17 +151,20 @@ type hooks struct {
 	committed func(topic string, partition int, offset int64, err error)
 }
 
-// Subscriber is a watermill message.Subscriber over kafka-go's consumer-group API. It
-// is safe for concurrent use.
+// Subscriber is a watermill message.Subscriber over franz-go's consumer group. It is
+// safe for concurrent use.
 //
 // Each Subscribe joins the consumer group GroupID as one member subscribed to that
-// topic; the group's partitions of the topic are spread over its members (range
-// assignment), and a rebalance of the group (a member joins or leaves, partitions are
-// added) pauses all of its members, as in any Kafka consumer group.
+// topic (one franz-go client); the group's partitions of the topic are spread over its
+// members (range assignment, the eager protocol), and a rebalance of the group (a member
+// joins or leaves, partitions are added) pauses all of its members, as in any Kafka
+// consumer group.
 //
-// Per assigned partition, records are read from the committed offset (StartOffset
-// without one) and handed out without waiting for the previous one's Ack (up to
-// MaxInFlight per partition), so the receiver can batch. The receiver acks or nacks
+// Records are read read_committed: a record of an aborted transaction is never handed
+// out, and one of an open transaction only once it commits. Per assigned partition,
+// records are read from the committed offset (StartOffset without one) and handed out
+// without waiting for the previous one's Ack (up to MaxInFlight per partition: then that
+// partition alone stops being fetched), so the receiver can batch. The receiver acks or nacks
 // each message:
 //
 //   - Ack: the offset is committed, synchronously (at most once per CommitInterval),
@@ -178,17 +179,16 @@ type hooks struct {
 // records, waits up to DrainTimeout for the Acks and Nacks of those handed out, commits
 // what is contiguous and is released; an Ack that comes later does not count (the
 // partition's next owner hands the record out again). Commits carry the generation, so
-// the coordinator refuses those of a member that lost its partitions.
+// the coordinator refuses those of a member that lost its partitions. A member that lost
+// its partitions (its session expired) gives up the records handed out at once and
+// commits nothing: their Acks count for nothing, and the new owner hands them out again.
 //
 // Every message carries metadata [headers.MetaSourceID] ("kafka:<topic>:<partition>:<offset>"),
 // [headers.MetaKafkaKey] when the record has a key, and [MetaKafkaTimestamp].
 type Subscriber struct {
-	cfg    SubscriberConfig
-	log    *slog.Logger
-	dialer *kafkago.Dialer
-	// transport serves the null-value probes (nullValue).
-	transport *kafkago.Transport
-	hooks     hooks
+	cfg   SubscriberConfig
+	log   *slog.Logger
+	hooks hooks
 
 	mu     sync.Mutex // guards closed against wg.Add
 	closed bool
@@ -210,8 +210,6 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 	return &Subscriber{
 		cfg:         cfg,
 		log:         loggerOrDiscard(logger).With("component", "kafka.subscriber", "group", cfg.GroupID),
-		dialer:      NewDialer(cfg.ClientID, cfg.Security),
-		transport:   NewTransport(cfg.ClientID, cfg.Security),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 	}, nil
@@ -225,9 +223,9 @@ func NewSubscriber(cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, erro
 //
 // A topic that does not exist is named in a Warn line and looked for again every
 // MissingTopicInterval; the group is joined only once it exists, so a missing topic
-// never makes the group rebalance. While a member, the subscription watches the topic's
-// partition count (every 5 s) and rebalances the group when it changes; a failed join
-// is retried with a backoff (500 ms doubling to 30 s).
+// never makes the group rebalance. While a member, the subscription refreshes the topic's
+// metadata every 5 s, and the group rebalances when its partition count changes; a
+// failed join is retried by franz-go with its backoff.
 //
 // The channel is closed when ctx is cancelled or Close is called, after the
 // subscription has left the group: its partitions are drained (up to DrainTimeout)
@@ -252,26 +250,6 @@ func (s *Subscriber) start(ctx context.Context, sub *subscription) error {
 		return errors.New("subscribe: empty topic")
 	}
 	log := s.log.With("topic", topic)
-	cgcfg := kafkago.ConsumerGroupConfig{
-		ID:                s.cfg.GroupID,
-		Brokers:           s.cfg.Brokers,
-		Dialer:            s.dialer,
-		Topics:            []string{topic},
-		HeartbeatInterval: s.cfg.HeartbeatInterval,
-		SessionTimeout:    s.cfg.SessionTimeout,
-		RebalanceTimeout:  s.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  joinGroupBackoff,
-		// kafka-go's partition watcher ends the generation at once when the topic is
-		// missing (a rejoin loop); the subscription watches the partitions itself.
-		WatchPartitionChanges: false,
-		StartOffset:           s.cfg.StartOffset,
-		Timeout:               coordinatorTimeout,
-		Logger:                kafkaLogger(log),
-		ErrorLogger:           kafkaLogger(log),
-	}
-	if err := cgcfg.Validate(); err != nil {
-		return fmt.Errorf("subscribe to %s: %w", topic, err)
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -291,13 +269,13 @@ func (s *Subscriber) start(ctx context.Context, sub *subscription) error {
 		if !sub.awaitTopic(runCtx) {
 			return
 		}
-		cg, err := kafkago.NewConsumerGroup(cgcfg)
-		if err != nil { // validated above
+		cl, err := kgo.NewClient(sub.clientOpts(runCtx)...)
+		if err != nil {
 			log.Error("kafka consumer group", "error", err)
 			return
 		}
 		log.Info("joining kafka consumer group")
-		sub.run(runCtx, cg)
+		sub.run(runCtx, cl)
 	}()
 	return nil
 }
@@ -310,6 +288,11 @@ type subscription struct {
 	out   chan *message.Message
 	fast  chan *headers.Received
 	log   *slog.Logger
+
+	mu    sync.Mutex // guards parts: the poller reads it, the group's callbacks change it
+	parts map[int32]*partitionConsumer
+	// pcs are the running partition consumers' goroutines.
+	pcs sync.WaitGroup
 }
 
 // close closes the channel sub hands out on.
@@ -329,7 +312,7 @@ func (sub *subscription) awaitTopic(ctx context.Context) bool {
 	missing := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, coordinatorTimeout)
-		_, err := partitionCount(cctx, sub.s.dialer, sub.s.cfg.Brokers, sub.topic)
+		_, err := Partitions(cctx, sub.s.cfg.Brokers, sub.s.cfg.Security, sub.topic)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -355,92 +338,124 @@ func (sub *subscription) awaitTopic(ctx context.Context) bool {
 	}
 }
 
-// run takes the group's generations until ctx is done, consuming the partitions of
-// each; then it leaves the group (the caller closes out).
-func (sub *subscription) run(ctx context.Context, cg *kafkago.ConsumerGroup) {
-	var parts sync.WaitGroup
-	defer parts.Wait() // partitions started on a generation that had already ended
+// clientOpts are the options of the subscription's client: a member of the group that
+// consumes the topic, commits only what the partition consumers commit, and lets the
+// group rebalance only between polls (BlockRebalanceOnPoll), so that every record polled
+// reaches its partition consumer before that partition can be revoked.
+func (sub *subscription) clientOpts(runCtx context.Context) []kgo.Opt {
+	c := &sub.s.cfg
+	reset := kgo.NewOffset().AtStart()
+	if c.StartOffset == LastOffset {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	return append(ClientOpts(c.Brokers, c.ClientID, c.Security),
+		kgo.WithLogger(kgoLogger{sub.log}),
+		kgo.ConsumerGroup(c.GroupID),
+		kgo.ConsumeTopics(sub.topic),
+		kgo.Balancers(kgo.RangeBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(c.SessionTimeout),
+		kgo.HeartbeatInterval(c.HeartbeatInterval),
+		kgo.RebalanceTimeout(c.RebalanceTimeout),
+		kgo.ConsumeResetOffset(reset),
+		kgo.FetchMaxWait(fetchMaxWait),
+		kgo.MetadataMaxAge(partitionWatchInterval),
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+			sub.assigned(runCtx, cl, assigned[sub.topic])
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+			sub.release(cl, false)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+			sub.release(cl, true)
+		}),
+	)
+}
+
+// run polls the group's records until ctx is done and hands each partition's records to
+// its consumer; then it leaves the group (the caller closes out).
+func (sub *subscription) run(ctx context.Context, cl *kgo.Client) {
 	defer func() {
-		// Ends the current generation: its partitions drain and commit, then the member
-		// leaves the group. Blocks until then.
-		if err := cg.Close(); err != nil {
-			sub.log.Warn("leave kafka consumer group", "error", err)
-		}
+		// Revokes the partitions (they drain and commit), then leaves the group. Blocks
+		// until then.
+		cl.Close()
+		sub.pcs.Wait()
 		sub.log.Info("left kafka consumer group")
 	}()
-
-	// A failure is logged once at Warn, then quietly retried; kafka-go tries once more,
-	// then waits for the next Next before its next try.
-	policy := backoff.Policy{Min: rejoinBackoffMin, Max: rejoinBackoffMax, Log: sub.log, ErrKey: "error", WaitKey: "backoff",
-		Failed: "kafka consumer group: no generation, retrying"}
+	streak := backoff.Streak{Log: sub.log} // logged once at Warn, then quietly retried
 	for {
-		var gen *kafkago.Generation
-		err := backoff.Retry(ctx, policy, func(ctx context.Context) (err error) {
-			gen, err = cg.Next(ctx)
-			return err
-		}, func(err error) bool { return errors.Is(err, kafkago.ErrGroupClosed) })
-		if err != nil {
+		fs := cl.PollRecords(ctx, pollMax)
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
 			return
 		}
-		sub.startGeneration(ctx, gen, &parts)
-	}
-}
-
-// startGeneration starts the consumers of gen's partitions of the topic and its
-// partition watcher.
-func (sub *subscription) startGeneration(ctx context.Context, gen *kafkago.Generation, parts *sync.WaitGroup) {
-	assigned := gen.Assignments[sub.topic]
-	ids := make([]int, len(assigned))
-	for i, pa := range assigned {
-		ids[i] = pa.ID
-	}
-	sub.log.Info("kafka consumer group generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-	for _, pa := range assigned {
-		pc := newPartitionConsumer(sub, gen, pa)
-		parts.Add(1)
-		gen.Start(func(genCtx context.Context) {
-			defer parts.Done()
-			pc.run(ctx, genCtx)
+		failed := false
+		fs.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+				return
+			}
+			failed = true
+			streak.Failed(ctx, "kafka fetch, retrying", "partition", p, "error", err)
 		})
+		if !failed {
+			streak.Reset()
+		}
+		sub.mu.Lock()
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			if pc := sub.parts[p.Partition]; pc != nil {
+				pc.feed(p.Records)
+			}
+		})
+		sub.mu.Unlock()
+		cl.AllowRebalance()
 	}
-	gen.Start(sub.watchPartitions)
 }
 
-// watchPartitions returns, ending the generation (a rebalance), when the topic's
-// partition count changes from what it was at the generation's start (a missing topic
-// counts 0); it returns without one when genCtx ends. A failed check is retried at the
-// next tick: only a change the brokers reported rebalances.
-func (sub *subscription) watchPartitions(genCtx context.Context) {
-	count := func() (int, bool) {
-		cctx, cancel := context.WithTimeout(genCtx, coordinatorTimeout)
-		defer cancel()
-		n, err := partitionCount(cctx, sub.s.dialer, sub.s.cfg.Brokers, sub.topic)
-		if errors.Is(err, ErrUnknownTopic) {
-			return 0, true
-		}
-		if err != nil {
-			sub.log.Debug("kafka partition watch", "error", err)
-		}
-		return n, err == nil
+// assigned starts the consumers of the partitions the group gave this member.
+func (sub *subscription) assigned(runCtx context.Context, cl *kgo.Client, partitions []int32) {
+	sub.log.Info("kafka consumer group generation", "partitions", partitions)
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.parts == nil {
+		sub.parts = map[int32]*partitionConsumer{}
 	}
-	base, known := count()
-	tick := time.NewTicker(partitionWatchInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-genCtx.Done():
-			return
-		case <-tick.C:
+	for _, p := range partitions {
+		if sub.parts[p] != nil {
+			continue
 		}
-		n, ok := count()
-		switch {
-		case !ok:
-		case !known:
-			base, known = n, true
-		case n != base:
-			sub.log.Info("kafka topic partitions changed: rebalancing", "from", base, "to", n)
-			return
-		}
+		pc := newPartitionConsumer(sub, cl, p)
+		sub.parts[p] = pc
+		sub.pcs.Add(1)
+		go func() {
+			defer sub.pcs.Done()
+			pc.run(runCtx)
+		}()
+	}
+}
+
+// release ends every partition consumer (a rebalance revokes the partitions, or they
+// were lost) and waits for them: revoked, each drains and commits within the
+// generation; lost, each gives its records up at once and commits nothing. Then every
+// partition it had paused is resumed, for the next owner (possibly this member).
+func (sub *subscription) release(cl *kgo.Client, lost bool) {
+	sub.mu.Lock()
+	parts := sub.parts
+	sub.parts = nil
+	sub.mu.Unlock()
+	for _, pc := range parts {
+		pc.end(lost)
+	}
+	paused := make([]int32, 0, len(parts))
+	for p, pc := range parts {
+		<-pc.ended
+		paused = append(paused, p)
+	}
+	if len(paused) > 0 {
+		cl.ResumeFetchPartitions(map[string][]int32{sub.topic: paused})
 	}
 }
 
@@ -456,6 +471,5 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 	s.closeCancel()
 	s.wg.Wait()
-	s.transport.CloseIdleConnections()
 	return nil
 }
