@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -21,7 +21,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 )
 
-// dlqPartitions is how many partitions delay.in has in the K2 rows.
+// dlqPartitions is how many partitions delay.in has in the K3 rows.
 const dlqPartitions = 4
 
 // newDLQStack is a Kafka stack whose delay.in has dlqPartitions partitions (the other
@@ -97,21 +97,21 @@ func committedOffsets(t *testing.T, k *kstack) map[int32]int64 {
 	return out
 }
 
-// k2Run is what one K2 run saw.
-type k2Run struct {
+// k3Run is what one K3 run saw.
+type k3Run struct {
 	sent          map[int32]int           // valid records sent per partition
 	p99           map[int32]time.Duration // delivery lateness p99 per partition while the DLQ failed
 	deliveredLate int                     // valid records not delivered while the DLQ failed
 	committed     map[int32]int64         // committed offsets while the DLQ failed
 }
 
-// runK2 runs a K2 row on k (a bridge already started): one record with x-delay "abc" at
+// runK3 runs a K3 row on k (a bridge already started): one record with x-delay "abc" at
 // offset 0 of partition 0, then valid records (x-delay 500 ms) on every partition at 100
 // records/s for 6 s, while the dead-letter topic cannot be written. It waits for every
 // valid record on out.fault, reads the committed offsets, then calls recover and checks
 // that the bad record is dead-lettered once (invalid_delay) and that partition 0's
 // commit point passes it.
-func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
+func runK3(t *testing.T, k *kstack, c *kchecker, recover func()) k3Run {
 	t.Helper()
 	var mu sync.Mutex
 	arrived := map[string]time.Time{}
@@ -134,7 +134,7 @@ func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
 			{Key: "x-delay", Value: []byte(xdelay)}, {Key: "x-target", Value: []byte("out.fault")}, {Key: "seq", Value: []byte(seq)}}})
 	}
 	produce("k2-bad", 0, "abc", 0)
-	run := k2Run{sent: map[int32]int{}, p99: map[int32]time.Duration{}}
+	run := k3Run{sent: map[int32]int{}, p99: map[int32]time.Duration{}}
 	type sent struct {
 		p  int32
 		at time.Time
@@ -174,7 +174,7 @@ func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
 		slices.Sort(l)
 		run.p99[p] = l[min(len(l)-1, len(l)*99/100)]
 	}
-	t.Logf("K2 while the dead-letter topic fails: sent %v, not delivered %d, lateness p99 per partition %v, committed %v, bad record dead-lettered %d times",
+	t.Logf("K3 while the dead-letter topic fails: sent %v, not delivered %d, lateness p99 per partition %v, committed %v, bad record dead-lettered %d times",
 		run.sent, run.deliveredLate, run.p99, run.committed, badDead)
 	if run.deliveredLate != 0 {
 		t.Errorf("%d of %d valid records not delivered while the dead-letter topic failed: the bad record held them", run.deliveredLate, len(seqs))
@@ -209,7 +209,7 @@ func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
 	badDead = deadCopies["k2-bad"]
 	mu.Unlock()
 	r := c.await(seqs, 10*time.Second)
-	t.Logf("K2 after the dead-letter topic recovered: bad record dead-lettered %d time(s) %v %s after; committed %v; valid %s",
+	t.Logf("K3 after the dead-letter topic recovered: bad record dead-lettered %d time(s) %v %s after; committed %v; valid %s",
 		badDead, reasons, deadAfter.Round(time.Millisecond), offs, r)
 	requireKafkaSafe(t, r)
 	if got != 1 || reasons["invalid_delay"] != 1 || badDead != 1 {
@@ -221,7 +221,7 @@ func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
 	return run
 }
 
-// K2 (issue 38 item 3): every produce to delay.dlq fails (kfake answers
+// K3 (issue 38 item 3): every produce to delay.dlq fails (kfake answers
 // UNKNOWN_SERVER_ERROR) while a record with x-delay "abc" sits at the head of partition 0
 // of 4 (one bridge holds them all) and valid records arrive on every partition at 100/s.
 // Only the bad record waits: every valid record, of partition 0 too, is parked and
@@ -229,43 +229,28 @@ func runK2(t *testing.T, k *kstack, c *kchecker, recover func()) k2Run {
 // the bad record, the other partitions are committed to their end. Once produces to
 // delay.dlq succeed again the bad record is dead-lettered once and partition 0 committed
 // past it. The lateness per partition is reported, not asserted.
-func TestK2KafkaDeadLetterTopicFailing(t *testing.T) {
+func TestK3KafkaDeadLetterTopicFailing(t *testing.T) {
 	k := newDLQStack(t, false)
 	c := newKafkaChecker(t, k)
-	kf := k.kafka.Kfake()
-	var failing atomic.Bool
-	var refused atomic.Int64
-	failing.Store(true)
-	kf.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if !failing.Load() {
-			return nil, nil, false // handled by the cluster; this control is dropped
-		}
-		kf.KeepControl()
-		resp, hit := produceErrors(req, func(topic string) int16 {
-			if topic == "delay.dlq" {
-				return -1 // UNKNOWN_SERVER_ERROR
-			}
-			return 0
-		})
-		if hit {
-			refused.Add(1)
-		}
-		return resp, nil, hit
-	})
+	// kfake's own fault: delay.dlq's partitions answer UNKNOWN_SERVER_ERROR, the other
+	// topics of the same produce request are written (a producer puts every topic led by
+	// one broker in one request).
+	refuse := k.kafka.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "delay.dlq", Count: -1})
+	defer refuse.Remove()
 	e2etest.StartReady(t, bridgeBin, k.envWith())
-	runK2(t, k, c, func() {
-		t.Logf("K2: %d produce requests to delay.dlq refused", refused.Load())
-		if refused.Load() == 0 {
+	runK3(t, k, c, func() {
+		t.Logf("K3: %d produce requests to delay.dlq refused", refuse.Hits())
+		if refuse.Hits() == 0 {
 			t.Fatal("no produce to delay.dlq was refused: the fault did not happen")
 		}
-		failing.Store(false)
+		refuse.Remove()
 	})
 }
 
-// K2 (missing): as TestK2KafkaDeadLetterTopicFailing, but delay.dlq does not exist (the
+// K3 (missing): as TestK3KafkaDeadLetterTopicFailing, but delay.dlq does not exist (the
 // cluster creates no topics): the start names it in a warning; once it is created the
 // bad record is dead-lettered once.
-func TestK2KafkaDeadLetterTopicMissing(t *testing.T) {
+func TestK3KafkaDeadLetterTopicMissing(t *testing.T) {
 	k := newDLQStack(t, true)
 	c := newKafkaChecker(t, k)
 	b := e2etest.StartReady(t, bridgeBin, k.envWith())
@@ -275,9 +260,9 @@ func TestK2KafkaDeadLetterTopicMissing(t *testing.T) {
 			warning = line
 		}
 	}
-	t.Logf("K2 (missing): warning at start: %s", warning)
+	t.Logf("K3 (missing): warning at start: %s", warning)
 	if warning == "" {
 		t.Fatalf("no warning at start names the missing dead-letter topic delay.dlq:\n%s", b.Out.String())
 	}
-	runK2(t, k, c, func() { testkafka.CreateTopic(t, k.brokers, "delay.dlq", 3) })
+	runK3(t, k, c, func() { testkafka.CreateTopic(t, k.brokers, "delay.dlq", 3) })
 }
