@@ -230,3 +230,30 @@ func BenchmarkParkPublished(b *testing.B) {
 		})
 	}
 }
+
+// TestReplaceKeepsTheLaterPublish: of two versions of one x-delay-id read out of order (two
+// partitions), the one its source published later stays parked: an earlier one read after
+// it is kept out (Existed), so that a cancel between them, read late too, deletes only
+// what was published before it (fault row K2 lost the record published after its cancel).
+func TestReplaceKeepsTheLaterPublish(t *testing.T) {
+	f := setup(t)
+	later := ParkRequest{ID: "order-7", Replace: true, Published: 1_700_000_000_200, Delay: time.Hour, Envelope: sampleEnvelope(2)}
+	earlier := ParkRequest{ID: "order-7", Replace: true, Published: 1_700_000_000_100, Delay: time.Hour, Envelope: sampleEnvelope(1)}
+	f.park(t, later)
+	if p := f.park(t, earlier); !p[0].Existed {
+		t.Fatalf("earlier publish read late: %+v, want kept out (Existed)", p[0])
+	}
+	if m, err := f.s.Get(t.Context(), "order-7"); err != nil || string(m.Envelope.Payload) != string(later.Envelope.Payload) {
+		t.Fatalf("parked %q, %v; want the later publish %q", m.Envelope.Payload, err, later.Envelope.Payload)
+	}
+	if ok, err := f.s.CancelAt(t.Context(), "order-7", 1_700_000_000_150); err != nil || ok {
+		t.Fatalf("cancel between the two publishes: %v, %v; want the later one kept", ok, err)
+	}
+	newer := ParkRequest{ID: "order-7", Replace: true, Published: 1_700_000_000_300, Delay: time.Hour, Envelope: sampleEnvelope(3)}
+	if p := f.park(t, newer); p[0].Existed && p[0].Due == 0 {
+		t.Fatalf("a later publish not parked: %+v", p[0])
+	}
+	if m, err := f.s.Get(t.Context(), "order-7"); err != nil || string(m.Envelope.Payload) != string(newer.Envelope.Payload) {
+		t.Fatalf("parked %q, %v; want the newest publish", m.Envelope.Payload, err)
+	}
+}

@@ -25,7 +25,9 @@
 -- parked: {0, 2}. A message whose id has a live remembered cancel (until > now) with a
 -- source time at or after the message's is not parked either: {0, 3} (the cancel was read
 -- first, the message it cancels arrived later). An existing id with replace = 0, or with
--- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), is kept as is
+-- replace = 1 and the same non-empty source id stored (a redelivery of the parked message), or
+-- with replace = 1 and a source time before the stored one's (both known: a replace its
+-- source published before the parked version, read late from another partition), is kept as is
 -- (idempotent redelivery); otherwise the entry gets a new version (from seq), attempts 0
 -- and due = now + delay or at. A wake "<shard>:<due>" is published when the batch's
 -- earliest new due is earlier than the head. A message that replaced an entry in delivery
@@ -136,6 +138,7 @@ local function shard(KEYS, ARGV)
   -- curSrc[id] its source id, curTgt[id] its target; deltas[target] what the batch adds
   -- to the target's parked count.
   local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
+  local curSent = {} -- curSent[id]: the source time stored with the entry (replace only)
   -- oldVer[id]: the version of an entry stored before the batch; swapped: {id, due, index
   -- of the replacing message} of those this batch replaces
   local oldVer, swapped = {}, {}
@@ -162,12 +165,18 @@ local function shard(KEYS, ARGV)
       oldVer[id] = ver
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
       curTgt[id] = p and targetOf(olds[k], p) or ''
+      if p and ARGV[a + 2] == '1' then curSent[id] = sentOf(olds[k], p) end
     end
+    local sent = tonumber(string.sub(ARGV[a + 1], 2)) or 0
     if tomb then
       out[k] = {0, 2}
     elseif cancelled[k] then
       out[k] = {0, 3}
-    elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src)) then
+    elseif existing ~= nil and (ARGV[a + 2] == '0' or (src ~= '' and curSrc[id] == src) or
+        (sent > 0 and curSent[id] and curSent[id] > sent)) then
+      -- kept: not a replace, a redelivery of the stored message, or a replace its source
+      -- published before the stored one (read late, from another partition): the later
+      -- publish wins, as a cancel's source time does (docs/design.md "Remembered cancels")
       cur[id] = existing
       out[k] = {existing, 1}
     elseif not gate.admit(existing ~= nil and curTgt[id] or nil, ARGV[a + 4]) then
@@ -189,6 +198,7 @@ local function shard(KEYS, ARGV)
       cur[id] = due
       curSrc[id] = src
       curTgt[id] = tgt
+      if sent > 0 and ARGV[a + 2] == '1' then curSent[id] = sent else curSent[id] = nil end
       writes[#writes + 1] = k
       dues[k] = due
       if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
