@@ -5,7 +5,6 @@ package fault
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,17 +43,7 @@ func newDLQStack(t *testing.T, strict bool) *kstack {
 	for _, topic := range topics {
 		testkafka.CreateTopic(t, k.brokers, topic, 3)
 	}
-	k.group = "bridge-" + strconv.Itoa(rand.IntN(1e9))
-	s.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(k.brokers, ",")
-	s.env["BRIDGE_KAFKA_GROUP"] = k.group
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		t.Fatalf("kgo client: %v", err)
-	}
-	t.Cleanup(cl.Close)
-	k.cl = cl
-	return k
+	return k.join(t)
 }
 
 // committedOffsets returns the group's committed offset of each partition of delay.in

@@ -39,9 +39,16 @@ func newKafkaStack(t *testing.T) *kstack {
 	for _, topic := range []string{"delay.in", "delay.cancel", "delay.dlq", "out.fault"} {
 		testkafka.CreateTopic(t, k.brokers, topic, 3)
 	}
+	return k.join(t)
+}
+
+// join gives k a consumer group of its own and a producer, and points the bridge's
+// environment at the cluster (k.brokers set, topics created).
+func (k *kstack) join(t *testing.T) *kstack {
+	t.Helper()
 	k.group = "bridge-" + strconv.Itoa(rand.IntN(1e9))
-	s.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(k.brokers, ",")
-	s.env["BRIDGE_KAFKA_GROUP"] = k.group
+	k.env["BRIDGE_KAFKA_BROKERS"] = strings.Join(k.brokers, ",")
+	k.env["BRIDGE_KAFKA_GROUP"] = k.group
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(time.Millisecond))
 	if err != nil {
