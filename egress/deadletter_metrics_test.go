@@ -40,23 +40,7 @@ func TestDeadLettersCountedByReason(t *testing.T) {
 	waitFor(t, dlq, 5*time.Second)
 	waitEmpty(t, st)
 
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "delaybridge_dead_letters_out_total" {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "reason" {
-					got[l.GetValue()] += s.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	got := deadByReason(t, reg)
 	if len(got) != 2 || got["forbidden"] != 1 || got["publish_failed"] != 1 || counter(t, reg, "dead_lettered") != 2 {
 		t.Fatalf("dead letters by reason %v, dead_lettered %g; want forbidden 1, publish_failed 1, 2", got, counter(t, reg, "dead_lettered"))
 	}
