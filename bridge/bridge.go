@@ -32,19 +32,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/delaybridge/delaybridge/admin/monitor"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/api"
+	"github.com/delaybridge/delaybridge/httpapi/ops"
 	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/connect"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/fleetstats"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/api"
-	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
-	"github.com/delaybridge/delaybridge/internal/intake"
-	"github.com/delaybridge/delaybridge/internal/monitor"
 )
 
 // Bridge is one delaybridge replica in this process. Create it with New; Run it once.
@@ -218,7 +218,7 @@ func shutdown(sides []*brokerSide, rdb io.Closer) {
 type assembly struct {
 	reg        *prometheus.Registry
 	countsReg  *prometheus.Registry // ingress's and egress's metrics only: what b.fleet gathers
-	inMetrics  *intake.Metrics
+	inMetrics  *ingress.Metrics
 	outMetrics *egress.Metrics
 	redisUp    *monitor.Redis
 	dataset    *monitor.DatasetWatch
@@ -240,7 +240,7 @@ func newWatch(rdb redis.UniversalClient, store *delaystore.Store, logger *slog.L
 	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
 	counts := teeRegisterer{b.reg, b.countsReg}
-	if b.inMetrics, err = intake.NewMetrics(counts); err != nil {
+	if b.inMetrics, err = ingress.NewMetrics(counts); err != nil {
 		return nil, err
 	}
 	if b.outMetrics, err = egress.NewMetrics(counts); err != nil {

@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/delaybridge/delaybridge/config"
+	"github.com/delaybridge/delaybridge/httpapi/api"
+	"github.com/delaybridge/delaybridge/httpapi/ops"
 	"github.com/delaybridge/delaybridge/ingress"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/connect"
-	"github.com/delaybridge/delaybridge/internal/httpapi/api"
-	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
-	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/redrive"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )

@@ -11,10 +11,10 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	natsbroker "github.com/delaybridge/delaybridge/internal/broker/nats"
 	"github.com/delaybridge/delaybridge/internal/connect"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // Prefix starts every variable of the bridge.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
-	"github.com/delaybridge/delaybridge/internal/intake"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 )
 
 // specDefaults is docs/contract.md section 4's table, in its order, plus the two extensions.

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/httpapi/api"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
 	"github.com/delaybridge/delaybridge/internal/envconf"
-	"github.com/delaybridge/delaybridge/internal/httpapi/api"
 	"github.com/delaybridge/delaybridge/internal/subject"
 )
 

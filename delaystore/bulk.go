@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 // Bulk changes (docs/design.md, "Bulk changes"): scan.lua reads bounded chunks of a

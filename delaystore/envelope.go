@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 

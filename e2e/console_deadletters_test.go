@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // TestConsoleDeadLetters clicks through the console's dead-letters page of the built

@@ -15,8 +15,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // attackPage is a page of another origin that forges changes on the message API given in

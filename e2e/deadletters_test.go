@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // natsDeadLetters makes dead letters the way an operator gets them: a bridge whose

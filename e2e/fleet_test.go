@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // startReplicas starts n replicas of the built bridge on s (one Redis, one NATS).

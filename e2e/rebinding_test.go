@@ -15,8 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // rebindPage runs on a name rebound to the bridge: its fetches are same-origin to the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // collectSettlements gathers the settlements delivery hands back until they settle n

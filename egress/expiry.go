@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
-	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // expiredError is why a message with x-delay-expires is dead-lettered instead of

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestCancelReadBeforeItsMessage (issue 24 item 2): a cancel read before the message it

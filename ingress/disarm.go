@@ -3,7 +3,7 @@ package ingress
 import (
 	"strings"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // failingDLQ is a dead-letter publisher that refuses every publish while failing is set

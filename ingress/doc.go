@@ -1,6 +1,6 @@
 // Package ingress takes messages from watermill subscribers (the bridge's ingress and
 // cancel subjects on each broker), checks each one once at the edge with
-// internal/intake's Rules.Prepare, parks valid messages in the delay store in batches
+// ingress/intake's Rules.Prepare, parks valid messages in the delay store in batches
 // (group commit by lane), and only then acknowledges the source.
 //
 // Every message ends in exactly one of: acked after it was parked (or cancelled), acked

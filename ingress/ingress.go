@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
@@ -109,7 +109,7 @@ type Ingress struct {
 	sources []Source
 	dlq     map[string]message.Publisher
 	log     *slog.Logger
-	metrics *intake.Metrics
+	metrics *Metrics
 	now     func() time.Time
 	dead    *deadLetters // dead letters under way (reject)
 	// subscribed is set once Run has subscribed to every source (Subscribed).
@@ -132,7 +132,7 @@ func (in *Ingress) Subscribed() error {
 
 // New checks the wiring and returns an Ingress. dlq maps a broker name to the publisher
 // used for its dead-letter subject; every source broker needs one. metrics may be nil.
-func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *intake.Metrics) (*Ingress, error) {
+func New(cfg Config, store Parker, sources []Source, dlq map[string]message.Publisher, logger *slog.Logger, metrics *Metrics) (*Ingress, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}

@@ -1,9 +1,9 @@
 package ingress
 
 import (
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // logID is what the log says of a message's x-delay-id: its first value, cut to MaxIDLen

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // syncBuffer is a log destination safe for concurrent writes.
@@ -41,7 +41,7 @@ func TestIngressCountsLookalikes(t *testing.T) {
 	gc := newBroker(t)
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
-	m, err := intake.NewMetrics(reg)
+	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 // counterValue is the value of the counter name{labels} in reg (label name, value pairs;
 // the series' other labels empty), 0 when the series does not exist yet. The counters
-// live in internal/intake, so ingress's tests read them as a scrape would.
+// live in ingress/intake, so ingress's tests read them as a scrape would.
 func counterValue(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()

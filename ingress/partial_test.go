@@ -13,7 +13,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/internal/intake"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 )
 
 // TestPartialParkAcksWhatWasParked: when the park of one shard fails and the others

@@ -12,11 +12,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // heldPublisher is a dead-letter publisher whose publishes wait until release is closed,

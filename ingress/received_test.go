@@ -12,11 +12,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // fastSource is a Subscriber with the fast path (ReceivedSubscriber): Delayed messages come
@@ -151,7 +151,7 @@ func (d *dlqRecorder) Close() error { return nil }
 func runFast(t *testing.T, st Parker, src *fastSource, ev *events) (*prometheus.Registry, func()) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	metrics, err := intake.NewMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestRedeliveryOfDeliveredMessage: a source message is parked with its source id in the
@@ -85,7 +85,7 @@ func runCounted(t *testing.T, kinds ...Kind) (*delaystore.Store, *gochannel.GoCh
 	st := storetest.New(t, 5*time.Second)
 	gc := newBroker(t)
 	reg := prometheus.NewRegistry()
-	metrics, err := intake.NewMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

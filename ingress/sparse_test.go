@@ -11,8 +11,8 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestReadyAtSparse: when a lane's messages are ready (readyAt). Linger after the first,

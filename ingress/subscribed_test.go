@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
-	"github.com/delaybridge/delaybridge/internal/intake"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 )
 
 // gatedSource is a message.Subscriber whose Subscribe returns only once gate is closed.

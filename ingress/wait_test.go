@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
+	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/headers"
-	"github.com/delaybridge/delaybridge/internal/intake"
 )
 
 // TestNotReplicatedRequests: with BRIDGE_REDIS_MIN_REPLICAS 1 and the replica paused, a

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/config"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // osUser is who runs the command, for the audit log's actor (X-Delay-Actor): the OS user,

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi"
 )
 
 // runBulk is `bridge bulk cancel|reschedule|deliver-now`: a bulk change through the

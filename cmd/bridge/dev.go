@@ -21,7 +21,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/bridge"
 	"github.com/delaybridge/delaybridge/config"
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 // devStream is the JetStream stream `bridge dev` creates for its dead letters. It does

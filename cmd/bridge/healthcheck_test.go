@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi/ops"
+	"github.com/delaybridge/delaybridge/httpapi/ops"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

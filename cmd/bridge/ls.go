@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi"
 )
 
 // tableTime is how the CLI's tables show a time (UTC).

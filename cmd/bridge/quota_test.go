@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaybridge/delaybridge/internal/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi"
 )
 
 // TestPrintQuotas: `bridge targets` prints each quota pattern's use (a pattern without a

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/delaybridge/delaybridge/config"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 )
 
 // errUsage: a command line error already explained to the user.

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	apiclient "github.com/delaybridge/delaybridge/internal/httpapi/client"
+	apiclient "github.com/delaybridge/delaybridge/httpapi/client"
 
 	"github.com/delaybridge/delaybridge/internal/e2etest"
 )

@@ -18,9 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/delaybridge/delaybridge/httpapi"
+	"github.com/delaybridge/delaybridge/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/e2etest"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	"github.com/delaybridge/delaybridge/internal/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/testkafka"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )

@@ -17,9 +17,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/delaybridge/delaybridge/httpapi"
+	apiclient "github.com/delaybridge/delaybridge/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/e2etest"
-	"github.com/delaybridge/delaybridge/internal/httpapi"
-	apiclient "github.com/delaybridge/delaybridge/internal/httpapi/client"
 	"github.com/delaybridge/delaybridge/internal/testnats"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 func TestPublishError(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/delaybridge/delaybridge/contract"
 	kafkabroker "github.com/delaybridge/delaybridge/internal/broker/kafka"
-	"github.com/delaybridge/delaybridge/internal/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 

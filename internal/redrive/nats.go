@@ -14,7 +14,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 

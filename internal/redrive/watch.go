@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/backoff"
-	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // letterWatch follows the dead letters stored after a run started, and remembers the

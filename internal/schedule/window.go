@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/delaybridge/delaybridge/internal/contract"
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 // Offset is the spread drawn for a message with window w (x-delay-window): whole

@@ -7,8 +7,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/broker"
-	"github.com/delaybridge/delaybridge/internal/contract"
 )
 
 // decodeAck takes the usual PubAck without a decode and everything else with one: a

@@ -1,0 +1,27 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/delaybridge/delaybridge/httpapi"
+)
+
+// DeadLetters is GET /v1/dead-letters with query (reason, limit, cursor, broker).
+func (c *Client) DeadLetters(ctx context.Context, query url.Values) (httpapi.DeadLettersResponse, error) {
+	var out httpapi.DeadLettersResponse
+	path := "/v1/dead-letters"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Redrive is POST /v1/dead-letters/redrive.
+func (c *Client) Redrive(ctx context.Context, req httpapi.RedriveRequest) (httpapi.RedriveResponse, error) {
+	var out httpapi.RedriveResponse
+	err := c.do(ctx, http.MethodPost, "/v1/dead-letters/redrive", req, http.StatusOK, &out)
+	return out, err
+}
