@@ -25,7 +25,7 @@ var failMessages = map[string]string{
 	failExpired: "messages dead-lettered: expired before they could be published",
 }
 
-// failureLog reports a failing target without flooding the log (issue 24 item 5): per
+// failureLog reports a failing target without flooding the log: per
 // target and kind of failure, one Warn line when failures start and then at most one per
 // interval, counting the messages since the last line; Info when a publish to the target
 // succeeds again. Safe for concurrent use (groups of several shards settle at once).

@@ -28,8 +28,7 @@ const settleDelay = 2 * time.Millisecond
 
 // ackHold is how long completed acks wait before they may go at all (with the next claim,
 // or alone settleDelay later), so that each shard's ack group carries several messages
-// (Redis' cost follows the commands of the shard groups a script run touches; issue 26:
-// at a steady 5k msgs/s over 16 shards the acks of one claim hold about one message per
+// (Redis' cost follows the commands of the shard groups a script run touches: at a steady 5k msgs/s over 16 shards the acks of one claim hold about one message per
 // shard, held 32 ms about ten). Only the ack waits, never a claim or a publish. A hold
 // ends early, so that the acks go at once, when: a queued retry or put-back needs its
 // round trip; capacity runs short (settleNow); a queued ack's messages reached half their

@@ -61,10 +61,10 @@ func runBridge(ctx context.Context, environ []string, stderr io.Writer) error {
 }
 
 // defaultGOGC is the garbage collection target of `bridge run` when GOGC is not set
-// (Go's default is 100). The collector was about half of the bridge's CPU per message
-// (issue 26): at 400 the bridge spent 35-50% less CPU per released and about 25% less per
-// parked message in the burst benchmark, for about twice the peak RSS (docs/performance.md,
-// "Release CPU"). GOGC and GOMEMLIMIT in the environment win; without GOMEMLIMIT, a
+// (Go's default is 100). The collector was about half of the bridge's CPU per message:
+// at 400 the bridge spent 35-50% less CPU per released and about 25% less per
+// parked message in the burst benchmark, for about twice the peak RSS
+// (docs/decisions/0011-gogc-400.md). GOGC and GOMEMLIMIT in the environment win; without GOMEMLIMIT, a
 // container's memory limit (cgroup v2 memory.max) caps the heap at memLimitShare of it,
 // so the larger target cannot by itself bring the process to its memory limit.
 const defaultGOGC = 400

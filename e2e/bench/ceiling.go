@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The ceiling of a burst row (issue 26 item 1): after the burst, the harness publishes the
+// The ceiling of a burst row: after the burst, the harness publishes the
 // same number of messages straight to the target stream (OUT, subject bench.out.w) from
 // one client with JetStream async publish (4096 in flight, as the ingest publisher), each a
 // copy of a message the bridge released in that run (same headers and payload, its own
@@ -84,7 +84,7 @@ func withCeiling(sys system, res *result) {
 	}
 }
 
-// renderCeiling is issue 26 item 1's table: every delaybridge burst row's release rate
+// renderCeiling is the table: every delaybridge burst row's release rate
 // beside the ceiling of the same run, their ratio (median of the per-run ratios), and the
 // bridge CPU per released and per parked message, with the targets.
 func renderCeiling(rows []row) string {
@@ -95,7 +95,7 @@ func renderCeiling(rows []row) string {
 		}
 		if b.Len() == 0 {
 			fmt.Fprintf(&b, "\nBurst release vs the JetStream async publish ceiling of the same run (one client, same messages, straight to the target stream); "+
-				"issue 26 item 1's targets: release >= 0.5x the ceiling, bridge CPU <= 7 us per released message and <= 10 us per parked one:\n\n")
+				"targets: release >= 0.5x the ceiling, bridge CPU <= 7 us per released message and <= 10 us per parked one:\n\n")
 			fmt.Fprintf(&b, "| system | replicas | AOF | workload | release msgs/s | ceiling msgs/s | release / ceiling | >= 0.5 | bridge CPU us per released msg | <= 7 | per parked msg | <= 10 | ceiling: harness CPU us per msg | released / ceiling CPU | bridge peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.system, r.replicas, r.aof, r.workload,

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Firing control rows (issue 16, delaybridge only): the release rate of a target limited
+// Firing control rows (delaybridge only): the release rate of a target limited
 // by BRIDGE_TARGET_RATE (a burst due at once, 1 and 4 replicas), and the Redis cost of a
 // recurring message per firing next to a one-shot message at the same rate.
 

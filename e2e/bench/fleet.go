@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The fleet workloads (issue 13): many bridge replicas on one Redis, idle replicas, and a
+// The fleet workloads: many bridge replicas on one Redis, idle replicas, and a
 // Redis Cluster. They run on delaybridge only, and observe the bridge only through Redis
 // (INFO), NATS (arrivals) and /proc (CPU), so that they measure any bridge binary.
 
@@ -199,7 +199,7 @@ func runIdle(bin string, replicas, shards int, warmup, d time.Duration) idleResu
 }
 
 // renderFleet is the fleet section: the rows and the ratios at the most replicas / at 1
-// replica per rate, with the issue's targets.
+// replica per rate, with the targets.
 func renderFleet(rows []row) string {
 	if len(rows) == 0 {
 		return ""
@@ -284,9 +284,9 @@ func rowNotes(r row) []string {
 	return notes
 }
 
-// renderSteady is the steady 5k/s comparison with asynq and the minimal store, with issue
-// 13's targets for the 1-replica row (Redis CPU <= 25 us per message, p99 <= 5 ms) and
-// issue 26's ratio to the minimal store of the same run (Redis CPU <= 1.5x, p99 <= 5 ms).
+// renderSteady is the steady 5k/s comparison with asynq and the minimal store, with the
+// absolute targets for the 1-replica row (Redis CPU <= 25 us per message, p99 <= 5 ms) and
+// the ratio to the minimal store of the same run (Redis CPU <= 1.5x, p99 <= 5 ms).
 func renderSteady(rows []row) string {
 	var b strings.Builder
 	var db, minimal *row
@@ -302,7 +302,7 @@ func renderSteady(rows []row) string {
 			minimal = &rows[i]
 		}
 		if b.Len() == 0 {
-			fmt.Fprintf(&b, "\nSteady (1 replica, AOF everysec) side by side with asynq and the minimal store; issue 13's targets for delaybridge: Redis CPU <= 25 us/msg, p99 <= 5 ms:\n\n")
+			fmt.Fprintf(&b, "\nSteady (1 replica, AOF everysec) side by side with asynq and the minimal store; absolute targets for delaybridge: Redis CPU <= 25 us/msg, p99 <= 5 ms:\n\n")
 			fmt.Fprintf(&b, "| system | workload | Redis CPU us/msg | <= 25 us | Redis cmds/msg | scripts/msg | reads/msg | lateness p50 ms | p99 ms | <= 5 ms | max ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		}
 		cpu := r.redisCPUk * 1000
@@ -315,7 +315,7 @@ func renderSteady(rows []row) string {
 	}
 	if db != nil && minimal != nil {
 		cpuRatio := db.redisCPUk / minimal.redisCPUk
-		fmt.Fprintf(&b, "\nSteady, delaybridge / minimal store of the same run (issue 26 item 2: Redis CPU <= 1.5x, p99 <= 5 ms):\n\n")
+		fmt.Fprintf(&b, "\nSteady, delaybridge / minimal store of the same run (targets: Redis CPU <= 1.5x, p99 <= 5 ms):\n\n")
 		fmt.Fprintf(&b, "| workload | Redis CPU us/msg delaybridge / minimal | ratio | <= 1.5x | lateness p99 ms delaybridge / minimal | ratio | <= 5 ms |\n|---|---|---|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s / %s | %s | %s |\n", db.workload,
 			fnum(db.redisCPUk*1000, 1), fnum(minimal.redisCPUk*1000, 1), fnum(cpuRatio, 2), verdict(cpuRatio, 1.5),
@@ -385,7 +385,7 @@ func cmpDesc(a, b float64, ka, kb string) int {
 }
 
 // renderCluster is the cluster section: per-master Redis CPU and commands per message,
-// and max/min per-master CPU against the issue's 1.5x.
+// and max/min per-master CPU against the target of 1.5x.
 func renderCluster(rows []row, perMaster []int) string {
 	if len(rows) == 0 {
 		return ""

@@ -7,10 +7,10 @@
 // CPU. The same workloads run on github.com/hibiken/asynq (scheduled tasks) on an identically
 // configured redis-server as the peer baseline, and on a minimal store (minimal.go: one
 // sorted set + one hash, parks batched per 1 ms, pops per 1 ms tick, same JetStream
-// streams; not the parked workload) as the floor that issue 26 item 2 measures the steady
-// row against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
+// streams; not the parked workload) as the floor the steady
+// row is measured against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
 // messages published straight to the target stream from one client, JetStream async
-// publish), which issue 26 item 1 measures the release rate against, with the bridge's CPU
+// publish), which the release rate is measured against, with the bridge's CPU
 // per released and per parked message. Every (system, variant, workload, run) gets fresh
 // servers, so counters and memory are not polluted by earlier runs.
 //
@@ -18,7 +18,7 @@
 //	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
 //	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
-//	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,32 -fleet-for 15s      # issue 13's fleet rows
+//	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,32 -fleet-for 15s      # the fleet rows
 //	go run ./e2e/bench -quick -workloads idle,cluster
 //
 // The fleet, idle and cluster workloads (delaybridge only, after the others) measure the

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// minimalSystem is the minimal-store baseline of issue 26 item 2: the least a delay store
+// minimalSystem is the minimal-store baseline : the least a delay store
 // on Redis can do for the same traffic, on the same kind of redis-server and the same
 // JetStream streams as delaybridge. One sorted set (member = id, score = due unix ms) and
 // one hash (id -> target and payload); a worker in this process that reads stream IN with

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Quota cost rows (issue 28): the Redis CPU of a park with a BRIDGE_TARGET_QUOTA pattern
+// Quota cost rows: the Redis CPU of a park with a BRIDGE_TARGET_QUOTA pattern
 // that matches the messages' target against the same without a quota, each on a fresh
 // system, alternating within one run.
 

@@ -342,17 +342,17 @@ This run: ` + "`go run ./e2e/bench " + strings.Join(os.Args[1:], " ") + "`" + `.
   in the harness process, ` + "`Concurrency: 64`, `DelayedTaskCheckInterval: 100ms`, `TaskCheckInterval: 10ms`" + `
   (its defaults, 5 s and 1 s, would add seconds of lateness), tasks deleted on success (no retention).
   asynq stores due times in whole seconds, so its tasks can run up to 1 s early (column notes: EARLY).
-- minimal store baseline (` + "`-systems minimal`" + `, issue 26 item 2): same workloads but the backlog, its own
+- minimal store baseline (` + "`-systems minimal`" + `): same workloads but the backlog, its own
   identically configured redis-server and the same streams; a worker in the harness process reads ` + "`IN`" + ` with
   its own durable consumer, parks what arrived in the last 1 ms in one Lua call (ZADD into one sorted set +
   HSET into one hash, value = target + payload), acks after it, and every 1 ms pops what is due by Redis
   TIME in one Lua call (ZRANGEBYSCORE + ZREM + HMGET + HDEL, up to 1000) and publishes it to the target
   on ` + "`OUT`" + `, waiting for the PubAcks. No shards, tombstones or retries: the floor the steady row is compared with.
 - delaybridge/kafka rows (only with ` + "`-kafka`" + `): the source is an in-process kfake broker (1 broker,
-  4 partitions of ` + "`delay.in`" + `, kafka-go writer, 1000-record writes, acks=all); records carry
+  4 partitions of ` + "`delay.in`" + `, franz-go producer, 1000-record writes, acks=all); records carry
   ` + "`x-target: nats:bench.out.w`" + `; ingest = the bridges' ` + "`delaybridge_messages_in_total{broker=\"kafka\",result=\"parked\"}`" + `.
 
-- ceiling table (delaybridge burst rows, issue 26 item 1): after each burst the harness publishes the same number
+- ceiling table (delaybridge burst rows): after each burst the harness publishes the same number
   of messages straight to the target stream ` + "`OUT`" + ` from one client with JetStream async publish (4096 in flight),
   each a copy of a message the bridge released in that run (its headers and payload, its own ` + "`Nats-Msg-Id`" + `):
   messages / time from the first publish to the last PubAck. release / ceiling is the median of the per-run
@@ -361,11 +361,11 @@ This run: ` + "`go run ./e2e/bench " + strings.Join(os.Args[1:], " ") + "`" + `.
   peak RSS: VmHWM of /proc/<pid>/status after the burst (the largest replica). Ceiling harness CPU per message:
   the harness process's utime+stime (embedded NATS server, the publishing client, the arrival subscriber) from
   the ceiling's first publish until its copies arrived / messages: what putting one message on the target
-  stream costs this machine in the same run, the yardstick for the bridge's absolute CPU targets (issue 26
-  states them for a machine whose ceiling was 176-197k msgs/s); "released / ceiling CPU" = the bridge's CPU
+  stream costs this machine in the same run, the yardstick for the bridge's absolute CPU targets (stated for
+  a machine whose ceiling was 176-197k msgs/s); "released / ceiling CPU" = the bridge's CPU
   per released message / that.
 - steady table: the steady rows of delaybridge (1 replica, AOF everysec) and asynq side by side, Redis CPU
-  in us per message and lateness, against issue 13's targets (<= 25 us, p99 <= 5 ms).
+  in us per message and lateness, against the absolute targets (<= 25 us, p99 <= 5 ms).
 - fleet rows (delaybridge only): R bridge replicas (1, 8, 32) on one redis-server (AOF everysec), each with
   GOMAXPROCS=1 (a sidecar with a CPU limit of 1 or less: Go's cgroup-aware default) and its own
   HTTP and API ports, started 8 at a time and all answering ` + "`/readyz`" + ` before sending; when the bridge keeps the

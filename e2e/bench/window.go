@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Spread window rows (issue 28, delaybridge only): a burst of n messages due at the same
+// Spread window rows (delaybridge only): a burst of n messages due at the same
 // millisecond, with x-delay-window 10s and, as the reference in the same run, without.
 // The windowed burst's arrivals per second of the window show the spread (ideal: n/10 in
 // each); its lateness is counted from each message's drawn time (x-delay-due).

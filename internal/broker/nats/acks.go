@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// acks receives the acknowledgements of a Publisher's JetStream publishes (issue 26).
+// acks receives the acknowledgements of a Publisher's JetStream publishes.
 // Rather than nats.go's async publish (per message: a future with its channels, its
 // options, a map entry under the JetStream context's lock, a JSON decode of the PubAck),
 // every JetStream message is a core publish whose reply subject names its call and its

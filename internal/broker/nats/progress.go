@@ -12,8 +12,8 @@ import (
 // progress reports the JetStream messages of one subscription that are fetched and not
 // yet settled in progress (InProgress), so that the server does not redeliver a message
 // its receiver is still working on (a park waiting for Redis). One ticker per
-// subscription walks the messages, rather than a timer and a context watcher per message
-// (issue 26: a goroutine per message on the park path). A message is reported when at
+// subscription walks the messages, rather than a timer and a context watcher per message (a
+// goroutine per message on the park path cost too much CPU). A message is reported when at
 // least 3/4 of every (AckWait/2) has passed since its fetch or its last report; the
 // ticker runs every every/4, so reports are between 3/4 every and every apart, as the
 // former per-message timer's every at the most. A message stops being reported when it
