@@ -160,24 +160,9 @@ const (
 func (r *kafkaRun) ranges(ctx context.Context) (map[int]span, error) {
 	tctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(r.cfg.DLQTopic)
-	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(tctx, r.cl)
+	ids, err := r.partitions(tctx)
 	if err != nil {
-		return nil, fmt.Errorf("kafka metadata: %w", err)
-	}
-	if len(mresp.Topics) != 1 || mresp.Topics[0].ErrorCode != 0 || len(mresp.Topics[0].Partitions) == 0 {
-		var terr error
-		if len(mresp.Topics) == 1 {
-			terr = kerr.ErrorForCode(mresp.Topics[0].ErrorCode)
-		}
-		return nil, fmt.Errorf("dead-letter topic %q: %w", r.cfg.DLQTopic, errors.Join(terr, errors.New("not found")))
-	}
-	var ids []int32
-	for _, p := range mresp.Topics[0].Partitions {
-		ids = append(ids, p.Partition)
+		return nil, err
 	}
 	first, err := r.listOffsets(tctx, ids, -2)
 	if err != nil {
@@ -194,20 +179,53 @@ func (r *kafkaRun) ranges(ctx context.Context) (map[int]span, error) {
 	if r.cfg.FromStart || !r.opts.DryRun {
 		return out, nil
 	}
+	if err := r.fromCommitted(tctx, ids, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// partitions are the partitions of the dead-letter topic; an error when it has none.
+func (r *kafkaRun) partitions(ctx context.Context) ([]int32, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(r.cfg.DLQTopic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, r.cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka metadata: %w", err)
+	}
+	if len(mresp.Topics) != 1 || mresp.Topics[0].ErrorCode != 0 || len(mresp.Topics[0].Partitions) == 0 {
+		var terr error
+		if len(mresp.Topics) == 1 {
+			terr = kerr.ErrorForCode(mresp.Topics[0].ErrorCode)
+		}
+		return nil, fmt.Errorf("dead-letter topic %q: %w", r.cfg.DLQTopic, errors.Join(terr, errors.New("not found")))
+	}
+	var ids []int32
+	for _, p := range mresp.Topics[0].Partitions {
+		ids = append(ids, p.Partition)
+	}
+	return ids, nil
+}
+
+// fromCommitted starts each span of out (partitions ids) at the group's committed offset
+// where the group committed one past its start (a group that never committed: unchanged).
+func (r *kafkaRun) fromCommitted(ctx context.Context, ids []int32, out map[int]span) error {
 	of := kmsg.NewPtrOffsetFetchRequest()
 	of.Group = r.cfg.Group
 	ot := kmsg.NewOffsetFetchRequestTopic()
 	ot.Topic, ot.Partitions = r.cfg.DLQTopic, ids
 	of.Topics = append(of.Topics, ot)
-	oresp, err := of.RequestWith(tctx, r.cl)
+	oresp, err := of.RequestWith(ctx, r.cl)
 	if err == nil {
 		err = kerr.ErrorForCode(oresp.ErrorCode)
 	}
 	if errors.Is(err, kerr.GroupIDNotFound) {
-		return out, nil // no run committed yet
+		return nil // no run committed yet
 	}
 	if err != nil {
-		return nil, fmt.Errorf("committed offsets of group %s: %w", r.cfg.Group, err)
+		return fmt.Errorf("committed offsets of group %s: %w", r.cfg.Group, err)
 	}
 	for _, t := range oresp.Topics {
 		for _, c := range t.Partitions {
@@ -216,7 +234,7 @@ func (r *kafkaRun) ranges(ctx context.Context) (map[int]span, error) {
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // listOffsets is the offset at ts (-2: the first, -1: the end, the high watermark) of
@@ -307,142 +325,182 @@ func (r *kafkaRun) reset(ctx context.Context, ranges map[int]span) error {
 // one letter: a revoked partition is given up once the letter in hand was handled and
 // committed past.
 func (r *kafkaRun) member(ctx context.Context, ranges map[int]span) error {
-	bounds, err := json.Marshal(ends(ranges))
+	m := &groupMember{r: r, ranges: ranges, idleSince: time.Now()}
+	if err := m.join(); err != nil {
+		return err
+	}
+	defer m.cl.Close() // leaves the group
+	for {
+		if done, err := m.step(ctx); done || err != nil {
+			return err
+		}
+	}
+}
+
+// groupMember is one run's membership of the dead letters' consumer group (see member).
+type groupMember struct {
+	r      *kafkaRun
+	ranges map[int]span
+	cl     *kgo.Client
+
+	mu          sync.Mutex
+	assigned    []int32 // the current assignment; nil before the first and once revoked or lost
+	assignments int     // assignments handed out so far
+
+	seen      int            // the assignment left is of (0: none yet)
+	left      map[int32]span // per assigned partition not yet read to its end: what is left
+	idleSince time.Time      // the last record handled, or assignment taken
+}
+
+// join creates the group client; it takes the assignments the group hands out.
+func (m *groupMember) join() error {
+	r := m.r
+	bounds, err := json.Marshal(ends(m.ranges))
 	if err != nil {
 		return fmt.Errorf("end offsets: %w", err)
 	}
-	var mu sync.Mutex
-	var assigned []int32 // the current assignment; nil before the first
-	assignments := 0
-	cl, err := kgo.NewClient(append(kafkabroker.ClientOpts(r.cfg.Brokers, kafkabroker.DefaultClientID+"-redrive", r.cfg.Security),
+	m.cl, err = kgo.NewClient(append(kafkabroker.ClientOpts(r.cfg.Brokers, kafkabroker.DefaultClientID+"-redrive", r.cfg.Security),
 		kgo.ConsumerGroup(r.cfg.Group), kgo.ConsumeTopics(r.cfg.DLQTopic),
 		kgo.Balancers(boundsBalancer{GroupBalancer: kgo.RangeBalancer(), bounds: bounds}),
 		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(), kgo.KeepControlRecords(),
 		kgo.HeartbeatInterval(groupHeartbeat), kgo.SessionTimeout(groupSession), kgo.RebalanceTimeout(3*r.cfg.Timeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			mu.Lock()
-			defer mu.Unlock()
-			assigned = append([]int32{}, m[r.cfg.DLQTopic]...)
-			assignments++
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			m.setAssigned(append([]int32{}, a[r.cfg.DLQTopic]...), 1)
 		}),
-		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
-			mu.Lock()
-			defer mu.Unlock()
-			assigned = nil
-		}),
-		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {
-			mu.Lock()
-			defer mu.Unlock()
-			assigned = nil
-		}),
+		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) { m.setAssigned(nil, 0) }),
+		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) { m.setAssigned(nil, 0) }),
 	)...)
 	if err != nil {
 		return fmt.Errorf("consumer group %s: %w", r.cfg.Group, err)
 	}
-	defer cl.Close() // leaves the group
-	commit := func(p int, offset int64) error {
-		var cerr error
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		defer cancel()
-		cl.CommitOffsetsSync(cctx, map[string]map[int32]kgo.EpochOffset{r.cfg.DLQTopic: {int32(p): {Epoch: -1, Offset: offset}}},
-			func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-				cerr = err
-				if resp != nil {
-					for _, t := range resp.Topics {
-						for _, p := range t.Partitions {
-							cerr = errors.Join(cerr, kerr.ErrorForCode(p.ErrorCode))
-						}
+	return nil
+}
+
+// setAssigned records the group's current assignment (nil: none), counting it as a new
+// one when added is 1. Called from the client's group callbacks.
+func (m *groupMember) setAssigned(a []int32, added int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.assigned = a
+	m.assignments += added
+}
+
+// step polls one letter and handles it; done when the run's reading ends (err nil: all
+// read, or opts.Max letters). ctx cancels the poll and the handling.
+func (m *groupMember) step(ctx context.Context) (done bool, err error) {
+	// The assignment of the records about to be polled is set before they are (and
+	// cannot change until AllowRebalance).
+	if current, err := m.refresh(ctx); err != nil {
+		return true, err
+	} else if current && len(m.left) == 0 {
+		return true, nil
+	}
+	if m.r.opts.Max > 0 && m.r.seen >= m.r.opts.Max {
+		return true, nil
+	}
+	if m.r.opts.over() {
+		return true, ErrUntil
+	}
+	rec, ferr := m.poll(ctx)
+	if ctx.Err() != nil {
+		m.cl.AllowRebalance()
+		return true, ctx.Err()
+	}
+	if rec == nil {
+		m.cl.AllowRebalance()
+		return m.idle(ctx, ferr)
+	}
+	if _, err := m.refresh(ctx); err != nil {
+		m.cl.AllowRebalance()
+		return true, err
+	}
+	m.idleSince = time.Now()
+	err = m.r.memberRecord(ctx, rec, m.left, func(p int, offset int64) error { return m.commit(ctx, p, offset) })
+	m.cl.AllowRebalance()
+	return err != nil, err
+}
+
+// refresh takes a new assignment when the group handed one out since the last call; it
+// reports whether the assignment in hand is the group's current one.
+func (m *groupMember) refresh(ctx context.Context) (current bool, err error) {
+	m.mu.Lock()
+	cur, n := m.assigned, m.assignments
+	m.mu.Unlock()
+	if cur != nil && n != m.seen {
+		m.seen = n
+		if m.left, err = m.r.assignment(ctx, cur, m.ranges); err != nil {
+			return false, err
+		}
+	}
+	return cur != nil && n == m.seen, nil
+}
+
+// poll waits a short while (an assignment with nothing left to read ends the run at
+// once) for one letter: nil when none came; the fetch errors other than the wait's end.
+func (m *groupMember) poll(ctx context.Context) (*kgo.Record, error) {
+	pctx, cancel := context.WithTimeout(ctx, min(m.r.cfg.Timeout, 250*time.Millisecond))
+	fs := m.cl.PollRecords(pctx, 1)
+	cancel()
+	var rec *kgo.Record
+	var ferr error
+	fs.EachError(func(_ string, _ int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			ferr = errors.Join(ferr, err)
+		}
+	})
+	fs.EachRecord(func(x *kgo.Record) { rec = x })
+	return rec, ferr
+}
+
+// idle handles a poll that brought no letter (ferr: its fetch errors): done when the
+// assignment was read to its end; an error when the fetch failed, or nothing was
+// assigned or read within cfg.Timeout.
+func (m *groupMember) idle(ctx context.Context, ferr error) (done bool, err error) {
+	before := m.seen
+	current, err := m.refresh(ctx)
+	switch {
+	case err != nil:
+		return true, err
+	case current && len(m.left) == 0:
+		return true, nil
+	case m.seen != before:
+		m.idleSince = time.Now()
+	}
+	if time.Since(m.idleSince) < m.r.cfg.Timeout && ferr == nil {
+		return false, nil
+	}
+	switch {
+	case ferr != nil:
+		return true, fmt.Errorf("dead letters: %w", ferr)
+	case m.seen == 0:
+		return true, fmt.Errorf("join consumer group %s: no assignment within %s", m.r.cfg.Group, m.r.cfg.Timeout)
+	case current && len(m.left) > 0:
+		for p, sp := range m.left {
+			return true, fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: no record within %s", p, sp.from, sp.to, m.r.cfg.Timeout)
+		}
+	}
+	return false, nil
+}
+
+// commit commits offset for partition p of the dead-letter topic and waits for the
+// answer (at most cfg.Timeout; ctx cancels it).
+func (m *groupMember) commit(ctx context.Context, p int, offset int64) error {
+	var cerr error
+	cctx, cancel := context.WithTimeout(ctx, m.r.cfg.Timeout)
+	defer cancel()
+	m.cl.CommitOffsetsSync(cctx, map[string]map[int32]kgo.EpochOffset{m.r.cfg.DLQTopic: {int32(p): {Epoch: -1, Offset: offset}}},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			cerr = err
+			if resp != nil {
+				for _, t := range resp.Topics {
+					for _, p := range t.Partitions {
+						cerr = errors.Join(cerr, kerr.ErrorForCode(p.ErrorCode))
 					}
 				}
-			})
-		return cerr
-	}
-
-	seenAssignment := 0
-	idleSince := time.Now() // the last record handled, or assignment taken
-	var left map[int32]span // per assigned partition not yet read to its end: what is left
-	for {
-		// The assignment of the records about to be polled is set before they are (and
-		// cannot change until AllowRebalance).
-		refresh := func() (bool, error) {
-			mu.Lock()
-			cur, n := assigned, assignments
-			mu.Unlock()
-			if cur != nil && n != seenAssignment {
-				seenAssignment = n
-				if left, err = r.assignment(ctx, cur, ranges); err != nil {
-					return false, err
-				}
-			}
-			return cur != nil && n == seenAssignment, nil
-		}
-		if current, err := refresh(); err != nil {
-			return err
-		} else if current && len(left) == 0 {
-			return nil
-		}
-		if r.opts.Max > 0 && r.seen >= r.opts.Max {
-			return nil
-		}
-		if r.opts.over() {
-			return ErrUntil
-		}
-		// Short polls: an assignment with nothing left to read ends the run at once.
-		pctx, cancel := context.WithTimeout(ctx, min(r.cfg.Timeout, 250*time.Millisecond))
-		fs := cl.PollRecords(pctx, 1)
-		cancel()
-		if ctx.Err() != nil {
-			cl.AllowRebalance()
-			return ctx.Err()
-		}
-		var rec *kgo.Record
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				ferr = errors.Join(ferr, err)
 			}
 		})
-		fs.EachRecord(func(x *kgo.Record) { rec = x })
-		if rec == nil {
-			cl.AllowRebalance()
-			before := seenAssignment
-			current, err := refresh()
-			switch {
-			case err != nil:
-				return err
-			case current && len(left) == 0:
-				return nil
-			case seenAssignment != before:
-				idleSince = time.Now()
-			}
-			if time.Since(idleSince) < r.cfg.Timeout && ferr == nil {
-				continue
-			}
-			still := current
-			switch {
-			case ferr != nil:
-				return fmt.Errorf("dead letters: %w", ferr)
-			case seenAssignment == 0:
-				return fmt.Errorf("join consumer group %s: no assignment within %s", r.cfg.Group, r.cfg.Timeout)
-			case still && len(left) > 0:
-				for p, sp := range left {
-					return fmt.Errorf("dead letters, partition %d: read up to offset %d of %d: no record within %s", p, sp.from, sp.to, r.cfg.Timeout)
-				}
-			}
-			continue
-		}
-		if _, err := refresh(); err != nil {
-			cl.AllowRebalance()
-			return err
-		}
-		idleSince = time.Now()
-		err := r.memberRecord(ctx, rec, left, commit)
-		cl.AllowRebalance()
-		if err != nil {
-			return err
-		}
-	}
+	return cerr
 }
 
 // assignment is, for the partitions of a new assignment that ranges knows (a partition
