@@ -60,21 +60,9 @@ type Incoming struct {
 // They are control headers: not forwarded.
 func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, error) {
 	var req delaystore.ParkRequest
-	if len(in.Payload) > r.MaxPayload {
-		return req, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(in.Payload), r.MaxPayload)
-	}
-	if err := checkLimits(in.Headers, orDefault(r.MaxHeaders, DefaultMaxHeaders), orDefault(r.MaxHeaderBytes, DefaultMaxHeaderBytes)); err != nil {
-		return req, err
-	}
-	if err := checkReserved(in.Headers); err != nil {
-		return req, err
-	}
-	h, comp, err := translateCompat(in.Headers)
+	h, comp, err := r.incomingHeaders(in)
 	if err != nil {
 		return req, err
-	}
-	if keys := h.Values(contract.HeaderKafkaKey); len(keys) > 1 {
-		return req, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, contract.HeaderKafkaKey, len(keys))
 	}
 	if req.ID, req.Replace, err = chooseID(h, comp, in); err != nil {
 		return req, err
@@ -87,24 +75,8 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err != nil {
 		return req, err
 	}
-	target, err := r.target(h, in.Broker)
+	out, err := r.outgoing(h, comp, in, req.ID)
 	if err != nil {
-		return req, err
-	}
-	hops, err := parseHops(h, orDefault(r.MaxHops, DefaultMaxHops))
-	if err != nil {
-		return req, err
-	}
-	if target.Broker == BrokerKafka && len(in.Payload) > 0 && contract.Tombstone(h.Values(contract.HeaderKafkaTombstone)) {
-		return req, fmt.Errorf("%w: %s: true with a %d byte payload (a tombstone has no value)",
-			ErrInvalidHeaders, contract.HeaderKafkaTombstone, len(in.Payload))
-	}
-	key := outgoingKey(in.Key, comp)
-	forward, err := outgoingHeaders(h, target, key, hops)
-	if err != nil {
-		return req, err
-	}
-	if err := checkOutgoingSize(r.Limits, target.Broker, forward, req.ID, in.Source, key, in.Payload); err != nil {
 		return req, err
 	}
 	if sched.Absolute {
@@ -115,11 +87,11 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	firstFiring(&req, h, fire.every, now)
 	req.Published = contract.Published(in.SourceTime, in.Received)
 	req.Envelope = delaystore.Envelope{
-		Target:    target.String(),
+		Target:    out.target.String(),
 		Source:    in.Source,
 		SourceID:  in.SourceID,
-		Headers:   forward,
-		Key:       key,
+		Headers:   out.headers,
+		Key:       out.key,
 		Payload:   in.Payload,
 		Tombstone: in.Tombstone,
 		Expires:   fire.expires,
@@ -130,6 +102,64 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		return delaystore.ParkRequest{}, err
 	}
 	return req, nil
+}
+
+// incomingHeaders checks the payload's size and the header list as a whole (limits,
+// reserved names, a single x-kafka-key) and translates the compatibility headers: the
+// header list the contract headers are read from.
+func (r Rules) incomingHeaders(in Incoming) (headers.List, compat, error) {
+	if len(in.Payload) > r.MaxPayload {
+		return nil, compat{}, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(in.Payload), r.MaxPayload)
+	}
+	if err := checkLimits(in.Headers, orDefault(r.MaxHeaders, DefaultMaxHeaders), orDefault(r.MaxHeaderBytes, DefaultMaxHeaderBytes)); err != nil {
+		return nil, compat{}, err
+	}
+	if err := checkReserved(in.Headers); err != nil {
+		return nil, compat{}, err
+	}
+	h, comp, err := translateCompat(in.Headers)
+	if err != nil {
+		return nil, compat{}, err
+	}
+	if keys := h.Values(contract.HeaderKafkaKey); len(keys) > 1 {
+		return nil, compat{}, fmt.Errorf("%w: %s given %d times", ErrInvalidHeaders, contract.HeaderKafkaKey, len(keys))
+	}
+	return h, comp, nil
+}
+
+// outbound is what a parked message will be delivered as: its target, record key and
+// forwarded headers.
+type outbound struct {
+	target  Target
+	key     []byte
+	headers headers.List
+}
+
+// outgoing is the target, key and forwarded headers of a message with headers h (id: its
+// id), checked: the hops count, a tombstone without a payload, and the size the target
+// broker takes.
+func (r Rules) outgoing(h headers.List, comp compat, in Incoming, id string) (outbound, error) {
+	target, err := r.target(h, in.Broker)
+	if err != nil {
+		return outbound{}, err
+	}
+	hops, err := parseHops(h, orDefault(r.MaxHops, DefaultMaxHops))
+	if err != nil {
+		return outbound{}, err
+	}
+	if target.Broker == BrokerKafka && len(in.Payload) > 0 && contract.Tombstone(h.Values(contract.HeaderKafkaTombstone)) {
+		return outbound{}, fmt.Errorf("%w: %s: true with a %d byte payload (a tombstone has no value)",
+			ErrInvalidHeaders, contract.HeaderKafkaTombstone, len(in.Payload))
+	}
+	key := outgoingKey(in.Key, comp)
+	forward, err := outgoingHeaders(h, target, key, hops)
+	if err != nil {
+		return outbound{}, err
+	}
+	if err := checkOutgoingSize(r.Limits, target.Broker, forward, id, in.Source, key, in.Payload); err != nil {
+		return outbound{}, err
+	}
+	return outbound{target: target, key: key, headers: forward}, nil
 }
 
 // chooseID is the id of a message and whether it replaces a pending message of that id:
