@@ -20,7 +20,7 @@ type Config struct {
 	// one Redis node, ClusterShardRun on Redis Cluster).
 	// It is recorded in P:shards by the first Init on an empty store; every replica then
 	// uses the store's run, whatever its own (docs/design.md, "Redis data layout").
-	ShardRun int `env:"SHARD_RUN" envDefault:"0" envDoc:"consecutive JetStream sequences or Kafka offsets of a stream or partition that share a shard, 1-65536; only for a store this replica creates (recorded in <prefix>:shards; an existing store keeps its own, 64 before this setting); 0: 4096 on one Redis node (standalone, Sentinel), 64 on Redis Cluster; 64: owners take turns delivering one stream every 64 positions instead of 4096, at a quarter more Redis CPU at a steady rate (extension)"`
+	ShardRun int `env:"SHARD_RUN" envDefault:"0" envDoc:"consecutive JetStream sequences or Kafka offsets of a stream or partition that share a shard, 1-65536; only for a store this replica creates (recorded in <prefix>:shards; an existing store keeps its own); 0: 4096 on one Redis node (standalone, Sentinel), 64 on Redis Cluster; 64: owners take turns delivering one stream every 64 positions instead of 4096, at a quarter more Redis CPU at a steady rate (extension)"`
 	// Lease is how long a claimed message may stay unconfirmed before another replica may
 	// claim it again.
 	Lease time.Duration `env:"LEASE" envDefault:"30s" envDoc:"how long a claimed message may stay unconfirmed before another replica may take it"`

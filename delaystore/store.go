@@ -298,8 +298,8 @@ func (s *Store) checkEviction(ctx context.Context) error {
 					"set maxmemory-policy noeviction: %w", v, ErrEvictionPolicy)
 			}
 			if ok && strings.HasPrefix(v, "volatile-") {
-				s.log.Warn("redis maxmemory-policy evicts keys with a TTL when memory is full: the tombstone sets of a "+
-					"tombstone sets among them, so a redelivery within the tombstone TTL could be delivered twice; "+
+				s.log.Warn("redis maxmemory-policy evicts keys with a TTL when memory is full: the tombstone sets "+
+					"among them, so a redelivery within the tombstone TTL could be delivered twice; "+
 					"set maxmemory-policy noeviction", "policy", v)
 			}
 		}

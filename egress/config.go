@@ -59,10 +59,12 @@ type Config struct {
 	// also takes the messages due within ClaimAhead after it; those wait in the scheduler
 	// until their due time (holder). Each shard is then claimed about once per ClaimAhead
 	// instead of once per message at a steady rate (Redis' cost follows the shards a
-	// claim touches). A cancel or replace of a held message withdraws it (Wake.ID, best
-	// effort); a bulk change leaves it alone (in delivery). 0: the default, 32ms;
+	// claim touches). A held message is in delivery: a cancel or replace of it answers
+	// in_delivery and it is published all the same; only a recurring message's cancel
+	// withdraws the held firing (Wake.ID, best effort); a bulk change leaves it alone.
+	// 0: the default, 32ms;
 	// negative: off (claim only what is due). At most a quarter of Lease applies.
-	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a cancel or replace in that span still stops a message (best effort), a bulk change leaves it alone; 0: 32ms; negative: off (extension)"`
+	ClaimAhead time.Duration `env:"CLAIM_AHEAD" envDefault:"0s" envDoc:"how far ahead of their due time messages are claimed from Redis and held in memory, to be published at their due time: each shard is claimed once per span instead of once per message (less Redis CPU at steady load); a message held in that span is in delivery: a cancel or replace of it answers in_delivery and it is still published (a recurring message's cancel withdraws the firing), a bulk change leaves it alone; 0: 32ms; negative: off (extension)"`
 	// MaxDelay is BRIDGE_MAX_DELAY (set by the program from the ingress rules): a recurring
 	// message's next occurrence more than MaxDelay after the firing that parks it is not
 	// parked; the schedule ends with that firing (delivery.fired). <= 0: only an

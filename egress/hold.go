@@ -19,7 +19,8 @@ const claimLead = 2 * time.Millisecond
 // to release once the Redis clock estimate reaches its due time (Claimed.Eligible: the
 // due time, or a retry's next attempt), never before: the estimate runs behind Redis
 // (redisClock). One goroutine (run) and one timer for all; what it holds counts as handed
-// for the scheduler. A cancel or replace of a held message takes it out (withdraw).
+// for the scheduler. A held message is in delivery: only the cancel of a recurring one
+// takes its firing out (withdraw).
 // Safe for concurrent use.
 type holder struct {
 	clock *redisClock

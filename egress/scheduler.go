@@ -150,12 +150,12 @@ func (s *scheduler) returned(st *settlement) {
 	s.poke()
 }
 
-// withdraw drops the held copy of a message that was cancelled or replaced after this
+// withdraw drops the held firing of a recurring message that was cancelled after this
 // replica claimed it ahead of its due time (w.ID at w.Version): it is not published, and
 // settles with nothing to ack (the store has no such entry any more).
 func (s *scheduler) withdraw(w delaystore.Wake) {
 	if b := s.hold.withdraw(w.Shard, w.ID, w.Version); len(b.claimed) > 0 {
-		s.log.Debug("claimed ahead, withdrawn before its due time (cancelled or replaced)", "id", w.ID, "shard", w.Shard)
+		s.log.Debug("claimed ahead, withdrawn before its due time (a recurring message cancelled)", "id", w.ID, "shard", w.Shard)
 		s.returned(&settlement{shard: b.shard, n: len(b.claimed), fence: b.fence})
 	}
 }

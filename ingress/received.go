@@ -9,7 +9,7 @@ import (
 )
 
 // ReceivedSubscriber is the fast path of a Source's Subscriber (the NATS adapter implements
-// it for JetStream topics): its messages come as headers.Received, without a watermill
+// it for JetStream topics, the Kafka adapter for every topic): its messages come as headers.Received, without a watermill
 // message, a Metadata map, a context or a settling goroutine per message. Ingress uses it
 // for Delayed sources whose Subscriber has it; every other source, and a topic for which
 // it answers ok false, is read through Subscribe (each watermill message made into a
