@@ -144,8 +144,7 @@ func (in *Ingress) ready(lanes []laneQueue, now time.Time, closed, waiting bool)
 // a script run costs Redis about ten commands per shard group whatever its size, so a
 // lane with fewer may wait for more (Config.SparseLinger). At a steady 5k msgs/s one
 // replica's lane fills in ~3 ms (a JetStream run of positions shares a shard); 4
-// instead of 16 cost Redis ~12 % more CPU per message there (docs/performance.md
-// "Claim ahead"); one replica of 32 at 1k msgs/s waits SparseLinger as before.
+// instead of 16 cost Redis ~12 % more CPU per message there; one replica of 32 at 1k msgs/s waits SparseLinger as before.
 const sparseFill = 16
 
 // readyAt is when the messages of a lane (pending, in arrival order, not empty) are

@@ -77,7 +77,7 @@ func TestB9RedisFull(t *testing.T) {
 	seqs := c.sendSized("b9full", messages, func(i int) time.Duration { return 3*time.Second + spread(i) }, payload)
 	sent := time.Since(start)
 	// Everything delivered within 120 s: 22-26 s here since park pieces and the early retry
-	// of a partly parked batch; 162 s with runs of 4096 before them (docs/performance.md).
+	// of a partly parked batch; 162 s without them (docs/decisions/0006-batching-at-ingress.md).
 	r := c.await(seqs, 120*time.Second)
 	w.stop()
 	if w.squeezeErr != nil {
