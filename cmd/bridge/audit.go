@@ -50,7 +50,15 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "usage: bridge audit [--limit N] [--cursor C | --all] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *limit < 1 || *limit > 1000 {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintf(stderr, "bridge audit: --limit %d: want 1 to 1000\n", *limit)
 		return errUsage
 	}
 	c, err := newClient(*api, *token, environ)
@@ -75,7 +83,7 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 				}
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format("2006-01-02 15:04:05.000"),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format(tableTime),
 				e.Op, auditWhat(e), e.DryRun, e.Matched, e.Changed, e.State, cmp.Or(e.Actor, "-"), cmp.Or(e.Remote, "-"), e.OpID)
 		}
 		if page.NextCursor == nil {
@@ -109,7 +117,7 @@ func auditWhat(e httpapi.AuditEntry) string {
 		parts = append(parts, "shift="+e.Shift)
 	}
 	if e.DeliverAt != nil {
-		parts = append(parts, "deliver_at="+time.UnixMilli(*e.DeliverAt).UTC().Format(time.RFC3339Nano))
+		parts = append(parts, "deliver_at="+time.UnixMilli(*e.DeliverAt).UTC().Format(cliTime))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -131,10 +139,12 @@ func runBulkResume(ctx context.Context, args, environ []string, stdout, stderr i
 		fmt.Fprintln(stderr, "usage: bridge bulk resume [--wait D] [--json] OP_ID")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 1)
+	}
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {

@@ -7,14 +7,16 @@
 //	bridge cancel ID     cancel a pending message
 //	bridge ls            list parked messages in due order
 //	bridge targets       parked count and next due per target
-//	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once
+//	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once; resume one
+//	bridge audit         the audit log of changes, newest first
 //	bridge healthcheck   GET /readyz of a running bridge, exit 0 on 200 (container health)
 //	bridge redrive       send dead letters back to the ingress (after fixing their cause)
 //	bridge version       print the version
 //	bridge help          usage, the message headers and every BRIDGE_* variable
 //
-// send, stats, cancel, ls, targets and bulk go through a running bridge's message API.
-// See `bridge --help` for every flag and variable.
+// send, stats, cancel, ls, targets, bulk and audit go through a running bridge's message
+// API; their --api and --token flags may also come before the command
+// (`bridge --api host:port ls`). See `bridge --help` for every flag and variable.
 package main
 
 import (
@@ -42,11 +44,22 @@ func main() {
 
 // run executes one command and returns the process exit code.
 func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	global, args, err := splitGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "bridge:", err)
+		return 2
+	}
 	cmd := "run"
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
-	var err error
+	if len(global) > 0 {
+		if !apiCommands[cmd] && !isHelpOrVersion(cmd) {
+			fmt.Fprintf(stderr, "bridge: --api and --token are flags of the commands that use the message API (%s), not of %s\n", apiCommandList, cmd)
+			return 2
+		}
+		args = withGlobalFlags(cmd, args, global)
+	}
 	switch cmd {
 	case "run":
 		err = runBridge(ctx, environ, stderr)
@@ -80,7 +93,10 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		return 2
 	}
 	if err != nil {
-		if err == errUsage {
+		switch err {
+		case errHelp: // the command printed its usage, as asked
+			return 0
+		case errUsage:
 			return 2
 		}
 		fmt.Fprintln(stderr, "bridge:", explain(err))
