@@ -51,10 +51,10 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
 	}
-	if err := wantArgs(fs, pos, 0); err != nil {
+	if err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {
@@ -66,25 +66,20 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if !*asJSON {
+	var enc *json.Encoder // nil: a table
+	if *asJSON {
+		enc = json.NewEncoder(stdout)
+	} else {
 		fmt.Fprintln(tw, "at (UTC)\top\tselector / id\tdry run\tmatched\tchanged\tstate\tactor\tremote\top id")
 	}
-	enc := json.NewEncoder(stdout)
 	next := *cursor
 	for {
 		page, err := c.Audit(ctx, *limit, next)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		for _, e := range page.Entries {
-			if *asJSON {
-				if err := enc.Encode(e); err != nil {
-					return err
-				}
-				continue
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format(tableTime),
-				e.Op, auditWhat(e), e.DryRun, e.Matched, e.Changed, e.State, cmp.Or(e.Actor, "-"), cmp.Or(e.Remote, "-"), e.OpID)
+		if err := writeAuditEntries(tw, enc, page.Entries); err != nil {
+			return err
 		}
 		if page.NextCursor == nil {
 			break
@@ -98,10 +93,23 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		}
 		next = *page.NextCursor
 	}
-	if *asJSON {
-		return nil
+	return tw.Flush() // nothing to flush with --json
+}
+
+// writeAuditEntries writes entries as JSON lines with enc, or as rows of the table tw
+// when enc is nil.
+func writeAuditEntries(tw io.Writer, enc *json.Encoder, entries []httpapi.AuditEntry) error {
+	for _, e := range entries {
+		if enc != nil {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format(tableTime),
+			e.Op, auditWhat(e), e.DryRun, e.Matched, e.Changed, e.State, cmp.Or(e.Actor, "-"), cmp.Or(e.Remote, "-"), e.OpID)
 	}
-	return tw.Flush()
+	return nil
 }
 
 // auditWhat is an entry's selector, id and reschedule values in one cell.

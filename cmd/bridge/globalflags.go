@@ -30,6 +30,24 @@ func isHelpOrVersion(cmd string) bool {
 	return false
 }
 
+// commandLine splits args into the command ("run" when none) and its arguments, the
+// --api and --token flags given before the command moved after it (withGlobalFlags).
+// Those flags before a command that does not take them are an error.
+func commandLine(args []string) (cmd string, rest []string, err error) {
+	global, args, err := splitGlobalFlags(args)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd = "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	if len(global) > 0 && !apiCommands[cmd] && !isHelpOrVersion(cmd) {
+		return "", nil, fmt.Errorf("--api and --token are flags of the commands that use the message API (%s), not of %s", apiCommandList, cmd)
+	}
+	return cmd, withGlobalFlags(cmd, args, global), nil
+}
+
 // splitGlobalFlags takes the --api and --token flags that come before the command
 // (`bridge --api host:port ls`) off args, in the forms the flag package accepts (-api,
 // --api, with the value as the next argument or after "="), and returns them, each as

@@ -44,21 +44,10 @@ func main() {
 
 // run executes one command and returns the process exit code.
 func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	global, args, err := splitGlobalFlags(args)
+	cmd, args, err := commandLine(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "bridge:", err)
 		return 2
-	}
-	cmd := "run"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
-	}
-	if len(global) > 0 {
-		if !apiCommands[cmd] && !isHelpOrVersion(cmd) {
-			fmt.Fprintf(stderr, "bridge: --api and --token are flags of the commands that use the message API (%s), not of %s\n", apiCommandList, cmd)
-			return 2
-		}
-		args = withGlobalFlags(cmd, args, global)
 	}
 	switch cmd {
 	case "run":
@@ -92,17 +81,20 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		printCommands(stderr)
 		return 2
 	}
-	if err != nil {
-		switch err {
-		case errHelp: // the command printed its usage, as asked
-			return 0
-		case errUsage:
-			return 2
-		}
-		fmt.Fprintln(stderr, "bridge:", explain(err))
-		return 1
+	return exitCode(err, stderr)
+}
+
+// exitCode is the exit status of a command that returned err, which it prints unless the
+// command did: 0 done (or its usage printed as asked), 2 a bad command line, 1 failed.
+func exitCode(err error, stderr io.Writer) int {
+	switch err {
+	case nil, errHelp:
+		return 0
+	case errUsage:
+		return 2
 	}
-	return 0
+	fmt.Fprintln(stderr, "bridge:", explain(err))
+	return 1
 }
 
 // explain adds what to do to an error that does not say it: a 401 of the message API

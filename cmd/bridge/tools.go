@@ -275,8 +275,8 @@ func printCommands(w io.Writer) {
 	fmt.Fprint(w, "Commands:\n", usage, "\n`bridge --help` also lists the message headers and every BRIDGE_* variable.\n")
 }
 
-func printHelp(w io.Writer) {
-	fmt.Fprint(w, `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
+// helpText is the help up to the variables, which printHelp adds from the config.
+const helpText = `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
 
 Usage:
   bridge [run]                 run from the environment (variables below)
@@ -325,7 +325,10 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
                 [due, due + window] (x-delay-due is that time); per firing when recurring
 
 Environment:
-`)
+`
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, helpText)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, v := range config.Variables() {
 		def := v.Default
