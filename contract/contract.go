@@ -103,7 +103,7 @@ const (
 	ReasonPayloadTooLarge     = "payload_too_large"
 	ReasonInvalidHeaders      = "invalid_headers"
 	// ReasonQuotaExceeded: parking the message would take its target's BRIDGE_TARGET_QUOTA
-	// pattern over its limit (SPEC section 9); the message API answers 429.
+	// pattern over its limit (docs/contract.md section 9); the message API answers 429.
 	ReasonQuotaExceeded = "quota_exceeded"
 	ReasonUnknown       = "unknown"
 

@@ -137,3 +137,26 @@ func withSource(e Envelope, sourceID string) Envelope {
 	e.SourceID = sourceID
 	return e
 }
+
+// TestMiniredisWithoutInit: a store used without Init, whose scripts were never loaded
+// (the audit entry `bridge redrive` writes), runs its flagged scripts on a server that
+// cannot compile their flags line (miniredis, as Redis 6) in their unflagged form.
+func TestMiniredisWithoutInit(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.AuditBegin(t.Context(), AuditEntry{Op: "redrive", Actor: "alice", Remote: "cli"})
+	if err != nil {
+		t.Fatalf("audit begin without Init: %v", err)
+	}
+	if err := rec.End(t.Context(), 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e := auditEntryOf(t, s, rec.OpID()); e.State != AuditDone || e.Matched != 2 || e.Changed != 1 {
+		t.Fatalf("entry %+v, want done 2/1", e)
+	}
+}

@@ -221,7 +221,7 @@ func TestCodedBodyRoundTrip(t *testing.T) {
 // wrongTargets parks, through s, one message per target of targets (ids on shard sh, due
 // at once) and returns what reader makes of them: the claimed messages whose target is not
 // the one parked, those read as corrupt, and the Get and List answers that name another
-// target. Only its own target or corrupt is right (SPEC section 3).
+// target. Only its own target or corrupt is right (docs/contract.md section 3).
 func wrongTargets(t *testing.T, s, reader *Store, sh int, tag string, targets []string) (wrong, corrupt int) {
 	t.Helper()
 	ctx := t.Context()

@@ -11,10 +11,10 @@ import (
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
-// TestCorruptSalvagesWhatSurvives (SPEC section 3, "Only its own target"): shard 1's names
-// hash deleted by hand under parked messages: Claim reports them as corrupt with
-// everything but the names that were codes (source id, headers with the hops count, key,
-// payload, expiry, a source held whole), and their receipts ack them away.
+// TestCorruptSalvagesWhatSurvives (docs/contract.md section 3, "Only its own target"):
+// shard 1's names hash deleted by hand under parked messages: Claim reports them as
+// corrupt with everything but the names that were codes (source id, headers with the hops
+// count, key, payload, expiry, a source held whole), and their receipts ack them away.
 func TestCorruptSalvagesWhatSurvives(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()

@@ -204,9 +204,7 @@ func (sc *script) current() *redis.Script {
 // returned.
 func (sc *script) Load(ctx context.Context, c redis.Scripter) *redis.StringCmd {
 	cmd := sc.flagged.Load(ctx, c)
-	var refused redis.Error
-	if err := cmd.Err(); err == nil || sc.plain == sc.flagged || !errors.As(err, &refused) ||
-		!strings.Contains(strings.ToLower(err.Error()), "compil") {
+	if err := cmd.Err(); !sc.refused(err) {
 		if err == nil {
 			sc.usePlain.Store(false)
 		}
@@ -230,9 +228,26 @@ func (sc *script) Eval(ctx context.Context, c redis.Scripter, keys []string, arg
 	return sc.current().Eval(ctx, c, keys, args...)
 }
 
-// Run runs the form in use by SHA, falling back to EVAL on NOSCRIPT.
+// Run runs the form in use by SHA, falling back to EVAL on NOSCRIPT. A store used without
+// Init (the audit entry of `bridge redrive`) has not loaded its scripts: when the server
+// cannot compile the flagged form, Run switches to the unflagged one, as Load does, and
+// runs that (the script had not run: the server refuses it before the first line).
 func (sc *script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	return sc.current().Run(ctx, c, keys, args...)
+	cmd := sc.current().Run(ctx, c, keys, args...)
+	if sc.usePlain.Load() || !sc.refused(cmd.Err()) {
+		return cmd
+	}
+	sc.usePlain.Store(true)
+	return sc.plain.Run(ctx, c, keys, args...)
+}
+
+// refused reports whether err is the server refusing to compile the flagged form (Redis 6:
+// "Error compiling script ... near '#'", miniredis alike) of a script that has an
+// unflagged one.
+func (sc *script) refused(err error) bool {
+	var rerr redis.Error
+	return err != nil && sc.plain != sc.flagged && errors.As(err, &rerr) &&
+		strings.Contains(strings.ToLower(err.Error()), "error compiling script")
 }
 
 // hashes are the SHA-1 of both forms.

@@ -236,8 +236,8 @@ type Claim struct {
 }
 
 // Corrupt is a claimed entry whose stored envelope does not decode: the bridge cannot
-// tell its target for sure, so it is never published, only dead-lettered (SPEC section
-// 3, "Only its own target").
+// tell its target for sure, so it is never published, only dead-lettered
+// (docs/contract.md section 3, "Only its own target").
 type Corrupt struct {
 	// Receipt fences the entry like a claimed message's (Version is 0 when even the
 	// stored header is unreadable: such an entry is removed only by Cancel).

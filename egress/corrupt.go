@@ -15,8 +15,8 @@ import (
 )
 
 // deadLetterCorrupt dead-letters the corrupt entries of one claim (delaystore.Corrupt:
-// the bridge cannot tell their target for sure, so they are never published; SPEC section
-// 3, "Only its own target") with reason corrupt, and returns their settlement: an ack
+// the bridge cannot tell their target for sure, so they are never published; docs/contract.md
+// section 3, "Only its own target") with reason corrupt, and returns their settlement: an ack
 // for each whose dead letter was confirmed (the fenced ack, so a cancel or replace since
 // the claim is respected), a retry BackoffMax ahead for the others, logged at Error and
 // counted as dead_letter_failed (one whose stored header is unreadable, version 0,

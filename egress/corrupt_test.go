@@ -94,11 +94,11 @@ func (r *corruptRig) parkCorrupt(t *testing.T, sources ...string) map[string]str
 	return ids
 }
 
-// TestCorruptEntriesDeadLettered (SPEC section 3, "Only its own target"): messages whose
-// store lost its names (the names hashes deleted by hand) are never published: each is
-// dead-lettered with reason corrupt, its id, the headers and payload that survived, and
-// x-delay-source only when it survived ("http" is no code), counted by reason, and
-// removed from the store.
+// TestCorruptEntriesDeadLettered (docs/contract.md section 3, "Only its own target"):
+// messages whose store lost its names (the names hashes deleted by hand) are never
+// published: each is dead-lettered with reason corrupt, its id, the headers and payload
+// that survived, and x-delay-source only when it survived ("http" is no code), counted by
+// reason, and removed from the store.
 func TestCorruptEntriesDeadLettered(t *testing.T) {
 	r := newCorruptRig(t)
 	ids := r.parkCorrupt(t, "nats:delay.in", "kafka:in", "http")

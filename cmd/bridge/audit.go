@@ -50,7 +50,15 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "usage: bridge audit [--limit N] [--cursor C | --all] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *limit < 1 || *limit > 1000 {
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintf(stderr, "bridge audit: --limit %d: want 1 to 1000\n", *limit)
 		return errUsage
 	}
 	c, err := newClient(*api, *token, environ)
@@ -58,25 +66,20 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if !*asJSON {
+	var enc *json.Encoder // nil: a table
+	if *asJSON {
+		enc = json.NewEncoder(stdout)
+	} else {
 		fmt.Fprintln(tw, "at (UTC)\top\tselector / id\tdry run\tmatched\tchanged\tstate\tactor\tremote\top id")
 	}
-	enc := json.NewEncoder(stdout)
 	next := *cursor
 	for {
 		page, err := c.Audit(ctx, *limit, next)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		for _, e := range page.Entries {
-			if *asJSON {
-				if err := enc.Encode(e); err != nil {
-					return err
-				}
-				continue
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format("2006-01-02 15:04:05.000"),
-				e.Op, auditWhat(e), e.DryRun, e.Matched, e.Changed, e.State, cmp.Or(e.Actor, "-"), cmp.Or(e.Remote, "-"), e.OpID)
+		if err := writeAuditEntries(tw, enc, page.Entries); err != nil {
+			return err
 		}
 		if page.NextCursor == nil {
 			break
@@ -90,10 +93,23 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		}
 		next = *page.NextCursor
 	}
-	if *asJSON {
-		return nil
+	return tw.Flush() // nothing to flush with --json
+}
+
+// writeAuditEntries writes entries as JSON lines with enc, or as rows of the table tw
+// when enc is nil.
+func writeAuditEntries(tw io.Writer, enc *json.Encoder, entries []httpapi.AuditEntry) error {
+	for _, e := range entries {
+		if enc != nil {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", time.UnixMilli(e.At).UTC().Format(tableTime),
+			e.Op, auditWhat(e), e.DryRun, e.Matched, e.Changed, e.State, cmp.Or(e.Actor, "-"), cmp.Or(e.Remote, "-"), e.OpID)
 	}
-	return tw.Flush()
+	return nil
 }
 
 // auditWhat is an entry's selector, id and reschedule values in one cell.
@@ -109,7 +125,7 @@ func auditWhat(e httpapi.AuditEntry) string {
 		parts = append(parts, "shift="+e.Shift)
 	}
 	if e.DeliverAt != nil {
-		parts = append(parts, "deliver_at="+time.UnixMilli(*e.DeliverAt).UTC().Format(time.RFC3339Nano))
+		parts = append(parts, "deliver_at="+time.UnixMilli(*e.DeliverAt).UTC().Format(cliTime))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -131,10 +147,12 @@ func runBulkResume(ctx context.Context, args, environ []string, stdout, stderr i
 		fmt.Fprintln(stderr, "usage: bridge bulk resume [--wait D] [--json] OP_ID")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 1)
+	}
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {

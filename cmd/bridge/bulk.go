@@ -29,13 +29,12 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		fmt.Fprintln(stderr, "usage: bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T] [--shift D | --deliver-at T] [--dry-run] [--json]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 1)
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+	if err != nil {
+		return err
 	}
 	req := httpapi.BulkRequest{Target: *target, DryRun: *dryRun, Shift: *shift}
 	req.DueFrom, req.DueTo, req.DeliverAt = jsonString(*from), jsonString(*to), jsonString(*at)

@@ -30,6 +30,11 @@ import (
 // them with core queue subscriptions instead.
 const devStream = "DELAYBRIDGE"
 
+// devHTTPAddr is the dev bridge's BRIDGE_HTTP_ADDR unless the environment sets one:
+// loopback, as its message API and its NATS server, since a dev bridge is not for other
+// machines (`bridge run` listens on :8080, for the probes of a pod).
+const devHTTPAddr = "127.0.0.1:8080"
+
 // runDev is `bridge dev`: an embedded nats-server with JetStream and an in-memory
 // Redis-compatible store, the bridge wired to both, and a printer of everything that
 // arrives on demo.>. Nothing is durable.
@@ -37,18 +42,21 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("bridge dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	natsPort := fs.Int("nats-port", 4223, "port of the embedded NATS server (a free one if taken or <= 0)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge dev [--nats-port N]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
 	}
 
-	env := config.EnvMap(environ)
-	env["BRIDGE_NATS_URL"] = "nats://placeholder:4222" // replaced below; makes Load accept NATS
-	cfg, err := config.Load(env)
+	cfg, err := devConfig(environ)
 	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	if _, set := env["BRIDGE_LOG_FORMAT"]; !set {
-		cfg.LogFormat = "text"
+		return err
 	}
 	logger := bridge.NewLogger(cfg, stderr)
 
@@ -88,6 +96,25 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		return err
 	}
 	return b.Run(ctx)
+}
+
+// devConfig is the configuration from the environment with the dev bridge's own
+// defaults: text logs and the operations endpoint on loopback (devHTTPAddr), unless the
+// environment sets them. Its NATS and Redis URLs are placeholders until runDev starts them.
+func devConfig(environ []string) (config.Config, error) {
+	env := config.EnvMap(environ)
+	env["BRIDGE_NATS_URL"] = "nats://placeholder:4222" // replaced by runDev; makes Load accept NATS
+	cfg, err := config.Load(env)
+	if err != nil {
+		return cfg, fmt.Errorf("configuration:\n%w", err)
+	}
+	if _, set := env["BRIDGE_LOG_FORMAT"]; !set {
+		cfg.LogFormat = "text"
+	}
+	if _, set := env["BRIDGE_HTTP_ADDR"]; !set {
+		cfg.HTTPAddr = devHTTPAddr
+	}
+	return cfg, nil
 }
 
 // watchDemo connects to the embedded NATS, creates the dead-letter stream and prints
@@ -149,10 +176,13 @@ func createDevStream(ctx context.Context, nc *natsgo.Conn, cfg config.Config) er
 	return nil
 }
 
+// printDevBanner says where the dev bridge listens and how to try it. A listener on every
+// interface (BRIDGE_HTTP_ADDR=:8080) is shown with the address to dial on this machine
+// and says so.
 func printDevBanner(w io.Writer, cfg config.Config, opsLn, apiLn net.Listener) {
 	api, console := "(off)", "(off)"
 	if apiLn != nil {
-		api = "http://" + reachable(apiLn.Addr()) + "/v1/messages"
+		api = "http://" + reachable(apiLn.Addr()) + "/v1/messages" + allInterfaces(apiLn.Addr())
 		console = "http://" + reachable(apiLn.Addr()) + "/ui/"
 	}
 	self := os.Args[0] // as the user started it: bin/bridge after make run
@@ -160,7 +190,7 @@ func printDevBanner(w io.Writer, cfg config.Config, opsLn, apiLn net.Listener) {
 delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream.
 
   NATS      %s   ingress %s, cancel %s (core NATS); stream %s keeps dead letters (%s)
-  metrics   http://%s/metrics
+  metrics   http://%s/metrics%s
   API       %s
   console   %s
 
@@ -173,12 +203,21 @@ Messages arriving on demo.> are printed here; watch any other target with a NATS
   nats --server %s sub 'orders.>'
 Dead letters (%s, kept by stream %s), and sending them back once their cause is fixed:
   nats --server %s stream get %s --last-for %s
-  BRIDGE_NATS_URL=%s %s redrive --dry-run
+  BRIDGE_NATS_URL=%s BRIDGE_REDIS_URL=%s %s redrive --dry-run
+  (BRIDGE_REDIS_URL: this bridge's in-memory Redis, so its audit log records the run)
 Ctrl-C stops.
 
 `, cfg.NATS.URL, cfg.NATS.Subject, cfg.CancelSubject, devStream, cfg.DLQSubject,
-		reachable(opsLn.Addr()), api, console, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject,
-		cfg.NATS.URL, cfg.DLQSubject, devStream, cfg.NATS.URL, devStream, cfg.DLQSubject, cfg.NATS.URL, self)
+		reachable(opsLn.Addr()), allInterfaces(opsLn.Addr()), api, console, self, cfg.NATS.URL, cfg.NATS.Subject, cfg.NATS.URL, cfg.NATS.Subject,
+		cfg.NATS.URL, cfg.DLQSubject, devStream, cfg.NATS.URL, devStream, cfg.DLQSubject, cfg.NATS.URL, cfg.Redis.URL, self)
+}
+
+// allInterfaces is the banner's note for a listener on every interface, "" otherwise.
+func allInterfaces(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return fmt.Sprintf("   (listening on every interface, port %d)", tcp.Port)
+	}
+	return ""
 }
 
 // reachable is a listener's address as a client on this machine dials it: an

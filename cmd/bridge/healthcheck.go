@@ -23,8 +23,16 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 	path := fs.String("path", "/readyz", "endpoint to GET: /readyz (Redis and brokers reachable) or /healthz (alive)")
 	url := fs.String("url", "", "full URL to GET instead (default: http://<BRIDGE_HTTP_ADDR><path>)")
 	timeout := fs.Duration("timeout", 3*time.Second, "bound on the request")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge healthcheck [--path P | --url URL] [--timeout D]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
 	}
 	target := *url
 	if target == "" {

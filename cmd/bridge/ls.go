@@ -14,8 +14,13 @@ import (
 	"github.com/delaybridge/delaybridge/httpapi"
 )
 
-// tableTime is how the CLI's tables show a time (UTC).
-const tableTime = "2006-01-02 15:04:05.000"
+// tableTime is how the CLI's tables show a time (UTC), and cliTime how it prints one
+// elsewhere (RFC 3339 in UTC): both with milliseconds, so every time printed has the same
+// width (time.RFC3339Nano drops trailing zeros: 19:00:40.89Z beside 19:00:40.123Z).
+const (
+	tableTime = "2006-01-02 15:04:05.000"
+	cliTime   = "2006-01-02T15:04:05.000Z07:00"
+)
 
 // runLs is `bridge ls`: parked messages through the message API (GET /v1/messages), one
 // page, or every page with --all.
@@ -32,9 +37,12 @@ func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		fmt.Fprintln(stderr, "usage: bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]")
 		fs.PrintDefaults()
 	}
-	if pos, err := parseInterleaved(fs, args); err != nil || len(pos) != 0 {
-		fs.Usage()
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
 	}
 	q := url.Values{"limit": {strconv.Itoa(*limit)}}
 	for name, v := range map[string]string{"target": *target, "due_from": *from, "due_to": *to, "cursor": *cursor} {
@@ -104,9 +112,12 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "usage: bridge targets [--recount] [--json]")
 		fs.PrintDefaults()
 	}
-	if pos, err := parseInterleaved(fs, args); err != nil || len(pos) != 0 {
-		fs.Usage()
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {

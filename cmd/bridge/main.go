@@ -7,14 +7,16 @@
 //	bridge cancel ID     cancel a pending message
 //	bridge ls            list parked messages in due order
 //	bridge targets       parked count and next due per target
-//	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once
+//	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once; resume one
+//	bridge audit         the audit log of changes, newest first
 //	bridge healthcheck   GET /readyz of a running bridge, exit 0 on 200 (container health)
 //	bridge redrive       send dead letters back to the ingress (after fixing their cause)
 //	bridge version       print the version
 //	bridge help          usage, the message headers and every BRIDGE_* variable
 //
-// send, stats, cancel, ls, targets and bulk go through a running bridge's message API.
-// See `bridge --help` for every flag and variable.
+// send, stats, cancel, ls, targets, bulk and audit go through a running bridge's message
+// API; their --api and --token flags may also come before the command
+// (`bridge --api host:port ls`). See `bridge --help` for every flag and variable.
 package main
 
 import (
@@ -42,11 +44,11 @@ func main() {
 
 // run executes one command and returns the process exit code.
 func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := "run"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+	cmd, args, err := commandLine(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "bridge:", err)
+		return 2
 	}
-	var err error
 	switch cmd {
 	case "run":
 		err = runBridge(ctx, environ, stderr)
@@ -79,14 +81,20 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		printCommands(stderr)
 		return 2
 	}
-	if err != nil {
-		if err == errUsage {
-			return 2
-		}
-		fmt.Fprintln(stderr, "bridge:", explain(err))
-		return 1
+	return exitCode(err, stderr)
+}
+
+// exitCode is the exit status of a command that returned err, which it prints unless the
+// command did: 0 done (or its usage printed as asked), 2 a bad command line, 1 failed.
+func exitCode(err error, stderr io.Writer) int {
+	switch err {
+	case nil, errHelp:
+		return 0
+	case errUsage:
+		return 2
 	}
-	return 0
+	fmt.Fprintln(stderr, "bridge:", explain(err))
+	return 1
 }
 
 // explain adds what to do to an error that does not say it: a 401 of the message API

@@ -20,20 +20,62 @@ import (
 )
 
 // runRedrive is `bridge redrive`: dead letters of one broker back to its ingress
-// (internal/redrive; docs/design.md "Dead-letter redrive"), recorded in the audit log
+// (internal/redrive; docs/operating.md "Redriving dead letters"), recorded in the audit log
 // (beginRedriveAudit) unless --no-audit. The counts by reason are printed also when it
 // stops on an error.
 func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	f, err := parseRedriveFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(config.EnvMap(environ))
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	broker, err := redriveBroker(cfg, f.broker)
+	if err != nil {
+		return err
+	}
+	end := func(redrive.Counts, error) {}
+	if f.noAudit {
+		fmt.Fprintln(stderr, "note: not recorded in the audit log (--no-audit)")
+	} else if end, err = beginRedriveAudit(ctx, cfg, environ, redriveSelector(broker, f.opts, f.fromStart), f.opts.DryRun, stderr); err != nil {
+		return err
+	}
+	var counts redrive.Counts
+	if broker == "nats" {
+		counts, err = redriveNATS(ctx, cfg, f.opts)
+	} else {
+		counts, err = redriveKafka(ctx, cfg, f.opts, f.fromStart)
+	}
+	end(counts, err)
+	printRedriveCounts(stdout, counts, f)
+	return err
+}
+
+// redriveFlags is the command line of `bridge redrive`.
+type redriveFlags struct {
+	broker    string
+	opts      redrive.Options // DryRun, Max, Wait and Reasons
+	fromStart bool
+	asJSON    bool
+	noAudit   bool
+}
+
+// parseRedriveFlags reads the command line of `bridge redrive`; on a problem it has
+// printed it and the usage.
+func parseRedriveFlags(args []string, stderr io.Writer) (redriveFlags, error) {
+	var f redriveFlags
 	fs := flag.NewFlagSet("bridge redrive", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	brokerName := fs.String("broker", "", "nats or kafka (needed when both are configured)")
+	fs.StringVar(&f.broker, "broker", "", "nats or kafka (needed when both are configured)")
 	reasons := fs.String("reason", "", "comma-separated reason codes to redrive (x-delay-error before ':'); default: all")
-	dryRun := fs.Bool("dry-run", false, "change nothing: count the dead letters by reason")
-	maxN := fs.Int("max", 0, "look at no more than this many dead letters (0: all present at the start)")
-	fromStart := fs.Bool("from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped (resets the group's offsets: refused while another run is in the group)")
-	asJSON := fs.Bool("json", false, "print the counts as JSON")
-	wait := fs.Duration("wait", 5*time.Second, "after the last letter, watch the dead letters this long (renewed by each one seen) for letters refused again (0: no watch)")
-	noAudit := fs.Bool("no-audit", false, "do not record the run in the audit log (a run whose entry cannot be written to Redis is refused without it)")
+	fs.BoolVar(&f.opts.DryRun, "dry-run", false, "change nothing: count the dead letters by reason")
+	fs.IntVar(&f.opts.Max, "max", 0, "look at no more than this many dead letters (0: all present at the start)")
+	fs.BoolVar(&f.fromStart, "from-start", false, "kafka: read the dead-letter topic from its first offset, not from where the last run stopped (resets the group's offsets: refused while another run is in the group)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the counts as JSON")
+	fs.DurationVar(&f.opts.Wait, "wait", 5*time.Second, "after the last letter, watch the dead letters this long (renewed by each one seen) for letters refused again (0: no watch)")
+	fs.BoolVar(&f.noAudit, "no-audit", false, "do not record the run in the audit log (a run whose entry cannot be written to Redis is refused without it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge redrive [--broker nats|kafka] [--reason r1,r2] [--dry-run] [--max N] [--wait D] [--from-start] [--json] [--no-audit]")
 		fmt.Fprintln(stderr, "Each run is recorded in the audit log (bridge audit) in the Redis of BRIDGE_REDIS_URL (or the")
@@ -41,51 +83,38 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "--no-audit is given; a --dry-run, which changes nothing, then warns and goes on.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage // flag printed the problem and the usage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
 	}
-	if fs.NArg() != 0 || *maxN < 0 || *wait < 0 {
-		fs.Usage()
-		return errUsage
-	}
-	cfg, err := config.Load(config.EnvMap(environ))
 	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
+		return f, err
 	}
-	broker, err := redriveBroker(cfg, *brokerName)
-	if err != nil {
-		return err
+	if f.opts.Max < 0 || f.opts.Wait < 0 {
+		fmt.Fprintln(stderr, "bridge redrive: --max and --wait must not be negative")
+		return f, errUsage
 	}
-	opts := redrive.Options{DryRun: *dryRun, Max: *maxN, Wait: *wait}
 	for _, r := range strings.Split(*reasons, ",") {
 		if r = strings.TrimSpace(r); r != "" {
-			opts.Reasons = append(opts.Reasons, r)
+			f.opts.Reasons = append(f.opts.Reasons, r)
 		}
 	}
-	end := func(redrive.Counts, error) {}
-	if *noAudit {
-		fmt.Fprintln(stderr, "note: not recorded in the audit log (--no-audit)")
-	} else if end, err = beginRedriveAudit(ctx, cfg, environ, redriveSelector(broker, opts, *fromStart), *dryRun, stderr); err != nil {
-		return err
-	}
-	var counts redrive.Counts
-	if broker == "nats" {
-		counts, err = redriveNATS(ctx, cfg, opts)
-	} else {
-		counts, err = redriveKafka(ctx, cfg, opts, *fromStart)
-	}
-	end(counts, err)
-	if counts != nil {
-		if *asJSON {
-			_ = json.NewEncoder(stdout).Encode(counts)
-		} else {
-			_ = counts.Print(stdout, *dryRun)
-			if !*dryRun {
-				fmt.Fprintf(stdout, "REFUSED AGAIN: seen dead-lettered anew (core NATS: the bridge's reply; else within --wait %s). A later refusal (a target's, after the delay) counts as REDRIVEN and comes back as a new dead letter.\n", *wait)
-			}
+	return f, nil
+}
+
+// printRedriveCounts prints a run's counts by reason, as a table or JSON (nothing when
+// the run stopped before it counted anything).
+func printRedriveCounts(w io.Writer, counts redrive.Counts, f redriveFlags) {
+	switch {
+	case counts == nil:
+	case f.asJSON:
+		_ = json.NewEncoder(w).Encode(counts)
+	default:
+		_ = counts.Print(w, f.opts.DryRun)
+		if !f.opts.DryRun {
+			fmt.Fprintf(w, "REFUSED AGAIN: seen dead-lettered anew (core NATS: the bridge's reply; else within --wait %s). A later refusal (a target's, after the delay) counts as REDRIVEN and comes back as a new dead letter.\n", f.opts.Wait)
 		}
 	}
-	return err
 }
 
 // redriveBroker is the broker to redrive: the one asked for, or the only one configured.

@@ -17,7 +17,7 @@ import (
 	"github.com/delaybridge/delaybridge/internal/redrive"
 )
 
-// The audit log of `bridge redrive` (SPEC section 10; docs/design.md "Audit log"): the
+// The audit log of `bridge redrive` (docs/contract.md section 10): the
 // command has no API in between, so it writes its entry to the delay store's Redis
 // itself, as POST /v1/dead-letters/redrive does through the API.
 const (

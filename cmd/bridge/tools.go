@@ -107,9 +107,9 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseFlags(fs, args)
 	if err != nil {
-		return errUsage
+		return err
 	}
 	switch {
 	case *target == "":
@@ -139,7 +139,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 		return fmt.Errorf("send: %w", err)
 	}
 	due := time.UnixMilli(resp.Due)
-	fmt.Fprintf(stdout, "parked %s, due %s (in %s)\n", resp.ID, due.UTC().Format(time.RFC3339Nano),
+	fmt.Fprintf(stdout, "parked %s, due %s (in %s)\n", resp.ID, due.UTC().Format(cliTime),
 		time.Until(due).Round(time.Millisecond))
 	return nil
 }
@@ -171,8 +171,16 @@ func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge stats [--json]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 0)
+	}
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {
@@ -188,7 +196,7 @@ func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "parked\t%d\n", s.Parked)
 	if s.NextDue != nil {
-		fmt.Fprintf(tw, "next due\t%s (in %s)\n", time.UnixMilli(*s.NextDue).UTC().Format(time.RFC3339Nano),
+		fmt.Fprintf(tw, "next due\t%s (in %s)\n", time.UnixMilli(*s.NextDue).UTC().Format(cliTime),
 			time.Duration(*s.NextDue-s.Now)*time.Millisecond)
 	} else {
 		fmt.Fprintf(tw, "next due\t-\n")
@@ -203,13 +211,16 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	fs := flag.NewFlagSet("bridge cancel", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return errUsage
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bridge cancel ID")
+		fs.PrintDefaults()
 	}
-	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: bridge cancel [--api host:port] ID")
-		return errUsage
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, 1)
+	}
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*api, *token, environ)
 	if err != nil {
@@ -264,8 +275,8 @@ func printCommands(w io.Writer) {
 	fmt.Fprint(w, "Commands:\n", usage, "\n`bridge --help` also lists the message headers and every BRIDGE_* variable.\n")
 }
 
-func printHelp(w io.Writer) {
-	fmt.Fprint(w, `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
+// helpText is the help up to the variables, which printHelp adds from the config.
+const helpText = `delaybridge: delayed delivery for NATS and Kafka, parked in Redis.
 
 Usage:
   bridge [run]                 run from the environment (variables below)
@@ -282,16 +293,24 @@ Usage:
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)
-  bridge bulk resume OP_ID     finish a bulk change that was cut off, exactly as it began
+  bridge bulk resume [--wait D] [--json] OP_ID
+                               finish a bulk change that was cut off, exactly as it began
   bridge audit [--limit N] [--cursor C | --all] [--json]
                                the audit log of changes, newest first (through the message API)
-  bridge healthcheck [--path P] GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
+  bridge healthcheck [--path P | --url URL] [--timeout D]
+                               GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
   bridge redrive [--broker B] [--reason R,...] [--dry-run] [--max N] [--wait D] [--from-start] [--json] [--no-audit]
                                send dead letters (BRIDGE_DLQ_SUBJECT) back to the ingress
                                subject/topic, each let go only once that publish is confirmed
   bridge version               print the version
-  bridge --help                this help
+  bridge --help                this help; bridge COMMAND --help: the command's flags
+
+The commands that go through a running bridge's message API (send, stats, cancel, ls,
+targets, bulk, audit) take, before or after the command (bridge --api host:port ls):
+  --api host:port   its address; default BRIDGE_API_ADDR, else 127.0.0.1:8081
+  --token T         its bearer token; default BRIDGE_API_TOKEN, or the content of
+                    BRIDGE_API_TOKEN_FILE (never printed)
 
 Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
   x-delay       1500 (ms) | 1500ms, 30s, 1h30m | PT30S, P1DT2H
@@ -306,7 +325,10 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
                 [due, due + window] (x-delay-due is that time); per firing when recurring
 
 Environment:
-`)
+`
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, helpText)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, v := range config.Variables() {
 		def := v.Default

@@ -23,8 +23,8 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testnats"
 )
 
-// The T rows (docs/faults.md) check SPEC section 3, "Only its own target": whatever
-// happened to Redis, a message is published to its own x-target and nowhere else.
+// The T rows (docs/faults.md) check docs/contract.md section 3, "Only its own target":
+// whatever happened to Redis, a message is published to its own x-target and nowhere else.
 
 // Headers of every message the targetChecker sends: its number and its own target.
 const (
