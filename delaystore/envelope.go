@@ -54,13 +54,17 @@ const sourceHTTP = "http"
 // Envelope fields stored as the last headers of the body, in this order, each only when
 // set: metaSent, the source time of a message parked with Replace (ParkRequest.Published,
 // decimal ms: cancel.lua reads it, so that a cancel does not delete a message its source
-// published after the cancel; the decoder drops it), metaWindow (Envelope.Window, decimal
+// published after the cancel; the decoder drops it), metaNulls (the indices in
+// Envelope.Headers of the headers with Header.Null, a Kafka header's null value, in
+// ascending canonical decimal joined by ","; such a header's value is stored empty: a
+// message without one pays nothing), metaWindow (Envelope.Window, decimal
 // ms > 0, and for a recurring message ",<Envelope.Anchor>"), metaTombstone ("1":
 // Envelope.Tombstone), metaMisfire (Envelope.Misfire), metaExpires (Envelope.Expires,
 // decimal ms > 0) and metaEvery (Envelope.Every, last: bulk.lua's recurring looks for it
 // there). They are reserved headers, which no adapter ever sends to a broker.
 const (
 	metaSent      = headers.ReservedPrefix + "sent"
+	metaNulls     = headers.ReservedPrefix + "nulls"
 	metaWindow    = headers.ReservedPrefix + "window"
 	metaTombstone = headers.ReservedPrefix + "tombstone"
 	metaMisfire   = headers.ReservedPrefix + "misfire"
@@ -74,6 +78,9 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 	var l headers.List
 	if sent > 0 {
 		l = append(l, headers.Header{Key: metaSent, Value: strconv.FormatInt(sent, 10)})
+	}
+	if v := nullIndices(e.Headers); v != "" {
+		l = append(l, headers.Header{Key: metaNulls, Value: v})
 	}
 	if e.Window > 0 {
 		v := strconv.FormatInt(e.Window.Milliseconds(), 10)
@@ -97,10 +104,25 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 	return l
 }
 
+// nullIndices is the metaNulls value of hs: the indices of its Header.Null fields, "" when
+// none (nothing allocated).
+func nullIndices(hs headers.List) string {
+	var b []byte
+	for i, h := range hs {
+		if h.Null {
+			if b != nil {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(i), 10)
+		}
+	}
+	return string(b)
+}
+
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
 // fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone, then
-// metaWindow; metaSent, first, is dropped). A value that encodeBody would not have
-// written is ErrCorrupt.
+// metaWindow, then metaNulls, marking the headers it names Null; metaSent, first, is
+// dropped). A value that encodeBody would not have written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaEvery {
 		if e.Every = e.Headers[n-1].Value; e.Every == "" {
@@ -136,6 +158,13 @@ func (e *Envelope) takeMeta() error {
 		}
 		e.Headers = e.Headers[:n-1]
 	}
+	nulls := ""
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaNulls {
+		if nulls = e.Headers[n-1].Value; nulls == "" {
+			return fmt.Errorf("%w: empty null header list", ErrCorrupt)
+		}
+		e.Headers = e.Headers[:n-1]
+	}
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaSent {
 		v := e.Headers[n-1].Value
 		if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms <= 0 || strconv.FormatInt(ms, 10) != v {
@@ -143,8 +172,28 @@ func (e *Envelope) takeMeta() error {
 		}
 		e.Headers = e.Headers[:n-1]
 	}
+	if nulls != "" {
+		if err := e.takeNulls(nulls); err != nil {
+			return err
+		}
+	}
 	if len(e.Headers) == 0 {
 		e.Headers = nil
+	}
+	return nil
+}
+
+// takeNulls marks Null the headers a metaNulls value v names: canonical decimal indices,
+// ascending, each of a header with an empty value.
+func (e *Envelope) takeNulls(v string) error {
+	last := -1
+	for f := range strings.SplitSeq(v, ",") {
+		i, err := strconv.Atoi(f)
+		if err != nil || i <= last || i >= len(e.Headers) || strconv.Itoa(i) != f || e.Headers[i].Value != "" {
+			return fmt.Errorf("%w: null headers %q", ErrCorrupt, v)
+		}
+		e.Headers[i].Null = true
+		last = i
 	}
 	return nil
 }
@@ -178,7 +227,8 @@ func canonicalMS(v string) (int64, bool) {
 // formatSource the uvarint-length-prefixed source id, the flags byte, the target (whole) and (unless it is "http") the source (without its
 // broker prefix) as uvarint-length-prefixed fields, then as the flags say the
 // key (uvarint length + bytes), the header list (uvarint count >= 1 + (key, value) pairs:
-// e.Headers, then e.metaHeaders) and the hops count, and the payload up to the end. The
+// e.Headers, a Null one's value empty, then e.metaHeaders) and the hops count, and the
+// payload up to the end. The
 // hops count is e.Headers' last header when that is x-delay-hops with a canonical decimal
 // value (ingress always adds it last): about 14 bytes less per message; decodeBody puts
 // it back there. A non-empty c.target is written as the target field instead of the name,
@@ -224,7 +274,11 @@ func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 		for _, l := range []headers.List{hs, meta} {
 			for _, h := range l {
 				b = appendString(b, h.Key)
-				b = appendString(b, h.Value)
+				if h.Null {
+					b = appendString(b, "")
+				} else {
+					b = appendString(b, h.Value)
+				}
 			}
 		}
 	}

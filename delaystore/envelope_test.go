@@ -63,6 +63,10 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"targets and sources without a broker prefix", Envelope{Target: "nats", Source: "httpx"}},
 		{"empty names after the prefix", Envelope{Target: "kafka:", Source: "nats:"}},
 		{"source with a prefix-like name", Envelope{Target: "nats:nats:a", Source: "kafka:http"}},
+		{"null header values", Envelope{Target: "kafka:a", Source: "kafka:in", Headers: headers.List{{Key: "n", Null: true}, {Key: "e"},
+			{Key: "s", Value: "x"}, {Key: "n", Null: true}, {Key: "x-delay-hops", Value: "1"}}, Payload: []byte("x")}},
+		{"null header value with everything", Envelope{Target: "kafka:a", Source: "kafka:in", Headers: headers.List{{Key: "e"}, {Key: "n", Null: true}},
+			Tombstone: true, Every: "1h", Misfire: "all", Expires: time.Second, Window: time.Hour, Anchor: 1_795_273_445_000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,9 +114,9 @@ func TestBodyRoundTrip(t *testing.T) {
 // the policy as a reserved header, which it never delivers (it fires as once).
 func TestMetaOrder(t *testing.T) {
 	env := Envelope{Expires: time.Minute, Every: "1s", Misfire: "skip", Tombstone: true, Window: 1500 * time.Millisecond, Anchor: 7,
-		Target: "nats:a", Headers: headers.List{{Key: "h", Value: "v"}}, Payload: []byte{}}
+		Target: "nats:a", Headers: headers.List{{Key: "h", Value: "v"}, {Key: "n", Null: true}, {Key: "e"}, {Key: "m", Null: true}}, Payload: []byte{}}
 	got := env.metaHeaders(1_700_000_000_123)
-	want := headers.List{{Key: metaSent, Value: "1700000000123"}, {Key: metaWindow, Value: "1500,7"}, {Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
+	want := headers.List{{Key: metaSent, Value: "1700000000123"}, {Key: metaNulls, Value: "1,3"}, {Key: metaWindow, Value: "1500,7"}, {Key: metaTombstone, Value: "1"}, {Key: metaMisfire, Value: "skip"}, {Key: metaExpires, Value: "60000"}, {Key: metaEvery, Value: "1s"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("meta headers %v, want %v", got, want)
 	}
@@ -120,8 +124,8 @@ func TestMetaOrder(t *testing.T) {
 	if back, err := decodeBody(encodeBodySent(env, testID, 1_700_000_000_123, coded{}), testID); err != nil || !reflect.DeepEqual(back, env) {
 		t.Fatalf("round trip with a source time: %#v %v", back, err)
 	}
-	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) {
-		t.Fatal("the misfire or window field is not a reserved header")
+	if !headers.IsReserved(metaMisfire) || !headers.IsReserved(metaWindow) || !headers.IsReserved(metaNulls) {
+		t.Fatal("the misfire, window or nulls field is not a reserved header")
 	}
 }
 
@@ -171,6 +175,16 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"window with an empty anchor", withHeader(metaWindow, "10,")},
 		{"window with a bad anchor", withHeader(metaWindow, "10,-5")},
 		{"window with two anchors", withHeader(metaWindow, "10,5,5")},
+		{"empty null list", withHeaders("a", "", metaNulls, "")},
+		{"null index out of range", withHeaders("a", "", metaNulls, "1")},
+		{"null index of the list itself", withHeader(metaNulls, "0")},
+		{"null index not canonical", withHeaders("a", "", metaNulls, "00")},
+		{"null index negative", withHeaders("a", "", metaNulls, "-0")},
+		{"null indices descending", withHeaders("a", "", "b", "", metaNulls, "1,0")},
+		{"null index twice", withHeaders("a", "", "b", "", metaNulls, "0,0")},
+		{"null index with a space", withHeaders("a", "", "b", "", metaNulls, "0, 1")},
+		{"null header with a value", withHeaders("a", "v", metaNulls, "0")},
+		{"null index of the source time", withHeaders("a", "", metaSent, "1", metaNulls, "1")},
 	}
 	for i := 1; i < len(good)-1; i++ { // every truncation inside the header part
 		if i < len(good)-1-len("p") {
@@ -195,6 +209,15 @@ func withHeader(k, v string) []byte {
 	return appendString(appendString(b, k), v)
 }
 
+// withHeaders is withHeader with the headers kv (key, value, ...).
+func withHeaders(kv ...string) []byte {
+	b := []byte{formatNoSource, flagSourceHTTP | flagHeaders, 0, byte(len(kv) / 2)}
+	for _, s := range kv {
+		b = appendString(b, s)
+	}
+	return b
+}
+
 func TestParseStoredCorrupt(t *testing.T) {
 	for _, s := range []string{"", "1,2", "1,2,3", "1,0,1,x", "12,3,1700000000123,\x01\x0c\x00",
 		"\x01", "\x01\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00", // truncated
@@ -216,6 +239,7 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Key: []byte("k")}, testID))
 	f.Add(encodeBody(Envelope{SourceID: testID, Target: "t"}, testID))
 	f.Add(encodeBody(Envelope{SourceID: "kafka:in:0:7", Target: "t"}, testID))
+	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Null: true}, {Key: "b"}, {Key: "a", Null: true}}, Every: "1s"}, testID))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := decodeBody(b, testID)
 		salvaged := salvageStored(string(binaryHeader(1, 0, 1))+string(b), testID, nil) // never panics
@@ -264,6 +288,19 @@ func TestDecodeBodyLiteral(t *testing.T) {
 	want = Envelope{SourceID: testID, Target: "kafka:t", Source: "http", Payload: []byte("v")}
 	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("kafka body:\n got %#v, %v\nwant %#v", got, err, want)
+	}
+	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
+		t.Fatalf("encoded as %q\nwant %q", e, b)
+	}
+	// Kafka header values null (the first and third, stored empty) and empty (the second):
+	// the indices of the null ones as the trailing reserved header _delaybridge_nulls.
+	b = []byte("\x01\x28\x07kafka:t\x02in" + // format 1, flags source kafka:, headers; target, source
+		"\x04\x01n\x00\x01e\x00\x01n\x00" + "\x12_delaybridge_nulls\x030,2" +
+		"v")
+	want = Envelope{Target: "kafka:t", Source: "kafka:in", Headers: headers.List{{Key: "n", Null: true}, {Key: "e"}, {Key: "n", Null: true}},
+		Payload: []byte("v")}
+	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("null headers body:\n got %#v, %v\nwant %#v", got, err, want)
 	}
 	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
 		t.Fatalf("encoded as %q\nwant %q", e, b)
@@ -324,5 +361,29 @@ return {h, string.format('%d,%d,%d,%d', v2, a2, d2, p)}`
 				t.Errorf("%s %+v: header %q, entry %s; want %q", way, c, r[0], r[1], want)
 			}
 		}
+	}
+}
+
+// Null header values (Header.Null) survive the store: parked with a source time (the
+// first trailing reserved header, with the null list after it), read back by Get and by
+// Claim as they were; cancel.lua still finds the source time, so a cancel older than the
+// message does not delete it.
+func TestNullHeadersThroughTheStore(t *testing.T) {
+	f := setup(t)
+	env := Envelope{Target: "kafka:out", Source: "kafka:in", SourceID: "kafka:in:0:5", Key: []byte("k"),
+		Headers: headers.List{{Key: "n", Null: true}, {Key: "e"}, {Key: "s", Value: "x"}, {Key: "x-delay-hops", Value: "1"}},
+		Payload: []byte("p")}
+	const published = 1_700_000_000_000
+	f.park(t, ParkRequest{ID: "nulls", Replace: true, Delay: 50 * time.Millisecond, Published: published, Envelope: env})
+	m, err := f.s.Get(t.Context(), "nulls")
+	if err != nil || !reflect.DeepEqual(m.Envelope, env) {
+		t.Fatalf("Get:\n got %v %v\nwant %v", m.Envelope.Headers, err, env.Headers)
+	}
+	if deleted, err := f.s.CancelAt(t.Context(), "nulls", published-1); err != nil || deleted {
+		t.Fatalf("cancel older than the message: deleted %v, %v", deleted, err)
+	}
+	c, _ := f.claimID(t, "nulls", 5*time.Second)
+	if !reflect.DeepEqual(c.Envelope, env) {
+		t.Fatalf("Claim:\n got %v\nwant %v", c.Envelope.Headers, env.Headers)
 	}
 }

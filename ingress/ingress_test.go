@@ -98,7 +98,6 @@ func TestParksWithForwardedHeaders(t *testing.T) {
 		{Key: "trace", Value: "a"}, {Key: "trace", Value: "b"}, {Key: "Nats-Rollup", Value: "all"},
 		{Key: "x-delay-due", Value: "1"}, {Key: "x-delay-source", Value: "forged"},
 		{Key: "x-delay-error", Value: "forged"}, {Key: "x-delay-hops", Value: "2"},
-		{Key: "_delaybridge_headers", Value: "forged"},
 	}, nil)
 	m := waitGet(t, st, "o-1")
 	if m.Envelope.Target != "nats:orders.timeout" || m.Envelope.Source != "nats:delay.in" || string(m.Envelope.Payload) != "hello" {
@@ -144,6 +143,43 @@ func TestInvalidToDeadLetterAndAcked(t *testing.T) {
 	s, err := st.Stats(context.Background())
 	if err != nil || s.Parked != 0 {
 		t.Fatalf("invalid message parked: %+v %v", s, err)
+	}
+}
+
+// A producer's header named with the reserved prefix (lower case: the adapters' own
+// metadata names) reaches intake as a header and is refused, dead-lettered with
+// invalid_headers naming it, never dropped silently; a forged source id header is not
+// taken as the source id (the message is not parked under it).
+func TestReservedHeaderOfAProducerIsRefused(t *testing.T) {
+	st := storetest.New(t, 5*time.Second)
+	gc := newBroker(t)
+	dctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dlq, err := gc.Subscribe(dctx, "delay.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIngress(t, st, gc)
+	for _, name := range []string{headers.ReservedPrefix + "x", headers.MetaSourceID, headers.MetaHeaders} {
+		t.Run(name, func(t *testing.T) {
+			send(t, gc, "delay.in", "p", headers.List{{Key: "x-delay", Value: "1h"}, {Key: "x-target", Value: "a.b"}, {Key: name, Value: "js:S:1"}},
+				map[string]string{headers.MetaSourceID: "js:S:2"})
+			select {
+			case m := <-dlq:
+				m.Ack()
+				e, _ := headers.FromMetadata(m.Metadata).Get(contract.HeaderError)
+				if !strings.HasPrefix(e, "invalid_headers: ") || !strings.Contains(e, `"`+name+`"`) {
+					t.Fatalf("x-delay-error = %q, want invalid_headers naming %s", e, name)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no dead letter")
+			}
+			for _, id := range []string{"js:S:1", "js:S:2"} {
+				if _, err := st.Get(context.Background(), id); !errors.Is(err, delaystore.ErrNotFound) {
+					t.Fatalf("%s: %v, want not parked", id, err)
+				}
+			}
+		})
 	}
 }
 

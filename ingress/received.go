@@ -55,8 +55,9 @@ type wmReceived struct {
 	wm *message.Message
 }
 
-// fromWatermill makes wm into a headers.Received: its non-reserved metadata as the header
-// list (headers.FromMetadata), the reserved keys as fields. Its Ack sets the reply as
+// fromWatermill makes wm into a headers.Received: its header list (headers.FromMetadata:
+// a producer's header with the reserved prefix included, which intake refuses), the
+// reserved metadata keys as fields. Its Ack sets the reply as
 // headers.MetaReply (when not "") and acks wm; Nack nacks wm.
 func fromWatermill(wm *message.Message) *headers.Received {
 	md := wm.Metadata

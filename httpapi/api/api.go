@@ -393,6 +393,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		if headers.IsReserved(h.Key) {
 			continue // bridge-internal (the ingress span context): never shown
 		}
+		// A null Kafka value (h.Null) shows as "", as NATS targets get it.
 		if v, ok := hs[h.Key]; ok {
 			hs[h.Key] = v + ", " + h.Value // repeated header: combined as HTTP does
 		} else {

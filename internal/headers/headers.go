@@ -2,7 +2,9 @@ package headers
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -12,8 +14,9 @@ const ReservedPrefix = "_delaybridge_"
 // Reserved metadata keys. They travel only inside the process, between an adapter and
 // ingress or egress; adapters never send them to a broker.
 const (
-	// MetaHeaders holds the whole header list when a key repeats (a binary-safe
-	// length-prefixed encoding); it is then authoritative over the plain map entries.
+	// MetaHeaders holds the whole header list when a key repeats or a header's name has
+	// the reserved prefix (a binary-safe length-prefixed encoding); it is then
+	// authoritative over the plain map entries.
 	MetaHeaders = ReservedPrefix + "headers"
 	// MetaSourceID is the stable identity of a source message, set by a subscriber that
 	// has one (JetStream: "js:<stream>:<seq>"; Kafka: "kafka:<topic>:<partition>:<offset>").
@@ -42,6 +45,21 @@ const (
 type Header struct {
 	Key   string
 	Value string
+	// Null marks a Kafka header with a null value (Value is then ""): the Kafka publisher
+	// writes it null again; NATS has no null header, so it goes there as an empty value.
+	// The watermill Metadata mapping ([ToMetadata]) does not keep it.
+	Null bool
+}
+
+// Format prints h as {"key" "value"}, both quoted (values may be binary), the value null
+// when h.Null, for every verb (%v, %q): test failures and debugging show the three states
+// of a value (some, empty, null) apart.
+func (h Header) Format(f fmt.State, _ rune) {
+	v := "null"
+	if !h.Null {
+		v = strconv.Quote(h.Value)
+	}
+	fmt.Fprintf(f, "{%s %s}", strconv.Quote(h.Key), v)
 }
 
 // List is an ordered header list; a key may repeat. The zero value is empty and usable.
@@ -104,18 +122,25 @@ func (l List) Without(drop func(key string) bool) List {
 func IsReserved(key string) bool { return strings.HasPrefix(key, ReservedPrefix) }
 
 // ToMetadata maps l onto a watermill metadata map: each key gets its last value, and when a
-// key repeats, the whole list is also stored under [MetaHeaders]. extra (reserved keys, may
-// be nil) is copied in as is.
+// key repeats, the whole list is also stored under [MetaHeaders]. A field whose key has
+// the reserved prefix (a producer's header, which intake refuses) never becomes a plain
+// map entry, where it would be taken for the bridge's own metadata: the whole list is
+// then stored under [MetaHeaders], and [FromMetadata] gives it back. extra (reserved keys,
+// may be nil) is copied in as is. Header.Null is not kept (a null value maps to "").
 func ToMetadata(l List, extra map[string]string) map[string]string {
 	md := make(map[string]string, len(l)+len(extra)+1)
-	repeated := false
+	whole := false
 	for _, h := range l {
+		if IsReserved(h.Key) {
+			whole = true
+			continue
+		}
 		if _, ok := md[h.Key]; ok {
-			repeated = true
+			whole = true
 		}
 		md[h.Key] = h.Value
 	}
-	if repeated {
+	if whole {
 		md[MetaHeaders] = encodeList(l)
 	}
 	for k, v := range extra {
@@ -124,19 +149,18 @@ func ToMetadata(l List, extra map[string]string) map[string]string {
 	return md
 }
 
-// FromMetadata is the inverse of [ToMetadata]: the header list without reserved keys. When
-// [MetaHeaders] is present and valid it is authoritative; keys of md that it does not
-// mention (set after ToMetadata) are appended. Plain map keys come out sorted, so the
-// result is deterministic.
+// FromMetadata is the inverse of [ToMetadata]: the header list without the reserved
+// metadata keys. When [MetaHeaders] is present and valid it is authoritative, and every
+// field of it is kept, one with a reserved name included (a producer's header that
+// ToMetadata stored there: publishers never send it, intake refuses it); plain keys of md
+// that it does not mention (set after ToMetadata) are appended, reserved ones never. Plain
+// map keys come out sorted, so the result is deterministic.
 func FromMetadata(md map[string]string) List {
 	out := make(List, 0, len(md))
 	seen := map[string]bool{}
 	if enc, ok := md[MetaHeaders]; ok {
 		if l, ok := decodeList(enc); ok {
 			for _, h := range l {
-				if IsReserved(h.Key) {
-					continue
-				}
 				out = append(out, h)
 				seen[h.Key] = true
 			}

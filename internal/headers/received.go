@@ -6,9 +6,11 @@ package headers
 // Settle; the receiver must call Ack or Nack exactly once.
 type Received struct {
 	// Message is the message as read: ID is its broker id (NATS: Nats-Msg-Id, "" when it
-	// has none; never a header), Headers its headers without reserved keys (keys in
-	// sorted order, a repeated key's values in order, as [FromMetadata] gives them),
-	// Payload, and for Kafka Key and Tombstone.
+	// has none; never a header), Headers its headers (NATS: keys in sorted order, a
+	// repeated key's values in order, as [FromMetadata] gives them; Kafka: in record
+	// order, a null value as Header.Null), a producer's header with the reserved prefix
+	// among them (intake refuses it; the fields below, never a header, carry the
+	// adapter's metadata), Payload, and for Kafka Key and Tombstone.
 	Message
 	// SourceID and SourceTime are what [MetaSourceID] and [MetaSourceTime] carry in a
 	// watermill message ("" when none).

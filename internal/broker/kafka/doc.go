@@ -22,7 +22,10 @@
 // Headers: Kafka headers may repeat, watermill metadata is a map. The mapping is
 // [headers.ToMetadata] / [headers.FromMetadata]: repeated values keep their order,
 // header names keep their case, and metadata keys with the reserved prefix
-// `_delaybridge_` never go on the wire (and are dropped when they arrive from it). The
+// `_delaybridge_` never go on the wire. A header with that prefix that arrives from it is
+// kept inside [headers.MetaHeaders], never taken as the adapter's own metadata (intake
+// refuses it). A null header value is "" in metadata; [Subscriber.SubscribeReceived]
+// and [Publisher.PublishList] keep it null (headers.Header.Null). The
 // record key travels as metadata [headers.MetaKafkaKey], the record's identity as
 // [headers.MetaSourceID] ("kafka:<topic>:<partition>:<offset>") and its timestamp as
 // [MetaKafkaTimestamp]. The message UUID goes on the wire only when a UUID header is

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -200,5 +201,38 @@ func TestRetriedProduceDoesNotDuplicate(t *testing.T) {
 	}
 	if recs := consume(t, e, "idem", 1); string(recs[0].Value) != "once" {
 		t.Fatalf("record %q", recs[0].Value)
+	}
+}
+
+// A null header value stays null through the fast path and PublishList (egress's fast
+// path), told apart from an empty one: the received header is Null, the published one has
+// a nil value again; an empty value stays empty and not null.
+func TestNullHeaderValueRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkafka.CreateTopic(t, e.brokers, "nullhdr.in", 1)
+	testkafka.CreateTopic(t, e.brokers, "nullhdr.out", 1)
+	e.produceRecords(t, &kgo.Record{Topic: "nullhdr.in", Value: []byte("v"), Headers: []kgo.RecordHeader{
+		{Key: "n", Value: nil}, {Key: "e", Value: []byte{}}, {Key: "s", Value: []byte("x")}, {Key: "n", Value: nil},
+	}})
+	_, fast := e.subscribeReceived(t, e.subCfg("nullhdr"), nil, "nullhdr.in")
+	r := nextReceived(t, fast)
+	want := headers.List{{Key: "n", Null: true}, {Key: "e"}, {Key: "s", Value: "x"}, {Key: "n", Null: true}}
+	if !slices.Equal(r.Headers, want) {
+		t.Fatalf("received headers %v, want %v", r.Headers, want)
+	}
+	r.Ack("")
+	pub := e.publisher(t, wmkafka.PublisherConfig{})
+	if err := pub.PublishList(context.Background(), "nullhdr.out", []headers.Message{r.Message}); err != nil {
+		t.Fatal(err)
+	}
+	out := consume(t, e, "nullhdr.out", 1)[0]
+	if len(out.Headers) != 4 {
+		t.Fatalf("published headers %v, want 4", out.Headers)
+	}
+	for i, h := range out.Headers {
+		if h.Key != want[i].Key || (h.Value == nil) != want[i].Null || string(h.Value) != want[i].Value {
+			t.Errorf("published header %d: %q = %q (null %v), want %v", i, h.Key, h.Value, h.Value == nil, want[i])
+		}
 	}
 }

@@ -33,7 +33,8 @@ func toKafka(topic string, msg *message.Message, uuidHeader string) *kgo.Record 
 }
 
 // listToKafka builds the record for m: its non-reserved headers (repeated keys in order,
-// names as given), key m.Key (nil: a null key), and, when uuidHeader is set, that header =
+// names as given; a Header.Null one with a null value, every other with a non-null one,
+// empty or not), key m.Key (nil: a null key), and, when uuidHeader is set, that header =
 // m.ID (replacing any such header in the list). The value is the payload, never null,
 // except for a tombstone (m.Tombstone): a null value.
 func listToKafka(topic string, m *headers.Message, uuidHeader string) *kgo.Record {
@@ -42,7 +43,11 @@ func listToKafka(topic string, m *headers.Message, uuidHeader string) *kgo.Recor
 		if headers.IsReserved(h.Key) || (uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader)) {
 			continue
 		}
-		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
+		v := []byte(h.Value) // never nil: an empty value stays empty
+		if h.Null {
+			v = nil
+		}
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: v})
 	}
 	if uuidHeader != "" {
 		hs = append(hs, kgo.RecordHeader{Key: uuidHeader, Value: []byte(m.ID)})
@@ -57,8 +62,10 @@ func listToKafka(topic string, m *headers.Message, uuidHeader string) *kgo.Recor
 }
 
 // fromKafka builds the watermill message for a received record. Headers keep their
-// order and repeats ([headers.ToMetadata]); headers with the reserved prefix are dropped
-// (a producer cannot set the bridge's internal metadata). The UUID is the first
+// order and repeats ([headers.ToMetadata]); a null header value becomes "" (Metadata
+// holds strings); a header with the reserved prefix is kept inside
+// [headers.MetaHeaders], never as a plain key (a producer cannot set the bridge's
+// internal metadata; intake refuses it). The UUID is the first
 // uuidHeader header when uuidHeader is set and the record has one (that header is then
 // not metadata), else a new ULID. Reserved metadata added: [headers.MetaSourceID]
 // ("kafka:<topic>:<partition>:<offset>"), [headers.MetaKafkaKey] when the key is not
@@ -69,10 +76,7 @@ func fromKafka(km *kgo.Record, uuidHeader string) *message.Message {
 	var uuid string
 	var list headers.List
 	for _, h := range km.Headers {
-		switch {
-		case headers.IsReserved(h.Key):
-			continue
-		case uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader):
+		if uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader) {
 			if uuid == "" {
 				uuid = string(h.Value)
 			}

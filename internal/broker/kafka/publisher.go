@@ -169,7 +169,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 // PublishList is [Publisher.Publish] for messages given as header lists, without the
 // watermill message and its Metadata map (egress's fast path): the same records (headers
-// with the names as given, repeated values in order, no reserved keys, UUIDHeader = msg.ID
+// with the names as given, repeated values in order, no reserved keys, a null value for a
+// headers.Header.Null one (Publish has no null: metadata holds strings), UUIDHeader = msg.ID
 // when configured, key msg.Key, a null value when msg.Tombstone), the same waits and errors
 // (a [*broker.PublishError] names failed messages by ID). ctx is the context of every
 // message (as a watermill message's Context); the call is bounded by WriteTimeout as

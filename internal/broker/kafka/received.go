@@ -18,8 +18,9 @@ import (
 // (ok is always true) and returns at once, as Subscribe does.
 //
 // A Received carries what Subscribe's metadata does: ID the first UUIDHeader value (""
-// without one: no ULID is made), the headers without reserved keys in the record's order
-// (Subscribe's metadata map keeps that order only when a key repeats), the key (nil when
+// without one: no ULID is made), the headers in the record's order (Subscribe's metadata
+// map keeps that order only when a key repeats or one is reserved), a null header value
+// as Header.Null (Subscribe's metadata cannot hold it: "" there), the key (nil when
 // null), Tombstone for a null value (read from the record itself: no second fetch),
 // SourceID "kafka:<topic>:<partition>:<offset>" and SourceTime the record's timestamp in
 // unix ms ("" when it has none). The receiver settles each message once: Ack counts as
@@ -43,23 +44,21 @@ type record struct {
 	sourceID, sourceTime string
 }
 
-// newRecord reads km as fromKafka does, into a record: headers with reserved keys
-// dropped, in record order, the first uuidHeader value as the ID (not a header). A null
-// header value arrives as an empty one (a header list holds strings).
+// newRecord reads km as fromKafka does, into a record: headers in record order (one with
+// the reserved prefix included: intake refuses it), the first uuidHeader value as the ID
+// (not a header). A null header value is Header.Null with an empty Value (franz-go keeps
+// a null value nil and an empty one a non-nil empty slice).
 func newRecord(km *kgo.Record, uuidHeader string) *record {
 	r := &record{}
 	list := make(headers.List, 0, len(km.Headers))
 	for _, h := range km.Headers {
-		switch {
-		case headers.IsReserved(h.Key):
-			continue
-		case uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader):
+		if uuidHeader != "" && strings.EqualFold(h.Key, uuidHeader) {
 			if r.msg.ID == "" {
 				r.msg.ID = string(h.Value)
 			}
 			continue
 		}
-		list = append(list, headers.Header{Key: h.Key, Value: string(h.Value)})
+		list = append(list, headers.Header{Key: h.Key, Value: string(h.Value), Null: h.Value == nil})
 	}
 	r.msg.Headers = list[:len(list):len(list)] // a receiver's append copies
 	r.msg.Payload = km.Value

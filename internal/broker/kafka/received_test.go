@@ -52,8 +52,10 @@ func receivedByOffset(t *testing.T, ch <-chan *headers.Received, n int) []*heade
 
 // The fast path hands out what Subscribe's messages say, field by field (as ingress reads
 // a watermill message: headers.FromMetadata and the reserved keys): headers in the same
-// order (record order with a repeated key, else sorted), reserved ones dropped, the UUID
-// header as the id, binary, null and empty keys, a tombstone, source id and time.
+// order (record order with a repeated or reserved key, else sorted), a producer's reserved
+// one kept as a header (never taken as the source id), a null header value null (empty
+// in Subscribe's metadata), the UUID header as the id, binary, null and empty keys, a
+// tombstone, source id and time.
 func TestReceivedMatchesSubscribe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -85,7 +87,12 @@ func TestReceivedMatchesSubscribe(t *testing.T) {
 		g := got[i]
 		// The fast path keeps the record's order; Subscribe's metadata map keeps it only
 		// when a key repeats (headers.FromMetadata sorts the others).
+		// Metadata has no null value: compare values only.
 		sorted := func(l headers.List) headers.List {
+			l = slices.Clone(l)
+			for i := range l {
+				l[i].Null = false
+			}
 			return slices.SortedStableFunc(slices.Values(l), func(a, b headers.Header) int { return strings.Compare(a.Key, b.Key) })
 		}
 		if g.ID != want.ID || !slices.Equal(sorted(g.Headers), sorted(want.Headers)) || !bytes.Equal(g.Payload, want.Payload) ||
@@ -97,8 +104,11 @@ func TestReceivedMatchesSubscribe(t *testing.T) {
 		g.Ack("")
 		slow[i].Ack()
 	}
-	if want := (headers.List{{Key: "z", Value: "1"}, {Key: "a", Value: "\x01\x00"}, {Key: "m"}}); !slices.Equal(got[1].Headers, want) {
+	if want := (headers.List{{Key: "z", Value: "1"}, {Key: "a", Value: "\x01\x00"}, {Key: "m", Null: true}}); !slices.Equal(got[1].Headers, want) {
 		t.Errorf("fast path headers %q, want the record's order %q", got[1].Headers, want)
+	}
+	if v, ok := got[0].Headers.Get(headers.MetaSourceID); !ok || v != "kafka:spoof:9:9" || got[0].SourceID != "kafka:same:0:0" {
+		t.Errorf("a producer's %s header: %q %v in the headers, source id %q", headers.MetaSourceID, v, ok, got[0].SourceID)
 	}
 	if got[0].ID != "id-1" || got[0].SourceTime != "1700000000123" || !got[3].Tombstone {
 		t.Errorf("id %q, time %q, tombstone %v", got[0].ID, got[0].SourceTime, got[3].Tombstone)

@@ -127,7 +127,9 @@ var modes = []struct {
 }
 
 // A foreign producer's message with a repeated header must arrive in order, with names
-// in their case, and with Nats-Msg-Id as the UUID. (watermill-nats panics on it.)
+// in their case, and with Nats-Msg-Id as the UUID. (watermill-nats panics on it.) Its
+// headers with the reserved prefix stay headers (intake refuses them), never the
+// adapter's metadata.
 func TestRepeatedHeadersFromTheWire(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -169,6 +171,9 @@ func TestRepeatedHeadersFromTheWire(t *testing.T) {
 			}
 			if got.Metadata[headers.MetaReply] != "" || got.Metadata[headers.MetaRequest] != "" {
 				t.Errorf("reserved reply or request key taken from the wire: %v", got.Metadata)
+			}
+			if v, _ := list.Get(headers.MetaSourceID); v != "js:X:666" {
+				t.Errorf("the producer's %s header lost: %v", headers.MetaSourceID, list)
 			}
 			wantSource := ""
 			if mode.name == "jetstream" {

@@ -16,7 +16,9 @@
 // Headers: NATS headers may repeat, watermill metadata is a map. The mapping is
 // [headers.ToMetadata] / [headers.FromMetadata]: repeated values keep their order, header
 // names keep their case, and metadata keys with the reserved prefix `_delaybridge_` never
-// go on the wire (and are never taken from it).
+// go on the wire. A header with that prefix that arrives from it is kept inside
+// [headers.MetaHeaders], never taken as the adapter's own metadata (intake refuses it).
+// NATS has no null header value: a headers.Header.Null one is sent empty.
 //
 // The adapter does not own the *nats.Conn: [Connect] makes one with sensible reconnect
 // options, and the caller closes it after closing publishers and subscribers.

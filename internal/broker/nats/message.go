@@ -52,9 +52,10 @@ func listToNATS(subject string, m *headers.Message) *natsgo.Msg {
 
 // fromNATS builds the watermill message for a received NATS message. The UUID is the
 // Nats-Msg-Id header when present, else a new ULID; Nats-Msg-Id itself is not metadata.
-// Headers with the reserved prefix are dropped: a producer cannot set the bridge's
-// internal metadata. extra (reserved keys set by the adapter, as key, value, key, value...)
-// is added as is.
+// A header with the reserved prefix is kept inside headers.MetaHeaders, never as a plain
+// key (headers.ToMetadata): a producer cannot set the bridge's internal metadata, and
+// intake refuses the message. extra (reserved keys set by the adapter, as key, value,
+// key, value...) is added as is.
 func fromNATS(h natsgo.Header, data []byte, extra ...string) *message.Message {
 	list, uuid := appendHeaders(make(headers.List, 0, len(h)), h)
 	return watermillMessage(uuid, list, data, extra...)
@@ -76,9 +77,10 @@ func watermillMessage(id string, list headers.List, data []byte, extra ...string
 
 // appendHeaders appends the headers of h to list, keys in sorted order (a Go map has no
 // order), a repeated key's values in theirs, without Nats-Msg-Id (returned as id, its
-// first value; "" when none) and without reserved keys (a producer cannot set the
-// bridge's internal metadata). The keys are sorted in place of a stack array: for up to
-// 16 keys nothing is allocated beyond list's growth.
+// first value; "" when none). A header with the reserved prefix is kept, so that intake
+// refuses the message rather than lose the header silently (the Received's fields, not
+// its headers, carry the adapter's metadata). The keys are sorted in place of a stack
+// array: for up to 16 keys nothing is allocated beyond list's growth.
 func appendHeaders(list headers.List, h natsgo.Header) (_ headers.List, id string) {
 	var kb [16]string
 	keys := kb[:0]
@@ -88,13 +90,10 @@ func appendHeaders(list headers.List, h natsgo.Header) (_ headers.List, id strin
 	slices.Sort(keys)
 	for _, k := range keys {
 		vs := h[k]
-		switch {
-		case strings.EqualFold(k, MsgIDHeader):
+		if strings.EqualFold(k, MsgIDHeader) {
 			if id == "" && len(vs) > 0 {
 				id = vs[0]
 			}
-			continue
-		case headers.IsReserved(k):
 			continue
 		}
 		for _, v := range vs {

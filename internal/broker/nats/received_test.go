@@ -31,8 +31,10 @@ func nextReceived(t *testing.T, ch <-chan *headers.Received) *headers.Received {
 }
 
 // The fast path gives what Subscribe's metadata gives: Nats-Msg-Id as the ID, the headers
-// in sorted key order with a repeated key's values in order, no reserved or Nats-Msg-Id
-// header, the source id and time (unix ms); its Ack moves the consumer's ack floor.
+// in sorted key order with a repeated key's values in order, no Nats-Msg-Id header, a
+// producer's reserved ones as headers (intake refuses them; never taken as the source id
+// or request mark), the source id and time (unix ms); its Ack moves the consumer's ack
+// floor.
 func TestSubscribeReceivedMessage(t *testing.T) {
 	e := newEnv(t)
 	_, ch := e.subscribeReceived(t, context.Background(), wmnats.SubscriberConfig{Stream: "S"}, "js.fast")
@@ -40,15 +42,16 @@ func TestSubscribeReceivedMessage(t *testing.T) {
 	m.Header["x"] = []string{"1", "2"}
 	m.Header["B-Key"] = []string{"b"}
 	m.Header["Nats-Msg-Id"] = []string{"id-1"}
-	m.Header[headers.MetaSourceID] = []string{"js:X:666"} // never taken from the wire
-	m.Header[headers.MetaRequest] = []string{"1"}         // never taken from the wire
+	m.Header[headers.MetaSourceID] = []string{"js:X:666"} // a header, never the source id
+	m.Header[headers.MetaRequest] = []string{"1"}         // a header, never the request mark
 	m.Data = []byte("payload")
 	sent := time.Now()
 	if err := e.nc.PublishMsg(m); err != nil {
 		t.Fatal(err)
 	}
 	got := nextReceived(t, ch)
-	want := headers.List{{Key: "B-Key", Value: "b"}, {Key: "x", Value: "1"}, {Key: "x", Value: "2"}}
+	want := headers.List{{Key: "B-Key", Value: "b"}, {Key: headers.MetaRequest, Value: "1"}, {Key: headers.MetaSourceID, Value: "js:X:666"},
+		{Key: "x", Value: "1"}, {Key: "x", Value: "2"}}
 	if got.ID != "id-1" || string(got.Payload) != "payload" || !slices.Equal(got.Headers, want) {
 		t.Fatalf("got id %q payload %q headers %v; want id-1, payload, %v", got.ID, got.Payload, got.Headers, want)
 	}
