@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/admin/monitor"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -226,11 +227,12 @@ type assembly struct {
 	storeReady atomic.Bool
 	checks     []ops.Check
 
-	in   *ingress.Ingress
-	out  *egress.Egress
-	api  http.Handler // nil: no message API
-	ops  http.Handler
-	live string // the brokers, for the "running" line
+	in    *ingress.Ingress
+	out   *egress.Egress
+	admin *admin.Admin // the operator's side of the store: the API's lists, bulk changes, audit log
+	api   http.Handler // nil: no message API
+	ops   http.Handler
+	live  string // the brokers, for the "running" line
 }
 
 // newWatch registers the process, ingress, egress and store metrics and the Redis
@@ -331,10 +333,11 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
+	b.admin = admin.New(store)
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
-			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, logger)
+			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, b.admin, logger)
 	}
 	return nil
 }
@@ -357,6 +360,11 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 			return err // stopped before Redis answered: nothing ran
 		}
 		b.storeReady.Store(true)
+		// The cursor key only serves the message API's pages: until it is read (a full
+		// Redis cannot create it) cursors are refused, delivery does not need it.
+		if err := b.admin.Init(gctx); err != nil && gctx.Err() == nil {
+			logger.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
+		}
 		w, wctx := errgroup.WithContext(gctx)
 		w.Go(func() error { return b.in.Run(wctx) })
 		w.Go(func() error { return b.out.Run(wctx) })

@@ -387,39 +387,3 @@ func parseAuditState(v string, now int64) (state string, matched, changed int64)
 	}
 	return state, matched, changed
 }
-
-// SealOpCursor returns the cursor a client gets to go on with bulk operation opID for the
-// bulk change query (the caller's canonical form of the request), sealed (cursor.go) so
-// that ParseOpCursor takes it back for that request only. It does not block.
-func (s *Store) SealOpCursor(opID, query string) string { return s.seal(cursorOp, query, opID) }
-
-// ParseOpCursor opens a cursor that SealOpCursor made for the same query and returns its
-// op id; any other string is an error wrapping ErrBadCursor. It may read the cursor key
-// from Redis again (a Redis error is returned as is).
-func (s *Store) ParseOpCursor(ctx context.Context, v, query string) (string, error) {
-	id, err := s.open(ctx, cursorOp, query, v)
-	if err != nil {
-		return "", err
-	}
-	if !ValidOpID(id) {
-		return "", fmt.Errorf("%w: malformed op id", ErrBadCursor)
-	}
-	return id, nil
-}
-
-// SealAuditCursor returns the cursor of the audit log page that goes on after op id
-// after. It does not block.
-func (s *Store) SealAuditCursor(after string) string { return s.seal(cursorAudit, "", after) }
-
-// ParseAuditCursor opens a cursor that SealAuditCursor made; any other string is an error
-// wrapping ErrBadCursor. It may read the cursor key from Redis again.
-func (s *Store) ParseAuditCursor(ctx context.Context, v string) (string, error) {
-	id, err := s.open(ctx, cursorAudit, "", v)
-	if err != nil {
-		return "", err
-	}
-	if !ValidOpID(id) {
-		return "", fmt.Errorf("%w: malformed audit position", ErrBadCursor)
-	}
-	return id, nil
-}

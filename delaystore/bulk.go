@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +15,7 @@ import (
 
 // Bulk changes (docs/design.md, "Bulk changes"): scan.lua reads bounded chunks of a
 // shard, bulk.lua changes the picked messages that are not in delivery.
-const (
-	bulkChunk   = 500  // members read, and messages changed, per Redis call
-	bulkHeadLen = 1024 // body bytes read per message: format, source id, target, source
-)
+const bulkChunk = 500 // members read, and messages changed, per Redis call
 
 // Bulk operations.
 const (
@@ -82,37 +78,6 @@ type BulkCursor struct {
 	// after it (moved by this change, or parked since) are not picked, so a message moved
 	// ahead of the cursor is not changed twice.
 	MaxVersion int64
-}
-
-// SealBulkCursor returns the cursor a client gets for position c of the bulk change
-// query (the caller's canonical form of the request: operation, its values, selector,
-// dry run), sealed (cursor.go) so that ParseBulkCursor takes it back for that request
-// only. It does not block.
-func (s *Store) SealBulkCursor(c BulkCursor, query string) string {
-	raw := strings.Join([]string{strconv.Itoa(c.Shard), c.Pass, c.Score, c.ID, strconv.FormatInt(c.MaxVersion, 10)}, "\n")
-	return s.seal(cursorBulk, query, raw)
-}
-
-// ParseBulkCursor opens a cursor that SealBulkCursor made for the same query; any other
-// string (altered, made up, a list cursor, another request's) is an error wrapping
-// ErrBadCursor. It may read the cursor key from Redis again (a Redis error is returned as
-// is).
-func (s *Store) ParseBulkCursor(ctx context.Context, v, query string) (BulkCursor, error) {
-	raw, err := s.open(ctx, cursorBulk, query, v)
-	if err != nil {
-		return BulkCursor{}, err
-	}
-	parts := strings.Split(raw, "\n")
-	if len(parts) != 5 {
-		return BulkCursor{}, fmt.Errorf("%w: malformed bulk position", ErrBadCursor)
-	}
-	sh, err := strconv.Atoi(parts[0])
-	maxV, verr := strconv.ParseInt(parts[4], 10, 64)
-	if _, ferr := strconv.ParseFloat(parts[2], 64); err != nil || verr != nil || sh < 0 || sh >= len(s.keys) ||
-		(parts[1] != "z" && parts[1] != "r") || (parts[3] != "" && ferr != nil) || maxV < 0 {
-		return BulkCursor{}, fmt.Errorf("%w: malformed bulk position", ErrBadCursor)
-	}
-	return BulkCursor{Shard: sh, Pass: parts[1], Score: parts[2], ID: parts[3], MaxVersion: maxV}, nil
 }
 
 // BulkResult is what Bulk did: Matched messages the selector picked, Changed of them
@@ -252,30 +217,17 @@ func (s *Store) bulkChange(ctx context.Context, shard int, op BulkOp, picked []a
 // bulkChunk scans one chunk at cur, changes what matches (unless dryRun) and counts into
 // res; it returns the cursor after the chunk and whether the pass is through.
 func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun bool, cur BulkCursor, res *BulkResult) (BulkCursor, bool, error) {
-	k := s.keys[cur.Shard]
-	score := cur.Score
-	if score == "" {
-		score = "0"
+	page := s.Scan(ctx, []ScanRequest{scanAt(sel, cur)})[0]
+	if page.Err != nil {
+		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, page.Err)
 	}
-	args := appendStrings([]any{cur.Pass, sel.DueFrom, sel.DueTo, score, cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-	out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r, k.nm}, args...).Slice()
-	if err != nil {
-		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
-	}
-	names, err := s.scanNames(ctx, cur.Shard, out)
-	if errors.Is(err, errNamesMoved) {
+	if page.Again {
 		return cur, false, nil // read the chunk again
 	}
-	if err != nil {
-		return cur, false, fmt.Errorf("bulk: scan shard %d: %w", cur.Shard, err)
-	}
-	picked, lineage, next, done, err := pick(out, names, sel, cur, op.Kind == BulkCancel && !dryRun)
-	if err != nil {
-		return cur, false, err
-	}
+	picked, lineage, next := pick(page, sel, cur, op.Kind == BulkCancel && !dryRun)
 	res.Matched += len(picked)/3 - lineage
 	if dryRun || len(picked) == 0 {
-		return next, done, nil
+		return next, page.Through, nil
 	}
 	n, newer, _, err := s.bulkChange(ctx, cur.Shard, op, picked, nil)
 	if err != nil {
@@ -283,71 +235,39 @@ func (s *Store) bulkChunk(ctx context.Context, sel Selector, op BulkOp, dryRun b
 	}
 	res.Matched += int(newer)
 	res.Changed += int(n)
-	return next, done, nil
+	return next, page.Through, nil
 }
 
-// pick reads scan.lua's answer (its codes resolved by names): the (id, version, target)
-// triples that sel matches, the
-// cursor after the chunk and whether the pass is through. Entries newer than the pass
-// (cur.MaxVersion) are left out, unless lineage (a cancel: a recurring message that fired
-// since the pass began has a newer version): then they are picked with the version
-// ">MaxVersion", which bulk.lua takes only for a recurring message (a message parked
-// since the pass began is left alone, as by every bulk change), and counted in lineage.
-func pick(out []any, names *nameTable, sel Selector, cur BulkCursor, withLineage bool) (picked []any, lineage int, next BulkCursor, done bool, err error) {
-	if len(out) < scanHeadLen || (len(out)-scanHeadLen)%6 != 0 {
-		return nil, 0, cur, false, fmt.Errorf("bulk: scan shard %d: unexpected reply of %d values", cur.Shard, len(out))
-	}
-	through, _ := out[0].(int64)
+// scanAt is the scan of sel's next chunk at cur.
+func scanAt(sel Selector, cur BulkCursor) ScanRequest {
+	return ScanRequest{Shard: cur.Shard, Retries: cur.Pass == "r", From: sel.DueFrom, To: sel.DueTo,
+		After: Position{Score: cur.Score, ID: cur.ID}, Count: bulkChunk, Literals: sel.Literals}
+}
+
+// pick reads a scanned chunk: the (id, version, target) triples that sel matches and the
+// cursor after the chunk. Entries newer than the pass (cur.MaxVersion) are left out,
+// unless withLineage (a cancel: a recurring message that fired since the pass began has a
+// newer version): then they are picked with the version ">MaxVersion", which bulk.lua
+// takes only for a recurring message (a message parked since the pass began is left
+// alone, as by every bulk change), and counted in lineage.
+func pick(page ScanPage, sel Selector, cur BulkCursor, withLineage bool) (picked []any, lineage int, next BulkCursor) {
 	next = cur
-	next.ID, _ = out[1].(string)
-	next.Score, _ = out[2].(string)
-	for i := scanHeadLen; i < len(out); i += 6 {
-		id, _ := out[i].(string)
-		prefix, _ := out[i+2].(string)
-		head, _ := out[i+3].(string)
-		version, due, ok := parsePrefix(prefix)
-		newer := version > cur.MaxVersion
-		if !ok || (newer && !withLineage) || due < sel.DueFrom || due > sel.DueTo {
+	next.ID, next.Score = page.Next.ID, page.Next.Score
+	for _, e := range page.Entries {
+		newer := e.Version > cur.MaxVersion
+		if (newer && !withLineage) || e.Due < sel.DueFrom || e.Due > sel.DueTo {
 			continue
 		}
-		target, _, err := decodeHead([]byte(head), id, names)
-		if sel.Match != nil && (err != nil || !sel.Match(target)) {
+		if sel.Match != nil && (e.Err != nil || !sel.Match(e.Target)) {
 			continue
 		}
-		want := strconv.FormatInt(version, 10)
+		want := strconv.FormatInt(e.Version, 10)
 		if newer {
 			want, lineage = ">"+strconv.FormatInt(cur.MaxVersion, 10), lineage+1
 		}
-		picked = append(picked, id, want, targetField(head))
+		picked = append(picked, e.ID, want, e.field)
 	}
-	return picked, lineage, next, through == 1, nil
-}
-
-// parsePrefix reads "<version>,<attempts>,<due>".
-func parsePrefix(p string) (version, due int64, ok bool) {
-	f := strings.Split(p, ",")
-	if len(f) != 3 {
-		return 0, 0, false
-	}
-	v, err1 := strconv.ParseInt(f[0], 10, 64)
-	d, err2 := strconv.ParseInt(f[2], 10, 64)
-	return v, d, err1 == nil && err2 == nil
-}
-
-// decodeHead reads the target and source from the first bytes of the body of message id
-// (encodeBody): format byte, source id, flags, target, source, resolving codes through
-// names (the shard's table as of the read).
-func decodeHead(b []byte, id string, names *nameTable) (target, source string, err error) {
-	if len(b) == 0 {
-		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
-	}
-	d := decoder{b: b[1:], names: names}
-	if b[0] == formatSource {
-		d.bytes("source id")
-	}
-	var e Envelope
-	d.head(&e)
-	return e.Target, e.Source, d.err
+	return picked, lineage, next
 }
 
 func opValue(op BulkOp) int64 {

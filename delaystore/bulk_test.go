@@ -127,8 +127,8 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 }
 
 // TestBulkResumes: with no time budget every call does one chunk and hands out a cursor;
-// following it through SealBulkCursor and ParseBulkCursor changes every message exactly once, 1,200
-// of them at one due time on one shard (paging within a score).
+// following it changes every message exactly once, 1,200 of them at one due time on one
+// shard (paging within a score).
 func TestBulkResumes(t *testing.T) {
 	f := setup(t)
 	now := f.now(t)
@@ -146,11 +146,7 @@ func TestBulkResumes(t *testing.T) {
 		if res.Next == nil {
 			break
 		}
-		c, err := f.s.ParseBulkCursor(t.Context(), f.s.SealBulkCursor(*res.Next, "q"), "q")
-		if err != nil || c != *res.Next {
-			t.Fatalf("cursor round trip: %+v -> %+v, %v", *res.Next, c, err)
-		}
-		cur = &c
+		cur = res.Next
 	}
 	if total.Matched != 1200 || total.Changed != 1200 {
 		t.Fatalf("in all: %+v, want 1200 matched and changed", total)
@@ -159,8 +155,5 @@ func TestBulkResumes(t *testing.T) {
 		if m, err := f.s.Get(t.Context(), id); err != nil || m.Due != now+120_000 {
 			t.Fatalf("%s: due +%d ms, want +120000 (shifted once) %v", id, m.Due-now, err)
 		}
-	}
-	if _, err := f.s.ParseBulkCursor(t.Context(), "bm9wZQ", "q"); err == nil {
-		t.Fatal("a made-up cursor was accepted")
 	}
 }

@@ -332,32 +332,21 @@ func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *Op
 		}
 		next.Pass = "d"
 	} else {
-		k := s.keys[sh]
-		score := cmpOr(p.cur.Score, "0")
-		args := appendStrings([]any{p.cur.Pass, sel.DueFrom, sel.DueTo, score, p.cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-		out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r, k.nm}, args...).Slice()
-		if err != nil {
-			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
+		page := s.Scan(ctx, []ScanRequest{scanAt(sel, BulkCursor{Shard: sh, Pass: p.cur.Pass, Score: p.cur.Score, ID: p.cur.ID})})[0]
+		if page.Err != nil {
+			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, page.Err)
 		}
-		names, err := s.scanNames(ctx, sh, out)
-		if errors.Is(err, errNamesMoved) {
+		if page.Again {
 			return p, nil // read the chunk again
 		}
-		if err != nil {
-			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
-		}
 		var lineage int
-		var through bool
-		picked, lineage, next, through, err = pick(out, names, sel, p.cur, o.Spec.Kind == BulkCancel && !o.Spec.DryRun)
-		if err != nil {
-			return p, err
-		}
+		picked, lineage, next = pick(page, sel, p.cur, o.Spec.Kind == BulkCancel && !o.Spec.DryRun)
 		counted = len(picked)/3 - lineage
 		if o.Spec.DryRun {
 			picked = nil
 		}
 		switch {
-		case !through:
+		case !page.Through:
 		case p.cur.Pass == "z":
 			next = BulkCursor{Pass: "r", MaxVersion: p.cur.MaxVersion}
 		default:
@@ -389,11 +378,4 @@ func (s *Store) forget(ctx context.Context, id string) {
 		calls[i] = call{keys: []string{k.b, k.bx}, args: []any{id}}
 	}
 	s.evalPipelined(ctx, s.scripts[scriptBulkForget], calls)
-}
-
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -274,20 +274,6 @@ func (s *Store) readNamed(ctx context.Context, sh int, read func() (string, erro
 	return err
 }
 
-// scanNames returns shard sh's table of the generation a scan.lua answer out read with its
-// entries (errNamesMoved: read the chunk again). It blocks only to load.
-func (s *Store) scanNames(ctx context.Context, sh int, out []any) (*nameTable, error) {
-	if len(out) < scanHeadLen {
-		return nil, fmt.Errorf("unexpected scan reply of %d values", len(out))
-	}
-	gen, _ := out[3].(string)
-	return s.tableAt(ctx, sh, gen)
-}
-
-// scanHeadLen is the length of a scan.lua answer's head: done, cursor id and score, names
-// generation; then 6 values per entry.
-const scanHeadLen = 4
-
 // genOf reads the generation field of a names hash from an HGET reply ("" when none).
 func genOf(c *redis.StringCmd) (string, error) {
 	g, err := c.Result()
@@ -395,20 +381,6 @@ func (s *Store) targetKey(sh int, name string) string {
 		return c.form
 	}
 	return name
-}
-
-// targetField returns the target field of a body head as stored (a name, or a code's
-// field): what targetOf reads.
-func targetField(head string) string {
-	if head == "" {
-		return ""
-	}
-	d := decoder{b: []byte(head[1:])}
-	if head[0] == formatSource {
-		d.bytes("source id")
-	}
-	d.byte("flags")
-	return string(d.bytes("target"))
 }
 
 // internNew interns the targets and sources of reqs (byShard: shard -> their indexes)

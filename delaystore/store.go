@@ -46,10 +46,8 @@ type Store struct {
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
-	// cursorKeyName is P:cursor, the key that seals cursors; cursorKey its value, read by
-	// Init (cursor.go).
-	cursorKeyName string
-	cursorKey     atomic.Pointer[[]byte]
+	// cursorKey is P:cursor, the key that seals the operator's cursors (cursorkey.go).
+	cursorKey string
 	// audit is the audit log (audit.go): its keys {P:audit}:z, :e, :s and its bounds.
 	audit auditLog
 
@@ -159,14 +157,14 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		tomb = 0
 	}
 	s := &Store{
-		rdb:           rdb,
-		shards:        cfg.Shards,
-		leaseMS:       ceilMS(cfg.Lease),
-		tombMS:        ceilMS(tomb),
-		cancelMS:      ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
-		shardsKey:     p + ":shards",
-		cursorKeyName: p + ":cursor",
-		keys:          make([]shardKeys, cfg.Shards),
+		rdb:       rdb,
+		shards:    cfg.Shards,
+		leaseMS:   ceilMS(cfg.Lease),
+		tombMS:    ceilMS(tomb),
+		cancelMS:  ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
+		shardsKey: p + ":shards",
+		cursorKey: p + ":cursor",
+		keys:      make([]shardKeys, cfg.Shards),
 		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
 			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
 		fleetChannel: p + ":wake:fleet",
@@ -207,8 +205,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // different recorded count is a ShardCountError, another format an error wrapping
 // ErrShardMismatch that names the drain-and-recreate procedure; an existing store keeps
 // its run. It creates or reads
-// every shard's dataset epoch, which CheckDataset compares against, and the key that seals
-// cursors (P:cursor, created once: cursor.go). It also loads the
+// every shard's dataset epoch, which CheckDataset compares against. It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
 // target complete (Targets; counts lost with a Redis dataset are counted again, a full
 // Redis leaves that to Targets). Call it once at start; it blocks
@@ -249,15 +246,6 @@ func (s *Store) Init(ctx context.Context) error {
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err
-	}
-	// The cursor key only serves the message API's cursors: a key that cannot be created
-	// now (a full Redis) is created when the first cursor is opened; until then cursors
-	// are refused, delivery does not need it.
-	if err := s.loadCursorKey(ctx); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("init: %w", err)
-		}
-		s.log.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
 	}
 	if err := s.loadScripts(ctx); err != nil {
 		return err

@@ -172,50 +172,36 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 	for i, t := range targets {
 		index[t.Target] = i
 	}
-	shards := make([]*listShard, len(held))
-	for i := range held {
-		shards[i] = &listShard{shard: i, pos: ListCursor{Score: "0"}, done: len(held[i]) == 0}
-	}
+	pos := make([]Position, len(held))
+	done := make([]bool, len(held))
 	for read := 0; ; {
-		var reading []*listShard
-		var calls []call
-		for _, sh := range shards {
-			if !sh.done && len(held[sh.shard]) > 0 {
-				k := s.keys[sh.shard]
-				reading = append(reading, sh)
-				calls = append(calls, call{keys: []string{k.z, k.m, k.r, k.nm},
-					args: []any{"z", 0, int64(math.MaxInt64), sh.pos.Score, sh.pos.ID, listChunk, bulkHeadLen}})
+		var reqs []ScanRequest
+		for sh := range held {
+			if !done[sh] && len(held[sh]) > 0 {
+				reqs = append(reqs, ScanRequest{Shard: sh, From: 0, To: math.MaxInt64, After: pos[sh], Count: listChunk})
 			}
 		}
-		if len(calls) == 0 || (read > 0 && read >= maxRead) {
+		if len(reqs) == 0 || (read > 0 && read >= maxRead) {
 			break // unknown: what a shard still holds unseen
 		}
-		read += len(calls) * listChunk
-		cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
-		for i, sh := range reading {
-			out, err := cmds[i].Slice()
-			var names *nameTable
-			if err == nil {
-				names, err = s.scanNames(ctx, sh.shard, out)
+		read += len(reqs) * listChunk
+		for i, p := range s.Scan(ctx, reqs) {
+			sh := reqs[i].Shard
+			if p.Err != nil {
+				return fmt.Errorf("targets: next due: shard %d: %w", sh, p.Err)
 			}
-			if errors.Is(err, errNamesMoved) {
+			if p.Again {
 				continue // read again next round
 			}
-			if err == nil {
-				err = sh.read(out, nil, names)
-			}
-			if err != nil {
-				return fmt.Errorf("targets: next due: shard %d: %w", sh.shard, err)
-			}
-			for _, l := range sh.found {
-				if t, ok := index[l.Target]; ok && held[sh.shard][l.Target] {
-					delete(held[sh.shard], l.Target)
-					if targets[t].NextDue == 0 || l.Scheduled < targets[t].NextDue {
-						targets[t].NextDue, targets[t].Window = l.Scheduled, l.Window
+			pos[sh], done[sh] = p.Next, p.Through
+			for _, e := range p.Entries {
+				if t, ok := index[e.Target]; ok && e.Err == nil && held[sh][e.Target] {
+					delete(held[sh], e.Target)
+					if targets[t].NextDue == 0 || e.Scheduled < targets[t].NextDue {
+						targets[t].NextDue, targets[t].Window = e.Scheduled, e.Window
 					}
 				}
 			}
-			sh.found = sh.found[:0]
 		}
 	}
 	for _, h := range held {
@@ -227,6 +213,9 @@ func (s *Store) nextDues(ctx context.Context, targets []TargetCount, held []map[
 	}
 	return nil
 }
+
+// listChunk is the most entries of one shard nextDues reads per round trip.
+const listChunk = 500
 
 // boolArg is a script's flag argument: "1" or "0".
 func boolArg(b bool) string {

@@ -42,6 +42,18 @@ type Store interface {
 	Stats(ctx context.Context) (delaystore.Stats, error)
 }
 
+// Admin is what the operator's endpoints need of the operator's side of the store
+// (admin.Admin): the message list and the cursors every page hands out, sealed for the
+// query they continue. Safe for concurrent use. A nil Admin: those endpoints answer 501.
+type Admin interface {
+	Lister
+	// Seal returns the cursor of position raw of a query of kind (admin.Cursor*).
+	Seal(kind, query, raw string) string
+	// Open returns the position of cursor v, sealed for kind and query, or an error
+	// wrapping admin.ErrBadCursor; it may read the cursor key from Redis.
+	Open(ctx context.Context, kind, query, v string) (string, error)
+}
+
 // Config configures the message API.
 type Config struct {
 	// Rules validate messages exactly as ingress does.
@@ -111,7 +123,7 @@ func (c Config) MaxBodyBytes() int64 {
 // cfg.MaxBodyBytes (a larger Content-Length gets 413 unread) and its bytes are reserved
 // from the MaxInflightBytes budget before it is read; when the budget is spent the answer
 // is 503 with Retry-After, at once and without reading the body.
-func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
+func New(cfg Config, store Store, adm Admin, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -132,7 +144,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 		budget = DefaultMaxInflightBytes
 	}
 	budget = max(budget, cfg.MaxBodyBytes())
-	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
+	a := &api{cfg: cfg, store: store, admin: adm, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
 		redrives: make(chan struct{}, redriveAtOnce)}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
@@ -177,6 +189,7 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 type api struct {
 	cfg      Config
 	store    Store
+	admin    Admin // nil: the operator's endpoints answer 501
 	log      *slog.Logger
 	inflight *semaphore.Weighted // request-body bytes being read or decoded
 	redrives chan struct{}       // a slot per redrive running (redriveAtOnce)

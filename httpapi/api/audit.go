@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -26,12 +27,8 @@ import (
 type OpStore interface {
 	AuditBegin(ctx context.Context, e delaystore.AuditEntry) (*delaystore.AuditRecord, error)
 	AuditList(ctx context.Context, after string, limit int) (delaystore.AuditPage, error)
-	SealAuditCursor(after string) string
-	ParseAuditCursor(ctx context.Context, v string) (string, error)
 	StartOp(ctx context.Context, e delaystore.AuditEntry, spec delaystore.OpSpec) (*delaystore.Op, error)
 	ResumeOp(ctx context.Context, id string) (*delaystore.Op, error)
-	SealOpCursor(opID, query string) string
-	ParseOpCursor(ctx context.Context, v, query string) (string, error)
 }
 
 // maxActor is the most bytes of X-Delay-Actor kept.
@@ -163,7 +160,7 @@ func (a *api) deleteInDelivery(w http.ResponseWriter, r *http.Request, rec *Audi
 // (default 100).
 func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	o, ok := a.store.(OpStore)
-	if !ok {
+	if !ok || a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no audit log")
 		return
 	}
@@ -185,7 +182,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	}
 	var after string
 	if v := q.Get("cursor"); v != "" {
-		id, err := o.ParseAuditCursor(r.Context(), v)
+		id, err := a.admin.Open(r.Context(), admin.CursorAudit, "", v)
 		if !cursorOK(w, err) {
 			return
 		}
@@ -203,7 +200,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 			Shift: e.Shift, DeliverAt: e.DeliverAt, Resumable: e.Resumable}
 	}
 	if page.Next != "" {
-		c := o.SealAuditCursor(page.Next)
+		c := a.admin.Seal(admin.CursorAudit, "", page.Next)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -236,7 +233,7 @@ func (a *api) bulkAsOp(w http.ResponseWriter, r *http.Request, o OpStore, req ht
 	var run *delaystore.Op
 	var err error
 	if req.Cursor != "" {
-		id, err := o.ParseOpCursor(r.Context(), req.Cursor, query)
+		id, err := a.admin.Open(r.Context(), admin.CursorOp, query, req.Cursor)
 		if !cursorOK(w, err) {
 			return
 		}
@@ -273,7 +270,7 @@ func (a *api) runOp(w http.ResponseWriter, r *http.Request, o OpStore, op *delay
 		return
 	}
 	if !res.Done {
-		c := o.SealOpCursor(op.ID(), query)
+		c := a.admin.Seal(admin.CursorOp, query, op.ID())
 		out.NextCursor = &c
 	}
 	a.log.Info("bulk operation", "op_id", op.ID(), "op", op.Spec.Kind, "target", op.Spec.Target, "dry_run", op.Spec.DryRun,
@@ -309,7 +306,7 @@ func (a *api) resumeRefused(w http.ResponseWriter, id string, err error) {
 // Retry-After; an unknown op id 404, a malformed one 400.
 func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	o, ok := a.store.(OpStore)
-	if !ok {
+	if !ok || a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no bulk operations")
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/internal/redrive"
@@ -42,13 +43,6 @@ type DeadLetters interface {
 	Redrive(ctx context.Context, opts redrive.Options) (redrive.Counts, error)
 	// CheckID reports whether id has the form of one of its letters' ids.
 	CheckID(id string) error
-}
-
-// CursorSealer seals and opens the positions of pages that are not the store's own
-// (delaystore.Store: SealCursor, OpenCursor), under the store's cursor key.
-type CursorSealer interface {
-	SealCursor(kind, query, raw string) string
-	OpenCursor(ctx context.Context, kind, query, v string) (string, error)
 }
 
 // RedriveHook, when set (Config.RedriveHook), is told of every redrive through the API,
@@ -117,8 +111,7 @@ func (a *api) deadLetterStore(broker string) (string, DeadLetters, error) {
 // with a sealed next_cursor. 400 for a bad parameter or cursor, 503 when the broker
 // failed.
 func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
-	sealer, ok := a.store.(CursorSealer)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store cannot seal cursors")
 		return
 	}
@@ -134,7 +127,7 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	query := fmt.Sprintf("%s\n%q", broker, q.Reason) // limit may change from page to page
 	if s := v.Get("cursor"); s != "" {
-		if q.From, err = sealer.OpenCursor(r.Context(), "deadletters", query, s); !cursorOK(w, err) {
+		if q.From, err = a.admin.Open(r.Context(), admin.CursorDeadLetters, query, s); !cursorOK(w, err) {
 			return
 		}
 	}
@@ -149,7 +142,7 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 		out.DeadLetters[i] = httpapi.DeadLetter{ID: l.ID, Reason: l.Reason, Error: l.Error, Target: l.Target, At: l.At, Size: l.Size}
 	}
 	if page.Next != "" {
-		c := sealer.SealCursor("deadletters", query, page.Next)
+		c := a.admin.Seal(admin.CursorDeadLetters, query, page.Next)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -56,7 +56,7 @@ func TestFleetOverview(t *testing.T) {
 	own := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "delaybridge_messages_in_total"}, []string{"broker", "result", "reason"})
 	reg.MustRegister(own)
 	own.WithLabelValues("nats", "parked", "").Add(3)
-	srv := httptest.NewServer(New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, nil))
+	srv := httptest.NewServer(New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, adminOf(t, st), nil))
 	t.Cleanup(srv.Close)
 
 	var ov httpapi.FleetOverviewResponse
