@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/delaybridge/delaybridge/delaystore"
 )
@@ -18,6 +19,10 @@ type Admin struct {
 	// cursorKey seals cursors (cursor.go): read by Init and again by Open when a cursor
 	// does not open with it.
 	cursorKey atomic.Pointer[[]byte]
+	// audit bounds the audit log (audit.go); lease and renew are opLease and opRenew
+	// (tests shorten them).
+	audit        AuditConfig
+	lease, renew time.Duration
 }
 
 // Option adjusts an Admin made by New.
@@ -26,7 +31,7 @@ type Option func(*Admin)
 // New returns the operator's side of store, adjusted by opts. It does no I/O; call Init
 // before use.
 func New(store *delaystore.Store, opts ...Option) *Admin {
-	a := &Admin{store: store}
+	a := &Admin{store: store, audit: DefaultAuditConfig(), lease: opLease, renew: opRenew}
 	for _, o := range opts {
 		o(a)
 	}
@@ -39,4 +44,13 @@ func New(store *delaystore.Store, opts ...Option) *Admin {
 // is not concerned. It blocks until Redis answered or ctx is done; safe to call again.
 func (a *Admin) Init(ctx context.Context) error {
 	return a.loadCursorKey(ctx)
+}
+
+// allShards is every shard of the store, in order.
+func (a *Admin) allShards() []int {
+	out := make([]int, a.store.Shards())
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }

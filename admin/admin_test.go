@@ -56,10 +56,14 @@ func (f *fixture) open(t testing.TB, cfg delaystore.Config) (*delaystore.Store, 
 	return s, a
 }
 
-// replica is another replica's Admin over the fixture's Redis and prefix.
-func (f *fixture) replica(t testing.TB) *Admin {
+// replica is another replica's Admin over the fixture's Redis and prefix, with the
+// operation lease shortened to lease (0: the default).
+func (f *fixture) replica(t testing.TB, lease time.Duration) *Admin {
 	t.Helper()
 	_, a := f.open(t, delaystore.Config{KeyPrefix: f.prefix, Shards: f.s.Shards(), Lease: 30 * time.Second})
+	if lease > 0 {
+		a.lease, a.renew = lease, lease/3
+	}
 	return a
 }
 
@@ -85,6 +89,45 @@ func (f *fixture) park(t testing.TB, reqs ...delaystore.ParkRequest) []delaystor
 		t.Fatal(err)
 	}
 	return p
+}
+
+// counts sums ZCARD and HLEN over all shards.
+func (f *fixture) counts(t *testing.T) (z, m int64) {
+	t.Helper()
+	for i := range f.s.Shards() {
+		z += f.rdb.ZCard(t.Context(), f.key(i, "z")).Val()
+		m += f.rdb.HLen(t.Context(), f.key(i, "m")).Val()
+	}
+	return z, m
+}
+
+// claimID polls Claim on id's shard until id is claimed or the deadline passes.
+func (f *fixture) claimID(t *testing.T, id string, within time.Duration) (delaystore.Claimed, delaystore.Claim) {
+	t.Helper()
+	sh := f.s.ShardOf(id)
+	deadline := time.Now().Add(within)
+	for attempt := 0; attempt == 0 || time.Now().Before(deadline); attempt++ {
+		c, err := f.s.Claim(t.Context(), sh, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range c.Messages {
+			if m.ID == id {
+				return m, c
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	t.Fatalf("%s not claimed within %s", id, within)
+	return delaystore.Claimed{}, delaystore.Claim{}
+}
+
+// tombstoned reports whether src has a tombstone in id's shard: in either set ({P:s}:tn,
+// {P:s}:to).
+func (f *fixture) tombstoned(t *testing.T, id, src string) bool {
+	t.Helper()
+	ctx, sh := t.Context(), f.s.ShardOf(id)
+	return f.rdb.SIsMember(ctx, f.key(sh, "tn"), src).Val() || f.rdb.SIsMember(ctx, f.key(sh, "to"), src).Val()
 }
 
 // key is the name of key kind of shard sh ("{P:sh}:kind").

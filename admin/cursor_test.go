@@ -29,7 +29,7 @@ func TestCursorsSealed(t *testing.T) {
 		t.Fatalf("list round trip: %+v %v %v", got, err, perr)
 	}
 	// Another replica (a store and an Admin of its own on the same Redis and prefix) opens them.
-	if got, err := f.replica(t).Open(ctx, CursorOp, "reschedule tgt.*", op); err != nil || got != "0123456789abcdef0123456789abcdef" {
+	if got, err := f.replica(t, 0).Open(ctx, CursorOp, "reschedule tgt.*", op); err != nil || got != "0123456789abcdef0123456789abcdef" {
 		t.Fatalf("op cursor on another replica: %q %v", got, err)
 	}
 
@@ -88,7 +88,7 @@ func TestCursorKeyAfterReset(t *testing.T) {
 	if err := f.rdb.Del(ctx, f.prefix+":cursor").Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := f.replica(t)
+	other := f.replica(t, 0)
 	c := ListCursor{Score: "5", ID: "x"}
 	if raw, err := f.a.Open(ctx, CursorList, "q", other.Seal(CursorList, "q", c.String())); err != nil || raw != c.String() {
 		t.Fatalf("a new replica's cursor on the old one: %q %v", raw, err)

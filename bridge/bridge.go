@@ -180,8 +180,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 	defer routeRedisLog(logger, rdb)() // after shutdown (deferred next) closed rdb
 	var sides []*brokerSide
 	defer func() { shutdown(sides, rdb) }()
-	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")),
-		delaystore.WithAudit(cfg.Audit))
+	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}
@@ -333,7 +332,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
-	b.admin = admin.New(store)
+	b.admin = admin.New(store, admin.WithAudit(cfg.Audit))
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,

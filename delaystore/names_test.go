@@ -82,7 +82,7 @@ func TestInternedNamesStoredAsCodes(t *testing.T) {
 		}
 	}
 
-	ts, err := f.replica(t, time.Minute).Targets(ctx, false, 1000) // each reader a replica that knows no code yet
+	ts, err := f.replica(t).Targets(ctx, false, 1000) // each reader a replica that knows no code yet
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func TestInternedNamesStoredAsCodes(t *testing.T) {
 	if counts["nats:orders.timeout"] != 7 || counts["nats:billing.retry"] != 1 || len(counts) != 2 {
 		t.Fatalf("counts per target %v, want 7 orders.timeout and 1 billing.retry", counts)
 	}
-	l := scanAll(t, f.replica(t, time.Minute), "billing")
+	l := scanAll(t, f.replica(t), "billing")
 	if len(l) != 1 || l[0].ID != "n-7" || l[0].Target != "nats:billing.retry" || l[0].Source != "nats:delay.in" || l[0].Err != nil {
 		t.Fatalf("scan billing: %+v", l)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	time.Sleep(20 * time.Millisecond) // every message due
 	got := map[string]string{}
 	for sh := range other.Shards() {
@@ -139,7 +139,7 @@ func TestParkAfterLostNames(t *testing.T) {
 	if err := f.rdb.Del(ctx, f.s.keys[1].nm, f.s.keys[1].m, f.s.keys[1].z).Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	park(other, ids[1], "nats:b.second") // takes the shard's first code
 	park(f.s, ids[2], "nats:a.first")    // with the code it knew: refused, interned again
 	for _, s := range []*Store{f.s, other} {
@@ -163,7 +163,7 @@ func TestNamesDeletedWithEntries(t *testing.T) {
 	if err := f.rdb.Del(ctx, f.s.keys[1].nm).Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	e2 := sampleEnvelope(1)
 	e2.Target = "nats:b.second"
 	if p, err := other.Park(ctx, []ParkRequest{{ID: ids[1], Delay: time.Hour, Envelope: e2}}); err != nil || p[0].ID != ids[1] {
@@ -297,7 +297,7 @@ func namesOf(tag string, n int) []string {
 // a table of another generation than the one the read saw.
 func TestNoWrongTargetAfterReset(t *testing.T) {
 	f, _ := ownServer(t)
-	a, b := f.s, f.replica(t, time.Minute)
+	a, b := f.s, f.replica(t)
 	names := namesOf("out", 50)
 	if wrong, corrupt := wrongTargets(t, a, a, 1, "before", names); wrong+corrupt != 0 {
 		t.Fatalf("before the reset: %d wrong, %d corrupt", wrong, corrupt)
@@ -323,7 +323,7 @@ func TestNoWrongTargetAfterReset(t *testing.T) {
 func TestNoWrongTargetAfterFailover(t *testing.T) {
 	f, _ := ownServer(t)
 	ctx := t.Context()
-	a, b := f.s, f.replica(t, time.Minute)
+	a, b := f.s, f.replica(t)
 	if wrong, corrupt := wrongTargets(t, b, b, 1, "first", namesOf("first", 5)); wrong+corrupt != 0 {
 		t.Fatalf("first: %d wrong, %d corrupt", wrong, corrupt)
 	}

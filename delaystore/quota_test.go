@@ -175,9 +175,8 @@ func TestQuotaFreedAtOnce(t *testing.T) {
 	full("x3")
 
 	// Bulk cancel of the q.x target: x1 and x2.
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(tg string) bool { return tg == "nats:q.x" }}, BulkOp{Kind: BulkCancel}, false, nil, 10*time.Second)
-	if err != nil || res.Changed != 2 {
-		t.Fatalf("bulk cancel: %+v %v", res, err)
+	if n := f.changeAll(t, BulkOp{Kind: BulkCancel}, func(e Scanned) bool { return e.Target == "nats:q.x" }); n != 2 {
+		t.Fatalf("bulk cancel changed %d, want 2", n)
 	}
 	if u := usage(t, f.s, "q.*"); u.Parked != 1 {
 		t.Fatalf("after the bulk cancel: %+v", u)

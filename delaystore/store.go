@@ -48,8 +48,8 @@ type Store struct {
 	rateKey string
 	// cursorKey is P:cursor, the key that seals the operator's cursors (cursorkey.go).
 	cursorKey string
-	// audit is the audit log (audit.go): its keys {P:audit}:z, :e, :s and its bounds.
-	audit auditLog
+	// auditKeys are the audit log's records (audit.go): {P:audit}:z, :e, :s.
+	auditKeys []string
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
@@ -88,7 +88,7 @@ type shardKeys struct {
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
 	ack     []string // z, m, tn, r, n, qt, qc, to: ack
 	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to: bulk
-	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
+	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (change.go)
 	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to: park
 	cancel  []string // z, m, tn, r, n, c, cx, qt, qc, to: cancel
 	qt      string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
@@ -190,7 +190,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
-	s.audit = newAuditLog(p, DefaultAuditConfig())
+	tag := "{" + p + ":audit}"
+	s.auditKeys = []string{tag + ":z", tag + ":e", tag + ":s"}
 	for _, o := range opts {
 		o(s)
 	}

@@ -54,10 +54,9 @@ func TestTargetsFollowChanges(t *testing.T) {
 	if a, err := f.s.Ack(t.Context(), []Receipt{claimed.Receipt}); err != nil || a.N != 1 {
 		t.Fatalf("ack: %+v %v", a, err)
 	}
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(t string) bool { return t == "kafka:billing" }, DueFrom: now + 7_200_000},
-		BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
-	if err != nil || res.Changed != 10 {
-		t.Fatalf("bulk cancel: %+v %v", res, err)
+	billing := func(e Scanned) bool { return e.Target == "kafka:billing" && e.Due >= now+7_200_000 }
+	if n := f.changeAll(t, BulkOp{Kind: BulkCancel}, billing); n != 10 {
+		t.Fatalf("bulk cancel changed %d, want 10", n)
 	}
 	ts, counts, dues = targetsOf(t, f, false)
 	if len(ts) != 2 || counts["nats:orders"] != 28 || counts["kafka:billing"] != 1 || dues["kafka:billing"] != now+60_000 {

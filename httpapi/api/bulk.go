@@ -23,8 +23,7 @@ const bulkBudget = 10 * time.Second
 // section 8). It answers 400 for a bad request, 503 when Redis failed (with the cursor
 // to go on from in the error), else 200 with {"matched", "changed", "next_cursor"}.
 func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
-	o, ok := a.store.(OpStore)
-	if !ok || a.admin == nil {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store does not take bulk changes")
 		return
 	}
@@ -43,13 +42,13 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := bulkQuery(r.PathValue("op"), req, sel, op)
-	a.bulkAsOp(w, r, o, req, sel, op, query)
+	a.bulkAsOp(w, r, req, sel, op, query)
 }
 
 // bulkQuery is the canonical form of a bulk request that its cursors are sealed for: the
 // operation and its value, the dry run flag and the selector as parsed (so 1700000000000
 // and its RFC 3339 form are the same query), the id included; the cursor is not part of it.
-func bulkQuery(opName string, req httpapi.BulkRequest, sel delaystore.Selector, op delaystore.BulkOp) string {
+func bulkQuery(opName string, req httpapi.BulkRequest, sel admin.Selector, op delaystore.BulkOp) string {
 	return fmt.Sprintf("%s\n%s\n%d\n%d\n%t\n%q\n%q\n%d\n%d", opName, op.Kind, op.Shift, op.At, req.DryRun, req.ID, req.Target, sel.DueFrom, sel.DueTo)
 }
 
@@ -68,8 +67,8 @@ func cursorOK(w http.ResponseWriter, err error) bool {
 }
 
 // bulkRequest checks a bulk request and turns it into the store's terms.
-func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (delaystore.Selector, delaystore.BulkOp, error) {
-	var sel delaystore.Selector
+func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (admin.Selector, delaystore.BulkOp, error) {
+	var sel admin.Selector
 	var err error
 	if sel.DueFrom, err = optionalTime("due_from", req.DueFrom); err != nil {
 		return sel, delaystore.BulkOp{}, err
