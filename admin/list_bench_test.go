@@ -62,11 +62,11 @@ func BenchmarkListLargeStore(b *testing.B) {
 		return err
 	})
 	measure("recount", func() error { // what a store of an older version costs once
-		_, err := f.s.Targets(b.Context(), true, 0)
+		_, err := f.a.Targets(b.Context(), true, 0)
 		return err
 	})
 	measure("targets", func() error {
-		ts, err := f.s.Targets(b.Context(), false, 100_000)
+		ts, err := f.a.Targets(b.Context(), false, 100_000)
 		if err == nil && (len(ts) != 100 || ts[0].Parked != int64(n/100) || ts[99].NextDue == 0) {
 			err = fmt.Errorf("targets %d, first %+v, last %+v", len(ts), ts[0], ts[len(ts)-1])
 		}

@@ -321,18 +321,18 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	}
 	// The store gauges cover the shards this replica owns.
 	b.reg.MustRegister(monitor.NewStoreCollector(store, b.out.Owned, b.redisUp.Err))
+	b.admin = admin.New(store, admin.WithAudit(cfg.Audit))
 	if len(store.QuotaRules()) > 0 {
-		b.reg.MustRegister(monitor.NewQuotaCollector(store))
+		b.reg.MustRegister(monitor.NewQuotaCollector(store, b.admin))
 	}
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
-	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, store, logger)
+	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, b.admin, logger)
 	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
 	}
-	b.admin = admin.New(store, admin.WithAudit(cfg.Audit))
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,

@@ -82,13 +82,15 @@ func TestInternedNamesStoredAsCodes(t *testing.T) {
 		}
 	}
 
-	ts, err := f.replica(t).Targets(ctx, false, 1000) // each reader a replica that knows no code yet
+	perShard, err := f.replica(t).ParkedByTarget(ctx, false) // each reader a replica that knows no code yet
 	if err != nil {
 		t.Fatal(err)
 	}
 	counts := map[string]int64{}
-	for _, tc := range ts {
-		counts[tc.Target] = tc.Parked
+	for _, shard := range perShard {
+		for target, n := range shard {
+			counts[target] += n
+		}
 	}
 	if counts["nats:orders.timeout"] != 7 || counts["nats:billing.retry"] != 1 || len(counts) != 2 {
 		t.Fatalf("counts per target %v, want 7 orders.timeout and 1 billing.retry", counts)

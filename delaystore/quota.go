@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -129,31 +128,13 @@ func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]i
 	return append(out, strconv.Itoa(len(out)))
 }
 
-// QuotaUsage is one BRIDGE_TARGET_QUOTA pattern's use (Store.Quotas).
-type QuotaUsage struct {
-	Pattern string
-	// Limit is the pattern's quota in this replica's configuration; 0 for a pattern the
-	// counts hold that this replica has no rule for (another replica's configuration).
-	Limit int64
-	// Parked is the number of parked messages counted against the pattern, fleet-wide.
-	Parked int64
-	// Rejected counts the messages this replica's Park refused for the pattern since
-	// start.
-	Rejected uint64
-}
-
-// Quotas returns the use of every quota pattern: this replica's rules in their order,
-// then patterns the counts hold that it has no rule for. One pipeline (HGETALL of the
-// counter hash; Cluster: of every shard's). Not one atomic snapshot on Cluster. Blocks
-// until Redis answered or ctx is done.
-func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
-	keys := []string{s.keys[0].qc}
-	if s.quota.perShard {
-		keys = keys[:0]
-		for _, k := range s.keys {
-			keys = append(keys, k.qc)
-		}
-	}
+// QuotaParked returns the parked messages counted against each BRIDGE_TARGET_QUOTA
+// pattern the counts hold, fleet-wide: this replica's patterns and any other replica's
+// (pattern -> count). One pipeline of HGETALL of the counter hash (Cluster: of every
+// shard's), not one atomic snapshot on Cluster. It blocks until Redis answered or ctx is
+// done.
+func (s *Store) QuotaParked(ctx context.Context) (map[string]int64, error) {
+	keys := s.quotaMarkKeys()
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	for i, k := range keys {
@@ -173,17 +154,16 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 			}
 		}
 	}
-	out := make([]QuotaUsage, 0, len(s.quota.rules))
-	for i, r := range s.quota.rules {
-		out = append(out, QuotaUsage{Pattern: r.Pattern, Limit: r.Limit, Parked: parked[r.Pattern], Rejected: s.quota.rejected[i].Load()})
-		delete(parked, r.Pattern)
+	return parked, nil
+}
+
+// QuotaOf returns the BRIDGE_TARGET_QUOTA pattern target counts against (the first of the
+// store's rules that matches it), "" for none. It does not block.
+func (s *Store) QuotaOf(target string) string {
+	if r := s.quota.match(target); r >= 0 {
+		return s.quota.rules[r].Pattern
 	}
-	var others []QuotaUsage
-	for p, n := range parked {
-		others = append(others, QuotaUsage{Pattern: p, Parked: n})
-	}
-	sort.Slice(others, func(i, j int) bool { return others[i].Pattern < others[j].Pattern })
-	return append(out, others...), nil
+	return ""
 }
 
 // QuotaRules returns the store's BRIDGE_TARGET_QUOTA rules, in order. It does not block.

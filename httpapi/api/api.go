@@ -43,12 +43,15 @@ type Store interface {
 }
 
 // Admin is what the operator's endpoints need of the operator's side of the store
-// (admin.Admin): the message list, the audit log and the resumable bulk operations, and
-// the cursors every page hands out, sealed for the query they continue. Safe for
-// concurrent use. A nil Admin: those endpoints answer 501, and changes are not recorded.
+// (admin.Admin): the message list, the audit log and the resumable bulk operations, the
+// targets and quotas, the fleet's counts, and the cursors every page hands out, sealed for
+// the query they continue. Safe for concurrent use. A nil Admin: those endpoints answer
+// 501, and changes are not recorded.
 type Admin interface {
 	Lister
 	OpStore
+	Targeter
+	FleetReader
 	// Seal returns the cursor of position raw of a query of kind (admin.Cursor*).
 	Seal(kind, query, raw string) string
 	// Open returns the position of cursor v, sealed for kind and query, or an error
