@@ -12,7 +12,7 @@
 //
 // The delivery path: the layout and shard of an id (layout.go), the stored envelope
 // (envelope.go) and interned names (names.go), Park with its quota check (park.go,
-// quota.go), Claim, Ack, Retry and Exchange (claim.go, exchange.go), Cancel (park.go),
+// quota.go), Claim, Ack, Retry and Exchange (claim.go, exchange.go), Cancel (cancel.go),
 // wake-ups (wake.go), dataset epochs (epoch.go), the fleet's membership (fleet.go),
 // publish slots (rate.go), the script calls and their WAIT (pipeline.go, groups.go,
 // wait.go). The operator's primitives, which package admin builds its listing, bulk

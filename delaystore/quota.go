@@ -9,8 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/glob"
 )
 
 // MaxTargetQuota is the largest n BRIDGE_TARGET_QUOTA accepts per pattern (Lua's doubles
@@ -84,49 +85,6 @@ func newQuotas(rules []QuotaRule, shards int, perShard bool) *quotas {
 
 // match returns the index of the rule that applies to target, -1 for none.
 func (q *quotas) match(target string) int { return glob.FirstMatch(q.pats, target) }
-
-// limit is what rule i allows in the counter hash of shard sh: the whole limit on one
-// Redis node, the shard's share on Cluster (limit / shards, the first limit % shards
-// shards one more), so that the shares sum to the limit.
-func (q *quotas) limit(i, sh int) int64 {
-	l := q.rules[i].Limit
-	if !q.perShard {
-		return l
-	}
-	share := l / int64(q.shards)
-	if int64(sh) < l%int64(q.shards) {
-		share++
-	}
-	return share
-}
-
-// block is the quota block of park's arguments for the requests idx of shard sh
-// (quota.lua quotaGate): a triple target (as the bodies hold it: names.key), pattern, limit per target that a rule applies
-// to, then their count. match memoizes the rule of each target over one Park call.
-func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]int, names *namesBlock) []any {
-	var out []any
-	var seen map[string]bool
-	for _, i := range idx {
-		t := reqs[i].Envelope.Target
-		r, ok := match[t]
-		if !ok {
-			r = -1
-			if len(q.rules) > 0 {
-				r = q.match(t)
-			}
-			match[t] = r
-		}
-		if r < 0 || seen[t] {
-			continue
-		}
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		seen[t] = true
-		out = append(out, names.key(t), q.rules[r].Pattern, strconv.FormatInt(q.limit(r, sh), 10))
-	}
-	return append(out, strconv.Itoa(len(out)))
-}
 
 // QuotaParked returns the parked messages counted against each BRIDGE_TARGET_QUOTA
 // pattern the counts hold, fleet-wide: this replica's patterns and any other replica's
