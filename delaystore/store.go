@@ -134,6 +134,39 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 // New validates cfg and returns a Store over rdb (a *redis.Client, *redis.ClusterClient,
 // ...), adjusted by opts. It does no I/O; call Init before use.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
+	if err := checkNew(rdb, cfg); err != nil {
+		return nil, err
+	}
+	scripts, err := newScripts()
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: %w", err)
+	}
+	_, perShard := rdb.(*redis.ClusterClient)
+	s := &Store{
+		rdb:         rdb,
+		shards:      cfg.Shards,
+		leaseMS:     ceilMS(cfg.Lease),
+		tombMS:      ceilMS(tombstoneTTL(cfg.TombstoneTTL)),
+		cancelMS:    ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
+		scripts:     scripts,
+		minReplicas: cfg.MinReplicas,
+		waitTimeout: time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
+		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		names:       newNameBook(cfg.Shards),
+		newRun:      newStoreRun(cfg.ShardRun, perShard),
+	}
+	s.nameKeys(cfg.KeyPrefix, perShard)
+	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated by checkNew
+	s.quota = newQuotas(rules, cfg.Shards, perShard)
+	s.run.Store(int64(s.newRun))
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// checkNew reports every problem of New's arguments at once.
+func checkNew(rdb redis.UniversalClient, cfg Config) error {
 	var errs []error
 	if rdb == nil {
 		errs = append(errs, errors.New("redis client is nil"))
@@ -142,60 +175,51 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		errs = append(errs, p)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("delaystore config: %w", err)
+		return fmt.Errorf("delaystore config: %w", err)
 	}
-	scripts, err := newScripts()
-	if err != nil {
-		return nil, fmt.Errorf("delaystore: %w", err)
-	}
-	p := cfg.KeyPrefix
-	tomb := cfg.TombstoneTTL
+	return nil
+}
+
+// tombstoneTTL is the tombstone TTL of Config.TombstoneTTL d: DefaultTombstoneTTL for 0,
+// none (0) for a negative d.
+func tombstoneTTL(d time.Duration) time.Duration {
 	switch {
-	case tomb == 0:
-		tomb = DefaultTombstoneTTL
-	case tomb < 0:
-		tomb = 0
+	case d == 0:
+		return DefaultTombstoneTTL
+	case d < 0:
+		return 0
 	}
-	s := &Store{
-		rdb:       rdb,
-		shards:    cfg.Shards,
-		leaseMS:   ceilMS(cfg.Lease),
-		tombMS:    ceilMS(tomb),
-		cancelMS:  ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
-		shardsKey: p + ":shards",
-		cursorKey: p + ":cursor",
-		keys:      make([]shardKeys, cfg.Shards),
-		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
-			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
-		fleetChannel: p + ":wake:fleet",
-		statsPrefix:  "{" + p + ":fleet}:stats:",
-		scripts:      scripts,
-		rateKey:      "{" + p + ":rate}:tat",
-		minReplicas:  cfg.MinReplicas,
-		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
-		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return d
+}
+
+// newStoreRun is the run a store this replica creates gets (Config.ShardRun, or its
+// default for the topology: perShard is Redis Cluster).
+func newStoreRun(configured int, perShard bool) int {
+	switch {
+	case configured != 0:
+		return configured
+	case perShard:
+		return ClusterShardRun
 	}
-	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
-	_, perShard := rdb.(*redis.ClusterClient)
-	s.quota = newQuotas(rules, cfg.Shards, perShard)
-	s.newRun = cfg.ShardRun
-	if s.newRun == 0 {
-		s.newRun = DefaultShardRun
-		if perShard {
-			s.newRun = ClusterShardRun
-		}
-	}
-	s.run.Store(int64(s.newRun))
-	s.names = newNameBook(cfg.Shards)
+	return DefaultShardRun
+}
+
+// nameKeys sets the names of every key of the store under prefix p (docs/design.md,
+// "Redis data layout"): P:shards, P:cursor, each shard's (newShardKeys), the fleet's
+// {P:fleet}, the publish slots' {P:rate} and the audit log's {P:audit}.
+func (s *Store) nameKeys(p string, perShard bool) {
+	s.shardsKey, s.cursorKey = p+":shards", p+":cursor"
+	s.keys = make([]shardKeys, s.shards)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
-	tag := "{" + p + ":audit}"
-	s.auditKeys = []string{tag + ":z", tag + ":e", tag + ":s"}
-	for _, o := range opts {
-		o(s)
-	}
-	return s, nil
+	fleet := "{" + p + ":fleet}"
+	s.fleetKeys = []string{fleet + ":members", fleet + ":version", fleet + ":pending", fleet + ":tokens"}
+	s.fleetChannel = p + ":wake:fleet"
+	s.statsPrefix = fleet + ":stats:"
+	s.rateKey = "{" + p + ":rate}:tat"
+	audit := "{" + p + ":audit}"
+	s.auditKeys = []string{audit + ":z", audit + ":e", audit + ":s"}
 }
 
 // Init checks that Redis will not evict parked messages: an allkeys-* maxmemory-policy is

@@ -208,25 +208,10 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives are running on this replica: retry later", redriveAtOnce))
 		return
 	}
-	rec, err := a.BeginAudit(r, "redrive", redriveSelector(broker, req), "", req.DryRun)
+	end, err := a.redriveBegun(r, broker, sel, req)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
-	}
-	// The entry stays running while the redrive outlasts its lease, and is settled even when
-	// the client went away (a redrive sent what it sent).
-	stopHold := rec.Hold(r.Context())
-	settle := func(o RedriveOutcome) {
-		stopHold()
-		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
-	}
-	end := settle
-	if a.cfg.RedriveHook != nil {
-		hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
-		end = func(o RedriveOutcome) {
-			settle(o)
-			hookEnd(o)
-		}
 	}
 	opts.Until = time.Now().Add(a.cfg.redriveBudget)
 	if !req.DryRun {
@@ -247,6 +232,31 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// redriveBegun records the redrive that r asks for (sel of broker) in the audit log and
+// tells the RedriveHook, and returns the function that settles both with the outcome. The
+// entry stays running while the redrive outlasts its lease, and is settled even when the
+// client went away (a redrive sent what it sent). An error (the audit log's) refuses the
+// redrive: nothing was told.
+func (a *api) redriveBegun(r *http.Request, broker, sel string, req httpapi.RedriveRequest) (end func(RedriveOutcome), err error) {
+	rec, err := a.BeginAudit(r, "redrive", redriveSelector(broker, req), "", req.DryRun)
+	if err != nil {
+		return nil, err
+	}
+	stopHold := rec.Hold(r.Context())
+	settle := func(o RedriveOutcome) {
+		stopHold()
+		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
+	}
+	if a.cfg.RedriveHook == nil {
+		return settle, nil
+	}
+	hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
+	return func(o RedriveOutcome) {
+		settle(o)
+		hookEnd(o)
+	}, nil
 }
 
 // redriveOptions checks a redrive request against d and returns its options and the
