@@ -11,9 +11,9 @@ import (
 )
 
 // TestBulkBounded: a reschedule never wraps a due time. deliver_at 2^63-1 (which Lua
-// would format as -2^63: delivered at once) and a shift beyond
-// delaystore.BulkOp.MaxDelay leave the message alone and are not counted as changed; a shift into the
-// past makes it due at once, never before 1970.
+// would format as -2^63: delivered at once) and a shift beyond BulkOp.MaxDelay leave the
+// message alone and are not counted as changed; a shift into the past makes it due at
+// once, never before 1970.
 func TestBulkBounded(t *testing.T) {
 	f := setup(t)
 	now := f.now(t)

@@ -59,7 +59,7 @@ func (f *fixture) raw(t *testing.T, s *Store, id string) string {
 
 // A new store holds targets and sources as codes (docs/design.md "Interned names"): the
 // names are not in the stored values, and every reader gets them back: Get, another
-// replica's Claim (which loads the codes it lacks), the counts per target, and listing
+// replica's Claim (which loads the codes it lacks), the counts per target, and a scan
 // with a Redis-side literal filter.
 func TestInternedNamesStoredAsCodes(t *testing.T) {
 	f := setup(t)

@@ -42,7 +42,7 @@ type Store struct {
 	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
-	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (fleetstats.go).
+	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (stats.go).
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
