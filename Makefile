@@ -79,11 +79,11 @@ BENCHFLAGS ?=
 bench:
 	$(GO) run ./e2e/bench -out docs/benchmarks.md $(BENCHFLAGS)
 
-# The listing rows (issue 15): 1,000,000 parked over 100 targets and 16 shards; a target's
+# The listing rows: 1,000,000 parked over 100 targets and 16 shards; a target's
 # first page, a due range's, GET /v1/targets' work and a recount, each the median of 5, in
 # 3 runs (about 4 minutes; docs/design.md "Listing").
 bench-list:
-	LIST_BENCH_N=1000000 $(GO) test -run '^$$' -bench BenchmarkListLargeStore -benchtime 1x -count 3 ./delaystore/
+	LIST_BENCH_N=1000000 $(GO) test -run '^$$' -bench BenchmarkListLargeStore -benchtime 1x -count 3 ./admin/
 
 clean:
 	rm -rf bin

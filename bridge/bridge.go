@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/admin/monitor"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/delaystore"
@@ -179,8 +180,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, ls optio
 	defer routeRedisLog(logger, rdb)() // after shutdown (deferred next) closed rdb
 	var sides []*brokerSide
 	defer func() { shutdown(sides, rdb) }()
-	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")),
-		delaystore.WithAudit(cfg.Audit))
+	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithLogger(logger.With("component", "delaystore")))
 	if err != nil {
 		return fmt.Errorf("delay store: %w", err)
 	}
@@ -226,11 +226,12 @@ type assembly struct {
 	storeReady atomic.Bool
 	checks     []ops.Check
 
-	in   *ingress.Ingress
-	out  *egress.Egress
-	api  http.Handler // nil: no message API
-	ops  http.Handler
-	live string // the brokers, for the "running" line
+	in    *ingress.Ingress
+	out   *egress.Egress
+	admin *admin.Admin // the operator's side of the store: the API's lists, bulk changes, audit log
+	api   http.Handler // nil: no message API
+	ops   http.Handler
+	live  string // the brokers, for the "running" line
 }
 
 // newWatch registers the process, ingress, egress and store metrics and the Redis
@@ -320,13 +321,14 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	}
 	// The store gauges cover the shards this replica owns.
 	b.reg.MustRegister(monitor.NewStoreCollector(store, b.out.Owned, b.redisUp.Err))
+	b.admin = admin.New(store, admin.WithAudit(cfg.Audit))
 	if len(store.QuotaRules()) > 0 {
-		b.reg.MustRegister(monitor.NewQuotaCollector(store))
+		b.reg.MustRegister(monitor.NewQuotaCollector(store, b.admin))
 	}
 	b.checks = append(b.checks,
 		ops.Check{Name: "ingress", Probe: func(context.Context) error { return b.in.Subscribed() }},
 		ops.Check{Name: "egress", Probe: func(context.Context) error { return b.out.Joined() }})
-	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, store, logger)
+	b.fleet = fleetstats.New(fleetstats.Config{Now: ls.now}, b.countsReg, b.admin, logger)
 	b.ops = ops.New(b.checks, b.reg)
 	if cfg.Pprof {
 		b.ops = ops.NewWithPprof(b.checks, b.reg)
@@ -334,7 +336,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
-			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, logger)
+			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, b.admin, logger)
 	}
 	return nil
 }
@@ -357,6 +359,11 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 			return err // stopped before Redis answered: nothing ran
 		}
 		b.storeReady.Store(true)
+		// The cursor key only serves the message API's pages: until it is read (a full
+		// Redis cannot create it) cursors are refused, delivery does not need it.
+		if err := b.admin.Init(gctx); err != nil && gctx.Err() == nil {
+			logger.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
+		}
 		w, wctx := errgroup.WithContext(gctx)
 		w.Go(func() error { return b.in.Run(wctx) })
 		w.Go(func() error { return b.out.Run(wctx) })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
 	"github.com/delaybridge/delaybridge/ingress/intake"
@@ -53,8 +54,9 @@ type Config struct {
 	// their defaults, documentation and checks).
 	Egress egress.Config
 	// Audit bounds the audit log: BRIDGE_AUDIT_RETENTION, BRIDGE_AUDIT_MAX_ENTRIES (the
-	// store owns their defaults, documentation and checks).
-	Audit delaystore.AuditConfig
+	// operator's side of the store, package admin, owns their defaults, documentation and
+	// checks).
+	Audit admin.AuditConfig
 
 	// CancelSubject is the cancel subject (NATS) and topic (Kafka).
 	CancelSubject string `env:"CANCEL_SUBJECT" envDefault:"delay.cancel" envDoc:"cancel subject/topic (a message with x-delay-id removes that pending message)"`

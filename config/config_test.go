@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/egress"
 	"github.com/delaybridge/delaybridge/ingress/intake"
@@ -187,7 +188,7 @@ func TestDefaultsTyped(t *testing.T) {
 			ShutdownTimeout:     25 * time.Second,
 			Egress: egress.Config{MaxAttempts: 10, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
 				TargetInflight: 256, OwnershipTTL: 3 * time.Second},
-			Audit: delaystore.AuditConfig{Retention: 720 * time.Hour, MaxEntries: 100000},
+			Audit: admin.AuditConfig{Retention: 720 * time.Hour, MaxEntries: 100000},
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Load(%v) =\n%+v\nwant\n%+v", m, got, want)
@@ -268,7 +269,7 @@ func TestEveryVariableParsed(t *testing.T) {
 		ShutdownTimeout:     time.Minute,
 		Egress: egress.Config{MaxAttempts: 3, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
 			TargetInflight: 256, OwnershipTTL: 3 * time.Second},
-		Audit: delaystore.AuditConfig{Retention: 48 * time.Hour, MaxEntries: 500},
+		Audit: admin.AuditConfig{Retention: 48 * time.Hour, MaxEntries: 500},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -189,26 +190,25 @@ func TestCluster(t *testing.T) {
 
 	// The fleet's counts: the script's two keys and the overview's reads in the fleet's slot.
 	now := time.Now()
-	if err := s.AddStats(ctx, now, map[string]int64{"in:parked": n}); err != nil {
+	buckets := [2]StatsBucket{{Step: time.Minute, Start: now.Truncate(time.Minute), Expires: now.Add(time.Hour)},
+		{Step: time.Hour, Start: now.Truncate(time.Hour), Expires: now.Add(time.Hour)}}
+	if err := s.AddStats(ctx, buckets, map[string]int64{"in:parked": n}); err != nil {
 		t.Fatal(err)
 	}
 	slot := testredis.KeySlot(s.fleetKeys[0])
-	for _, k := range []string{s.statsKey(time.Minute, now.Truncate(time.Minute)), s.statsKey(time.Hour, now.Truncate(time.Hour))} {
-		if testredis.KeySlot(k) != slot {
-			t.Fatalf("%s is not in the fleet's slot", k)
+	for _, b := range buckets {
+		if testredis.KeySlot(s.statsKey(b)) != slot {
+			t.Fatalf("%s is not in the fleet's slot", s.statsKey(b))
 		}
 	}
-	for _, step := range []time.Duration{time.Minute, time.Hour} {
-		b, err := s.ReadStats(ctx, step, now.Add(-2*step), 3)
-		if err != nil || b[2]["in:parked"] != n {
-			t.Fatalf("%s buckets %v, %v", step, b, err)
-		}
+	if b, err := s.ReadStats(ctx, buckets[:]); err != nil || b[0]["in:parked"] != n || b[1]["in:parked"] != n {
+		t.Fatalf("buckets %v, %v", b, err)
 	}
 	if _, err := s.LiveMembers(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	// A resumable bulk operation and the audit log on Cluster: the progress is written with
-	// each shard's changes (its own slot), the audit log lives in {P:audit}.
+	// A bulk change saving its progress, and the audit log, on Cluster: the progress is
+	// written with each shard's changes (its own slot), the audit log lives in {P:audit}.
 	var ops []ParkRequest
 	for i := range 300 {
 		env := sampleEnvelope(i)
@@ -218,14 +218,34 @@ func TestCluster(t *testing.T) {
 	if _, err := s.Park(ctx, ops); err != nil {
 		t.Fatal(err)
 	}
-	op, err := s.StartOp(ctx, AuditEntry{Op: "reschedule", Actor: "cluster"}, OpSpec{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour, Target: "cl.op"})
-	if err != nil {
+	var changed int64
+	for sh := range s.Shards() {
+		page := s.Scan(ctx, []ScanRequest{{Shard: sh, To: math.MaxInt64, Count: 1000}})[0]
+		var picks []Pick
+		for _, e := range page.Entries {
+			if e.Target == "nats:cl.op" {
+				picks = append(picks, e.Pick())
+			}
+		}
+		c, err := s.Change(ctx, sh, BulkOp{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, picks,
+			&Progress{OpID: "cl-op", Next: "d,,", Counted: len(picks), Keep: time.Hour})
+		if err != nil || page.Err != nil || !page.Through {
+			t.Fatalf("change of shard %d on Cluster: %+v %v %+v", sh, c, err, page)
+		}
+		changed += c.N
+	}
+	saved, err := s.SavedProgress(ctx, []string{"cl-op"}, allShards(s.Shards()))
+	if err != nil || changed != 300 || saved[0][0] == "" {
+		t.Fatalf("bulk change on Cluster: changed %d, progress %v, %v", changed, saved, err)
+	}
+	s.ForgetProgress(ctx, "cl-op")
+	if _, err := s.AuditAppend(ctx, "cl-op", "{}", "me", time.Minute, time.Hour, 10); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := op.Run(ctx, Selector{Match: func(t string) bool { return t == "nats:cl.op" }}, time.Minute); err != nil || !r.Done || r.Changed != 300 {
-		t.Fatalf("operation on Cluster: %+v %v", r, err)
+	if ok, err := s.AuditSet(ctx, "cl-op", "me", AuditState{State: "done", Matched: 300, Changed: 300}); !ok || err != nil {
+		t.Fatalf("audit set on Cluster: %v %v", ok, err)
 	}
-	if p, err := s.AuditList(ctx, "", 10); err != nil || len(p.Entries) != 1 || p.Entries[0].State != AuditDone || p.Entries[0].Changed != 300 {
+	if p, err := s.AuditRead(ctx, "", 10, time.Hour); err != nil || len(p.Rows) != 1 || p.Rows[0].State != "done" || p.Rows[0].Changed != 300 {
 		t.Fatalf("audit log on Cluster: %+v %v", p, err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // MaxMemberID is the longest accepted replica id of Heartbeat and Leave, in bytes.
@@ -73,6 +75,17 @@ func (s *Store) Leave(ctx context.Context, id string) error {
 		return fmt.Errorf("leave %s: %w", id, err)
 	}
 	return nil
+}
+
+// LiveMembers returns how many replicas of the fleet ({P:fleet}:members) are live at now
+// (their time has not run out; an expired entry that no heartbeat removed yet is not
+// counted). One ZCOUNT; it blocks until Redis answered or ctx is done.
+func (s *Store) LiveMembers(ctx context.Context, now time.Time) (int64, error) {
+	n, err := s.rdb.ZCount(ctx, s.fleetKeys[0], "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("live members: %w", err)
+	}
+	return n, nil
 }
 
 func checkMemberID(id string) error {

@@ -426,3 +426,20 @@ func TestFleetUnconfirmedHeartbeatRenewsNothing(t *testing.T) {
 		t.Fatalf("pending entries left after leave: %d, %v", n, err)
 	}
 }
+
+// LiveMembers counts the members whose time has not run out.
+func TestLiveMembers(t *testing.T) {
+	f := setup(t)
+	ctx := t.Context()
+	for _, id := range []string{"a", "b"} {
+		if _, err := confirmedBeat(ctx, f.s, id, time.Minute, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := f.s.LiveMembers(ctx, time.Now()); err != nil || n != 2 {
+		t.Fatalf("live %d, %v; want 2", n, err)
+	}
+	if n, err := f.s.LiveMembers(ctx, time.Now().Add(2*time.Minute)); err != nil || n != 0 {
+		t.Fatalf("live 2 minutes later %d, %v; want 0", n, err)
+	}
+}

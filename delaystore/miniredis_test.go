@@ -149,14 +149,15 @@ func TestMiniredisWithoutInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := s.AuditBegin(t.Context(), AuditEntry{Op: "redrive", Actor: "alice", Remote: "cli"})
-	if err != nil {
+	ctx := t.Context()
+	if _, err := s.AuditAppend(ctx, "op", `{"entry":{"op":"redrive"}}`, "alice", time.Minute, time.Hour, 10); err != nil {
 		t.Fatalf("audit begin without Init: %v", err)
 	}
-	if err := rec.End(t.Context(), 2, 1, nil); err != nil {
-		t.Fatal(err)
+	if ok, err := s.AuditSet(ctx, "op", "alice", AuditState{State: "done", Matched: 2, Changed: 1}); !ok || err != nil {
+		t.Fatalf("audit set without Init: %v %v", ok, err)
 	}
-	if e := auditEntryOf(t, s, rec.OpID()); e.State != AuditDone || e.Matched != 2 || e.Changed != 1 {
-		t.Fatalf("entry %+v, want done 2/1", e)
+	if p, err := s.AuditRead(ctx, "", 10, time.Hour); err != nil || len(p.Rows) != 1 || p.Rows[0].State != "done" ||
+		p.Rows[0].Matched != 2 || p.Rows[0].Changed != 1 {
+		t.Fatalf("records %+v, %v; want one, done 2/1", p, err)
 	}
 }

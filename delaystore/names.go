@@ -1,18 +1,13 @@
 package delaystore
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -274,20 +269,6 @@ func (s *Store) readNamed(ctx context.Context, sh int, read func() (string, erro
 	return err
 }
 
-// scanNames returns shard sh's table of the generation a scan.lua answer out read with its
-// entries (errNamesMoved: read the chunk again). It blocks only to load.
-func (s *Store) scanNames(ctx context.Context, sh int, out []any) (*nameTable, error) {
-	if len(out) < scanHeadLen {
-		return nil, fmt.Errorf("unexpected scan reply of %d values", len(out))
-	}
-	gen, _ := out[3].(string)
-	return s.tableAt(ctx, sh, gen)
-}
-
-// scanHeadLen is the length of a scan.lua answer's head: done, cursor id and score, names
-// generation; then 6 values per entry.
-const scanHeadLen = 4
-
 // genOf reads the generation field of a names hash from an HGET reply ("" when none).
 func genOf(c *redis.StringCmd) (string, error) {
 	g, err := c.Result()
@@ -295,77 +276,6 @@ func genOf(c *redis.StringCmd) (string, error) {
 		return "", nil
 	}
 	return g, err
-}
-
-// newGen returns a fresh random generation (16 hex digits).
-func newGen() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
-}
-
-// intern gives codes to the names of each shard (shard -> names not settled there) that
-// the shard has none for yet, one intern.lua call per shard in one pipeline, and records
-// the answers in the book. It returns the error of each shard whose call failed; a script
-// error (a key of the wrong type) turns packing off for unpackFor, as a packed call's does
-// (runList), so that the broken shard's claims do not take the others' with them. It
-// blocks until Redis answered or ctx is done.
-func (s *Store) intern(ctx context.Context, want map[int][]string) map[int]error {
-	if len(want) == 0 {
-		return nil
-	}
-	shards := make([]int, 0, len(want))
-	priors := make([]*nameTable, 0, len(want))
-	gens := make([]string, 0, len(want))
-	calls := make([]call, 0, len(want))
-	for sh, names := range want {
-		prior, gen := s.names.table(sh), newGen()
-		args := make([]any, 0, 5+len(names))
-		args = append(args, maxNames, s.shards, sh, prior.gen, gen)
-		for _, n := range names {
-			args = append(args, n)
-		}
-		shards, priors, gens = append(shards, sh), append(priors, prior), append(gens, gen)
-		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].z}, args: args})
-	}
-	cmds := s.evalPipelined(ctx, s.scripts[scriptIntern], calls)
-	var errs map[int]error
-	for i, cmd := range cmds {
-		sh := shards[i]
-		res, err := cmd.Int64Slice()
-		if err == nil && len(res) != len(want[sh])+1 {
-			err = fmt.Errorf("%d codes for %d names", len(res)-1, len(want[sh]))
-		}
-		if err == nil {
-			err = checkCodes(res[1:], s.shards, sh)
-		}
-		if err != nil {
-			if errs == nil {
-				errs = map[int]error{}
-			}
-			errs[sh] = fmt.Errorf("intern names: %w", err)
-			if groupsFailed(err) { // the shard's keys refuse a script: keep its groups apart, as runList does
-				s.unpackUntil.Store(time.Now().Add(unpackFor).UnixNano())
-			}
-			continue
-		}
-		gen := priors[i].gen // the call gave no code: the table is as it was
-		if res[0]&2 != 0 {
-			gen = gens[i]
-		}
-		s.names.interned(sh, priors[i], res[0]&1 == 1, gen, want[sh], res[1:])
-	}
-	return errs
-}
-
-// checkCodes checks intern.lua's codes for shard sh: each 0 or a code of the shard.
-func checkCodes(codes []int64, shards, sh int) error {
-	for _, c := range codes {
-		if c < 0 || (c > 0 && c%int64(shards) != int64(sh)) {
-			return fmt.Errorf("code %d is not one of shard %d", c, sh)
-		}
-	}
-	return nil
 }
 
 // nameOf returns the name a target field form f of shard sh stands for (a field of
@@ -395,105 +305,4 @@ func (s *Store) targetKey(sh int, name string) string {
 		return c.form
 	}
 	return name
-}
-
-// targetField returns the target field of a body head as stored (a name, or a code's
-// field): what targetOf reads.
-func targetField(head string) string {
-	if head == "" {
-		return ""
-	}
-	d := decoder{b: []byte(head[1:])}
-	if head[0] == formatSource {
-		d.bytes("source id")
-	}
-	d.byte("flags")
-	return string(d.bytes("target"))
-}
-
-// internNew interns the targets and sources of reqs (byShard: shard -> their indexes)
-// that their shard has no settled code for, in one round trip, and returns the error of
-// each shard whose call failed. Settled names cost no allocation and no I/O. A failed
-// shard's names stay unsettled and Park parks none of its messages (a Redis that refuses
-// the call would refuse the park too), rather than park them whole into a shard that may
-// have no '#' yet (intern.lua would then give that shard no code until it is empty); the
-// other shards go on.
-func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[int][]int) map[int]error {
-	var want map[int][]string
-	add := func(sh int, name string) {
-		if !internable(name) {
-			return
-		}
-		if _, _, settled := s.names.code(sh, name); settled || slices.Contains(want[sh], name) {
-			return
-		}
-		if want == nil {
-			want = map[int][]string{}
-		}
-		want[sh] = append(want[sh], name)
-	}
-	for sh, idx := range byShard {
-		for _, i := range idx {
-			add(sh, reqs[i].Envelope.Target)
-			add(sh, reqs[i].Envelope.Source)
-		}
-	}
-	return s.intern(ctx, want)
-}
-
-// internable reports whether name may get a code: a target or a source other than
-// "http" (which a body holds in its flags), not beginning with codeMark.
-func internable(name string) bool {
-	return name != "" && name != sourceHTTP && name[0] != codeMark
-}
-
-// namesBlock is what one park call writes of one shard's codes: the form each name got
-// (decided at its first use, so that the quota block and the bodies agree), and the
-// (code, name) pairs park.lua checks (docs/design.md "Interned names").
-type namesBlock struct {
-	book  *nameBook
-	sh    int
-	names []string   // names used, in first-use order
-	codes []nameCode // their codes (zero: whole)
-	pairs []any      // code, name of the coded ones
-}
-
-// newNamesBlock returns shard sh's block for one park call.
-func (s *Store) newNamesBlock(sh int) *namesBlock {
-	return &namesBlock{book: s.names, sh: sh}
-}
-
-// coded returns how e's body holds its target and source.
-func (n *namesBlock) coded(e Envelope) coded {
-	return coded{target: n.code(e.Target).form, source: n.code(e.Source).code}
-}
-
-// code returns the code of name in this block's bodies (zero: it is written whole),
-// decided at its first use.
-func (n *namesBlock) code(name string) nameCode {
-	if !internable(name) {
-		return nameCode{}
-	}
-	if k := slices.Index(n.names, name); k >= 0 {
-		return n.codes[k]
-	}
-	nc, ok, _ := n.book.code(n.sh, name)
-	n.names = append(n.names, name)
-	n.codes = append(n.codes, nc)
-	if ok {
-		n.pairs = append(n.pairs, strconv.FormatUint(nc.code, 10), name)
-	}
-	return nc
-}
-
-// key returns name as park.lua's targetOf reads it from this block's bodies: its code's
-// field, or the name.
-func (n *namesBlock) key(name string) string {
-	return cmp.Or(n.code(name).form, name)
-}
-
-// args is the names block of park's ARGV: the pairs, then their count.
-func (n *namesBlock) args() []any {
-	out := make([]any, 0, len(n.pairs)+1)
-	return append(append(out, n.pairs...), strconv.Itoa(len(n.pairs)/2))
 }

@@ -25,6 +25,28 @@ func (f *fixture) internSample(t *testing.T) {
 	}
 }
 
+// scanAll reads every shard of s with Scan, from the start to the end in chunks of 100,
+// keeping the entries whose target holds literals.
+func scanAll(t *testing.T, s *Store, literals ...string) []Scanned {
+	t.Helper()
+	var out []Scanned
+	for sh := range s.Shards() {
+		req := ScanRequest{Shard: sh, To: math.MaxInt64, Count: 100, Literals: literals}
+		for {
+			p := s.Scan(t.Context(), []ScanRequest{req})[0]
+			if p.Err != nil {
+				t.Fatalf("scan shard %d: %v", sh, p.Err)
+			}
+			out = append(out, p.Entries...)
+			if p.Through {
+				break
+			}
+			req.After = p.Next
+		}
+	}
+	return out
+}
+
 // raw returns the stored value of id.
 func (f *fixture) raw(t *testing.T, s *Store, id string) string {
 	t.Helper()
@@ -37,7 +59,7 @@ func (f *fixture) raw(t *testing.T, s *Store, id string) string {
 
 // A new store holds targets and sources as codes (docs/design.md "Interned names"): the
 // names are not in the stored values, and every reader gets them back: Get, another
-// replica's Claim (which loads the codes it lacks), the counts per target, and listing
+// replica's Claim (which loads the codes it lacks), the counts per target, and a scan
 // with a Redis-side literal filter.
 func TestInternedNamesStoredAsCodes(t *testing.T) {
 	f := setup(t)
@@ -60,22 +82,24 @@ func TestInternedNamesStoredAsCodes(t *testing.T) {
 		}
 	}
 
-	ts, err := f.replica(t, time.Minute).Targets(ctx, false, 1000) // each reader a replica that knows no code yet
+	perShard, err := f.replica(t).ParkedByTarget(ctx, false) // each reader a replica that knows no code yet
 	if err != nil {
 		t.Fatal(err)
 	}
 	counts := map[string]int64{}
-	for _, tc := range ts {
-		counts[tc.Target] = tc.Parked
+	for _, shard := range perShard {
+		for target, n := range shard {
+			counts[target] += n
+		}
 	}
 	if counts["nats:orders.timeout"] != 7 || counts["nats:billing.retry"] != 1 || len(counts) != 2 {
 		t.Fatalf("counts per target %v, want 7 orders.timeout and 1 billing.retry", counts)
 	}
-	l, _, err := f.replica(t, time.Minute).List(ctx, ListQuery{Match: targetIs("nats:billing"), Literals: []string{"billing"}, Limit: 100}, time.Minute)
-	if err != nil || len(l) != 1 || l[0].ID != "n-7" || l[0].Source != "nats:delay.in" {
-		t.Fatalf("list billing: %+v, %v", l, err)
+	l := scanAll(t, f.replica(t), "billing")
+	if len(l) != 1 || l[0].ID != "n-7" || l[0].Target != "nats:billing.retry" || l[0].Source != "nats:delay.in" || l[0].Err != nil {
+		t.Fatalf("scan billing: %+v", l)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	time.Sleep(20 * time.Millisecond) // every message due
 	got := map[string]string{}
 	for sh := range other.Shards() {
@@ -117,7 +141,7 @@ func TestParkAfterLostNames(t *testing.T) {
 	if err := f.rdb.Del(ctx, f.s.keys[1].nm, f.s.keys[1].m, f.s.keys[1].z).Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	park(other, ids[1], "nats:b.second") // takes the shard's first code
 	park(f.s, ids[2], "nats:a.first")    // with the code it knew: refused, interned again
 	for _, s := range []*Store{f.s, other} {
@@ -141,7 +165,7 @@ func TestNamesDeletedWithEntries(t *testing.T) {
 	if err := f.rdb.Del(ctx, f.s.keys[1].nm).Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := f.replica(t, time.Minute)
+	other := f.replica(t)
 	e2 := sampleEnvelope(1)
 	e2.Target = "nats:b.second"
 	if p, err := other.Park(ctx, []ParkRequest{{ID: ids[1], Delay: time.Hour, Envelope: e2}}); err != nil || p[0].ID != ids[1] {
@@ -220,7 +244,7 @@ func TestCodedBodyRoundTrip(t *testing.T) {
 
 // wrongTargets parks, through s, one message per target of targets (ids on shard sh, due
 // at once) and returns what reader makes of them: the claimed messages whose target is not
-// the one parked, those read as corrupt, and the Get and List answers that name another
+// the one parked, those read as corrupt, and the Get and Scan answers that name another
 // target. Only its own target or corrupt is right (docs/contract.md section 3).
 func wrongTargets(t *testing.T, s, reader *Store, sh int, tag string, targets []string) (wrong, corrupt int) {
 	t.Helper()
@@ -242,12 +266,8 @@ func wrongTargets(t *testing.T, s, reader *Store, sh int, tag string, targets []
 			wrong++
 		}
 	}
-	listed, _, err := reader.List(ctx, ListQuery{From: 0, To: math.MaxInt64, Limit: 1000}, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range listed {
-		if w, ok := want[l.ID]; ok && l.Target != w {
+	for _, l := range scanAll(t, reader) {
+		if w, ok := want[l.ID]; ok && l.Err == nil && l.Target != w {
 			wrong++
 		}
 	}
@@ -275,11 +295,11 @@ func namesOf(tag string, n int) []string {
 // TestNoWrongTargetAfterReset (issue 37 item 1): replica A learns shard 1's codes, Redis
 // loses its data (restart without AOF: FLUSHALL on the test's own server), replica B parks
 // to the same names in another order and gets the codes A knew for other names. A's
-// Claim, Get and List must give each message its own target: A never decodes a code with
+// Claim, Get and Scan must give each message its own target: A never decodes a code with
 // a table of another generation than the one the read saw.
 func TestNoWrongTargetAfterReset(t *testing.T) {
 	f, _ := ownServer(t)
-	a, b := f.s, f.replica(t, time.Minute)
+	a, b := f.s, f.replica(t)
 	names := namesOf("out", 50)
 	if wrong, corrupt := wrongTargets(t, a, a, 1, "before", names); wrong+corrupt != 0 {
 		t.Fatalf("before the reset: %d wrong, %d corrupt", wrong, corrupt)
@@ -305,7 +325,7 @@ func TestNoWrongTargetAfterReset(t *testing.T) {
 func TestNoWrongTargetAfterFailover(t *testing.T) {
 	f, _ := ownServer(t)
 	ctx := t.Context()
-	a, b := f.s, f.replica(t, time.Minute)
+	a, b := f.s, f.replica(t)
 	if wrong, corrupt := wrongTargets(t, b, b, 1, "first", namesOf("first", 5)); wrong+corrupt != 0 {
 		t.Fatalf("first: %d wrong, %d corrupt", wrong, corrupt)
 	}

@@ -1,21 +1,27 @@
 package delaystore
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 )
 
 // Park stores the messages until they are due, in one round trip: one script call for
 // all shards on one Redis node, one per shard pipelined on Redis Cluster (groups.go; with
-// Config.MinReplicas > 0 one pipeline per master, each ending in WAIT; a shard whose write is not confirmed fails with an error wrapping
-// ErrNotReplicated), and returns one Parked per request, in request order. A
-// relative Delay is rounded up to the next millisecond (never early) and counted from the
-// Redis time. A request whose Envelope.SourceID was delivered (or cancelled) within the
-// tombstone TTL is not parked (Parked.Delivered), nor is one whose id has a remembered
-// cancel at or after its Published time (Parked.Cancelled, see CancelAt); a request with
-// Replace whose source id equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
+// Config.MinReplicas > 0 one pipeline per master, each ending in WAIT; a shard whose
+// write is not confirmed fails with an error wrapping ErrNotReplicated), and returns one
+// Parked per request, in request order. A relative Delay is rounded up to the next
+// millisecond (never early) and counted from the Redis time. A request whose
+// Envelope.SourceID was delivered (or cancelled) within the tombstone TTL is not parked
+// (Parked.Delivered), nor is one whose id has a remembered cancel at or after its
+// Published time (Parked.Cancelled, see CancelAt); a request with Replace whose source id
+// equals the parked entry's keeps that entry (a redelivery, not a new message). When Park
 // returns an error, the Parked of every request whose shard call succeeded (and was
 // confirmed) is still filled in (its ID set): the caller may acknowledge those and retry
 // only the others (a request with an empty ID in the result). The failed shards may have
@@ -24,9 +30,11 @@ import (
 // pieceBytes goes in pieces, which succeed or fail each on its own as shards do. An empty
 // batch does no I/O. Park blocks until Redis answered or ctx is done.
 //
-// Names new to a shard are interned first (names.go); a shard that no longer holds a code
-// this replica used (a failover lost it) has its codes forgotten and its messages parked
-// once more with codes interned again.
+// Names new to a shard are interned first (internNew; the tables are names.go's); a shard
+// that no longer holds a code this replica used (a failover lost it) has its codes
+// forgotten and its messages parked once more with codes interned again. This file reads
+// in the order Park calls: group by shard, intern, encode into groups (the names block,
+// pieces, the quota block), run, read the results.
 func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -82,6 +90,113 @@ func (s *Store) byShard(reqs []ParkRequest, todo []int) (map[int][]int, []int) {
 	return byShard, order
 }
 
+// internNew interns the targets and sources of reqs (byShard: shard -> their indexes)
+// that their shard has no settled code for, in one round trip, and returns the error of
+// each shard whose call failed. Settled names cost no allocation and no I/O. A failed
+// shard's names stay unsettled and Park parks none of its messages (a Redis that refuses
+// the call would refuse the park too), rather than park them whole into a shard that may
+// have no '#' yet (intern.lua would then give that shard no code until it is empty); the
+// other shards go on.
+func (s *Store) internNew(ctx context.Context, reqs []ParkRequest, byShard map[int][]int) map[int]error {
+	var want map[int][]string
+	add := func(sh int, name string) {
+		if !internable(name) {
+			return
+		}
+		if _, _, settled := s.names.code(sh, name); settled || slices.Contains(want[sh], name) {
+			return
+		}
+		if want == nil {
+			want = map[int][]string{}
+		}
+		want[sh] = append(want[sh], name)
+	}
+	for sh, idx := range byShard {
+		for _, i := range idx {
+			add(sh, reqs[i].Envelope.Target)
+			add(sh, reqs[i].Envelope.Source)
+		}
+	}
+	return s.intern(ctx, want)
+}
+
+// internable reports whether name may get a code: a target or a source other than
+// "http" (which a body holds in its flags), not beginning with codeMark.
+func internable(name string) bool {
+	return name != "" && name != sourceHTTP && name[0] != codeMark
+}
+
+// intern gives codes to the names of each shard (shard -> names not settled there) that
+// the shard has none for yet, one intern.lua call per shard in one pipeline, and records
+// the answers in the book. It returns the error of each shard whose call failed; a script
+// error (a key of the wrong type) turns packing off for unpackFor, as a packed call's does
+// (runList), so that the broken shard's claims do not take the others' with them. It
+// blocks until Redis answered or ctx is done.
+func (s *Store) intern(ctx context.Context, want map[int][]string) map[int]error {
+	if len(want) == 0 {
+		return nil
+	}
+	shards := make([]int, 0, len(want))
+	priors := make([]*nameTable, 0, len(want))
+	gens := make([]string, 0, len(want))
+	calls := make([]call, 0, len(want))
+	for sh, names := range want {
+		prior, gen := s.names.table(sh), newGen()
+		args := make([]any, 0, 5+len(names))
+		args = append(args, maxNames, s.shards, sh, prior.gen, gen)
+		for _, n := range names {
+			args = append(args, n)
+		}
+		shards, priors, gens = append(shards, sh), append(priors, prior), append(gens, gen)
+		calls = append(calls, call{keys: []string{s.keys[sh].nm, s.keys[sh].z}, args: args})
+	}
+	cmds := s.evalPipelined(ctx, s.scripts[scriptIntern], calls)
+	var errs map[int]error
+	for i, cmd := range cmds {
+		sh := shards[i]
+		res, err := cmd.Int64Slice()
+		if err == nil && len(res) != len(want[sh])+1 {
+			err = fmt.Errorf("%d codes for %d names", len(res)-1, len(want[sh]))
+		}
+		if err == nil {
+			err = checkCodes(res[1:], s.shards, sh)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[sh] = fmt.Errorf("intern names: %w", err)
+			if groupsFailed(err) { // the shard's keys refuse a script: keep its groups apart, as runList does
+				s.unpackUntil.Store(time.Now().Add(unpackFor).UnixNano())
+			}
+			continue
+		}
+		gen := priors[i].gen // the call gave no code: the table is as it was
+		if res[0]&2 != 0 {
+			gen = gens[i]
+		}
+		s.names.interned(sh, priors[i], res[0]&1 == 1, gen, want[sh], res[1:])
+	}
+	return errs
+}
+
+// newGen returns a fresh random generation (16 hex digits).
+func newGen() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// checkCodes checks intern.lua's codes for shard sh: each 0 or a code of the shard.
+func checkCodes(codes []int64, shards, sh int) error {
+	for _, c := range codes {
+		if c < 0 || (c > 0 && c%int64(shards) != int64(sh)) {
+			return fmt.Errorf("code %d is not one of shard %d", c, sh)
+		}
+	}
+	return nil
+}
+
 // parkGroups encodes the requests of each shard of order (byShard) into park groups, a
 // shard's part in pieces of at most pieceBytes; pieces[g] are group g's requests, in
 // request order. A shard whose names could not be interned (failed) gets no group: its
@@ -99,11 +214,12 @@ func (s *Store) parkGroups(reqs []ParkRequest, order []int, byShard map[int][]in
 		names := s.newNamesBlock(sh)
 		for k, i := range idx {
 			r := &reqs[i]
+			c := names.coded(r.Envelope)
 			var sent int64 // stored only where a cancel may name the message: with Replace
 			if r.Replace && knownPublished(r.Published) {
 				sent = r.Published
 			}
-			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, names.coded(r.Envelope))
+			bodies[k] = encodeBodySent(r.Envelope, r.ID, sent, c)
 		}
 		parts := splitPieces(reqs, idx, bodies, pieceBytes)
 		if parts == nil {
@@ -124,61 +240,48 @@ func (s *Store) parkGroups(reqs []ParkRequest, order []int, byShard map[int][]in
 	return groups, pieces, errors.Join(errs...)
 }
 
-// runPark runs the park groups in one round trip and fills out[i] for every request whose
-// group succeeded; it returns the requests a shard refused for a code it does not hold
-// (left zero) and the errors of the groups that failed.
-func (s *Store) runPark(ctx context.Context, reqs []ParkRequest, groups []group, pieces [][]int,
-	match map[string]int, out []Parked) ([]int, error) {
-	var list callList
-	at := list.add(s, s.scripts[scriptPark], groups)
-	replies := s.runList(ctx, &list, true).pick(at)
-	s.mem.note(replies)
-	var stale []int
-	var errs []error
-	for gi, own := range pieces {
-		refused, err := parkResults(replies[gi], reqs, own, out)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("park shard %d: %w", groups[gi].shard, err))
-			continue
-		}
-		stale = append(stale, refused...)
-		for _, i := range own {
-			if out[i].OverQuota {
-				if r := match[reqs[i].Envelope.Target]; r >= 0 {
-					s.quota.rejected[r].Add(1)
-				}
-			}
-		}
-	}
-	return stale, errors.Join(errs...)
+// namesBlock is what one park call writes of one shard's codes: the form each name got
+// (decided at its first use, so that the quota block and the bodies agree), and the
+// (code, name) pairs park.lua checks (docs/design.md "Interned names").
+type namesBlock struct {
+	book  *nameBook
+	sh    int
+	names []string   // names used, in first-use order
+	codes []nameCode // their codes (zero: whole)
+	pairs []any      // code, name of the coded ones
 }
 
-// parkGroup is the park group of the requests own (indexes into reqs, one shard sh,
-// encoded as bodies) with its quota block: per message id, mode (with the source time),
-// replace, delay-or-at, body, then the names block (names: the codes the shard's bodies
-// hold).
-func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte, match map[string]int, names *namesBlock) group {
-	args := make([]any, 0, 2+5*len(own))
-	args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
-	for k, i := range own {
-		r := &reqs[i]
-		mode, when := "r", ceilMS(r.Delay)
-		if r.Absolute {
-			mode, when = "a", r.At
-		}
-		if pub := publishedArg(r.Published); pub != "0" {
-			mode += pub // the source time rides on the mode: no ARGV value of its own
-		}
-		replace := "0"
-		if r.Replace {
-			replace = "1"
-		}
-		args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), bodies[k])
-	}
-	args = append(args, s.quota.block(reqs, own, sh, match, names)...)
-	args = append(args, names.args()...)
-	return group{shard: sh, keys: s.keys[sh].park, args: args}
+// newNamesBlock returns shard sh's block for one park call.
+func (s *Store) newNamesBlock(sh int) *namesBlock {
+	return &namesBlock{book: s.names, sh: sh}
 }
+
+// coded returns how e's body holds its target and source.
+func (n *namesBlock) coded(e Envelope) coded {
+	return coded{target: n.code(e.Target).form, source: n.code(e.Source).code}
+}
+
+// code returns the code of name in this block's bodies (zero: it is written whole),
+// decided at its first use.
+func (n *namesBlock) code(name string) nameCode {
+	if !internable(name) {
+		return nameCode{}
+	}
+	if k := slices.Index(n.names, name); k >= 0 {
+		return n.codes[k]
+	}
+	nc, ok, _ := n.book.code(n.sh, name)
+	n.names = append(n.names, name)
+	n.codes = append(n.codes, nc)
+	if ok {
+		n.pairs = append(n.pairs, strconv.FormatUint(nc.code, 10), name)
+	}
+	return nc
+}
+
+// knownPublished reports whether ms is a source time Park passes on (publishedArg): after
+// 1970 and exact as a Lua number.
+func knownPublished(ms int64) bool { return ms > 0 && ms < 1<<53 }
 
 // pieceBytes bounds the bodies of one park group. A group is one script run that Redis
 // takes whole or not at all, and its arguments count against maxmemory when it starts: a
@@ -221,6 +324,138 @@ func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]
 		size += len(bodies[k])
 	}
 	return out
+}
+
+// parkGroup is the park group of the requests own (indexes into reqs, one shard sh,
+// encoded as bodies) with its quota block: per message id, mode (with the source time),
+// replace, delay-or-at, body, then the names block (names: the codes the shard's bodies
+// hold).
+func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte, match map[string]int, names *namesBlock) group {
+	args := make([]any, 0, 2+5*len(own))
+	args = append(args, s.keys[sh].wake, s.keys[sh].shardID)
+	for k, i := range own {
+		r := &reqs[i]
+		mode, when := "r", ceilMS(r.Delay)
+		if r.Absolute {
+			mode, when = "a", r.At
+		}
+		if pub := publishedArg(r.Published); pub != "0" {
+			mode += pub // the source time rides on the mode: no ARGV value of its own
+		}
+		replace := "0"
+		if r.Replace {
+			replace = "1"
+		}
+		args = append(args, r.ID, mode, replace, strconv.FormatInt(when, 10), bodies[k])
+	}
+	args = append(args, s.quota.block(reqs, own, sh, match, names)...)
+	args = append(args, names.args()...)
+	return group{shard: sh, keys: s.keys[sh].park, args: args}
+}
+
+// ceilMS converts d to whole milliseconds, rounding up: a relative delay is never early
+// (the store's other durations are rounded so too).
+func ceilMS(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// publishedArg is a source time as the scripts take it: unix ms, "0" (unknown: park checks
+// no remembered cancel, cancel takes the Redis time) when <= 0 or beyond what Lua's doubles
+// hold exactly.
+func publishedArg(ms int64) string {
+	if !knownPublished(ms) {
+		return "0"
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+// block is the quota block of park's arguments for the requests idx of shard sh
+// (quota.lua quotaGate; the rules are quota.go's): a triple target (as the bodies hold
+// it: names.key), pattern, limit per target that a rule applies to, then their count.
+// match memoizes the rule of each target over one Park call.
+func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]int, names *namesBlock) []any {
+	var out []any
+	var seen map[string]bool
+	for _, i := range idx {
+		t := reqs[i].Envelope.Target
+		r, ok := match[t]
+		if !ok {
+			r = -1
+			if len(q.rules) > 0 {
+				r = q.match(t)
+			}
+			match[t] = r
+		}
+		if r < 0 || seen[t] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[t] = true
+		out = append(out, names.key(t), q.rules[r].Pattern, strconv.FormatInt(q.limit(r, sh), 10))
+	}
+	return append(out, strconv.Itoa(len(out)))
+}
+
+// limit is what rule i allows in the counter hash of shard sh: the whole limit on one
+// Redis node, the shard's share on Cluster (limit / shards, the first limit % shards
+// shards one more), so that the shares sum to the limit.
+func (q *quotas) limit(i, sh int) int64 {
+	l := q.rules[i].Limit
+	if !q.perShard {
+		return l
+	}
+	share := l / int64(q.shards)
+	if int64(sh) < l%int64(q.shards) {
+		share++
+	}
+	return share
+}
+
+// key returns name as park.lua's targetOf reads it from this block's bodies: its code's
+// field, or the name.
+func (n *namesBlock) key(name string) string {
+	return cmp.Or(n.code(name).form, name)
+}
+
+// args is the names block of park's ARGV: the pairs, then their count.
+func (n *namesBlock) args() []any {
+	out := make([]any, 0, len(n.pairs)+1)
+	return append(append(out, n.pairs...), strconv.Itoa(len(n.pairs)/2))
+}
+
+// runPark runs the park groups in one round trip and fills out[i] for every request whose
+// group succeeded; it returns the requests a shard refused for a code it does not hold
+// (left zero) and the errors of the groups that failed.
+func (s *Store) runPark(ctx context.Context, reqs []ParkRequest, groups []group, pieces [][]int,
+	match map[string]int, out []Parked) ([]int, error) {
+	var list callList
+	at := list.add(s, s.scripts[scriptPark], groups)
+	replies := s.runList(ctx, &list, true).pick(at)
+	s.mem.note(replies)
+	var stale []int
+	var errs []error
+	for gi, own := range pieces {
+		refused, err := parkResults(replies[gi], reqs, own, out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("park shard %d: %w", groups[gi].shard, err))
+			continue
+		}
+		stale = append(stale, refused...)
+		for _, i := range own {
+			if out[i].OverQuota {
+				if r := match[reqs[i].Envelope.Target]; r >= 0 {
+					s.quota.rejected[r].Add(1)
+				}
+			}
+		}
+	}
+	return stale, errors.Join(errs...)
 }
 
 // parkResults fills out[i] for the requests idx of one shard's park group, or, when the
@@ -266,69 +501,3 @@ const parkedNamesStale = 5
 // parkedInDelivery is park.lua's answer for a message that replaced an entry in delivery
 // (Parked.InDelivery).
 const parkedInDelivery = 6
-
-// Cancel is CancelAt with the Redis time as the cancel's time.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.CancelAt(ctx, id, 0)
-}
-
-// CancelAt deletes the message with this id unless it is in delivery; a message with a
-// source id leaves a tombstone, as in Ack, so that a
-// redelivery of the cancelled source message is not parked again. Found or not, the
-// cancel is remembered for Config.CancelWindow: a later Park of the id whose Published
-// time is at or before at is not parked (Parked.Cancelled). at is the cancel's time by its
-// source, unix ms (<= 0: an operator's cancel, the Redis time); of two cancels of one id
-// the later at counts. A parked message whose source published it after at (its
-// Published, stored when it was parked with Replace) is kept: the cancel was read late;
-// an operator's cancel (at <= 0: Cancel, the message API's DELETE) deletes what is parked
-// whatever its source time (a producer clock ahead of Redis's). It reports whether a message was
-// deleted: true means it will never be delivered. A message in delivery (claimed by a
-// replica whose lease runs, which may hold it until its due time) is not deleted: false
-// and an *InDeliveryError (errors.Is ErrInDelivery), the cancel still remembered; for a
-// recurring message the entry is deleted all the same (no later firing: Stopped), the
-// firing in delivery may still be published. It blocks until Redis answered or ctx is done.
-// With Config.MinReplicas > 0 the deletion is confirmed by WAIT; fewer replicas is an
-// error wrapping ErrNotReplicated (the deletion may still have happened on the master:
-// cancelling again is safe, but may then report false).
-func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error) {
-	if id == "" {
-		return false, errors.New("cancel: empty id")
-	}
-	if err := s.layoutErr(); err != nil {
-		return false, fmt.Errorf("cancel %s: %w", id, err)
-	}
-	sh := s.ShardOf(id)
-	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID}
-	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
-	n, err := cmds[0].Int64()
-	if err != nil {
-		return false, fmt.Errorf("cancel %s: %w", id, err)
-	}
-	switch n {
-	case cancelInDelivery:
-		return false, &InDeliveryError{ID: id}
-	case cancelFiringInDelivery:
-		return false, &InDeliveryError{ID: id, Stopped: true}
-	}
-	return n == 1, nil
-}
-
-// cancel.lua's answers other than 1 (deleted) and 0 (not found).
-const (
-	cancelInDelivery       = 2 // in delivery: kept
-	cancelFiringInDelivery = 3 // a recurring message in delivery: deleted, its firing may be published
-)
-
-// publishedArg is a source time as the scripts take it: unix ms, "0" (unknown: park checks
-// no remembered cancel, cancel takes the Redis time) when <= 0 or beyond what Lua's doubles
-// hold exactly.
-func publishedArg(ms int64) string {
-	if !knownPublished(ms) {
-		return "0"
-	}
-	return strconv.FormatInt(ms, 10)
-}
-
-// knownPublished reports whether ms is a source time Park passes on (publishedArg): after
-// 1970 and exact as a Lua number.
-func knownPublished(ms int64) bool { return ms > 0 && ms < 1<<53 }

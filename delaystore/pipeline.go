@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -95,15 +94,6 @@ func (s *Store) sendPipeline(ctx context.Context, c pipeliner, master string, ca
 
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
-}
-
-// ceilMS converts d to whole milliseconds, rounding up.
-func ceilMS(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond > 0 {
-		ms++
-	}
-	return ms
 }
 
 func toInt64(v any) (int64, error) {

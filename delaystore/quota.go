@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
-	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delaybridge/delaybridge/internal/glob"
 )
 
 // MaxTargetQuota is the largest n BRIDGE_TARGET_QUOTA accepts per pattern (Lua's doubles
@@ -86,74 +86,13 @@ func newQuotas(rules []QuotaRule, shards int, perShard bool) *quotas {
 // match returns the index of the rule that applies to target, -1 for none.
 func (q *quotas) match(target string) int { return glob.FirstMatch(q.pats, target) }
 
-// limit is what rule i allows in the counter hash of shard sh: the whole limit on one
-// Redis node, the shard's share on Cluster (limit / shards, the first limit % shards
-// shards one more), so that the shares sum to the limit.
-func (q *quotas) limit(i, sh int) int64 {
-	l := q.rules[i].Limit
-	if !q.perShard {
-		return l
-	}
-	share := l / int64(q.shards)
-	if int64(sh) < l%int64(q.shards) {
-		share++
-	}
-	return share
-}
-
-// block is the quota block of park's arguments for the requests idx of shard sh
-// (quota.lua quotaGate): a triple target (as the bodies hold it: names.key), pattern, limit per target that a rule applies
-// to, then their count. match memoizes the rule of each target over one Park call.
-func (q *quotas) block(reqs []ParkRequest, idx []int, sh int, match map[string]int, names *namesBlock) []any {
-	var out []any
-	var seen map[string]bool
-	for _, i := range idx {
-		t := reqs[i].Envelope.Target
-		r, ok := match[t]
-		if !ok {
-			r = -1
-			if len(q.rules) > 0 {
-				r = q.match(t)
-			}
-			match[t] = r
-		}
-		if r < 0 || seen[t] {
-			continue
-		}
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		seen[t] = true
-		out = append(out, names.key(t), q.rules[r].Pattern, strconv.FormatInt(q.limit(r, sh), 10))
-	}
-	return append(out, strconv.Itoa(len(out)))
-}
-
-// QuotaUsage is one BRIDGE_TARGET_QUOTA pattern's use (Store.Quotas).
-type QuotaUsage struct {
-	Pattern string
-	// Limit is the pattern's quota in this replica's configuration; 0 for a pattern the
-	// counts hold that this replica has no rule for (another replica's configuration).
-	Limit int64
-	// Parked is the number of parked messages counted against the pattern, fleet-wide.
-	Parked int64
-	// Rejected counts the messages this replica's Park refused for the pattern since
-	// start.
-	Rejected uint64
-}
-
-// Quotas returns the use of every quota pattern: this replica's rules in their order,
-// then patterns the counts hold that it has no rule for. One pipeline (HGETALL of the
-// counter hash; Cluster: of every shard's). Not one atomic snapshot on Cluster. Blocks
-// until Redis answered or ctx is done.
-func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
-	keys := []string{s.keys[0].qc}
-	if s.quota.perShard {
-		keys = keys[:0]
-		for _, k := range s.keys {
-			keys = append(keys, k.qc)
-		}
-	}
+// QuotaParked returns the parked messages counted against each BRIDGE_TARGET_QUOTA
+// pattern the counts hold, fleet-wide: this replica's patterns and any other replica's
+// (pattern -> count). One pipeline of HGETALL of the counter hash (Cluster: of every
+// shard's), not one atomic snapshot on Cluster. It blocks until Redis answered or ctx is
+// done.
+func (s *Store) QuotaParked(ctx context.Context) (map[string]int64, error) {
+	keys := s.quotaMarkKeys()
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	for i, k := range keys {
@@ -173,17 +112,16 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 			}
 		}
 	}
-	out := make([]QuotaUsage, 0, len(s.quota.rules))
-	for i, r := range s.quota.rules {
-		out = append(out, QuotaUsage{Pattern: r.Pattern, Limit: r.Limit, Parked: parked[r.Pattern], Rejected: s.quota.rejected[i].Load()})
-		delete(parked, r.Pattern)
+	return parked, nil
+}
+
+// QuotaOf returns the BRIDGE_TARGET_QUOTA pattern target counts against (the first of the
+// store's rules that matches it), "" for none. It does not block.
+func (s *Store) QuotaOf(target string) string {
+	if r := s.quota.match(target); r >= 0 {
+		return s.quota.rules[r].Pattern
 	}
-	var others []QuotaUsage
-	for p, n := range parked {
-		others = append(others, QuotaUsage{Pattern: p, Parked: n})
-	}
-	sort.Slice(others, func(i, j int) bool { return others[i].Pattern < others[j].Pattern })
-	return append(out, others...), nil
+	return ""
 }
 
 // QuotaRules returns the store's BRIDGE_TARGET_QUOTA rules, in order. It does not block.

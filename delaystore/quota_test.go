@@ -37,19 +37,27 @@ func quotaReq(id, target string) ParkRequest {
 	return ParkRequest{ID: id, Delay: time.Hour, Envelope: Envelope{Target: target, Source: "nats:delay.in", Payload: []byte("x")}}
 }
 
-// usage returns the Quotas entry of pattern.
-func usage(t *testing.T, s *Store, pattern string) QuotaUsage {
+// quotaUse is a pattern's use: the messages parked against it fleet-wide, and s's limit
+// for it and refusals of it.
+type quotaUse struct {
+	Parked, Limit int64
+	Rejected      uint64
+}
+
+// usage returns the use of pattern.
+func usage(t *testing.T, s *Store, pattern string) quotaUse {
 	t.Helper()
-	us, err := s.Quotas(t.Context())
+	parked, err := s.QuotaParked(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range us {
-		if u.Pattern == pattern {
-			return u
+	u := quotaUse{Parked: parked[pattern]}
+	for i, r := range s.QuotaRules() {
+		if r.Pattern == pattern {
+			u.Limit, u.Rejected = r.Limit, s.QuotaRejected()[i]
 		}
 	}
-	return QuotaUsage{Pattern: pattern}
+	return u
 }
 
 // parkCount parks reqs and counts parked (new) and over-quota results.
@@ -175,9 +183,8 @@ func TestQuotaFreedAtOnce(t *testing.T) {
 	full("x3")
 
 	// Bulk cancel of the q.x target: x1 and x2.
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(tg string) bool { return tg == "nats:q.x" }}, BulkOp{Kind: BulkCancel}, false, nil, 10*time.Second)
-	if err != nil || res.Changed != 2 {
-		t.Fatalf("bulk cancel: %+v %v", res, err)
+	if n := f.changeAll(t, BulkOp{Kind: BulkCancel}, func(e Scanned) bool { return e.Target == "nats:q.x" }); n != 2 {
+		t.Fatalf("bulk cancel changed %d, want 2", n)
 	}
 	if u := usage(t, f.s, "q.*"); u.Parked != 1 {
 		t.Fatalf("after the bulk cancel: %+v", u)
@@ -329,8 +336,8 @@ func TestQuotaConfigChange(t *testing.T) {
 		t.Fatalf("raised: %+v", u)
 	}
 	none := open("")
-	if us, err := none.Quotas(t.Context()); err != nil || len(us) != 0 {
-		t.Fatalf("after removing the pattern: %+v %v", us, err)
+	if parked, err := none.QuotaParked(t.Context()); err != nil || len(parked) != 0 || len(none.QuotaRules()) != 0 {
+		t.Fatalf("after removing the pattern: %+v %v", parked, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -75,8 +74,8 @@ func TestNextFiringAfterCancel(t *testing.T) {
 	}
 }
 
-// TestBulkCancelStopsFiringRecurring (issue 23 item 3): a bulk cancel stops recurring
-// messages whose firing is in delivery, and counts them as changed: the entry is gone,
+// TestBulkCancelStopsFiringRecurring: a bulk cancel (Change) stops recurring messages
+// whose firing is in delivery, and counts them as changed: the entry is gone,
 // so the firing's end parks nothing (retry.lua mode n is fenced out). The same holds for
 // the next occurrence that a firing parked between the scan and the change (a newer
 // version, same target). A one-shot message in delivery is still left alone (section 8),
@@ -95,9 +94,8 @@ func TestBulkCancelStopsFiringRecurring(t *testing.T) {
 	park("once", "nats:tick", "")
 	rec, c := f.claimID(t, "rec", time.Second)
 	once, _ := f.claimID(t, "once", time.Second)
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(string) bool { return true }}, BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
-	if err != nil || res.Matched != 2 || res.Changed != 1 {
-		t.Fatalf("bulk cancel = %+v, %v; want 2 matched, 1 changed (the recurring one)", res, err)
+	if n := f.changeAll(t, BulkOp{Kind: BulkCancel}, nil); n != 1 {
+		t.Fatalf("bulk cancel changed %d; want the recurring one", n)
 	}
 	if r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: rec.Receipt, Next: c.Now + 1000}}); err != nil || r.N != 0 {
 		t.Fatalf("the firing's end after the cancel = %+v, %v; want fenced", r, err)
@@ -115,67 +113,20 @@ func TestBulkCancelStopsFiringRecurring(t *testing.T) {
 	if r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: raced.Receipt, Next: c.Now + 60_000}}); err != nil || r.N != 1 {
 		t.Fatalf("set-up: %+v, %v", r, err)
 	}
-	v := strconv.FormatInt(raced.Version, 10)
-	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, "nats:other"}, nil); err != nil || n != 0 {
-		t.Fatalf("cancel read for another target = %d, %v; want left alone", n, err)
+	read := func(target string) []Pick { return []Pick{{ID: "raced", Version: raced.Version, target: target}} }
+	if c, err := f.s.Change(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, read("nats:other"), nil); err != nil || c.N != 0 {
+		t.Fatalf("cancel read for another target = %+v, %v; want left alone", c, err)
 	}
-	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour}, []any{"raced", v, "nats:tick"}, nil); err != nil || n != 0 {
-		t.Fatalf("shift of an older version = %d, %v; want fenced", n, err)
+	if c, err := f.s.Change(t.Context(), raced.Shard, BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, read("nats:tick"), nil); err != nil || c.N != 0 {
+		t.Fatalf("shift of an older version = %+v, %v; want fenced", c, err)
 	}
-	if n, _, _, err := f.s.bulkChange(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, []any{"raced", v, f.s.targetKey(raced.Shard, "nats:tick")}, nil); err != nil || n != 1 {
-		t.Fatalf("cancel of the occurrence parked since the scan = %d, %v; want 1", n, err)
+	if c, err := f.s.Change(t.Context(), raced.Shard, BulkOp{Kind: BulkCancel}, read(f.s.targetKey(raced.Shard, "nats:tick")), nil); err != nil || c.N != 1 {
+		t.Fatalf("cancel of the occurrence parked since the scan = %+v, %v; want 1", c, err)
 	}
 	if _, err := f.s.Get(t.Context(), "raced"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("next occurrence after the cancel: %v", err)
 	}
 	if z, m := f.counts(t); z != 1 || m != 1 {
 		t.Fatalf("store holds z %d, m %d; want only the one-shot message", z, m)
-	}
-}
-
-// TestBulkCancelPassFence: a cancel pass picks entries newer than its fence (the shard's
-// version when the pass began) only when they are recurring messages that re-parked
-// themselves (a firing renews the version): a one-shot message parked after the pass
-// began is left alone and not matched, as by every bulk change.
-func TestBulkCancelPassFence(t *testing.T) {
-	f := setup(t)
-	park := func(id, every string, delay time.Duration) Message {
-		env := sampleEnvelope(2)
-		env.Target, env.Every, env.Headers = "nats:tick", every, nil
-		f.park(t, ParkRequest{ID: id, Replace: true, Delay: delay, Envelope: env})
-		m, err := f.s.Get(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	rec := park("rec", "1s", 0)
-	// The pass over rec's shard begins now: its fence is the shard's version counter.
-	cur := BulkCursor{Shard: rec.Shard, Pass: "z"}
-	if err := f.s.bulkBegin(t.Context(), &cur); err != nil {
-		t.Fatal(err)
-	}
-	// rec fires and re-parks itself (a newer version) before the scan reaches it; a
-	// one-shot message of the same shard is parked after the pass began.
-	claimed, c := f.claimID(t, "rec", time.Second)
-	if r, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: claimed.Receipt, Next: c.Now + 60_000}}); err != nil || r.N != 1 {
-		t.Fatalf("re-park: %+v, %v", r, err)
-	}
-	late := ""
-	for i := 0; late == ""; i++ {
-		if id := "late-" + strconv.Itoa(i); ShardOf(id, len(f.s.keys)) == rec.Shard {
-			late = id
-		}
-	}
-	park(late, "", time.Hour)
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(string) bool { return true }}, BulkOp{Kind: BulkCancel}, false, &cur, time.Minute)
-	if err != nil || res.Matched != 1 || res.Changed != 1 {
-		t.Fatalf("cancel pass = %+v, %v; want the re-parked recurring message alone matched and changed", res, err)
-	}
-	if _, err := f.s.Get(t.Context(), "rec"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("re-parked recurring message after the cancel: %v", err)
-	}
-	if _, err := f.s.Get(t.Context(), late); err != nil {
-		t.Fatalf("one-shot message parked after the pass began: %v; want left alone", err)
 	}
 }

@@ -42,16 +42,14 @@ type Store struct {
 	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
-	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (fleetstats.go).
+	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (stats.go).
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
-	// cursorKeyName is P:cursor, the key that seals cursors; cursorKey its value, read by
-	// Init (cursor.go).
-	cursorKeyName string
-	cursorKey     atomic.Pointer[[]byte]
-	// audit is the audit log (audit.go): its keys {P:audit}:z, :e, :s and its bounds.
-	audit auditLog
+	// cursorKey is P:cursor, the key that seals the operator's cursors (cursorkey.go).
+	cursorKey string
+	// auditKeys are the audit log's records (audit.go): {P:audit}:z, :e, :s.
+	auditKeys []string
 
 	epochMu sync.Mutex
 	epochs  []string // per shard, the dataset epoch this replica has seen (epoch.go)
@@ -90,7 +88,7 @@ type shardKeys struct {
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
 	ack     []string // z, m, tn, r, n, qt, qc, to: ack
 	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to: bulk
-	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (bulkop.go)
+	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (change.go)
 	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to: park
 	cancel  []string // z, m, tn, r, n, c, cx, qt, qc, to: cancel
 	qt      string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
@@ -136,6 +134,39 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 // New validates cfg and returns a Store over rdb (a *redis.Client, *redis.ClusterClient,
 // ...), adjusted by opts. It does no I/O; call Init before use.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) {
+	if err := checkNew(rdb, cfg); err != nil {
+		return nil, err
+	}
+	scripts, err := newScripts()
+	if err != nil {
+		return nil, fmt.Errorf("delaystore: %w", err)
+	}
+	_, perShard := rdb.(*redis.ClusterClient)
+	s := &Store{
+		rdb:         rdb,
+		shards:      cfg.Shards,
+		leaseMS:     ceilMS(cfg.Lease),
+		tombMS:      ceilMS(tombstoneTTL(cfg.TombstoneTTL)),
+		cancelMS:    ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
+		scripts:     scripts,
+		minReplicas: cfg.MinReplicas,
+		waitTimeout: time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
+		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		names:       newNameBook(cfg.Shards),
+		newRun:      newStoreRun(cfg.ShardRun, perShard),
+	}
+	s.nameKeys(cfg.KeyPrefix, perShard)
+	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated by checkNew
+	s.quota = newQuotas(rules, cfg.Shards, perShard)
+	s.run.Store(int64(s.newRun))
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// checkNew reports every problem of New's arguments at once.
+func checkNew(rdb redis.UniversalClient, cfg Config) error {
 	var errs []error
 	if rdb == nil {
 		errs = append(errs, errors.New("redis client is nil"))
@@ -144,59 +175,51 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 		errs = append(errs, p)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("delaystore config: %w", err)
+		return fmt.Errorf("delaystore config: %w", err)
 	}
-	scripts, err := newScripts()
-	if err != nil {
-		return nil, fmt.Errorf("delaystore: %w", err)
-	}
-	p := cfg.KeyPrefix
-	tomb := cfg.TombstoneTTL
+	return nil
+}
+
+// tombstoneTTL is the tombstone TTL of Config.TombstoneTTL d: DefaultTombstoneTTL for 0,
+// none (0) for a negative d.
+func tombstoneTTL(d time.Duration) time.Duration {
 	switch {
-	case tomb == 0:
-		tomb = DefaultTombstoneTTL
-	case tomb < 0:
-		tomb = 0
+	case d == 0:
+		return DefaultTombstoneTTL
+	case d < 0:
+		return 0
 	}
-	s := &Store{
-		rdb:           rdb,
-		shards:        cfg.Shards,
-		leaseMS:       ceilMS(cfg.Lease),
-		tombMS:        ceilMS(tomb),
-		cancelMS:      ceilMS(cmp.Or(cfg.CancelWindow, DefaultCancelWindow)),
-		shardsKey:     p + ":shards",
-		cursorKeyName: p + ":cursor",
-		keys:          make([]shardKeys, cfg.Shards),
-		fleetKeys: []string{"{" + p + ":fleet}:members", "{" + p + ":fleet}:version",
-			"{" + p + ":fleet}:pending", "{" + p + ":fleet}:tokens"},
-		fleetChannel: p + ":wake:fleet",
-		statsPrefix:  "{" + p + ":fleet}:stats:",
-		scripts:      scripts,
-		rateKey:      "{" + p + ":rate}:tat",
-		minReplicas:  cfg.MinReplicas,
-		waitTimeout:  time.Duration(ceilMS(cfg.WaitTimeout)) * time.Millisecond,
-		log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	return d
+}
+
+// newStoreRun is the run a store this replica creates gets (Config.ShardRun, or its
+// default for the topology: perShard is Redis Cluster).
+func newStoreRun(configured int, perShard bool) int {
+	switch {
+	case configured != 0:
+		return configured
+	case perShard:
+		return ClusterShardRun
 	}
-	rules, _ := ParseQuotaRules(cfg.TargetQuota) // validated above
-	_, perShard := rdb.(*redis.ClusterClient)
-	s.quota = newQuotas(rules, cfg.Shards, perShard)
-	s.newRun = cfg.ShardRun
-	if s.newRun == 0 {
-		s.newRun = DefaultShardRun
-		if perShard {
-			s.newRun = ClusterShardRun
-		}
-	}
-	s.run.Store(int64(s.newRun))
-	s.names = newNameBook(cfg.Shards)
+	return DefaultShardRun
+}
+
+// nameKeys sets the names of every key of the store under prefix p (docs/design.md,
+// "Redis data layout"): P:shards, P:cursor, each shard's (newShardKeys), the fleet's
+// {P:fleet}, the publish slots' {P:rate} and the audit log's {P:audit}.
+func (s *Store) nameKeys(p string, perShard bool) {
+	s.shardsKey, s.cursorKey = p+":shards", p+":cursor"
+	s.keys = make([]shardKeys, s.shards)
 	for i := range s.keys {
 		s.keys[i] = newShardKeys(p, i, perShard)
 	}
-	s.audit = newAuditLog(p, DefaultAuditConfig())
-	for _, o := range opts {
-		o(s)
-	}
-	return s, nil
+	fleet := "{" + p + ":fleet}"
+	s.fleetKeys = []string{fleet + ":members", fleet + ":version", fleet + ":pending", fleet + ":tokens"}
+	s.fleetChannel = p + ":wake:fleet"
+	s.statsPrefix = fleet + ":stats:"
+	s.rateKey = "{" + p + ":rate}:tat"
+	audit := "{" + p + ":audit}"
+	s.auditKeys = []string{audit + ":z", audit + ":e", audit + ":s"}
 }
 
 // Init checks that Redis will not evict parked messages: an allkeys-* maxmemory-policy is
@@ -207,8 +230,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Store, error) 
 // different recorded count is a ShardCountError, another format an error wrapping
 // ErrShardMismatch that names the drain-and-recreate procedure; an existing store keeps
 // its run. It creates or reads
-// every shard's dataset epoch, which CheckDataset compares against, and the key that seals
-// cursors (P:cursor, created once: cursor.go). It also loads the
+// every shard's dataset epoch, which CheckDataset compares against. It also loads the
 // scripts (SCRIPT LOAD) so the first calls run by SHA, and makes the parked counts per
 // target complete (Targets; counts lost with a Redis dataset are counted again, a full
 // Redis leaves that to Targets). Call it once at start; it blocks
@@ -249,15 +271,6 @@ func (s *Store) Init(ctx context.Context) error {
 	s.layoutKnown.Store(true)
 	if err := s.initEpochs(ctx); err != nil {
 		return err
-	}
-	// The cursor key only serves the message API's cursors: a key that cannot be created
-	// now (a full Redis) is created when the first cursor is opened; until then cursors
-	// are refused, delivery does not need it.
-	if err := s.loadCursorKey(ctx); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("init: %w", err)
-		}
-		s.log.Warn("cursor key not loaded: the message API refuses cursors until it is", "err", err)
 	}
 	if err := s.loadScripts(ctx); err != nil {
 		return err

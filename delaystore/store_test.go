@@ -55,6 +55,20 @@ func setup(t *testing.T, mutate ...func(*Config)) *fixture {
 	return newFixture(t, testredis.URL(t), mutate...)
 }
 
+// replica is a second Store over the fixture's Redis and prefix (another replica), which
+// has read the store's layout (Init) and knows none of its interned names yet.
+func (f *fixture) replica(t *testing.T) *Store {
+	t.Helper()
+	s, err := New(f.rdb, Config{KeyPrefix: f.prefix, Shards: f.s.Shards(), Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // ownServer is a fixture on a redis-server of its own, which the test may stop, fill or
 // flush, and that server.
 func ownServer(t *testing.T, mutate ...func(*Config)) (*fixture, *testredis.Server) {

@@ -451,11 +451,11 @@ func TestPrimaryGoneFailsWrites(t *testing.T) {
 		{"cancel", func(ctx context.Context) error { _, err := r.s.Cancel(ctx, "before"); return err }},
 		{"cancel at", func(ctx context.Context) error { _, err := r.s.CancelAt(ctx, "x", time.Now().UnixMilli()); return err }},
 		{"bulk cancel", func(ctx context.Context) error {
-			_, err := r.s.Bulk(ctx, Selector{}, BulkOp{Kind: BulkCancel}, false, nil, time.Second)
+			_, err := r.s.Change(ctx, r.s.ShardOf("before"), BulkOp{Kind: BulkCancel}, []Pick{{ID: "before", Version: 1}}, nil)
 			return err
 		}},
-		{"bulk cancel of one id", func(ctx context.Context) error {
-			_, err := r.s.Bulk(ctx, Selector{ID: "before"}, BulkOp{Kind: BulkCancel}, false, nil, time.Second)
+		{"bulk cancel saving progress", func(ctx context.Context) error {
+			_, err := r.s.Change(ctx, 0, BulkOp{Kind: BulkCancel}, nil, &Progress{OpID: "op", Next: "d,,", Keep: time.Minute})
 			return err
 		}},
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
@@ -37,10 +38,10 @@ func TestBulkUnderDelivery(t *testing.T) {
 	}
 	match := func(p string) func(string) bool { return func(t string) bool { return strings.HasPrefix(t, p) } }
 	for range 5 {
-		if _, err := st.Bulk(context.Background(), delaystore.Selector{Match: match("nats:bulk.a")}, delaystore.BulkOp{Kind: delaystore.BulkDeliverNow}, false, nil, time.Minute); err != nil {
+		if _, err := admin.New(st).Bulk(context.Background(), admin.Selector{Match: match("nats:bulk.a")}, delaystore.BulkOp{Kind: delaystore.BulkDeliverNow}, false, nil, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Bulk(context.Background(), delaystore.Selector{Match: match("nats:bulk.b")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: 100 * time.Millisecond, MaxDelay: time.Hour}, false, nil, time.Minute); err != nil {
+		if _, err := admin.New(st).Bulk(context.Background(), admin.Selector{Match: match("nats:bulk.b")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: 100 * time.Millisecond, MaxDelay: time.Hour}, false, nil, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -104,10 +105,10 @@ func TestBulkCancelStopsRecurring(t *testing.T) {
 	for fired := 0; fired < 2*n; fired++ { // two rounds: firings go on all the time
 		waitFor(t, out, 5*time.Second)
 	}
-	var res delaystore.BulkResult
-	var from *delaystore.BulkCursor
+	var res admin.BulkResult
+	var from *admin.BulkCursor
 	for {
-		r, err := st.Bulk(context.Background(), delaystore.Selector{Match: func(string) bool { return true }},
+		r, err := admin.New(st).Bulk(context.Background(), admin.Selector{Match: func(string) bool { return true }},
 			delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, from, time.Minute)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 )
@@ -158,7 +159,7 @@ func TestClaimAheadWithdrawn(t *testing.T) {
 	if !newer.InDelivery {
 		t.Fatalf("replace of a held message: %+v, want InDelivery", newer)
 	}
-	r, err := st.Bulk(t.Context(), delaystore.Selector{Match: func(t string) bool { return t == "nats:rec" }}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
+	r, err := admin.New(st).Bulk(t.Context(), admin.Selector{Match: func(t string) bool { return t == "nats:rec" }}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
 	if err != nil || r.Changed != 1 {
 		t.Fatalf("bulk cancel of the recurring message in delivery: %+v, %v", r, err)
 	}

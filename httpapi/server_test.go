@@ -33,7 +33,7 @@ func serveAPI(t *testing.T, budget int64, sc httpapi.ServerConfig) string {
 		DefaultBroker:    "nats",
 		Token:            "tok",
 		MaxInflightBytes: budget,
-	}, st, nil)
+	}, st, nil, nil)
 	return serveHandler(t, h, sc)
 }
 

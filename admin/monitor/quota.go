@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
@@ -19,14 +20,17 @@ import (
 // concurrent use.
 type QuotaCollector struct {
 	store                   *delaystore.Store
+	admin                   *admin.Admin
 	parked, limit, rejected *prometheus.Desc
 }
 
-// NewQuotaCollector returns the quota metrics of s; register it only when s has quota
-// rules (s.QuotaRules), so a bridge without quotas pays nothing per scrape.
-func NewQuotaCollector(s *delaystore.Store) *QuotaCollector {
+// NewQuotaCollector returns the quota metrics of s, whose fleet-wide use a (the
+// operator's side of s) reads; register it only when s has quota rules (s.QuotaRules),
+// so a bridge without quotas pays nothing per scrape.
+func NewQuotaCollector(s *delaystore.Store, a *admin.Admin) *QuotaCollector {
 	return &QuotaCollector{
 		store: s,
+		admin: a,
 		parked: prometheus.NewDesc("delaybridge_quota_parked",
 			"Parked messages counted against a BRIDGE_TARGET_QUOTA pattern, fleet-wide (every replica reports the same count).", []string{"pattern"}, nil),
 		limit: prometheus.NewDesc("delaybridge_quota_limit",
@@ -53,7 +57,7 @@ func (c *QuotaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(r.Limit), r.Pattern)
 		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(rejected[i]), r.Pattern)
 	}
-	us, err := c.store.Quotas(ctx)
+	us, err := c.admin.Quotas(ctx)
 	if err != nil {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 )
@@ -26,7 +27,7 @@ func TestQuotaCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewQuotaCollector(st))
+	reg.MustRegister(NewQuotaCollector(st, admin.New(st)))
 	want := `
 # HELP delaybridge_quota_limit The BRIDGE_TARGET_QUOTA limit of a pattern, as this replica is configured.
 # TYPE delaybridge_quota_limit gauge

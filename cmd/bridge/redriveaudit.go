@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/config"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/connect"
@@ -22,7 +23,7 @@ import (
 // itself, as POST /v1/dead-letters/redrive does through the API.
 const (
 	// cliRemote is the remote of an entry that a command wrote on its host, not through
-	// the API (delaystore.AuditEntry.Remote).
+	// the API (admin.AuditEntry.Remote).
 	cliRemote = "cli"
 	// redriveAuditTimeout bounds the wait for Redis to begin the entry.
 	redriveAuditTimeout = 5 * time.Second
@@ -49,7 +50,7 @@ func redriveSelector(broker string, opts redrive.Options, fromStart bool) json.R
 // changes nothing, goes on after a one-line warning on stderr.
 func beginRedriveAudit(ctx context.Context, cfg config.Config, environ []string, sel json.RawMessage, dryRun bool, stderr io.Writer) (end func(redrive.Counts, error), err error) {
 	noop := func(redrive.Counts, error) {}
-	rec, closeRedis, err := auditBegin(ctx, cfg, delaystore.AuditEntry{Op: "redrive", Selector: sel, DryRun: dryRun, Actor: osUser(environ), Remote: cliRemote}, stderr)
+	rec, closeRedis, err := auditBegin(ctx, cfg, admin.AuditEntry{Op: "redrive", Selector: sel, DryRun: dryRun, Actor: osUser(environ), Remote: cliRemote}, stderr)
 	switch {
 	case err != nil && dryRun:
 		fmt.Fprintf(stderr, "warning: this dry run is not recorded in the audit log: %s\n", oneLine(err.Error()))
@@ -70,7 +71,7 @@ func beginRedriveAudit(ctx context.Context, cfg config.Config, environ []string,
 
 // auditBegin opens the configured Redis and begins e in its audit log, waiting at most
 // redriveAuditTimeout. closeRedis closes the client (nil on error: then it is closed).
-func auditBegin(ctx context.Context, cfg config.Config, e delaystore.AuditEntry, stderr io.Writer) (rec *delaystore.AuditRecord, closeRedis func(), err error) {
+func auditBegin(ctx context.Context, cfg config.Config, e admin.AuditEntry, stderr io.Writer) (rec *admin.AuditRecord, closeRedis func(), err error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// go-redis logs each failed dial of its pool (its logger is the process's): the error
 	// returned says the same once. This process runs one command.
@@ -79,10 +80,10 @@ func auditBegin(ctx context.Context, cfg config.Config, e delaystore.AuditEntry,
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
-	store, err := delaystore.New(rdb, cfg.StoreConfig(), delaystore.WithAudit(cfg.Audit))
+	store, err := delaystore.New(rdb, cfg.StoreConfig())
 	if err == nil {
 		bctx, cancel := context.WithTimeout(ctx, redriveAuditTimeout)
-		rec, err = store.AuditBegin(bctx, e)
+		rec, err = admin.New(store, admin.WithAudit(cfg.Audit)).AuditBegin(bctx, e)
 		cancel()
 	}
 	if err != nil {

@@ -42,6 +42,23 @@ type Store interface {
 	Stats(ctx context.Context) (delaystore.Stats, error)
 }
 
+// Admin is what the operator's endpoints need of the operator's side of the store
+// (admin.Admin): the message list, the audit log and the resumable bulk operations, the
+// targets and quotas, the fleet's counts, and the cursors every page hands out, sealed for
+// the query they continue. Safe for concurrent use. A nil Admin: those endpoints answer
+// 501, and changes are not recorded.
+type Admin interface {
+	Lister
+	OpStore
+	Targeter
+	FleetReader
+	// Seal returns the cursor of position raw of a query of kind (admin.Cursor*).
+	Seal(kind, query, raw string) string
+	// Open returns the position of cursor v, sealed for kind and query, or an error
+	// wrapping admin.ErrBadCursor; it may read the cursor key from Redis.
+	Open(ctx context.Context, kind, query, v string) (string, error)
+}
+
 // Config configures the message API.
 type Config struct {
 	// Rules validate messages exactly as ingress does.
@@ -111,29 +128,50 @@ func (c Config) MaxBodyBytes() int64 {
 // cfg.MaxBodyBytes (a larger Content-Length gets 413 unread) and its bytes are reserved
 // from the MaxInflightBytes budget before it is read; when the budget is spent the answer
 // is 503 with Retry-After, at once and without reading the body.
-func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
+func New(cfg Config, store Store, adm Admin, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Started.IsZero() {
-		cfg.Started = cfg.Now()
-	}
-	if cfg.bulkBudget == 0 {
-		cfg.bulkBudget = bulkBudget
-	}
-	if cfg.redriveBudget == 0 {
-		cfg.redriveBudget = redriveBudget
-	}
+	cfg = cfg.withDefaults()
 	budget := cfg.MaxInflightBytes
 	if budget <= 0 {
 		budget = DefaultMaxInflightBytes
 	}
 	budget = max(budget, cfg.MaxBodyBytes())
-	a := &api{cfg: cfg, store: store, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
+	a := &api{cfg: cfg, store: store, admin: adm, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
 		redrives: make(chan struct{}, redriveAtOnce)}
+	// The console's page answers 401 without the token (its body still the page, which
+	// asks for it); its script and style hold no data (docs/design.md, "Web console").
+	top := http.NewServeMux()
+	top.Handle("GET /ui/", ui.Handler(a.authorized))
+	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	top.Handle("/", a.auth(a.limitBody(a.routes())))
+	if cfg.Token != "" {
+		return crossOrigin(top)
+	}
+	return hostGuard(cfg.Hosts, crossOrigin(top))
+}
+
+// withDefaults is c with its unset clock, start and budgets set.
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Started.IsZero() {
+		c.Started = c.Now()
+	}
+	if c.bulkBudget == 0 {
+		c.bulkBudget = bulkBudget
+	}
+	if c.redriveBudget == 0 {
+		c.redriveBudget = redriveBudget
+	}
+	return c
+}
+
+// routes are the message API's endpoints; any other method or path gets a JSON answer
+// like every other error (405 with Allow, or 404).
+func (a *api) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
 	mux.HandleFunc("GET /v1/messages", a.list)
@@ -149,7 +187,6 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.Handle("POST /v1/bulk/resume", requireJSON(http.HandlerFunc(a.resume)))
 	mux.HandleFunc("GET /v1/audit", a.auditList)
 	mux.HandleFunc("/v1/audit", methodNotAllowed("GET, HEAD"))
-	// Other methods and paths: JSON answers like every other error.
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
 	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
@@ -162,21 +199,13 @@ func New(cfg Config, store Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
-	// The console's page answers 401 without the token (its body still the page, which
-	// asks for it); its script and style hold no data (docs/design.md, "Web console").
-	top := http.NewServeMux()
-	top.Handle("GET /ui/", ui.Handler(a.authorized))
-	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	top.Handle("/", a.auth(a.limitBody(mux)))
-	if cfg.Token != "" {
-		return crossOrigin(top)
-	}
-	return hostGuard(cfg.Hosts, crossOrigin(top))
+	return mux
 }
 
 type api struct {
 	cfg      Config
 	store    Store
+	admin    Admin // nil: the operator's endpoints answer 501
 	log      *slog.Logger
 	inflight *semaphore.Weighted // request-body bytes being read or decoded
 	redrives chan struct{}       // a slot per redrive running (redriveAtOnce)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -37,10 +38,20 @@ func newAPIOn(t testing.TB, token string, st *delaystore.Store) *client.Client {
 		}},
 		DefaultBroker: "nats",
 		Token:         token,
-	}, st, nil)
+	}, st, adminOf(t, st), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &client.Client{Base: srv.URL, Token: token}
+}
+
+// adminOf is the initialised operator's side of st.
+func adminOf(t testing.TB, st *delaystore.Store) *admin.Admin {
+	t.Helper()
+	a := admin.New(st)
+	if err := a.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func str(s string) *string { return &s }

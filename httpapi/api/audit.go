@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -21,17 +22,14 @@ import (
 // the API is recorded (GET /v1/audit), and a bulk change is an operation under an op id
 // that POST /v1/bulk/resume finishes when it was cut off.
 
-// OpStore is what the audit log and the resumable bulk operations need of the delay store
-// (delaystore.Store). Safe for concurrent use; every method blocks until Redis answered.
+// OpStore is what the audit log and the resumable bulk operations need of the operator's
+// side of the store (admin.Admin). Safe for concurrent use; every method blocks until
+// Redis answered.
 type OpStore interface {
-	AuditBegin(ctx context.Context, e delaystore.AuditEntry) (*delaystore.AuditRecord, error)
-	AuditList(ctx context.Context, after string, limit int) (delaystore.AuditPage, error)
-	SealAuditCursor(after string) string
-	ParseAuditCursor(ctx context.Context, v string) (string, error)
-	StartOp(ctx context.Context, e delaystore.AuditEntry, spec delaystore.OpSpec) (*delaystore.Op, error)
-	ResumeOp(ctx context.Context, id string) (*delaystore.Op, error)
-	SealOpCursor(opID, query string) string
-	ParseOpCursor(ctx context.Context, v, query string) (string, error)
+	AuditBegin(ctx context.Context, e admin.AuditEntry) (*admin.AuditRecord, error)
+	AuditList(ctx context.Context, after string, limit int) (admin.AuditPage, error)
+	StartOp(ctx context.Context, e admin.AuditEntry, spec admin.OpSpec) (*admin.Op, error)
+	ResumeOp(ctx context.Context, id string) (*admin.Op, error)
 }
 
 // maxActor is the most bytes of X-Delay-Actor kept.
@@ -40,8 +38,8 @@ const maxActor = 128
 // auditEntry is the audit entry of a change that r asks for: op, its actor (X-Delay-Actor,
 // cleaned: at most maxActor bytes, control characters and invalid UTF-8 replaced) and the
 // caller's address as this server saw it (a proxy's X-Forwarded-For is not trusted).
-func auditEntry(r *http.Request, op string) delaystore.AuditEntry {
-	return delaystore.AuditEntry{Op: op, Actor: cleanActor(r.Header.Get(httpapi.ActorHeader)), Remote: r.RemoteAddr}
+func auditEntry(r *http.Request, op string) admin.AuditEntry {
+	return admin.AuditEntry{Op: op, Actor: cleanActor(r.Header.Get(httpapi.ActorHeader)), Remote: r.RemoteAddr}
 }
 
 // cleanActor keeps an actor printable and bounded.
@@ -67,13 +65,12 @@ func cleanActor(v string) string {
 // of a nil record does nothing); a Redis error must refuse the change (503): an
 // unrecorded change is not made.
 func (a *api) BeginAudit(r *http.Request, op string, selector json.RawMessage, id string, dryRun bool) (*AuditRecord, error) {
-	o, ok := a.store.(OpStore)
-	if !ok {
+	if a.admin == nil {
 		return nil, nil
 	}
 	e := auditEntry(r, op)
 	e.Selector, e.ID, e.DryRun = selector, id, dryRun
-	rec, err := o.AuditBegin(r.Context(), e)
+	rec, err := a.admin.AuditBegin(r.Context(), e)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +78,7 @@ func (a *api) BeginAudit(r *http.Request, op string, selector json.RawMessage, i
 }
 
 // AuditRecord is a change being recorded (BeginAudit).
-type AuditRecord struct{ rec *delaystore.AuditRecord }
+type AuditRecord struct{ rec *admin.AuditRecord }
 
 // End settles the record: done with the counts, or interrupted when failed is not nil. It
 // writes even when ctx is done; a nil record does nothing.
@@ -93,7 +90,7 @@ func (r *AuditRecord) End(ctx context.Context, matched, changed int64, failed er
 }
 
 // Hold keeps the record running while a change outlasts the entry's lease (a redrive may
-// take its 40 s): see delaystore.AuditRecord.Hold. Call stop before End. A nil record
+// take its 40 s): see admin.AuditRecord.Hold. Call stop before End. A nil record
 // holds nothing.
 func (r *AuditRecord) Hold(ctx context.Context) (stop func()) {
 	if r == nil {
@@ -162,8 +159,7 @@ func (a *api) deleteInDelivery(w http.ResponseWriter, r *http.Request, rec *Audi
 // auditList is GET /v1/audit?limit=<n>&cursor=<c>: newest first, limit 1 to 1000
 // (default 100).
 func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
-	o, ok := a.store.(OpStore)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no audit log")
 		return
 	}
@@ -177,7 +173,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > delaystore.MaxAuditPage {
+		if err != nil || n < 1 || n > admin.MaxAuditPage {
 			writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": limit "+strconv.Quote(v)+": want 1 to 1000")
 			return
 		}
@@ -185,13 +181,13 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	}
 	var after string
 	if v := q.Get("cursor"); v != "" {
-		id, err := o.ParseAuditCursor(r.Context(), v)
+		id, err := a.admin.Open(r.Context(), admin.CursorAudit, "", v)
 		if !cursorOK(w, err) {
 			return
 		}
 		after = id
 	}
-	page, err := o.AuditList(r.Context(), after, limit)
+	page, err := a.admin.AuditList(r.Context(), after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
@@ -203,7 +199,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 			Shift: e.Shift, DeliverAt: e.DeliverAt, Resumable: e.Resumable}
 	}
 	if page.Next != "" {
-		c := o.SealAuditCursor(page.Next)
+		c := a.admin.Seal(admin.CursorAudit, "", page.Next)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -211,7 +207,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 
 // bulkSelector is the audit entry's selector of a bulk request: the target pattern and
 // the due range as parsed (absent fields left out); nil when it has none (an id alone).
-func bulkSelector(req httpapi.BulkRequest, sel delaystore.Selector) json.RawMessage {
+func bulkSelector(req httpapi.BulkRequest, sel admin.Selector) json.RawMessage {
 	m := map[string]any{}
 	if req.Target != "" {
 		m["target"] = req.Target
@@ -232,15 +228,15 @@ func bulkSelector(req httpapi.BulkRequest, sel delaystore.Selector) json.RawMess
 // bulkOp serves a bulk change as a resumable operation: a new one, or, with a cursor, the
 // one the cursor names (sealed for this very request). It answers as bulk does, with the
 // op id.
-func (a *api) bulkAsOp(w http.ResponseWriter, r *http.Request, o OpStore, req httpapi.BulkRequest, sel delaystore.Selector, op delaystore.BulkOp, query string) {
-	var run *delaystore.Op
+func (a *api) bulkAsOp(w http.ResponseWriter, r *http.Request, req httpapi.BulkRequest, sel admin.Selector, op delaystore.BulkOp, query string) {
+	var run *admin.Op
 	var err error
 	if req.Cursor != "" {
-		id, err := o.ParseOpCursor(r.Context(), req.Cursor, query)
+		id, err := a.admin.Open(r.Context(), admin.CursorOp, query, req.Cursor)
 		if !cursorOK(w, err) {
 			return
 		}
-		if run, err = o.ResumeOp(r.Context(), id); err != nil {
+		if run, err = a.admin.ResumeOp(r.Context(), id); err != nil {
 			a.resumeRefused(w, id, err)
 			return
 		}
@@ -250,20 +246,20 @@ func (a *api) bulkAsOp(w http.ResponseWriter, r *http.Request, o OpStore, req ht
 		if op.Kind == delaystore.BulkDeliverAt {
 			e.DeliverAt = &op.At
 		}
-		spec := delaystore.OpSpec{Kind: op.Kind, Shift: op.Shift, At: op.At, MaxDelay: op.MaxDelay, Target: req.Target,
+		spec := admin.OpSpec{Kind: op.Kind, Shift: op.Shift, At: op.At, MaxDelay: op.MaxDelay, Target: req.Target,
 			DueFrom: sel.DueFrom, DueTo: sel.DueTo, ID: req.ID, DryRun: req.DryRun}
-		if run, err = o.StartOp(r.Context(), e, spec); err != nil {
+		if run, err = a.admin.StartOp(r.Context(), e, spec); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 			return
 		}
 	}
-	a.runOp(w, r, o, run, sel, query)
+	a.runOp(w, r, run, sel, query)
 }
 
 // runOp runs op for the request's budget and answers {"op_id", "matched", "changed",
 // "next_cursor"}: what this request did, and the cursor to go on with when the time was
 // up; 503 (naming the op id to resume) when Redis failed.
-func (a *api) runOp(w http.ResponseWriter, r *http.Request, o OpStore, op *delaystore.Op, sel delaystore.Selector, query string) {
+func (a *api) runOp(w http.ResponseWriter, r *http.Request, op *admin.Op, sel admin.Selector, query string) {
 	res, err := op.Run(r.Context(), sel, a.cfg.bulkBudget)
 	out := httpapi.BulkResponse{OpID: op.ID(), Matched: int(res.Matched), Changed: int(res.Changed)}
 	if err != nil {
@@ -273,7 +269,7 @@ func (a *api) runOp(w http.ResponseWriter, r *http.Request, o OpStore, op *delay
 		return
 	}
 	if !res.Done {
-		c := o.SealOpCursor(op.ID(), query)
+		c := a.admin.Seal(admin.CursorOp, query, op.ID())
 		out.NextCursor = &c
 	}
 	a.log.Info("bulk operation", "op_id", op.ID(), "op", op.Spec.Kind, "target", op.Spec.Target, "dry_run", op.Spec.DryRun,
@@ -283,19 +279,19 @@ func (a *api) runOp(w http.ResponseWriter, r *http.Request, o OpStore, op *delay
 
 // resumeRefused answers a ResumeOp error.
 func (a *api) resumeRefused(w http.ResponseWriter, id string, err error) {
-	var busy *delaystore.ErrOpBusy
-	var done *delaystore.ErrOpDone
+	var busy *admin.ErrOpBusy
+	var done *admin.ErrOpDone
 	switch {
 	case errors.As(err, &done):
 		writeJSON(w, http.StatusOK, httpapi.BulkResponse{OpID: id})
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(int((busy.Left+time.Second-1)/time.Second)))
 		writeError(w, http.StatusConflict, "op_running: "+err.Error())
-	case errors.Is(err, delaystore.ErrOpUnknown):
+	case errors.Is(err, admin.ErrOpUnknown):
 		writeError(w, http.StatusNotFound, "unknown_op: no operation "+id+" in the audit log")
-	case errors.Is(err, delaystore.ErrNotResumable):
+	case errors.Is(err, admin.ErrNotResumable):
 		writeError(w, http.StatusConflict, "not_resumable: operation "+id+" is no bulk operation")
-	case errors.Is(err, delaystore.ErrBadOpID):
+	case errors.Is(err, admin.ErrBadOpID):
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": op_id: not an op id (32 hex digits)")
 	default:
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
@@ -308,8 +304,7 @@ func (a *api) resumeRefused(w http.ResponseWriter, id string, err error) {
 // answers 200 with nothing changed; one running elsewhere 409 op_running with
 // Retry-After; an unknown op id 404, a malformed one 400.
 func (a *api) resume(w http.ResponseWriter, r *http.Request) {
-	o, ok := a.store.(OpStore)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no bulk operations")
 		return
 	}
@@ -318,13 +313,13 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 		writeBodyError(w, err)
 		return
 	}
-	op, err := o.ResumeOp(r.Context(), req.OpID)
+	op, err := a.admin.ResumeOp(r.Context(), req.OpID)
 	if err != nil {
 		a.resumeRefused(w, req.OpID, err)
 		return
 	}
 	sp := op.Spec
-	var sel delaystore.Selector
+	var sel admin.Selector
 	if sp.Target != "" {
 		g, err := selector(sp.Target)
 		if err != nil { // it compiled when the operation began: only a changed glob rule gets here
@@ -335,8 +330,8 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	}
 	// The cursor continues the request that began it: its canonical query again.
 	breq := httpapi.BulkRequest{ID: sp.ID, Target: sp.Target, DryRun: sp.DryRun}
-	query := bulkQuery(opName(sp.Kind), breq, delaystore.Selector{DueFrom: sp.DueFrom, DueTo: sp.DueTo}, sp.Op())
-	a.runOp(w, r, o, op, sel, query)
+	query := bulkQuery(opName(sp.Kind), breq, admin.Selector{DueFrom: sp.DueFrom, DueTo: sp.DueTo}, sp.Op())
+	a.runOp(w, r, op, sel, query)
 }
 
 // opName is the endpoint of a store operation kind.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -32,12 +33,15 @@ func BenchmarkAuditList100k(b *testing.B) {
 	srv := testredis.Start(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	b.Cleanup(func() { rdb.Close() })
-	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: "bench", Shards: 16, Lease: time.Minute},
-		delaystore.WithAudit(delaystore.AuditConfig{Retention: 720 * time.Hour, MaxEntries: n}))
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: "bench", Shards: 16, Lease: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := st.Init(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	adm := admin.New(st, admin.WithAudit(admin.AuditConfig{Retention: 720 * time.Hour, MaxEntries: n}))
+	if err := adm.Init(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	// N audit entries of a realistic size (a bulk change by selector), 16 writers.
@@ -45,7 +49,7 @@ func BenchmarkAuditList100k(b *testing.B) {
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				rec, err := st.AuditBegin(context.Background(), delaystore.AuditEntry{Op: "reschedule", Selector: []byte(`{"target":"billing.*","due_from":1795600000000}`),
+				rec, err := adm.AuditBegin(context.Background(), admin.AuditEntry{Op: "reschedule", Selector: []byte(`{"target":"billing.*","due_from":1795600000000}`),
 					Shift: "+1h", Actor: fmt.Sprintf("operator-%d", i%7), Remote: "10.1.2.3:54321"})
 				if err == nil {
 					err = rec.End(context.Background(), 5000, 4990, nil)

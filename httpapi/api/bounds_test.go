@@ -119,7 +119,7 @@ func FuzzAPITimes(f *testing.F) {
 	st := storetest.New(f, time.Second)
 	const maxDelay = 24 * time.Hour
 	h := New(Config{Rules: intake.Rules{MaxDelay: maxDelay, MaxPayload: 64, Targets: intake.TargetPolicy{
-		Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}}, DefaultBroker: "nats"}, st, nil)
+		Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}}, DefaultBroker: "nats"}, st, adminOf(f, st), nil)
 	f.Fuzz(func(t *testing.T, field, value string) {
 		before := time.Now().UnixMilli()
 		due, ok := fuzzCall(t, h, field, value)

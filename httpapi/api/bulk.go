@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
@@ -19,21 +19,11 @@ import (
 // bulkBudget is how long one bulk request works before it answers with next_cursor.
 const bulkBudget = 10 * time.Second
 
-// Bulker is what the bulk endpoints need of the delay store (delaystore.Store): the
-// change, and cursors sealed for the request that they continue.
-type Bulker interface {
-	Bulk(ctx context.Context, sel delaystore.Selector, op delaystore.BulkOp, dryRun bool, from *delaystore.BulkCursor,
-		budget time.Duration) (delaystore.BulkResult, error)
-	SealBulkCursor(c delaystore.BulkCursor, query string) string
-	ParseBulkCursor(ctx context.Context, v, query string) (delaystore.BulkCursor, error)
-}
-
 // bulk serves POST /v1/bulk/{op}: cancel, reschedule, deliver-now (docs/contract.md
 // section 8). It answers 400 for a bad request, 503 when Redis failed (with the cursor
 // to go on from in the error), else 200 with {"matched", "changed", "next_cursor"}.
 func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
-	b, ok := a.store.(Bulker)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store does not take bulk changes")
 		return
 	}
@@ -52,42 +42,13 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := bulkQuery(r.PathValue("op"), req, sel, op)
-	if o, ok := a.store.(OpStore); ok {
-		a.bulkAsOp(w, r, o, req, sel, op, query)
-		return
-	}
-	var from *delaystore.BulkCursor
-	if req.Cursor != "" {
-		c, err := b.ParseBulkCursor(r.Context(), req.Cursor, query)
-		if !cursorOK(w, err) {
-			return
-		}
-		from = &c
-	}
-	res, err := b.Bulk(r.Context(), sel, op, req.DryRun, from, a.cfg.bulkBudget)
-	out := httpapi.BulkResponse{Matched: res.Matched, Changed: res.Changed}
-	if res.Next != nil {
-		c := b.SealBulkCursor(*res.Next, query)
-		out.NextCursor = &c
-	}
-	if err != nil {
-		a.log.Warn("bulk change", "op", r.PathValue("op"), "err", err)
-		msg := "store unavailable: " + err.Error()
-		if out.NextCursor != nil {
-			msg += " (go on with cursor " + *out.NextCursor + ")"
-		}
-		writeError(w, http.StatusServiceUnavailable, msg)
-		return
-	}
-	a.log.Info("bulk change", "op", r.PathValue("op"), "target", req.Target, "dry_run", req.DryRun,
-		"matched", res.Matched, "changed", res.Changed, "more", res.Next != nil)
-	writeJSON(w, http.StatusOK, out)
+	a.bulkAsOp(w, r, req, sel, op, query)
 }
 
 // bulkQuery is the canonical form of a bulk request that its cursors are sealed for: the
 // operation and its value, the dry run flag and the selector as parsed (so 1700000000000
 // and its RFC 3339 form are the same query), the id included; the cursor is not part of it.
-func bulkQuery(opName string, req httpapi.BulkRequest, sel delaystore.Selector, op delaystore.BulkOp) string {
+func bulkQuery(opName string, req httpapi.BulkRequest, sel admin.Selector, op delaystore.BulkOp) string {
 	return fmt.Sprintf("%s\n%s\n%d\n%d\n%t\n%q\n%q\n%d\n%d", opName, op.Kind, op.Shift, op.At, req.DryRun, req.ID, req.Target, sel.DueFrom, sel.DueTo)
 }
 
@@ -97,7 +58,7 @@ func cursorOK(w http.ResponseWriter, err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case errors.Is(err, delaystore.ErrBadCursor):
+	case errors.Is(err, admin.ErrBadCursor):
 		writeError(w, http.StatusBadRequest, contract.ReasonInvalidCursor+": "+err.Error())
 	default:
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
@@ -106,8 +67,8 @@ func cursorOK(w http.ResponseWriter, err error) bool {
 }
 
 // bulkRequest checks a bulk request and turns it into the store's terms.
-func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (delaystore.Selector, delaystore.BulkOp, error) {
-	var sel delaystore.Selector
+func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (admin.Selector, delaystore.BulkOp, error) {
+	var sel admin.Selector
 	var err error
 	if sel.DueFrom, err = optionalTime("due_from", req.DueFrom); err != nil {
 		return sel, delaystore.BulkOp{}, err

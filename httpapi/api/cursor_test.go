@@ -29,7 +29,7 @@ func newAPIBudget(t *testing.T) *client.Client {
 		}},
 		DefaultBroker: "nats",
 		bulkBudget:    time.Nanosecond,
-	}, st, nil)
+	}, st, adminOf(t, st), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &client.Client{Base: srv.URL}

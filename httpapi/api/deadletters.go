@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/internal/redrive"
@@ -42,13 +43,6 @@ type DeadLetters interface {
 	Redrive(ctx context.Context, opts redrive.Options) (redrive.Counts, error)
 	// CheckID reports whether id has the form of one of its letters' ids.
 	CheckID(id string) error
-}
-
-// CursorSealer seals and opens the positions of pages that are not the store's own
-// (delaystore.Store: SealCursor, OpenCursor), under the store's cursor key.
-type CursorSealer interface {
-	SealCursor(kind, query, raw string) string
-	OpenCursor(ctx context.Context, kind, query, v string) (string, error)
 }
 
 // RedriveHook, when set (Config.RedriveHook), is told of every redrive through the API,
@@ -117,8 +111,7 @@ func (a *api) deadLetterStore(broker string) (string, DeadLetters, error) {
 // with a sealed next_cursor. 400 for a bad parameter or cursor, 503 when the broker
 // failed.
 func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
-	sealer, ok := a.store.(CursorSealer)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store cannot seal cursors")
 		return
 	}
@@ -134,7 +127,7 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	query := fmt.Sprintf("%s\n%q", broker, q.Reason) // limit may change from page to page
 	if s := v.Get("cursor"); s != "" {
-		if q.From, err = sealer.OpenCursor(r.Context(), "deadletters", query, s); !cursorOK(w, err) {
+		if q.From, err = a.admin.Open(r.Context(), admin.CursorDeadLetters, query, s); !cursorOK(w, err) {
 			return
 		}
 	}
@@ -149,7 +142,7 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 		out.DeadLetters[i] = httpapi.DeadLetter{ID: l.ID, Reason: l.Reason, Error: l.Error, Target: l.Target, At: l.At, Size: l.Size}
 	}
 	if page.Next != "" {
-		c := sealer.SealCursor("deadletters", query, page.Next)
+		c := a.admin.Seal(admin.CursorDeadLetters, query, page.Next)
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -215,25 +208,10 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives are running on this replica: retry later", redriveAtOnce))
 		return
 	}
-	rec, err := a.BeginAudit(r, "redrive", redriveSelector(broker, req), "", req.DryRun)
+	end, err := a.redriveBegun(r, broker, sel, req)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
-	}
-	// The entry stays running while the redrive outlasts its lease, and is settled even when
-	// the client went away (a redrive sent what it sent).
-	stopHold := rec.Hold(r.Context())
-	settle := func(o RedriveOutcome) {
-		stopHold()
-		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
-	}
-	end := settle
-	if a.cfg.RedriveHook != nil {
-		hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
-		end = func(o RedriveOutcome) {
-			settle(o)
-			hookEnd(o)
-		}
 	}
 	opts.Until = time.Now().Add(a.cfg.redriveBudget)
 	if !req.DryRun {
@@ -254,6 +232,31 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// redriveBegun records the redrive that r asks for (sel of broker) in the audit log and
+// tells the RedriveHook, and returns the function that settles both with the outcome. The
+// entry stays running while the redrive outlasts its lease, and is settled even when the
+// client went away (a redrive sent what it sent). An error (the audit log's) refuses the
+// redrive: nothing was told.
+func (a *api) redriveBegun(r *http.Request, broker, sel string, req httpapi.RedriveRequest) (end func(RedriveOutcome), err error) {
+	rec, err := a.BeginAudit(r, "redrive", redriveSelector(broker, req), "", req.DryRun)
+	if err != nil {
+		return nil, err
+	}
+	stopHold := rec.Hold(r.Context())
+	settle := func(o RedriveOutcome) {
+		stopHold()
+		_ = rec.End(context.WithoutCancel(r.Context()), int64(o.Matched), int64(o.Changed), o.Err)
+	}
+	if a.cfg.RedriveHook == nil {
+		return settle, nil
+	}
+	hookEnd := a.cfg.RedriveHook.Begin(r, RedriveOp{Op: "redrive", Broker: broker, Selector: sel, DryRun: req.DryRun})
+	return func(o RedriveOutcome) {
+		settle(o)
+		hookEnd(o)
+	}, nil
 }
 
 // redriveOptions checks a redrive request against d and returns its options and the

@@ -22,9 +22,10 @@ import (
 // benchLetters is how many dead letters a listing benchmark pages through.
 const benchLetters = 100_000
 
-// serveDeadLetters serves the message API over d (the store only seals cursors).
+// serveDeadLetters serves the message API over d (the operator's side only seals cursors).
 func serveDeadLetters(b *testing.B, broker string, d DeadLetters) *client.Client {
-	h := New(Config{DefaultBroker: broker, DeadLetters: map[string]DeadLetters{broker: d}}, storetest.New(b, time.Second), nil)
+	st := storetest.New(b, time.Second)
+	h := New(Config{DefaultBroker: broker, DeadLetters: map[string]DeadLetters{broker: d}}, st, adminOf(b, st), nil)
 	srv := httptest.NewServer(h)
 	b.Cleanup(srv.Close)
 	return &client.Client{Base: srv.URL}

@@ -81,13 +81,14 @@ func deadLetterAPIBudget(t *testing.T, n int, budget time.Duration) (*client.Cli
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	hook := &hookRecord{}
+	st := storetest.New(t, time.Second)
 	h := New(Config{
 		Rules:         intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}},
 		DefaultBroker: "nats",
 		DeadLetters:   map[string]DeadLetters{"nats": redrive.NATSLetters{Conn: nc, Config: redrive.NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}}},
 		RedriveHook:   hook,
 		redriveBudget: budget,
-	}, storetest.New(t, time.Second), nil)
+	}, st, adminOf(t, st), nil)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return &client.Client{Base: hs.URL}, hook, func() []string {
@@ -355,7 +356,8 @@ func TestDeadLettersTwoBrokers(t *testing.T) {
 		}
 		return redrive.NATSLetters{Conn: nc, Config: redrive.NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}}
 	}
-	h := New(Config{DefaultBroker: "nats", DeadLetters: map[string]DeadLetters{"nats": store(3), "kafka": store(5)}}, storetest.New(t, time.Second), nil)
+	st := storetest.New(t, time.Second)
+	h := New(Config{DefaultBroker: "nats", DeadLetters: map[string]DeadLetters{"nats": store(3), "kafka": store(5)}}, st, adminOf(t, st), nil)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	c := &client.Client{Base: hs.URL}

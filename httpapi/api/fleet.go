@@ -9,8 +9,8 @@ import (
 	"github.com/delaybridge/delaybridge/internal/fleetstats"
 )
 
-// FleetReader is what GET /v1/overview?scope=fleet needs of the delay store
-// (delaystore.Store): the fleet's buckets and its live members.
+// FleetReader is what GET /v1/overview?scope=fleet needs of the operator's side of the
+// store (admin.Admin): the fleet's buckets and its live members.
 type FleetReader interface {
 	ReadStats(ctx context.Context, step time.Duration, from time.Time, n int) ([]map[string]int64, error)
 	LiveMembers(ctx context.Context, now time.Time) (int64, error)
@@ -27,19 +27,18 @@ const (
 // Three Redis round trips (two pipelines of HGETALL and a ZCOUNT), whatever the traffic
 // and the fleet's size; 503 when Redis does not answer.
 func (a *api) fleetOverview(w http.ResponseWriter, r *http.Request) {
-	f, ok := a.store.(FleetReader)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no fleet counts")
 		return
 	}
 	now := a.cfg.Now()
 	out := httpapi.FleetOverviewResponse{Scope: "fleet", Now: now.UnixMilli(), Redis: a.redisState()}
 	var err error
-	if out.LastHour, err = fleetWindow(r.Context(), f, time.Minute, now, fleetMinutes); err == nil {
-		out.Last7d, err = fleetWindow(r.Context(), f, time.Hour, now, fleetHours)
+	if out.LastHour, err = fleetWindow(r.Context(), a.admin, time.Minute, now, fleetMinutes); err == nil {
+		out.Last7d, err = fleetWindow(r.Context(), a.admin, time.Hour, now, fleetHours)
 	}
 	if err == nil {
-		out.Replicas, err = f.LiveMembers(r.Context(), now)
+		out.Replicas, err = a.admin.LiveMembers(r.Context(), now)
 	}
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/internal/fleetstats"
@@ -41,9 +42,10 @@ func TestFleetOverview(t *testing.T) {
 		}
 	}
 	now := time.Now().Truncate(time.Minute).Add(30 * time.Second)
+	adm := adminOf(t, st)
 	add := func(at time.Time, fields map[string]int64) {
 		t.Helper()
-		if err := st.AddStats(ctx, at, fields); err != nil {
+		if err := adm.AddStats(ctx, at, fields); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +58,7 @@ func TestFleetOverview(t *testing.T) {
 	own := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "delaybridge_messages_in_total"}, []string{"broker", "result", "reason"})
 	reg.MustRegister(own)
 	own.WithLabelValues("nats", "parked", "").Add(3)
-	srv := httptest.NewServer(New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, nil))
+	srv := httptest.NewServer(New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, adm, nil))
 	t.Cleanup(srv.Close)
 
 	var ov httpapi.FleetOverviewResponse
@@ -117,5 +119,5 @@ func get(t *testing.T, url string, status int, v any) {
 	}
 }
 
-var _ FleetReader = (*delaystore.Store)(nil)
-var _ fleetstats.Store = (*delaystore.Store)(nil)
+var _ Admin = (*admin.Admin)(nil)
+var _ fleetstats.Store = (*admin.Admin)(nil)

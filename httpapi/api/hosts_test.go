@@ -29,7 +29,7 @@ func newAPIHosts(t *testing.T, token string, hosts ...string) (string, *client.C
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"},
 		}},
 		DefaultBroker: "nats", Token: token, Hosts: hosts,
-	}, st, nil)
+	}, st, adminOf(t, st), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String(), &client.Client{Base: srv.URL, Token: token}, st

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
-	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/glob"
@@ -25,20 +25,17 @@ const (
 	listBudget  = 150 * time.Millisecond
 )
 
-// Lister is what GET /v1/messages needs of the delay store (delaystore.Store): the page,
-// and cursors sealed for the query that they continue.
+// Lister is what GET /v1/messages needs of the operator's side of the store
+// (admin.Admin): a page of parked messages.
 type Lister interface {
-	List(ctx context.Context, q delaystore.ListQuery, budget time.Duration) ([]delaystore.Listed, *delaystore.ListCursor, error)
-	SealListCursor(c delaystore.ListCursor, query string) string
-	ParseListCursor(ctx context.Context, v, query string) (delaystore.ListCursor, error)
+	List(ctx context.Context, q admin.ListQuery, budget time.Duration) ([]admin.Listed, *admin.ListCursor, error)
 }
 
 // list serves GET /v1/messages: parked messages in scheduled order, filtered by target
 // glob and due range, a page of at most limit with next_cursor. 400 for a bad parameter
 // (an unknown one included), 503 when Redis failed.
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	l, ok := a.store.(Lister)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store cannot list messages")
 		return
 	}
@@ -52,13 +49,17 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	// query); limit may change from page to page.
 	query := fmt.Sprintf("%q\n%d\n%d", v.Get("target"), q.From, q.To)
 	if s := v.Get("cursor"); s != "" {
-		c, err := l.ParseListCursor(r.Context(), s, query)
+		raw, err := a.admin.Open(r.Context(), admin.CursorList, query, s)
+		if !cursorOK(w, err) {
+			return
+		}
+		c, err := admin.ParseListCursor(raw)
 		if !cursorOK(w, err) {
 			return
 		}
 		q.After = &c
 	}
-	page, next, err := l.List(r.Context(), q, listBudget)
+	page, next, err := a.admin.List(r.Context(), q, listBudget)
 	if err != nil {
 		a.log.Warn("list messages", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
@@ -70,7 +71,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds()}
 	}
 	if next != nil {
-		c := l.SealListCursor(*next, query)
+		c := a.admin.Seal(admin.CursorList, query, next.String())
 		out.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -81,8 +82,8 @@ var listParams = map[string]bool{"target": true, "due_from": true, "due_to": tru
 
 // listQuery checks GET /v1/messages' parameters and turns them into the store's terms,
 // but for the cursor (opened by list, for the query).
-func listQuery(v url.Values) (delaystore.ListQuery, error) {
-	q := delaystore.ListQuery{Limit: listDefault}
+func listQuery(v url.Values) (admin.ListQuery, error) {
+	q := admin.ListQuery{Limit: listDefault}
 	for name, vals := range v {
 		switch {
 		case !listParams[name]:

@@ -31,7 +31,7 @@ func TestPostCountsLookalikes(t *testing.T) {
 			Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}},
 		DefaultBroker: "nats", Metrics: m,
 		Lookalikes: intake.NewLookalikes(slog.New(slog.NewTextHandler(&logs, nil)), m, nil),
-	}, storetest.New(t, time.Second), nil)
+	}, storetest.New(t, time.Second), nil, nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c := &client.Client{Base: srv.URL}

@@ -69,7 +69,7 @@ func TestOverviewHonest(t *testing.T) {
 	late.Observe(5.8)
 	maxLate.Set(5.8)
 	started := time.UnixMilli(1_800_000_000_000)
-	srv := httptest.NewServer(New(Config{Gatherer: reg, Started: started}, nil, nil))
+	srv := httptest.NewServer(New(Config{Gatherer: reg, Started: started}, nil, nil, nil))
 	t.Cleanup(srv.Close)
 	resp, err := http.Get(srv.URL + "/v1/overview")
 	if err != nil {

@@ -5,33 +5,28 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/contract"
-	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
 )
 
 // targetsMaxRead bounds the entries GET /v1/targets reads for the targets' next due times
-// (delaystore.Store.Targets): a bound on work (about 0.3 s of Redis at most), not on
+// (admin.Admin.Targets): a bound on work (about 0.3 s of Redis at most), not on
 // time, so a small store always gets every answer; beyond it a next due is null, unknown.
 const targetsMaxRead = 100_000
 
-// Targeter is what GET /v1/targets needs of the delay store (delaystore.Store).
+// Targeter is what GET /v1/targets needs of the operator's side of the store
+// (admin.Admin): the targets, and the quotas' use.
 type Targeter interface {
-	Targets(ctx context.Context, recount bool, maxRead int) ([]delaystore.TargetCount, error)
-}
-
-// Quotaer is what GET /v1/targets needs of the store for its quotas (delaystore.Store);
-// a store without it answers no quotas.
-type Quotaer interface {
-	Quotas(ctx context.Context) ([]delaystore.QuotaUsage, error)
+	Targets(ctx context.Context, recount bool, maxRead int) ([]admin.TargetCount, error)
+	Quotas(ctx context.Context) ([]admin.QuotaUsage, error)
 }
 
 // targets serves GET /v1/targets: parked count, next due (with that message's window)
 // and quota pattern per target, most parked first; ?recount=1 counts every shard from
 // its entries first. 400 for another parameter, 503 when Redis failed.
 func (a *api) targets(w http.ResponseWriter, r *http.Request) {
-	tg, ok := a.store.(Targeter)
-	if !ok {
+	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store cannot count targets")
 		return
 	}
@@ -43,23 +38,21 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 		}
 		recount = vals[0] == "1"
 	}
-	ts, err := tg.Targets(r.Context(), recount, targetsMaxRead)
+	ts, err := a.admin.Targets(r.Context(), recount, targetsMaxRead)
 	if err != nil {
 		a.log.Warn("targets", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
 	out := httpapi.TargetsResponse{Targets: make([]httpapi.TargetResponse, len(ts)), Quotas: []httpapi.QuotaResponse{}}
-	if q, ok := a.store.(Quotaer); ok {
-		us, err := q.Quotas(r.Context())
-		if err != nil {
-			a.log.Warn("quotas", "err", err)
-			writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
-			return
-		}
-		for _, u := range us {
-			out.Quotas = append(out.Quotas, httpapi.QuotaResponse{Pattern: u.Pattern, Limit: u.Limit, Parked: u.Parked, Rejected: u.Rejected})
-		}
+	us, err := a.admin.Quotas(r.Context())
+	if err != nil {
+		a.log.Warn("quotas", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	for _, u := range us {
+		out.Quotas = append(out.Quotas, httpapi.QuotaResponse{Pattern: u.Pattern, Limit: u.Limit, Parked: u.Parked, Rejected: u.Rejected})
 	}
 	for i, t := range ts {
 		out.Targets[i] = httpapi.TargetResponse{Target: t.Target, Parked: t.Parked, Window: t.Window.Milliseconds(), Quota: t.Quota}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delaybridge/delaybridge/admin"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -124,8 +125,9 @@ func TestPublisherAddsDeltas(t *testing.T) {
 	at := time.Now().Add(time.Hour).Truncate(time.Hour).Add(10 * time.Minute)
 	now := func() time.Time { return at }
 	a, b := newReplica(t), newReplica(t)
-	pa := New(Config{Now: now}, a.reg, st, nil)
-	pb := New(Config{Now: now}, b.reg, st, nil)
+	adm := admin.New(st)
+	pa := New(Config{Now: now}, a.reg, adm, nil)
+	pb := New(Config{Now: now}, b.reg, adm, nil)
 	ctx := t.Context()
 	flush := func(p *Publisher) {
 		t.Helper()
@@ -160,7 +162,7 @@ func TestPublisherAddsDeltas(t *testing.T) {
 
 	want := map[string]int64{"out:published": 15, "in:parked": 5, "late:0.01": 1}
 	for _, step := range []time.Duration{time.Minute, time.Hour} {
-		got, err := st.ReadStats(ctx, step, at, 1)
+		got, err := adm.ReadStats(ctx, step, at, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

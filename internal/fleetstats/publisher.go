@@ -15,7 +15,7 @@ import (
 // script call per replica every DefaultInterval, at most.
 const DefaultInterval = 5 * time.Second
 
-// Store is what a Publisher needs of the delay store (delaystore.Store.AddStats): add
+// Store is what a Publisher needs of the delay store (admin.Admin.AddStats): add
 // counts to the minute and hour buckets holding at, in one call. Safe for concurrent use.
 type Store interface {
 	AddStats(ctx context.Context, at time.Time, counts map[string]int64) error

@@ -1,4 +1,4 @@
-package delaystore
+package admin
 
 import (
 	"errors"
@@ -6,12 +6,14 @@ import (
 	"math/big"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// TestBulkBounded (issue 23 item 1): a reschedule never wraps a due time. deliver_at
-// 2^63-1 (formatted by Lua as -2^63 before: delivered at once) and a shift beyond
-// BulkOp.MaxDelay leave the message alone and are not counted as changed; a shift into the
-// past makes it due at once, never before 1970.
+// TestBulkBounded: a reschedule never wraps a due time. deliver_at 2^63-1 (which Lua
+// would format as -2^63: delivered at once) and a shift beyond BulkOp.MaxDelay leave the
+// message alone and are not counted as changed; a shift into the past makes it due at
+// once, never before 1970.
 func TestBulkBounded(t *testing.T) {
 	f := setup(t)
 	now := f.now(t)
@@ -21,14 +23,14 @@ func TestBulkBounded(t *testing.T) {
 	before, _ := f.s.Get(t.Context(), "far")
 	day := 24 * time.Hour
 
-	res, err := f.s.Bulk(t.Context(), Selector{ID: "far"}, BulkOp{Kind: BulkDeliverAt, At: math.MaxInt64, MaxDelay: day}, false, nil, time.Minute)
+	res, err := f.a.Bulk(t.Context(), Selector{ID: "far"}, delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: math.MaxInt64, MaxDelay: day}, false, nil, time.Minute)
 	if err != nil || res.Matched != 1 || res.Changed != 0 {
 		t.Fatalf("deliver_at max int64 = %+v, %v; want matched 1, changed 0", res, err)
 	}
 	if m, err := f.s.Get(t.Context(), "far"); err != nil || m.Due != before.Due || m.Version != before.Version {
 		t.Fatalf("far after deliver_at max int64: due %d version %d, want %d %d untouched (%v)", m.Due, m.Version, before.Due, before.Version, err)
 	}
-	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, BulkOp{Kind: BulkShift, Shift: 2 * time.Hour, MaxDelay: day}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: 2 * time.Hour, MaxDelay: day}, false, nil, time.Minute)
 	if err != nil || res.Matched != 2 || res.Changed != 1 {
 		t.Fatalf("shift +2h = %+v, %v; want matched 2, changed 1 (far would be 25h ahead)", res, err)
 	}
@@ -38,13 +40,13 @@ func TestBulkBounded(t *testing.T) {
 	if m, _ := f.s.Get(t.Context(), "far"); m.Due != before.Due || m.Version != before.Version {
 		t.Fatalf("far moved beyond the maximum delay: %+v", m)
 	}
-	res, err = f.s.Bulk(t.Context(), Selector{ID: "near"}, BulkOp{Kind: BulkShift, Shift: -100 * 8766 * time.Hour, MaxDelay: day}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), Selector{ID: "near"}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: -100 * 8766 * time.Hour, MaxDelay: day}, false, nil, time.Minute)
 	if m, _ := f.s.Get(t.Context(), "near"); err != nil || res.Changed != 1 || m.Due != 0 {
 		t.Fatalf("shift -100y = %+v, %v: due %d, want 0 (due at once, 1970)", res, err, m.Due)
 	}
-	for _, op := range []BulkOp{{Kind: BulkShift, Shift: time.Hour}, {Kind: BulkDeliverAt, At: now}, {Kind: "later"}} {
-		if _, err := f.s.Bulk(t.Context(), Selector{ID: "far"}, op, false, nil, time.Minute); !errors.Is(err, ErrBadOp) {
-			t.Errorf("Bulk(%+v) = %v, want ErrBadOp", op, err)
+	for _, op := range []delaystore.BulkOp{{Kind: delaystore.BulkShift, Shift: time.Hour}, {Kind: delaystore.BulkDeliverAt, At: now}, {Kind: "later"}} {
+		if _, err := f.a.Bulk(t.Context(), Selector{ID: "far"}, op, false, nil, time.Minute); !errors.Is(err, delaystore.ErrBadOp) {
+			t.Errorf("Bulk(%+v) = %v, want delaystore.ErrBadOp", op, err)
 		}
 	}
 }
@@ -77,16 +79,16 @@ func FuzzBulkBound(f *testing.F) {
 		now := fx.now(t)
 		due := max(now+dueFromNow, 0)
 		fx.parkFor(t, "nats:fz", due, "fz")
-		op := BulkOp{Kind: BulkDeliverAt, At: value, MaxDelay: time.Duration(maxMs) * time.Millisecond}
+		op := delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: value, MaxDelay: time.Duration(maxMs) * time.Millisecond}
 		exact := big.NewInt(value)
 		if !at {
-			op = BulkOp{Kind: BulkShift, Shift: time.Duration(value) * time.Millisecond, MaxDelay: op.MaxDelay}
+			op = delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: time.Duration(value) * time.Millisecond, MaxDelay: op.MaxDelay}
 			if value > math.MaxInt64/int64(time.Millisecond) || value < math.MinInt64/int64(time.Millisecond) {
 				return // not a Duration
 			}
 			exact.Add(exact, big.NewInt(due))
 		}
-		res, err := fx.s.Bulk(t.Context(), Selector{ID: "fz"}, op, false, nil, time.Minute)
+		res, err := fx.a.Bulk(t.Context(), Selector{ID: "fz"}, op, false, nil, time.Minute)
 		after := fx.now(t)
 		m, gerr := fx.s.Get(t.Context(), "fz")
 		if err != nil || gerr != nil || res.Matched != 1 {

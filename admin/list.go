@@ -1,14 +1,15 @@
-package delaystore
+package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 // listChunk is the most members of one shard List reads per round trip; listFirstChunk
@@ -57,23 +58,13 @@ type ListCursor struct {
 	ID    string
 }
 
-// SealListCursor returns the cursor a client gets for position c of the list query
-// query (the caller's canonical form of the query's filters: target, due range), sealed
-// (cursor.go) so that ParseListCursor takes it back for that query only. It does not
-// block.
-func (s *Store) SealListCursor(c ListCursor, query string) string {
-	return s.seal(cursorList, query, "l1\n"+c.Score+"\n"+c.ID)
-}
+// String is c as a cursor's position (Seal with CursorList); ParseListCursor reads it.
+func (c ListCursor) String() string { return "l1\n" + c.Score + "\n" + c.ID }
 
-// ParseListCursor opens a cursor that SealListCursor made for the same query; any other
-// string (altered, made up, a bulk cursor, another query's) is an error wrapping
-// ErrBadCursor. It may read the cursor key from Redis again (a Redis error is returned as
-// is).
-func (s *Store) ParseListCursor(ctx context.Context, v, query string) (ListCursor, error) {
-	raw, err := s.open(ctx, cursorList, query, v)
-	if err != nil {
-		return ListCursor{}, err
-	}
+// ParseListCursor reads a position that ListCursor.String wrote (the position of a
+// cursor that Open took for CursorList); anything else is an error wrapping ErrBadCursor.
+// It is a pure function.
+func ParseListCursor(raw string) (ListCursor, error) {
 	parts := strings.SplitN(raw, "\n", 3)
 	if len(parts) != 3 || parts[0] != "l1" {
 		return ListCursor{}, fmt.Errorf("%w: malformed list position", ErrBadCursor)
@@ -103,10 +94,11 @@ type listShard struct {
 
 // List returns parked messages in scheduled order (then id), at most q.Limit, and the
 // cursor to go on from (nil: nothing more). It reads all shards together in chunks
-// (docs/design.md, "Listing") until the page is full, all shards are through, or budget
-// has passed: then the page may hold fewer than q.Limit messages and still have a cursor.
-// It changes nothing and blocks until done, ctx is done, or a Redis call fails.
-func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]Listed, *ListCursor, error) {
+// (docs/design.md, "Listing"; delaystore.Store.Scan) until the page is full, all shards
+// are through, or budget has passed: then the page may hold fewer than q.Limit messages
+// and still have a cursor. It changes nothing and blocks until done, ctx is done, or a
+// Redis call fails.
+func (a *Admin) List(ctx context.Context, q ListQuery, budget time.Duration) ([]Listed, *ListCursor, error) {
 	if q.Limit < 1 {
 		return nil, nil, fmt.Errorf("list: limit %d < 1", q.Limit)
 	}
@@ -117,7 +109,7 @@ func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]
 	if q.After != nil {
 		start = *q.After
 	}
-	shards := make([]*listShard, len(s.keys))
+	shards := make([]*listShard, a.store.Shards())
 	first := min(max(2*q.Limit/len(shards)+1, listFirstChunk), listChunk)
 	for i := range shards {
 		shards[i] = &listShard{shard: i, pos: start, chunk: first}
@@ -125,7 +117,7 @@ func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]
 	deadline := time.Now().Add(budget)
 	var page []Listed
 	for {
-		if err := s.listRound(ctx, q, shards, q.Limit-len(page)); err != nil {
+		if err := a.listRound(ctx, q, shards, q.Limit-len(page)); err != nil {
 			return nil, nil, err
 		}
 		frontier, through := listFrontier(shards)
@@ -144,86 +136,45 @@ func (s *Store) List(ctx context.Context, q ListQuery, budget time.Duration) ([]
 
 // listRound reads one chunk of every shard that is not through and holds fewer than want
 // matches, all in one pipeline.
-func (s *Store) listRound(ctx context.Context, q ListQuery, shards []*listShard, want int) error {
+func (a *Admin) listRound(ctx context.Context, q ListQuery, shards []*listShard, want int) error {
 	var reading []*listShard
-	var calls []call
+	var reqs []delaystore.ScanRequest
 	for _, sh := range shards {
 		if sh.done || len(sh.found) >= want {
 			continue
 		}
-		k := s.keys[sh.shard]
 		reading = append(reading, sh)
-		args := []any{"z", q.From, q.To, sh.pos.Score, sh.pos.ID, sh.chunk, bulkHeadLen}
-		calls = append(calls, call{keys: []string{k.z, k.m, k.r, k.nm}, args: appendStrings(args, q.Literals)})
+		reqs = append(reqs, delaystore.ScanRequest{Shard: sh.shard, From: q.From, To: q.To,
+			After: delaystore.Position(sh.pos), Count: sh.chunk, Literals: q.Literals})
 		sh.chunk = min(4*sh.chunk, listChunk)
 	}
-	if len(calls) == 0 {
+	if len(reqs) == 0 {
 		return nil
 	}
-	cmds := s.evalPipelined(ctx, s.scripts[scriptScan], calls)
-	for i, sh := range reading {
-		out, err := cmds[i].Slice()
-		var names *nameTable
-		if err == nil {
-			names, err = s.scanNames(ctx, sh.shard, out)
+	for i, p := range a.store.Scan(ctx, reqs) {
+		if p.Err != nil {
+			return fmt.Errorf("list: shard %d: %w", reading[i].shard, p.Err)
 		}
-		if errors.Is(err, errNamesMoved) {
-			continue // read again next round
-		}
-		if err == nil {
-			err = sh.read(out, q.Match, names)
-		}
-		if err != nil {
-			return fmt.Errorf("list: shard %d: %w", sh.shard, err)
-		}
+		reading[i].read(p, q.Match)
 	}
 	return nil
 }
 
-// read takes one scan.lua answer: the matches, the position after it, whether through.
-// names resolves the codes (the table of the generation the answer read: scanNames).
-func (sh *listShard) read(out []any, match func(string) bool, names *nameTable) error {
-	if len(out) < scanHeadLen || (len(out)-scanHeadLen)%6 != 0 {
-		return fmt.Errorf("unexpected scan reply of %d values", len(out))
+// read takes one scanned page: the matches, the position after it, whether through. A
+// page to read again (its names moved) changes nothing; an entry that does not decode is
+// left out (Get shows it, egress quarantines it).
+func (sh *listShard) read(p delaystore.ScanPage, match func(string) bool) {
+	if p.Again {
+		return
 	}
-	done, _ := out[0].(int64)
-	sh.done = done == 1
-	if id, _ := out[1].(string); id != "" {
-		sh.pos.ID = id
-		sh.pos.Score, _ = out[2].(string)
-	}
-	for i := scanHeadLen; i < len(out); i += 6 {
-		l, ok := listed(out[i:i+6], names)
-		if ok && (match == nil || match(l.Target)) {
-			sh.found = append(sh.found, l)
+	sh.done = p.Through
+	sh.pos = ListCursor(p.Next)
+	for _, e := range p.Entries {
+		if e.Err == nil && (match == nil || match(e.Target)) {
+			sh.found = append(sh.found, Listed{ID: e.ID, Target: e.Target, Source: e.Source, Due: e.Due,
+				Scheduled: e.Scheduled, Attempts: e.Attempts, Size: e.Size, Window: e.Window})
 		}
 	}
-	return nil
-}
-
-// listed decodes one member of a scan.lua answer: id, z score, prefix, body head, body
-// length, in retry set. ok is false for an entry that does not decode (left out: Get
-// shows it, egress quarantines it).
-func listed(v []any, names *nameTable) (Listed, bool) {
-	id, _ := v[0].(string)
-	score, _ := v[1].(string)
-	prefix, _ := v[2].(string)
-	head, _ := v[3].(string)
-	size, _ := v[4].(int64)
-	f := strings.Split(prefix, ",")
-	sched, err := strconv.ParseInt(score, 10, 64)
-	if len(f) != 3 || err != nil {
-		return Listed{}, false
-	}
-	attempts, err1 := strconv.Atoi(f[1])
-	due, err2 := strconv.ParseInt(f[2], 10, 64)
-	target, source, err3 := decodeHead([]byte(head), id, names)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return Listed{}, false
-	}
-	preamble, window := scanHead([]byte(head))
-	return Listed{ID: id, Target: target, Source: source, Due: due, Scheduled: sched, Attempts: attempts,
-		Size: int(size) - preamble, Window: window}, true
 }
 
 // listFrontier is the smallest position read up to by a shard that is not through (every
@@ -270,61 +221,6 @@ func takeUpTo(shards []*listShard, frontier ListCursor, through bool, n int) []L
 	return ready
 }
 
-// appendStrings appends ss to args (a script's arguments).
-func appendStrings(args []any, ss []string) []any {
-	for _, v := range ss {
-		args = append(args, v)
-	}
-	return args
-}
-
 func posOf(l Listed) ListCursor {
 	return ListCursor{Score: strconv.FormatInt(l.Scheduled, 10), ID: l.ID}
-}
-
-// scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
-// its payload: format, source id, flags, target, source, key, headers and the hops count;
-// when they do not all lie in head, the bytes before the headers (and window is 0).
-// window is the spread window stored with the headers (metaWindow), 0 when none.
-func scanHead(head []byte) (preamble int, window time.Duration) {
-	if len(head) == 0 {
-		return 0, 0
-	}
-	d := decoder{b: head[1:]}
-	if head[0] == formatSource {
-		d.bytes("source id")
-	}
-	flags := d.byte("flags")
-	d.bytes("target")
-	switch {
-	case flags&flagSourceCode != 0:
-		d.uvarint("source code")
-	case flags&flagSourceHTTP != flagSourceHTTP:
-		d.bytes("source")
-	}
-	if flags&flagKey != 0 {
-		d.bytes("key")
-	}
-	hasHeaders, hasHops := flags&flagHeaders != 0, flags&flagHops != 0
-	beforeHeaders := len(head) - len(d.b)
-	if hasHeaders {
-		count := d.uvarint("header count")
-		for i := uint64(0); i < count && d.err == nil; i++ {
-			k := d.bytes("header key")
-			v := d.bytes("header value")
-			if d.err == nil && string(k) == metaWindow {
-				var e Envelope
-				if e.takeWindow(string(v)) == nil {
-					window = e.Window
-				}
-			}
-		}
-	}
-	if hasHops {
-		d.uvarint("hops")
-	}
-	if d.err != nil {
-		return beforeHeaders, 0
-	}
-	return len(head) - len(d.b), window
 }

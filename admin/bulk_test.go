@@ -1,10 +1,14 @@
-package delaystore
+package admin
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 func targetIs(prefix string) func(string) bool {
@@ -14,11 +18,11 @@ func targetIs(prefix string) func(string) bool {
 // parkFor parks ids with target at the absolute due time at.
 func (f *fixture) parkFor(t *testing.T, target string, at int64, ids ...string) {
 	t.Helper()
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for _, id := range ids {
 		env := sampleEnvelope(0)
 		env.Target, env.SourceID = target, "js:IN:"+id
-		reqs = append(reqs, ParkRequest{ID: id, Replace: true, Absolute: true, At: at, Envelope: env})
+		reqs = append(reqs, delaystore.ParkRequest{ID: id, Replace: true, Absolute: true, At: at, Envelope: env})
 	}
 	f.park(t, reqs...)
 }
@@ -43,12 +47,12 @@ func TestBulkSelectAndChange(t *testing.T) {
 	f.parkFor(t, "nats:a.y", now+2*hour, names("a2", 10)...)
 	sel := Selector{Match: targetIs("nats:a"), DueFrom: now + hour/2, DueTo: now + 3*hour/2}
 
-	res, err := f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, true, nil, time.Minute)
+	res, err := f.a.Bulk(t.Context(), sel, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, true, nil, time.Minute)
 	if err != nil || res.Matched != 10 || res.Changed != 0 || res.Next != nil {
 		t.Fatalf("dry run = %+v, %v", res, err)
 	}
 	before, _ := f.s.Get(t.Context(), "a1-0")
-	res, err = f.s.Bulk(t.Context(), sel, BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), sel, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 10 || res.Changed != 10 {
 		t.Fatalf("shift = %+v, %v", res, err)
 	}
@@ -65,7 +69,7 @@ func TestBulkSelectAndChange(t *testing.T) {
 		t.Fatalf("b1-0 moved: due %d", m.Due-now)
 	}
 
-	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:b")}, BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), Selector{Match: targetIs("nats:b")}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
 	if err != nil || res.Changed != 10 {
 		t.Fatalf("cancel = %+v, %v", res, err)
 	}
@@ -76,7 +80,7 @@ func TestBulkSelectAndChange(t *testing.T) {
 		t.Fatal("a cancelled message left no tombstone")
 	}
 
-	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:a.y")}, BulkOp{Kind: BulkDeliverNow}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), Selector{Match: targetIs("nats:a.y")}, delaystore.BulkOp{Kind: delaystore.BulkDeliverNow}, false, nil, time.Minute)
 	if err != nil || res.Changed != 10 {
 		t.Fatalf("deliver-now = %+v, %v", res, err)
 	}
@@ -92,7 +96,7 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 	f := setup(t)
 	now := f.now(t)
 	f.parkFor(t, "nats:t", now-10, "claimed", "retried", "put-back")
-	got := map[string]Claimed{}
+	got := map[string]delaystore.Claimed{}
 	for sh := range f.s.Shards() {
 		c, err := f.s.Claim(t.Context(), sh, 10)
 		if err != nil {
@@ -103,19 +107,19 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 		}
 	}
 	c := got["claimed"]
-	if _, err := f.s.Retry(t.Context(), []RetryRequest{{Receipt: got["retried"].Receipt, Backoff: time.Hour},
+	if _, err := f.s.Retry(t.Context(), []delaystore.RetryRequest{{Receipt: got["retried"].Receipt, Backoff: time.Hour},
 		{Receipt: got["put-back"].Receipt, Backoff: time.Hour, PutBack: true}}); err != nil || len(got) != 3 {
 		t.Fatalf("set-up: %d claimed, %v", len(got), err)
 	}
 	at := now + int64(2*time.Hour/time.Millisecond)
-	res, err := f.s.Bulk(t.Context(), Selector{DueFrom: now - 1000, DueTo: now}, BulkOp{Kind: BulkDeliverAt, At: at, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
+	res, err := f.a.Bulk(t.Context(), Selector{DueFrom: now - 1000, DueTo: now}, delaystore.BulkOp{Kind: delaystore.BulkDeliverAt, At: at, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 1 || res.Changed != 1 {
 		t.Fatalf("by due range = %+v, %v; want the retried one (through the retry set)", res, err)
 	}
 	if m, _ := f.s.Get(t.Context(), "retried"); m.Due != at || m.Attempts != 1 {
 		t.Fatalf("retried: due %d attempts %d, want %d, 1", m.Due, m.Attempts, at)
 	}
-	res, err = f.s.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, BulkOp{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
+	res, err = f.a.Bulk(t.Context(), Selector{Match: targetIs("nats:t")}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, nil, time.Minute)
 	if err != nil || res.Matched != 3 || res.Changed != 1 {
 		t.Fatalf("by target = %+v, %v; want 3 matched, 1 changed (the two in delivery left alone)", res, err)
 	}
@@ -127,8 +131,8 @@ func TestBulkLeavesDeliveryAlone(t *testing.T) {
 }
 
 // TestBulkResumes: with no time budget every call does one chunk and hands out a cursor;
-// following it through SealBulkCursor and ParseBulkCursor changes every message exactly once, 1,200
-// of them at one due time on one shard (paging within a score).
+// following it changes every message exactly once, 1,200 of them at one due time on one
+// shard (paging within a score).
 func TestBulkResumes(t *testing.T) {
 	f := setup(t)
 	now := f.now(t)
@@ -137,7 +141,7 @@ func TestBulkResumes(t *testing.T) {
 	var total BulkResult
 	var cur *BulkCursor
 	for calls := 0; ; calls++ {
-		res, err := f.s.Bulk(t.Context(), Selector{}, BulkOp{Kind: BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, cur, 0)
+		res, err := f.a.Bulk(t.Context(), Selector{}, delaystore.BulkOp{Kind: delaystore.BulkShift, Shift: time.Minute, MaxDelay: 24 * time.Hour}, false, cur, 0)
 		if err != nil || calls > 100 {
 			t.Fatalf("call %d: %+v %v", calls, res, err)
 		}
@@ -146,11 +150,7 @@ func TestBulkResumes(t *testing.T) {
 		if res.Next == nil {
 			break
 		}
-		c, err := f.s.ParseBulkCursor(t.Context(), f.s.SealBulkCursor(*res.Next, "q"), "q")
-		if err != nil || c != *res.Next {
-			t.Fatalf("cursor round trip: %+v -> %+v, %v", *res.Next, c, err)
-		}
-		cur = &c
+		cur = res.Next
 	}
 	if total.Matched != 1200 || total.Changed != 1200 {
 		t.Fatalf("in all: %+v, want 1200 matched and changed", total)
@@ -160,7 +160,51 @@ func TestBulkResumes(t *testing.T) {
 			t.Fatalf("%s: due +%d ms, want +120000 (shifted once) %v", id, m.Due-now, err)
 		}
 	}
-	if _, err := f.s.ParseBulkCursor(t.Context(), "bm9wZQ", "q"); err == nil {
-		t.Fatal("a made-up cursor was accepted")
+}
+
+// TestBulkCancelPassFence: a cancel pass picks entries newer than its fence (the shard's
+// version when the pass began) only when they are recurring messages that re-parked
+// themselves (a firing renews the version): a one-shot message parked after the pass
+// began is left alone and not matched, as by every bulk change.
+func TestBulkCancelPassFence(t *testing.T) {
+	f := setup(t)
+	park := func(id, every string, delay time.Duration) delaystore.Message {
+		env := sampleEnvelope(2)
+		env.Target, env.Every, env.Headers = "nats:tick", every, nil
+		f.park(t, delaystore.ParkRequest{ID: id, Replace: true, Delay: delay, Envelope: env})
+		m, err := f.s.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	rec := park("rec", "1s", 0)
+	// The pass over rec's shard begins now: its fence is the shard's version counter.
+	cur := BulkCursor{Shard: rec.Shard, Pass: "z"}
+	if err := f.a.bulkBegin(t.Context(), &cur); err != nil {
+		t.Fatal(err)
+	}
+	// rec fires and re-parks itself (a newer version) before the scan reaches it; a
+	// one-shot message of the same shard is parked after the pass began.
+	claimed, c := f.claimID(t, "rec", time.Second)
+	if r, err := f.s.Retry(t.Context(), []delaystore.RetryRequest{{Receipt: claimed.Receipt, Next: c.Now + 60_000}}); err != nil || r.N != 1 {
+		t.Fatalf("re-park: %+v, %v", r, err)
+	}
+	late := ""
+	for i := 0; late == ""; i++ {
+		if id := "late-" + strconv.Itoa(i); f.s.ShardOf(id) == rec.Shard {
+			late = id
+		}
+	}
+	park(late, "", time.Hour)
+	res, err := f.a.Bulk(t.Context(), Selector{Match: func(string) bool { return true }}, delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, &cur, time.Minute)
+	if err != nil || res.Matched != 1 || res.Changed != 1 {
+		t.Fatalf("cancel pass = %+v, %v; want the re-parked recurring message alone matched and changed", res, err)
+	}
+	if _, err := f.s.Get(t.Context(), "rec"); !errors.Is(err, delaystore.ErrNotFound) {
+		t.Fatalf("re-parked recurring message after the cancel: %v", err)
+	}
+	if _, err := f.s.Get(t.Context(), late); err != nil {
+		t.Fatalf("one-shot message parked after the pass began: %v; want left alone", err)
 	}
 }

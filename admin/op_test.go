@@ -1,4 +1,4 @@
-package delaystore
+package admin
 
 import (
 	"context"
@@ -7,26 +7,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// replica is a second Store over the fixture's Redis and prefix (another replica), with
-// the operation lease shortened to lease.
-func (f *fixture) replica(t *testing.T, lease time.Duration) *Store {
-	t.Helper()
-	s, err := New(f.rdb, Config{KeyPrefix: f.prefix, Shards: 4, Lease: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A replica reads the store's layout before it finds the shard of an id.
-	if err := s.Init(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	s.audit.lease, s.audit.renew = lease, lease/3
-	return s
-}
-
 func shiftSpec(target string) OpSpec {
-	return OpSpec{Kind: BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour, Target: target}
+	return OpSpec{Kind: delaystore.BulkShift, Shift: time.Hour, MaxDelay: 24 * time.Hour, Target: target}
 }
 
 // dueOf returns the due time of every id.
@@ -64,7 +50,7 @@ func TestOpResumedExactlyOnce(t *testing.T) {
 	f.parkFor(t, "nats:shift.a", now+60_000, late...)
 	// Two chunks, as the killed replica did them: then it is gone (no End, no release).
 	var res OpResult
-	p, err := a.readProgress(t.Context(), op.ID(), []int{0}, op.Spec.Fences)
+	p, err := op.readProgress(t.Context(), []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +103,7 @@ func TestOpResumedExactlyOnce(t *testing.T) {
 	}
 	// The progress is gone; a resume of the finished operation changes nothing.
 	for i := range 4 {
-		if n := f.rdb.HLen(t.Context(), a.keys[i].b).Val(); n != 0 {
+		if n := f.rdb.HLen(t.Context(), f.key(i, "b")).Val(); n != 0 {
 			t.Fatalf("shard %d keeps %d progress entries after the end", i, n)
 		}
 	}
@@ -150,7 +136,7 @@ func TestOpKilledShowsCountsSoFar(t *testing.T) {
 		}
 		// Three chunks in shard 0 and one in shard 1, as the killed replica did them.
 		var res OpResult
-		p, err := a.readProgress(t.Context(), op.ID(), []int{0, 1}, op.Spec.Fences)
+		p, err := op.readProgress(t.Context(), []int{0, 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +196,7 @@ func TestOpStaleRunnerChangesNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res OpResult
-	p, err := a.readProgress(t.Context(), op.ID(), []int{0}, op.Spec.Fences)
+	p, err := op.readProgress(t.Context(), []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,24 +273,24 @@ func TestOpIDsAreNoKeys(t *testing.T) {
 	f := setup(t)
 	for _, id := range []string{"", "x", "{" + f.prefix + ":0}:z", "../../etc", "0123456789ABCDEF0123456789abcdef",
 		"0123456789abcdef0123456789abcdef0", "0123456789abcdef0123456789abcde\n", "*"} {
-		if _, err := f.s.ResumeOp(t.Context(), id); !errors.Is(err, ErrBadOpID) {
+		if _, err := f.a.ResumeOp(t.Context(), id); !errors.Is(err, ErrBadOpID) {
 			t.Errorf("op id %q: %v, want ErrBadOpID", id, err)
 		}
 	}
-	if _, err := f.s.ResumeOp(t.Context(), newOpID()); !errors.Is(err, ErrOpUnknown) {
+	if _, err := f.a.ResumeOp(t.Context(), newOpID()); !errors.Is(err, ErrOpUnknown) {
 		t.Errorf("unknown op id: %v", err)
 	}
-	rec, err := f.s.AuditBegin(t.Context(), AuditEntry{Op: "cancel", ID: "one"})
+	rec, err := f.a.AuditBegin(t.Context(), AuditEntry{Op: "cancel", ID: "one"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.End(t.Context(), 1, 1, errors.New("cut off")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.ResumeOp(t.Context(), rec.OpID()); !errors.Is(err, ErrNotResumable) {
+	if _, err := f.a.ResumeOp(t.Context(), rec.OpID()); !errors.Is(err, ErrNotResumable) {
 		t.Errorf("resume of a single cancel: %v", err)
 	}
-	if e := auditEntryOf(t, f.s, rec.OpID()); e.State != AuditInterrupted {
+	if e := auditEntryOf(t, f.a, rec.OpID()); e.State != AuditInterrupted {
 		t.Errorf("after a refused resume: %+v, want interrupted still", e)
 	}
 }
@@ -323,8 +309,8 @@ func TestOpByIDResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res OpResult
-	p, _ := a.readProgress(t.Context(), op.ID(), []int{a.ShardOf("only")}, op.Spec.Fences)
-	if _, err := op.step(t.Context(), op.selector(Selector{}), a.ShardOf("only"), p[0], &res); err != nil || res.Changed != 1 {
+	p, _ := op.readProgress(t.Context(), []int{f.s.ShardOf("only")})
+	if _, err := op.step(t.Context(), op.selector(Selector{}), f.s.ShardOf("only"), p[0], &res); err != nil || res.Changed != 1 {
 		t.Fatalf("step: %+v %v", res, err)
 	}
 	time.Sleep(150 * time.Millisecond) // the lease runs out: the runner is gone
@@ -341,7 +327,7 @@ func TestOpByIDResumes(t *testing.T) {
 }
 
 // auditEntryOf finds op id in the audit log.
-func auditEntryOf(t *testing.T, s *Store, id string) AuditEntry {
+func auditEntryOf(t *testing.T, s *Admin, id string) AuditEntry {
 	t.Helper()
 	after := ""
 	for {
@@ -366,7 +352,7 @@ func auditEntryOf(t *testing.T, s *Store, id string) AuditEntry {
 func TestAuditListPagesAndBounds(t *testing.T) {
 	f := setup(t)
 	s := f.replica(t, time.Minute)
-	s.audit.cfg.MaxEntries = 250
+	s.audit.MaxEntries = 250
 	var begun []string
 	for i := range 300 {
 		rec, err := s.AuditBegin(t.Context(), AuditEntry{Op: "cancel", ID: fmt.Sprintf("m%d", i), Actor: "bob", Remote: "127.0.0.1:1"})

@@ -1,4 +1,4 @@
-package delaystore
+package admin
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/glob"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -20,7 +21,7 @@ func listAll(t *testing.T, f *fixture, q ListQuery, budget time.Duration) ([]Lis
 	seen := map[string]bool{}
 	pages := 0
 	for {
-		page, next, err := f.s.List(t.Context(), q, budget)
+		page, next, err := f.a.List(t.Context(), q, budget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,9 +39,10 @@ func listAll(t *testing.T, f *fixture, q ListQuery, budget time.Duration) ([]Lis
 		if next == nil {
 			return all, pages
 		}
-		c, err := f.s.ParseListCursor(t.Context(), f.s.SealListCursor(*next, "q"), "q")
-		if err != nil || c != *next {
-			t.Fatalf("cursor round trip: %+v -> %+v, %v", next, c, err)
+		raw, err := f.a.Open(t.Context(), CursorList, "q", f.a.Seal(CursorList, "q", next.String()))
+		c, perr := ParseListCursor(raw)
+		if err != nil || perr != nil || c != *next {
+			t.Fatalf("cursor round trip: %+v -> %+v, %v %v", next, c, err, perr)
 		}
 		q.After = &c
 		if pages > 10_000 {
@@ -65,7 +67,7 @@ func inOrder(t *testing.T, ls []Listed) {
 func TestListOrderFiltersAndFields(t *testing.T) {
 	f := setup(t)
 	base := f.now(t) + 3_600_000
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i := range 300 {
 		env := sampleEnvelope(i)
 		env.Target = []string{"nats:orders.timeout", "nats:billing.retry", "kafka:audit"}[i%3]
@@ -73,7 +75,7 @@ func TestListOrderFiltersAndFields(t *testing.T) {
 		if i%5 == 0 {
 			env.Window = time.Duration(i+1) * time.Second
 		}
-		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("id-%03d", i), Absolute: true, At: base + int64(i/4)*10, Envelope: env})
+		reqs = append(reqs, delaystore.ParkRequest{ID: fmt.Sprintf("id-%03d", i), Absolute: true, At: base + int64(i/4)*10, Envelope: env})
 	}
 	f.park(t, reqs...)
 	for _, limit := range []int{1, 7, 50, 1000} {
@@ -126,17 +128,17 @@ func TestListOrderFiltersAndFields(t *testing.T) {
 func TestListPagingWhileChanging(t *testing.T) {
 	f := setup(t)
 	base := f.now(t) + 3_600_000
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i := range 200 {
-		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("a-%03d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+		reqs = append(reqs, delaystore.ParkRequest{ID: fmt.Sprintf("a-%03d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
 	}
 	f.park(t, reqs...)
-	page, next, err := f.s.List(t.Context(), ListQuery{Limit: 50}, time.Second)
+	page, next, err := f.a.List(t.Context(), ListQuery{Limit: 50}, time.Second)
 	if err != nil || len(page) != 50 || next == nil {
 		t.Fatalf("first page: %d, %v, %v", len(page), next, err)
 	}
-	f.park(t, ParkRequest{ID: "behind", Absolute: true, At: base + 10, Envelope: sampleEnvelope(1)},
-		ParkRequest{ID: "ahead", Absolute: true, At: base + 150, Envelope: sampleEnvelope(2)})
+	f.park(t, delaystore.ParkRequest{ID: "behind", Absolute: true, At: base + 10, Envelope: sampleEnvelope(1)},
+		delaystore.ParkRequest{ID: "ahead", Absolute: true, At: base + 150, Envelope: sampleEnvelope(2)})
 	for _, id := range []string{"a-100", "a-199"} {
 		if ok, err := f.s.Cancel(t.Context(), id); err != nil || !ok {
 			t.Fatal(id, ok, err)
@@ -157,15 +159,15 @@ func TestListPagingWhileChanging(t *testing.T) {
 // A rare target on a larger store: with no time to read, each page is one round of
 // chunks and may come back short, but following the cursors finds the message, once.
 func TestListBudgetEndsShortPages(t *testing.T) {
-	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 4 })
+	f := newFixture(t, testredis.URL(t), func(c *delaystore.Config) { c.Shards = 4 })
 	base := f.now(t) + 3_600_000
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i := range 5000 {
-		reqs = append(reqs, ParkRequest{ID: fmt.Sprintf("c-%04d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+		reqs = append(reqs, delaystore.ParkRequest{ID: fmt.Sprintf("c-%04d", i), Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
 	}
 	rare := sampleEnvelope(0)
 	rare.Target = "nats:rare"
-	reqs = append(reqs, ParkRequest{ID: "rare", Absolute: true, At: base + 4500, Envelope: rare})
+	reqs = append(reqs, delaystore.ParkRequest{ID: "rare", Absolute: true, At: base + 4500, Envelope: rare})
 	f.park(t, reqs...)
 	match := func(target string) bool { return glob.MatchTarget("rare", target) }
 	found, pages := listAll(t, f, ListQuery{Limit: 10, Match: match}, 0)
@@ -185,14 +187,14 @@ func TestListBudgetEndsShortPages(t *testing.T) {
 // 1 ms apart, the other 500 a second apart. The pages are still in order: a shard's match
 // is handed out only once every shard has been read past it.
 func TestListMergesUnevenShards(t *testing.T) {
-	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 2 })
+	f := newFixture(t, testredis.URL(t), func(c *delaystore.Config) { c.Shards = 2 })
 	base := f.now(t) + 3_600_000
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i, id := range idsOnShard(f.s, 0, 1000, "dense") {
-		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
+		reqs = append(reqs, delaystore.ParkRequest{ID: id, Absolute: true, At: base + int64(i), Envelope: sampleEnvelope(i)})
 	}
 	for i, id := range idsOnShard(f.s, 1, 500, "sparse") {
-		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: base + int64(i)*1000, Envelope: sampleEnvelope(i)})
+		reqs = append(reqs, delaystore.ParkRequest{ID: id, Absolute: true, At: base + int64(i)*1000, Envelope: sampleEnvelope(i)})
 	}
 	f.park(t, reqs...)
 	all, pages := listAll(t, f, ListQuery{Limit: 700}, time.Second)
@@ -210,11 +212,11 @@ func TestListMergesUnevenShards(t *testing.T) {
 // that pages end at the merge's frontier), lists each message exactly once, in order,
 // and comes to an end (listAll fails on a repeat and after 10,000 pages).
 func TestListEachOnceAcrossSharedDueTimes(t *testing.T) {
-	f := newFixture(t, testredis.URL(t), func(c *Config) { c.Shards = 3; c.ShardRun = 4 })
+	f := newFixture(t, testredis.URL(t), func(c *delaystore.Config) { c.Shards = 3; c.ShardRun = 4 })
 	base := f.now(t) + 3_600_000
 	rng := rand.New(rand.NewPCG(37, 4))
 	dues := []int64{base, base + 1, base + 2, base + 7}
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i := range 120 {
 		id := fmt.Sprintf("js:S:%d", 1+i)
 		switch i % 15 {
@@ -225,22 +227,22 @@ func TestListEachOnceAcrossSharedDueTimes(t *testing.T) {
 		}
 		env := sampleEnvelope(i)
 		env.Target = []string{"nats:bulk.a", "nats:bulk.b", "nats:other"}[rng.IntN(3)]
-		reqs = append(reqs, ParkRequest{ID: id, Absolute: true, At: dues[min(i/60+i/90+i/110, 3)], Envelope: env})
+		reqs = append(reqs, delaystore.ParkRequest{ID: id, Absolute: true, At: dues[min(i/60+i/90+i/110, 3)], Envelope: env})
 	}
 	f.park(t, reqs...)
 	match := func(target string) bool { return glob.MatchTarget("bulk.*", target) }
 	queries := []struct {
 		name string
 		q    ListQuery
-		want func(ParkRequest) bool
+		want func(delaystore.ParkRequest) bool
 	}{
-		{"all", ListQuery{}, func(ParkRequest) bool { return true }},
+		{"all", ListQuery{}, func(delaystore.ParkRequest) bool { return true }},
 		{"target", ListQuery{Match: match, Literals: glob.Literals("bulk.*")},
-			func(r ParkRequest) bool { return match(r.Envelope.Target) }},
+			func(r delaystore.ParkRequest) bool { return match(r.Envelope.Target) }},
 		{"due", ListQuery{From: base + 1, To: base + 2},
-			func(r ParkRequest) bool { return r.At == base+1 || r.At == base+2 }},
+			func(r delaystore.ParkRequest) bool { return r.At == base+1 || r.At == base+2 }},
 		{"both", ListQuery{Match: match, From: base + 1, To: base + 7},
-			func(r ParkRequest) bool { return r.At > base && match(r.Envelope.Target) }},
+			func(r delaystore.ParkRequest) bool { return r.At > base && match(r.Envelope.Target) }},
 	}
 	for _, qc := range queries {
 		t.Run(qc.name, func(t *testing.T) { listEachOnce(t, f, qc.q, reqs, qc.want) })
@@ -250,7 +252,7 @@ func TestListEachOnceAcrossSharedDueTimes(t *testing.T) {
 // listEachOnce pages through query with every limit from 1 to 1000 (and, for a sample,
 // no time to read) and fails unless it lists the requests selected picks, each once, in
 // order.
-func listEachOnce(t *testing.T, f *fixture, query ListQuery, reqs []ParkRequest, selected func(ParkRequest) bool) {
+func listEachOnce(t *testing.T, f *fixture, query ListQuery, reqs []delaystore.ParkRequest, selected func(delaystore.ParkRequest) bool) {
 	want := map[string]bool{}
 	for _, r := range reqs {
 		if selected(r) {

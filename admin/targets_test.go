@@ -1,15 +1,17 @@
-package delaystore
+package admin
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 // targetsOf returns Targets as target -> count and target -> next due.
 func targetsOf(t *testing.T, f *fixture, recount bool) ([]TargetCount, map[string]int64, map[string]int64) {
 	t.Helper()
-	ts, err := f.s.Targets(t.Context(), recount, 1_000_000)
+	ts, err := f.a.Targets(t.Context(), recount, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +30,7 @@ func TestTargetsFollowChanges(t *testing.T) {
 	park := func(id, target string, at int64, replace bool) {
 		env := sampleEnvelope(1)
 		env.Target = target
-		f.park(t, ParkRequest{ID: id, Absolute: true, At: at, Replace: replace, Envelope: env})
+		f.park(t, delaystore.ParkRequest{ID: id, Absolute: true, At: at, Replace: replace, Envelope: env})
 	}
 	for i := range 30 {
 		park(fmt.Sprintf("o%d", i), "nats:orders", now+3_600_000+int64(i), false)
@@ -51,11 +53,11 @@ func TestTargetsFollowChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	claimed, _ := f.claimID(t, "due", time.Second)
-	if a, err := f.s.Ack(t.Context(), []Receipt{claimed.Receipt}); err != nil || a.N != 1 {
+	if a, err := f.s.Ack(t.Context(), []delaystore.Receipt{claimed.Receipt}); err != nil || a.N != 1 {
 		t.Fatalf("ack: %+v %v", a, err)
 	}
-	res, err := f.s.Bulk(t.Context(), Selector{Match: func(t string) bool { return t == "kafka:billing" }, DueFrom: now + 7_200_000},
-		BulkOp{Kind: BulkCancel}, false, nil, time.Minute)
+	res, err := f.a.Bulk(t.Context(), Selector{Match: func(t string) bool { return t == "kafka:billing" }, DueFrom: now + 7_200_000},
+		delaystore.BulkOp{Kind: delaystore.BulkCancel}, false, nil, time.Minute)
 	if err != nil || res.Changed != 10 {
 		t.Fatalf("bulk cancel: %+v %v", res, err)
 	}
@@ -64,7 +66,7 @@ func TestTargetsFollowChanges(t *testing.T) {
 		t.Fatalf("after the changes: %+v", ts)
 	}
 	for sh := range f.s.Shards() {
-		if f.rdb.HExists(t.Context(), f.s.keys[sh].n, "nats:due").Val() {
+		if f.rdb.HExists(t.Context(), f.key(sh, "n"), "nats:due").Val() {
 			t.Fatalf("shard %d still has a field for nats:due", sh)
 		}
 	}
@@ -78,17 +80,17 @@ func TestTargetsCountsAnOldStore(t *testing.T) {
 	for i := range 50 {
 		env := sampleEnvelope(i)
 		env.Target = []string{"nats:a", "nats:b"}[i%2]
-		f.park(t, ParkRequest{ID: fmt.Sprintf("m%d", i), Absolute: true, At: now + 60_000, Envelope: env})
+		f.park(t, delaystore.ParkRequest{ID: fmt.Sprintf("m%d", i), Absolute: true, At: now + 60_000, Envelope: env})
 	}
 	for sh := range f.s.Shards() {
-		if err := f.rdb.Del(t.Context(), f.s.keys[sh].n).Err(); err != nil {
+		if err := f.rdb.Del(t.Context(), f.key(sh, "n")).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, counts, _ := targetsOf(t, f, false); counts["nats:a"] != 25 || counts["nats:b"] != 25 || len(counts) != 2 {
 		t.Fatalf("an old store: %v", counts)
 	}
-	if err := f.rdb.HIncrBy(t.Context(), f.s.keys[0].n, "nats:a", 7).Err(); err != nil {
+	if err := f.rdb.HIncrBy(t.Context(), f.key(0, "n"), "nats:a", 7).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, counts, _ := targetsOf(t, f, false); counts["nats:a"] != 32 {
@@ -103,13 +105,13 @@ func TestTargetsCountsAnOldStore(t *testing.T) {
 // shards), not of a later one; its quota is the first BRIDGE_TARGET_QUOTA pattern that
 // matches it ("" for none). A next due left unknown by the work bound has no window.
 func TestTargetsWindowAndQuota(t *testing.T) {
-	f := setup(t, func(c *Config) { c.TargetQuota = "nats:orders.*=5,orders.*=9,billing.*=3" })
+	f := setup(t, func(c *delaystore.Config) { c.TargetQuota = "nats:orders.*=5,orders.*=9,billing.*=3" })
 	now := f.now(t)
 	base := now + 3_600_000
 	park := func(id, target string, at int64, window time.Duration) {
 		env := sampleEnvelope(1)
 		env.Target, env.Window = target, window
-		f.park(t, ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
+		f.park(t, delaystore.ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
 	}
 	for i := range 4 { // the earliest has a window, the later ones another or none
 		park(fmt.Sprintf("o%d", i), "nats:orders.a", base+int64(i)*60_000, []time.Duration{10 * time.Second, time.Minute, 0, 0}[i])
@@ -147,18 +149,18 @@ func TestTargetsWindowAndQuota(t *testing.T) {
 	parkIn := func(id, target string, at int64, window time.Duration) {
 		env := sampleEnvelope(1)
 		env.Target, env.Window = target, window
-		g.park(t, ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
+		g.park(t, delaystore.ParkRequest{ID: id, Absolute: true, At: at, Envelope: env})
 	}
 	parkIn(idIn(0, "rare-", 0), "nats:rare", base, 5*time.Second)
-	var reqs []ParkRequest
+	var reqs []delaystore.ParkRequest
 	for i := range 600 {
 		env := sampleEnvelope(1)
 		env.Target = "nats:common"
-		reqs = append(reqs, ParkRequest{ID: idIn(1, "c-", i), Absolute: true, At: base + int64(i), Envelope: env})
+		reqs = append(reqs, delaystore.ParkRequest{ID: idIn(1, "c-", i), Absolute: true, At: base + int64(i), Envelope: env})
 	}
 	g.park(t, reqs...)
 	parkIn(idIn(1, "rare-", 0), "nats:rare", base+10_000, 0)
-	ts, err := g.s.Targets(t.Context(), false, 1)
+	ts, err := g.a.Targets(t.Context(), false, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestTargetsWindowAndQuota(t *testing.T) {
 			t.Errorf("nats:rare unseen in shard 1: %+v, want next due and window unknown (0)", tc)
 		}
 	}
-	if ts, err = g.s.Targets(t.Context(), false, 1_000_000); err != nil || len(ts) != 2 || ts[1].Target != "nats:rare" || ts[1].Window != 5*time.Second {
+	if ts, err = g.a.Targets(t.Context(), false, 1_000_000); err != nil || len(ts) != 2 || ts[1].Target != "nats:rare" || ts[1].Window != 5*time.Second {
 		t.Errorf("read to the end: %+v %v, want nats:rare with window 5s", ts, err)
 	}
 }

@@ -1,4 +1,4 @@
-package delaystore
+package admin
 
 import (
 	"maps"
@@ -9,6 +9,11 @@ import (
 
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
+
+// statsKey is the key of the fleet's bucket of kind (1m, 1h) that starts at start.
+func (f *fixture) statsKey(kind string, start time.Time) string {
+	return "{" + f.prefix + ":fleet}:stats:" + kind + ":" + strconv.FormatInt(start.Unix(), 10)
+}
 
 // AddStats adds every field to the minute and the hour bucket of its time (two replicas'
 // calls add up; a zero count is left out), sets them to expire MinuteStatsKept and
@@ -21,16 +26,16 @@ func TestStatsBuckets(t *testing.T) {
 	// Buckets in the future, so that their expiry times lie ahead of Redis' clock.
 	at := time.Now().Add(time.Hour).Truncate(time.Hour).Add(30*time.Minute + 10*time.Second)
 	hostile := "{" + f.prefix + ":0}:z*]]..redis.call('FLUSHALL')..[["
-	if err := f.s.AddStats(ctx, at, map[string]int64{"in:parked": 5, "out:published": 3, "zero": 0, hostile: 1}); err != nil {
+	if err := f.a.AddStats(ctx, at, map[string]int64{"in:parked": 5, "out:published": 3, "zero": 0, hostile: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.s.AddStats(ctx, at.Add(20*time.Second), map[string]int64{"in:parked": 2}); err != nil { // another replica, same minute
+	if err := f.a.AddStats(ctx, at.Add(20*time.Second), map[string]int64{"in:parked": 2}); err != nil { // another replica, same minute
 		t.Fatal(err)
 	}
-	if err := f.s.AddStats(ctx, at.Add(time.Minute), map[string]int64{"in:parked": 7}); err != nil { // the next minute
+	if err := f.a.AddStats(ctx, at.Add(time.Minute), map[string]int64{"in:parked": 7}); err != nil { // the next minute
 		t.Fatal(err)
 	}
-	minutes, err := f.s.ReadStats(ctx, time.Minute, at.Add(-time.Minute), 3)
+	minutes, err := f.a.ReadStats(ctx, time.Minute, at.Add(-time.Minute), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +45,7 @@ func TestStatsBuckets(t *testing.T) {
 			t.Errorf("minute %d = %v, want %v", i, minutes[i], want[i])
 		}
 	}
-	hours, err := f.s.ReadStats(ctx, time.Hour, at, 1)
+	hours, err := f.a.ReadStats(ctx, time.Hour, at, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +58,9 @@ func TestStatsBuckets(t *testing.T) {
 	}
 	minuteStart, hourStart := at.Truncate(time.Minute), at.Truncate(time.Hour)
 	expiry := map[string]time.Time{
-		f.s.statsKey(time.Minute, minuteStart):                  minuteStart.Add(MinuteStatsKept),
-		f.s.statsKey(time.Minute, minuteStart.Add(time.Minute)): minuteStart.Add(time.Minute + MinuteStatsKept),
-		f.s.statsKey(time.Hour, hourStart):                      hourStart.Add(HourStatsKept),
+		f.statsKey("1m", minuteStart):                  minuteStart.Add(MinuteStatsKept),
+		f.statsKey("1m", minuteStart.Add(time.Minute)): minuteStart.Add(time.Minute + MinuteStatsKept),
+		f.statsKey("1h", hourStart):                    hourStart.Add(HourStatsKept),
 	}
 	if len(keys) != len(expiry) {
 		t.Fatalf("keys %q, want the 3 buckets %v", keys, expiry)
@@ -88,11 +93,11 @@ func TestStatsBounds(t *testing.T) {
 		"empty field": {"": 1}, "long field": {strings.Repeat("f", MaxStatsField+1): 1},
 		"negative": {"in:parked": -1}, "too many": many,
 	} {
-		if err := f.s.AddStats(ctx, time.Now(), c); err == nil {
+		if err := f.a.AddStats(ctx, time.Now(), c); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if err := f.s.AddStats(ctx, time.Now(), map[string]int64{"in:parked": 0}); err != nil {
+	if err := f.a.AddStats(ctx, time.Now(), map[string]int64{"in:parked": 0}); err != nil {
 		t.Fatal(err)
 	}
 	if keys := f.rdb.Keys(ctx, "*"+f.prefix+":fleet}*").Val(); len(keys) != 0 {
@@ -102,26 +107,9 @@ func TestStatsBounds(t *testing.T) {
 		step time.Duration
 		n    int
 	}{{time.Second, 1}, {time.Minute, 0}, {time.Hour, MaxStatsBuckets + 1}} {
-		if _, err := f.s.ReadStats(ctx, c.step, time.Now(), c.n); err == nil {
+		if _, err := f.a.ReadStats(ctx, c.step, time.Now(), c.n); err == nil {
 			t.Errorf("ReadStats(%s, %d): no error", c.step, c.n)
 		}
-	}
-}
-
-// LiveMembers counts the members whose time has not run out.
-func TestLiveMembers(t *testing.T) {
-	f := setup(t)
-	ctx := t.Context()
-	for _, id := range []string{"a", "b"} {
-		if _, err := confirmedBeat(ctx, f.s, id, time.Minute, 0, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, err := f.s.LiveMembers(ctx, time.Now()); err != nil || n != 2 {
-		t.Fatalf("live %d, %v; want 2", n, err)
-	}
-	if n, err := f.s.LiveMembers(ctx, time.Now().Add(2*time.Minute)); err != nil || n != 0 {
-		t.Fatalf("live 2 minutes later %d, %v; want 0", n, err)
 	}
 }
 
@@ -152,18 +140,18 @@ func BenchmarkStats(b *testing.B) {
 	b.Run("add-40-fields", func(b *testing.B) {
 		c0 := cpu()
 		for b.Loop() {
-			if err := f.s.AddStats(ctx, at, fields); err != nil {
+			if err := f.a.AddStats(ctx, at, fields); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric((cpu()-c0)*1e6/float64(b.N), "redis-us/op")
 	})
 	for i := range 168 { // fill every bucket the overview reads
-		if err := f.s.AddStats(ctx, at.Add(-time.Duration(i)*time.Hour), fields); err != nil {
+		if err := f.a.AddStats(ctx, at.Add(-time.Duration(i)*time.Hour), fields); err != nil {
 			b.Fatal(err)
 		}
 		if i < 60 {
-			if err := f.s.AddStats(ctx, at.Add(-time.Duration(i)*time.Minute), fields); err != nil {
+			if err := f.a.AddStats(ctx, at.Add(-time.Duration(i)*time.Minute), fields); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -171,10 +159,10 @@ func BenchmarkStats(b *testing.B) {
 	b.Run("read-60-minutes-and-168-hours", func(b *testing.B) {
 		c0 := cpu()
 		for b.Loop() {
-			if _, err := f.s.ReadStats(ctx, time.Minute, at.Add(-59*time.Minute), 60); err != nil {
+			if _, err := f.a.ReadStats(ctx, time.Minute, at.Add(-59*time.Minute), 60); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := f.s.ReadStats(ctx, time.Hour, at.Add(-167*time.Hour), 168); err != nil {
+			if _, err := f.a.ReadStats(ctx, time.Hour, at.Add(-167*time.Hour), 168); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package delaystore
+package admin
 
 import (
 	"context"
@@ -10,19 +10,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 // Resumable bulk operations (docs/design.md, "Resumable bulk operations"): a bulk change
 // keeps its spec (selector, operation, the version fence of every shard when it began) in
-// its audit entry and its progress per shard in {P:s}:b, written by bulk.lua in the same
-// call as the chunk's changes. Whichever replica runs it next goes on from that progress,
-// with that fence: a message it changed has a newer version than the fence and is never
-// picked again, nor is one parked after the operation began.
+// its audit entry and its progress per shard in the store (delaystore.Store.Change saves
+// it in the same call as the chunk's changes). Whichever replica runs it next goes on
+// from that progress, with that fence: a message it changed has a newer version than the
+// fence and is never picked again, nor is one parked after the operation began.
 
 // OpSpec is what a resumable bulk operation does, as stored with its audit entry.
 type OpSpec struct {
-	Kind     string        `json:"kind"` // a Bulk* constant
+	Kind     string        `json:"kind"` // a delaystore.Bulk* constant
 	Shift    time.Duration `json:"shift,omitempty"`
 	At       int64         `json:"at,omitempty"`
 	MaxDelay time.Duration `json:"max_delay,omitempty"`
@@ -38,8 +38,8 @@ type OpSpec struct {
 }
 
 // Op returns the spec's operation.
-func (sp OpSpec) Op() BulkOp {
-	return BulkOp{Kind: sp.Kind, Shift: sp.Shift, At: sp.At, MaxDelay: sp.MaxDelay}
+func (sp OpSpec) Op() delaystore.BulkOp {
+	return delaystore.BulkOp{Kind: sp.Kind, Shift: sp.Shift, At: sp.At, MaxDelay: sp.MaxDelay}
 }
 
 // Op is a resumable bulk operation held by this run (StartOp, ResumeOp). Not safe for
@@ -76,97 +76,53 @@ var ErrNotResumable = errors.New("not a resumable bulk operation")
 // StartOp begins a resumable bulk operation: it reads every shard's version counter (the
 // fence), then adds the audit entry e (its Resumable set) with spec, held by the returned
 // Op. spec.Fences is set here. Run it next. It blocks until Redis answered.
-func (s *Store) StartOp(ctx context.Context, e AuditEntry, spec OpSpec) (*Op, error) {
-	if err := spec.Op().check(); err != nil {
+func (a *Admin) StartOp(ctx context.Context, e AuditEntry, spec OpSpec) (*Op, error) {
+	if err := spec.Op().Check(); err != nil {
 		return nil, err
 	}
-	fences, err := s.fences(ctx)
+	fences, err := a.store.Versions(ctx, a.allShards())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bulk operation: fence: %w", err)
 	}
 	spec.Fences = fences
-	rec, err := s.auditBegin(ctx, e, &spec)
+	rec, err := a.auditBegin(ctx, e, &spec)
 	if err != nil {
 		return nil, err
 	}
 	return &Op{rec: rec, Spec: spec}, nil
 }
 
-// fences reads every shard's version counter, in one pipeline.
-func (s *Store) fences(ctx context.Context) ([]int64, error) {
-	p := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(s.keys))
-	for i, k := range s.keys {
-		cmds[i] = p.Get(ctx, k.seq)
-	}
-	_, _ = p.Exec(ctx)
-	out := make([]int64, len(s.keys))
-	for i, c := range cmds {
-		v, err := c.Int64()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("bulk operation: fence of shard %d: %w", i, err)
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
 // ResumeOp takes over the operation id to finish it (Run): unless it is done (*ErrOpDone),
 // running under another live lease (*ErrOpBusy), unknown (ErrOpUnknown), no bulk operation
 // (ErrNotResumable), or id is malformed (ErrBadOpID, without asking Redis). Of concurrent
 // calls for one operation at most one succeeds. It blocks until Redis answered.
-func (s *Store) ResumeOp(ctx context.Context, id string) (*Op, error) {
+func (a *Admin) ResumeOp(ctx context.Context, id string) (*Op, error) {
 	if !ValidOpID(id) {
 		return nil, ErrBadOpID
 	}
 	owner := newOpID()
-	out, err := s.scripts[scriptAudit].Run(ctx, s.rdb, s.audit.keys, "claim", id, owner, s.audit.lease.Milliseconds()).Slice()
-	if err != nil {
+	t, err := a.store.AuditTake(ctx, id, owner, a.lease)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("bulk operation %s: claim: %w", id, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("bulk operation %s: claim: an empty reply", id)
-	}
-	word, _ := out[0].(string)
-	num := func(i int) int64 {
-		if i < len(out) {
-			n, _ := out[i].(int64)
-			return n
-		}
-		return 0
-	}
-	str := func(i int) string {
-		if i < len(out) {
-			v, _ := out[i].(string)
-			return v
-		}
-		return ""
-	}
-	switch word {
-	case "missing":
+	case t.Missing:
 		return nil, ErrOpUnknown
-	case "done":
-		body := str(3)
-		if !strings.Contains(body, `"spec":`) {
-			return nil, fmt.Errorf("bulk operation %s: %w", id, ErrNotResumable)
-		}
-		return nil, &ErrOpDone{Matched: num(1), Changed: num(2)}
-	case "busy":
-		return nil, &ErrOpBusy{Left: time.Duration(num(1)) * time.Millisecond}
-	case "ok":
-	default:
-		return nil, fmt.Errorf("bulk operation %s: claim: unexpected reply %v", id, out)
+	case t.Done && !strings.Contains(t.Entry, `"spec":`):
+		return nil, fmt.Errorf("bulk operation %s: %w", id, ErrNotResumable)
+	case t.Done:
+		return nil, &ErrOpDone{Matched: t.Matched, Changed: t.Changed}
+	case t.Busy:
+		return nil, &ErrOpBusy{Left: t.Left}
 	}
-	body := str(3)
 	var st auditStored
-	rec := &AuditRecord{s: s, id: id, owner: owner}
-	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Spec == nil || len(st.Spec.Fences) != len(s.keys) {
+	rec := &AuditRecord{a: a, id: id, owner: owner}
+	if err := json.Unmarshal([]byte(t.Entry), &st); err != nil || st.Spec == nil || len(st.Spec.Fences) != a.store.Shards() {
 		// Give it back as it was: interrupted, no owner.
-		_ = rec.set(ctx, AuditInterrupted, true, num(1), num(2))
+		_ = rec.set(ctx, AuditInterrupted, true, t.Matched, t.Changed)
 		return nil, fmt.Errorf("bulk operation %s: %w", id, ErrNotResumable)
 	}
 	rec.at = st.Entry.At
-	return &Op{rec: rec, Spec: *st.Spec, Matched: num(1), Changed: num(2)}, nil
+	return &Op{rec: rec, Spec: *st.Spec, Matched: t.Matched, Changed: t.Changed}, nil
 }
 
 // OpResult is what one Run did: Matched and Changed in this run; Done when the operation
@@ -176,7 +132,8 @@ type OpResult struct {
 	Done             bool
 }
 
-// progress is a shard's progress: '<matched>,<changed>,<pass>,<score>,<id>' (bulk.lua).
+// progress is a shard's progress: '<matched>,<changed>,<pass>,<score>,<id>' (what
+// delaystore.Store.Change saves: the counts, then the position this package gave it).
 type progress struct {
 	raw              string // as stored ('' none yet)
 	matched, changed int64
@@ -191,13 +148,13 @@ func parseProgress(raw string, fence int64) (progress, error) {
 	}
 	f := strings.SplitN(raw, ",", 5)
 	if len(f) != 5 {
-		return p, fmt.Errorf("%w: progress %q", ErrCorrupt, raw)
+		return p, fmt.Errorf("%w: progress %q", delaystore.ErrCorrupt, raw)
 	}
 	var err1, err2 error
 	p.matched, err1 = strconv.ParseInt(f[0], 10, 64)
 	p.changed, err2 = strconv.ParseInt(f[1], 10, 64)
 	if err1 != nil || err2 != nil || (f[2] != "z" && f[2] != "r" && f[2] != "d") {
-		return p, fmt.Errorf("%w: progress %q", ErrCorrupt, raw)
+		return p, fmt.Errorf("%w: progress %q", delaystore.ErrCorrupt, raw)
 	}
 	p.done = f[2] == "d"
 	p.cur.Pass, p.cur.Score, p.cur.ID = f[2], f[3], f[4]
@@ -225,7 +182,7 @@ func (o *Op) Run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 		if err := o.rec.End(ctx, o.Matched, o.Changed, nil); err != nil {
 			return res, err
 		}
-		o.rec.s.forget(ctx, o.ID())
+		o.rec.a.store.ForgetProgress(ctx, o.ID())
 		return res, nil
 	}
 	return res, o.rec.set(ctx, AuditRunning, true, o.Matched, o.Changed)
@@ -233,18 +190,14 @@ func (o *Op) Run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 
 // run is Run without settling the entry.
 func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpResult, error) {
-	s := o.rec.s
+	a := o.rec.a
 	var res OpResult
 	sel = o.selector(sel)
-	shards := make([]int, 0, len(s.keys))
+	shards := a.allShards()
 	if sel.ID != "" {
-		shards = append(shards, s.ShardOf(sel.ID))
-	} else {
-		for i := range s.keys {
-			shards = append(shards, i)
-		}
+		shards = []int{a.store.ShardOf(sel.ID)}
 	}
-	progs, err := s.readProgress(ctx, o.ID(), shards, o.Spec.Fences)
+	progs, err := o.readProgress(ctx, shards)
 	if err != nil {
 		return res, err
 	}
@@ -256,7 +209,7 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 		o.Changed += p.changed
 	}
 	defer func() { o.Matched, o.Changed = o.Matched+res.Matched, o.Changed+res.Changed }()
-	deadline, renew := time.Now().Add(budget), time.Now().Add(s.audit.renew)
+	deadline, renew := time.Now().Add(budget), time.Now().Add(a.renew)
 	stepped := false // at least one chunk per run: every run makes progress
 	for i, sh := range shards {
 		p := progs[i]
@@ -269,7 +222,7 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 				if err := o.rec.set(ctx, AuditRunning, false, o.Matched+res.Matched, o.Changed+res.Changed); err != nil {
 					return res, err
 				}
-				renew = time.Now().Add(s.audit.renew)
+				renew = time.Now().Add(a.renew)
 			}
 			if p, err = o.step(ctx, sel, sh, p, &res); err != nil {
 				return res, err
@@ -290,110 +243,111 @@ func (o *Op) selector(sel Selector) Selector {
 }
 
 // readProgress reads the progress of the operation in shards, in one pipeline.
-func (s *Store) readProgress(ctx context.Context, id string, shards []int, fences []int64) ([]progress, error) {
-	p := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(shards))
-	for i, sh := range shards {
-		cmds[i] = p.HGet(ctx, s.keys[sh].b, id)
+func (o *Op) readProgress(ctx context.Context, shards []int) ([]progress, error) {
+	saved, err := o.rec.a.store.SavedProgress(ctx, []string{o.ID()}, shards)
+	if err != nil {
+		return nil, fmt.Errorf("bulk operation %s: %w", o.ID(), err)
 	}
-	_, _ = p.Exec(ctx)
 	out := make([]progress, len(shards))
-	for i, c := range cmds {
-		raw, err := c.Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("bulk operation %s: progress of shard %d: %w", id, shards[i], err)
-		}
-		if out[i], err = parseProgress(raw, fences[shards[i]]); err != nil {
-			return nil, fmt.Errorf("bulk operation %s: shard %d: %w", id, shards[i], err)
+	for i, raw := range saved[0] {
+		if out[i], err = parseProgress(raw, o.Spec.Fences[shards[i]]); err != nil {
+			return nil, fmt.Errorf("bulk operation %s: shard %d: %w", o.ID(), shards[i], err)
 		}
 	}
 	return out, nil
 }
 
+// chunk is what one step changes: the picks (none in a dry run), how many of the chunk's
+// messages it counts as matched, and where the shard's progress goes on after it; again
+// when the chunk is to be read again (the shard's names moved).
+type chunk struct {
+	picks   []delaystore.Pick
+	counted int
+	next    BulkCursor
+	again   bool
+}
+
 // step does one chunk of shard sh from p and returns the progress after it; sel is
 // o.selector's.
 func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *OpResult) (progress, error) {
-	s := o.rec.s
-	var picked []any
-	var counted int
-	next := p.cur
+	var ch chunk
+	var err error
 	if sel.ID != "" {
-		m, err := s.Get(ctx, sel.ID)
-		switch {
-		case errors.Is(err, ErrNotFound):
-		case err != nil:
-			return p, fmt.Errorf("bulk operation %s: %w", o.ID(), err)
-		case m.Version <= p.cur.MaxVersion && m.Due >= sel.DueFrom && m.Due <= sel.DueTo &&
-			(sel.Match == nil || sel.Match(m.Envelope.Target)):
-			counted = 1
-			if !o.Spec.DryRun {
-				picked = []any{sel.ID, strconv.FormatInt(m.Version, 10), s.targetKey(m.Shard, m.Envelope.Target)}
-			}
-		}
-		next.Pass = "d"
+		ch, err = o.chunkOne(ctx, sel, p)
 	} else {
-		k := s.keys[sh]
-		score := cmpOr(p.cur.Score, "0")
-		args := appendStrings([]any{p.cur.Pass, sel.DueFrom, sel.DueTo, score, p.cur.ID, bulkChunk, bulkHeadLen}, sel.Literals)
-		out, err := s.scripts[scriptScan].Run(ctx, s.rdb, []string{k.z, k.m, k.r, k.nm}, args...).Slice()
-		if err != nil {
-			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
-		}
-		names, err := s.scanNames(ctx, sh, out)
-		if errors.Is(err, errNamesMoved) {
-			return p, nil // read the chunk again
-		}
-		if err != nil {
-			return p, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, err)
-		}
-		var lineage int
-		var through bool
-		picked, lineage, next, through, err = pick(out, names, sel, p.cur, o.Spec.Kind == BulkCancel && !o.Spec.DryRun)
-		if err != nil {
-			return p, err
-		}
-		counted = len(picked)/3 - lineage
-		if o.Spec.DryRun {
-			picked = nil
-		}
-		switch {
-		case !through:
-		case p.cur.Pass == "z":
-			next = BulkCursor{Pass: "r", MaxVersion: p.cur.MaxVersion}
-		default:
-			next = BulkCursor{Pass: "d", MaxVersion: p.cur.MaxVersion}
+		ch, err = o.chunkAt(ctx, sel, sh, p)
+	}
+	if err != nil || ch.again {
+		return p, err
+	}
+	return o.change(ctx, sh, p, ch, res)
+}
+
+// chunkOne is the one chunk of an operation on one message, sel.ID: picked when it
+// exists, is no newer than the fence and the selector matches it.
+func (o *Op) chunkOne(ctx context.Context, sel Selector, p progress) (chunk, error) {
+	ch := chunk{next: p.cur}
+	ch.next.Pass = "d"
+	m, err := o.rec.a.store.Get(ctx, sel.ID)
+	switch {
+	case errors.Is(err, delaystore.ErrNotFound):
+	case err != nil:
+		return ch, fmt.Errorf("bulk operation %s: %w", o.ID(), err)
+	case m.Version <= p.cur.MaxVersion && m.Due >= sel.DueFrom && m.Due <= sel.DueTo &&
+		(sel.Match == nil || sel.Match(m.Envelope.Target)):
+		ch.counted = 1
+		if !o.Spec.DryRun {
+			ch.picks = []delaystore.Pick{o.rec.a.store.PickOf(m)}
 		}
 	}
-	pos := next.Pass + "," + next.Score + "," + next.ID
-	n, newer, raw, err := s.bulkChange(ctx, sh, o.Spec.Op(), picked, &opProgress{id: o.ID(), expect: p.raw, next: pos, counted: counted})
+	return ch, nil
+}
+
+// chunkAt is the chunk of shard sh at p: the matches of one scan, and the next pass when
+// the scan is through (z, then r, then d: done).
+func (o *Op) chunkAt(ctx context.Context, sel Selector, sh int, p progress) (chunk, error) {
+	at := p.cur
+	at.Shard = sh
+	page := o.rec.a.store.Scan(ctx, []delaystore.ScanRequest{scanAt(sel, at)})[0]
+	if page.Err != nil {
+		return chunk{}, fmt.Errorf("bulk operation %s: scan shard %d: %w", o.ID(), sh, page.Err)
+	}
+	if page.Again {
+		return chunk{again: true}, nil
+	}
+	picks, lineage, next := pick(page, sel, p.cur, o.Spec.Kind == delaystore.BulkCancel && !o.Spec.DryRun)
+	ch := chunk{picks: picks, counted: len(picks) - lineage, next: next}
+	if o.Spec.DryRun {
+		ch.picks = nil
+	}
+	switch {
+	case !page.Through:
+	case p.cur.Pass == "z":
+		ch.next = BulkCursor{Pass: "r", MaxVersion: p.cur.MaxVersion}
+	default:
+		ch.next = BulkCursor{Pass: "d", MaxVersion: p.cur.MaxVersion}
+	}
+	return ch, nil
+}
+
+// change applies the chunk's picks to shard sh and saves the progress after it in the
+// same call, over p: ErrOpLost when another run went on meanwhile (nothing changed).
+func (o *Op) change(ctx context.Context, sh int, p progress, ch chunk, res *OpResult) (progress, error) {
+	a := o.rec.a
+	save := &delaystore.Progress{OpID: o.ID(), Over: p.raw, Next: ch.next.Pass + "," + ch.next.Score + "," + ch.next.ID,
+		Counted: ch.counted, Keep: a.audit.Retention}
+	c, err := a.store.Change(ctx, sh, o.Spec.Op(), ch.picks, save)
 	if err != nil {
 		return p, fmt.Errorf("bulk operation %s: change shard %d: %w", o.ID(), sh, err)
 	}
-	if n < 0 {
+	if c.N < 0 {
 		return p, fmt.Errorf("bulk operation %s: shard %d: %w", o.ID(), sh, ErrOpLost)
 	}
-	np, err := parseProgress(raw, p.cur.MaxVersion)
+	np, err := parseProgress(c.Progress, p.cur.MaxVersion)
 	if err != nil {
 		return p, err
 	}
-	res.Matched += int64(counted) + newer
-	res.Changed += n
+	res.Matched += int64(ch.counted) + c.Newer
+	res.Changed += c.N
 	return np, nil
-}
-
-// forget drops the progress of a finished operation in every shard (one pipeline). What a
-// failure leaves is dropped by bulk.lua once it is older than the retention.
-func (s *Store) forget(ctx context.Context, id string) {
-	calls := make([]call, len(s.keys))
-	for i, k := range s.keys {
-		calls[i] = call{keys: []string{k.b, k.bx}, args: []any{id}}
-	}
-	s.evalPipelined(ctx, s.scripts[scriptBulkForget], calls)
-}
-
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
