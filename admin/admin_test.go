@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
@@ -104,22 +105,7 @@ func (f *fixture) counts(t *testing.T) (z, m int64) {
 // claimID polls Claim on id's shard until id is claimed or the deadline passes.
 func (f *fixture) claimID(t *testing.T, id string, within time.Duration) (delaystore.Claimed, delaystore.Claim) {
 	t.Helper()
-	sh := f.s.ShardOf(id)
-	deadline := time.Now().Add(within)
-	for attempt := 0; attempt == 0 || time.Now().Before(deadline); attempt++ {
-		c, err := f.s.Claim(t.Context(), sh, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range c.Messages {
-			if m.ID == id {
-				return m, c
-			}
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval
-	}
-	t.Fatalf("%s not claimed within %s", id, within)
-	return delaystore.Claimed{}, delaystore.Claim{}
+	return storetest.ClaimID(t, f.s, id, within)
 }
 
 // tombstoned reports whether src has a tombstone in id's shard: in either set ({P:s}:tn,

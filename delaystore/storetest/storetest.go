@@ -111,3 +111,25 @@ func NewNamesLost(t testing.TB, lease time.Duration) (st *delaystore.Store, lose
 		}
 	}
 }
+
+// ClaimID polls s.Claim on id's shard every 5 ms until id is claimed (the claimed message
+// and the whole claim) or within passed (the test fails). Blocks; t.Context() cancels it.
+func ClaimID(t testing.TB, s *delaystore.Store, id string, within time.Duration) (delaystore.Claimed, delaystore.Claim) {
+	t.Helper()
+	sh := s.ShardOf(id)
+	deadline := time.Now().Add(within)
+	for attempt := 0; attempt == 0 || time.Now().Before(deadline); attempt++ {
+		c, err := s.Claim(t.Context(), sh, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range c.Messages {
+			if m.ID == id {
+				return m, c
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	t.Fatalf("%s not claimed within %s", id, within)
+	return delaystore.Claimed{}, delaystore.Claim{}
+}
