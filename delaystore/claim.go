@@ -61,7 +61,8 @@ func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, *nameT
 // those (which then become the book's table of the shard). A code the table the entries
 // were read with does not hold is a corrupt entry. It does not block.
 func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error) {
-	if len(res) < 4 || (len(res)-4)%3 != 0 {
+	const head = 5 // now, token, next, names, now's microseconds
+	if len(res) < head || (len(res)-head)%3 != 0 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
 	}
 	if all, ok := res[3].([]any); ok {
@@ -71,14 +72,15 @@ func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error
 	now, err1 := toInt64(res[0])
 	token, err2 := toInt64(res[1])
 	next, err3 := toInt64(res[2])
-	if err := errors.Join(err1, err2, err3); err != nil {
+	us, err4 := toInt64(res[4])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
-	c := Claim{Now: now, Next: next}
-	if n := (len(res) - 4) / 3; n > 0 {
+	c := Claim{Now: now, Next: next, Time: time.UnixMicro(now*1000 + us)}
+	if n := (len(res) - head) / 3; n > 0 {
 		c.Messages = make([]Claimed, 0, n)
 	}
-	for i := 4; i < len(res); i += 3 {
+	for i := head; i < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		raw, ok2 := res[i+1].(string)
 		at, ok3 := res[i+2].(int64)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -80,12 +81,12 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 }
 
 // Heads returns the earliest score (unix ms, -1 when the shard is empty) of each of shards,
-// aligned with it, and the Redis time, in one pipelined round trip (ZRANGE 0 0 WITHSCORES
+// aligned with it, and the Redis time (to the microsecond), in one pipelined round trip (ZRANGE 0 0 WITHSCORES
 // per shard, plus TIME). It blocks until Redis answered or ctx is done.
-func (s *Store) Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error) {
+func (s *Store) Heads(ctx context.Context, shards []int) (heads []int64, now time.Time, err error) {
 	for _, sh := range shards {
 		if err := s.checkShard(sh); err != nil {
-			return nil, 0, fmt.Errorf("heads: %w", err)
+			return nil, time.Time{}, fmt.Errorf("heads: %w", err)
 		}
 	}
 	pipe := s.rdb.Pipeline()
@@ -99,15 +100,15 @@ func (s *Store) Heads(ctx context.Context, shards []int) (heads []int64, now int
 	for i, c := range cmds {
 		h, err := headOf(c)
 		if err != nil {
-			return nil, 0, fmt.Errorf("heads shard %d: %w", shards[i], err)
+			return nil, time.Time{}, fmt.Errorf("heads shard %d: %w", shards[i], err)
 		}
 		heads[i] = h
 	}
 	t, err := tm.Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("heads time: %w", err)
+		return nil, time.Time{}, fmt.Errorf("heads time: %w", err)
 	}
-	return heads, t.UnixMilli(), nil
+	return heads, t, nil
 }
 
 func headOf(c *redis.ZSliceCmd) (int64, error) {

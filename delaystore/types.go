@@ -223,6 +223,9 @@ type Claimed struct {
 type Claim struct {
 	// Now is the Redis server time of the claim, unix ms.
 	Now int64
+	// Time is the same Redis time to the microsecond (Now is its millisecond), for the
+	// caller's estimate of the Redis clock.
+	Time time.Time
 	// Messages are the claimed messages (at most the requested count).
 	Messages []Claimed
 	// Next is the shard's earliest score after the claim (unix ms), or -1 when empty. It

@@ -23,7 +23,7 @@ type Claimer interface {
 	// Exchange settles (acks, retries) and claims in one round trip.
 	Exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
 		claims []delaystore.ClaimRequest) delaystore.Exchanged
-	Heads(ctx context.Context, shards []int) (heads []int64, now int64, err error)
+	Heads(ctx context.Context, shards []int) (heads []int64, now time.Time, err error)
 	Wakeups(ctx context.Context) (*delaystore.Wakeups, error)
 }
 

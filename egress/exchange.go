@@ -42,10 +42,14 @@ func (s *scheduler) due() []delaystore.ClaimRequest {
 // DELAYBRIDGE_TEST_CLOCK_OFFSET would put it in the past or future).
 func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, retries []delaystore.RetryRequest,
 	claims []delaystore.ClaimRequest, settled map[int]int) {
-	fence := time.Now()
+	fence, sent := time.Now(), s.now()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	x := s.store.Exchange(cctx, acks, retries, claims)
 	cancel()
+	got := s.now()
+	if len(claims) > 0 {
+		s.noteRoundTrip(got.Sub(sent))
+	}
 	s.settled(acks, retries, x, settled)
 	for i, req := range claims {
 		st := s.shards[req.Shard]
@@ -58,7 +62,7 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 		}
 		st.errs.Reset()
 		st.fails.Recovered(ctx, "claim recovered", "shard", st.shard)
-		s.clock.observe(cl.Now, s.now())
+		s.clock.observe(cl.Time, sent, got)
 		st.head = cl.Next
 		if len(cl.Messages)+len(cl.Corrupt) == req.Max {
 			st.head = cl.Now // more may be due: claim again at once (capacity permitting)

@@ -9,10 +9,11 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 )
 
-// claimLead is how long before a shard's head is due (by the Redis clock estimate) the
-// scheduler claims the shard when it claims ahead (Config.ClaimAhead), so that the round
-// trip is done by the due time. The claim script never leases an entry due later than
-// its own Redis time + ClaimAhead, and the holder hands nothing over before its due time.
+// claimLead is the least time before a shard's head is due (by the Redis clock estimate)
+// that the scheduler claims the shard when it claims ahead (Config.ClaimAhead), so that
+// the round trip is done by the due time; the lead grows with the round trips seen
+// (scheduler.lead). The claim script never leases an entry due later than its own Redis
+// time + ClaimAhead, and the holder hands nothing over before its due time.
 const claimLead = 2 * time.Millisecond
 
 // holder keeps claimed messages that are not due yet (claimed ahead) and hands each batch

@@ -78,6 +78,7 @@ type scheduler struct {
 	ackHold  time.Duration // ackHold; a benchmark compares others
 	handed   atomic.Int64  // messages handed to deliver (or held) whose settlements have not come back
 	ahead    time.Duration // cfg.ahead(): claimed ahead of due; 0: only what is due
+	rtt      time.Duration // a high quantile of recent round trips (noteRoundTrip)
 	hold     *holder       // claimed messages not yet due
 }
 
@@ -343,13 +344,26 @@ func (s *scheduler) wait(timer *time.Timer, claiming bool) <-chan time.Time {
 	return s.arm(timer, now, next)
 }
 
-// lead is how long before its head is due a shard is claimed: claimLead when claiming
-// ahead (the claim's round trip is then done by the due time), else none.
+// lead is how long before its head is due a shard is claimed when claiming ahead, so that
+// the claim's round trip is done by the due time: a recent high round trip plus a
+// millisecond, at least claimLead, at most half of ClaimAhead (the other half is what a
+// claim takes beyond its head). None when not claiming ahead.
 func (s *scheduler) lead() time.Duration {
-	if s.ahead > 0 {
-		return claimLead
+	if s.ahead <= 0 {
+		return 0
 	}
-	return 0
+	return min(max(s.rtt+time.Millisecond, claimLead), s.ahead/2)
+}
+
+// noteRoundTrip folds the duration of one exchange into s.rtt: it rises a quarter of the
+// way to a longer one and sinks a thirty-second of the way to a shorter one, so that it
+// follows about the 90th percentile of recent round trips.
+func (s *scheduler) noteRoundTrip(d time.Duration) {
+	if d > s.rtt {
+		s.rtt += (d - s.rtt) / 4
+	} else {
+		s.rtt -= (s.rtt - d) / 32
+	}
 }
 
 // arm sets timer to fire at next (nil channel when next is zero: nothing to wait for).

@@ -87,6 +87,7 @@ func (s *scheduler) owns(sh int) bool {
 
 // readHeads reads the heads of shards (one pipeline) into their states.
 func (s *scheduler) readHeads(ctx context.Context, shards []int) {
+	sent := s.now()
 	heads, now, err := s.store.Heads(ctx, shards)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -94,7 +95,7 @@ func (s *scheduler) readHeads(ctx context.Context, shards []int) {
 		}
 		return // unknown heads are claimed at once (an empty claim tells the head)
 	}
-	s.clock.observe(now, s.now())
+	s.clock.observe(now, sent, s.now())
 	for i, sh := range shards {
 		if st := s.shards[sh]; st != nil {
 			st.head = heads[i]

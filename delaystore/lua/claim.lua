@@ -3,8 +3,8 @@
 -- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:nm (the shard's interned names);
 -- ARGV: 1 = lease ms, 2 = max messages, 3 = ahead ms, 4 = the generation of the caller's
 -- table of the shard's names
--- returns: per group {now ms, token, next head score or -1, names, id1, env1, at1, id2,
--- env2, at2, ...}; names is 0 when the shard's names are at generation ARGV[4] (the
+-- returns: per group {now ms, token, next head score or -1, names, now's microseconds
+-- within its ms, id1, env1, at1, id2, env2, at2, ...}; names is 0 when the shard's names are at generation ARGV[4] (the
 -- caller's table decodes the entries), else the names hash whole (HGETALL: the table the
 -- entries were written against; docs/design.md "Interned names")
 -- (at: 0 for an entry due by now; for one claimed ahead its score, the time it becomes
@@ -25,6 +25,7 @@
 -- with the first line commented out (delaystore/scripts.go); there a full Redis refuses it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowUs = tonumber(t[2]) % 1000
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
 --!include groups.lua
@@ -67,7 +68,7 @@ local function shard(KEYS, ARGV)
   local token = now + tonumber(ARGV[1])
   if token % 2 == 1 then token = token + 1 end -- even: the claim mark
   local tokenStr = string.format('%d', token)
-  local out = {now, token, -1, 0}
+  local out = {now, token, -1, 0, nowUs}
   if (redis.call('HGET', KEYS[3], '@') or '') ~= ARGV[4] then out[4] = redis.call('HGETALL', KEYS[3]) end
   local ids, at, rest = due(z, tonumber(ARGV[2]), now + (tonumber(ARGV[3]) or 0))
   local leased = false
