@@ -184,6 +184,24 @@ func (b redisStats) usecSince(a redisStats) map[string]int64 {
 	return out
 }
 
+// rewriting reports whether the server is rewriting its AOF (INFO persistence), or has one
+// scheduled.
+func (r *redisProc) rewriting() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.infos.Add(1)
+	s, err := r.rdb.Info(ctx, "persistence").Result()
+	return err == nil && (strings.Contains(s, "aof_rewrite_in_progress:1") || strings.Contains(s, "aof_rewrite_scheduled:1"))
+}
+
+// bgRewrite starts an AOF rewrite (BGREWRITEAOF: one command in the row's counts). An
+// error is ignored: the caller waits for rewriting to be false either way.
+func (r *redisProc) bgRewrite() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.rdb.BgRewriteAOF(ctx).Err()
+}
+
 func (r *redisProc) stats() redisStats {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

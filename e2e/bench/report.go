@@ -78,6 +78,7 @@ func medians(all []result) []row {
 		m.releasedIn = f(func(r result) float64 { return r.releasedIn })
 		m.forks = f(func(r result) float64 { return r.forks })
 		m.relForks = f(func(r result) float64 { return r.relForks })
+		m.rewriteWait = f(func(r result) float64 { return r.rewriteWait })
 		m.ingRedis = f(func(r result) float64 { return r.ingRedis })
 		m.ingWorker = f(func(r result) float64 { return r.ingWorker })
 		m.ingHarness = f(func(r result) float64 { return r.ingHarness })
@@ -178,6 +179,9 @@ func renderReport(rows []row, runs int, p params, took time.Duration, x extraSec
 		}
 		if !math.IsNaN(r.forks) && r.forks > 0 {
 			notes = append(notes, fmt.Sprintf("AOF rewrites %s (%s while releasing)", fnum(r.forks, 0), fnum(r.relForks, 0)))
+		}
+		if !math.IsNaN(r.rewriteWait) {
+			notes = append(notes, fmt.Sprintf("burst sent after an AOF rewrite of the backlog (%.1f s)", r.rewriteWait))
 		}
 		if !math.IsNaN(r.bytesTomb) {
 			notes = append(notes, fmt.Sprintf("tombstones %s, Redis %s B each", fnum(r.tombs, 0), fnum(r.bytesTomb, 0)))
