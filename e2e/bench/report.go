@@ -54,8 +54,8 @@ func medians(all []result) []row {
 	for _, k := range order {
 		g := groups[k]
 		m := medianResult(g)
+		m.missing, m.early = 0, 0 // summed over the runs below
 		rw := row{result: m, runs: len(g)}
-		m.missing, m.early = 0, 0
 		for _, r := range g {
 			rw.missing += r.missing
 			rw.early += r.early
