@@ -67,12 +67,13 @@ lint:
 	$(GO) vet -tags compose ./deploy/compose/...
 
 # End-to-end benchmark (e2e/bench): spawned redis-server, embedded NATS JetStream, the built
-# bridge (1 and 3 replicas, AOF everysec and always) and asynq as the peer baseline, then the
-# fleet (1/8/32 replicas), idle and Redis Cluster rows; prints the tables and writes
+# bridge (1 and 3 replicas, AOF everysec and always), asynq as the peer baseline and the minimal
+# store as the floor (AOF everysec and always), then the fleet (1/16 replicas), idle and Redis
+# Cluster rows; prints the tables and writes
 # docs/benchmarks.md. ~32 min. Quick look (~4 min, does not touch the docs):
 # `go run ./e2e/bench -quick`. Other flags: -runs N,
 # -workloads uniform,steady,burst,parked,fleet,idle,cluster, -systems delaybridge,asynq,
-# -variants x3-everysec,x1-always, -kafka=false, -fleet-replicas 1,8,32, -fleet-for 12s,
+# -variants x3-everysec,x1-always, -kafka=false, -fleet-replicas 1,16, -fleet-for 12s,
 # -idle-shards 16,1024, -cluster-shards 64, -out FILE, -profile DIR (CPU profiles of the bridges),
 # -commands (Redis calls and microseconds per message by command, to stderr).
 BENCHFLAGS ?=

@@ -7,8 +7,8 @@
 // CPU. The same workloads run on github.com/hibiken/asynq (scheduled tasks) on an identically
 // configured redis-server as the peer baseline, and on a minimal store (minimal.go: one
 // sorted set + one hash, parks batched per 1 ms, pops per 1 ms tick, same JetStream
-// streams; not the parked workload) as the floor the steady
-// row is measured against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
+// streams; not the parked workload; AOF everysec, and AOF always for the steady workload
+// when the x1 always variant runs) as the floor the steady rows are measured against. Every delaybridge burst row is followed by its ceiling (ceiling.go: the same
 // messages published straight to the target stream from one client, JetStream async
 // publish), which the release rate is measured against, with the bridge's CPU
 // per released and per parked message. Every (system, variant, workload, run) gets fresh
@@ -18,13 +18,13 @@
 //	go run ./e2e/bench -quick          # short run (~4 min): x1 everysec and asynq, 1 run, no Kafka, small fleet/idle/cluster rows
 //	go run ./e2e/bench -runs 5 -workloads uniform,burst -out docs/benchmarks.md
 //	go run ./e2e/bench -quick -systems delaybridge -variants x1-everysec-wait1   # what WAIT costs
-//	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,32 -fleet-for 15s      # the fleet rows
+//	go run ./e2e/bench -workloads fleet -fleet-replicas 1,8,16 -fleet-for 15s      # the fleet rows
 //	go run ./e2e/bench -quick -workloads idle,cluster
 //
 // The fleet, idle and cluster workloads (delaybridge only, after the others) measure the
 // bridge from outside: Redis INFO (commandstats, CPU), arrivals on NATS, /proc CPU.
-// fleet: 1, 8, 32 replicas on one redis-server at paced 1k/s and 5k/s, with the ratios
-// at 32 / at 1 replica; idle: Redis commands per second per idle replica with 16 and 1024
+// fleet: 1 and 16 replicas on one redis-server at paced 400/s and 5k/s, the most replicas
+// set against 1 replica; idle: Redis commands per second per idle replica with 16 and 1024
 // shards; cluster: one bridge on a 3-master Redis Cluster at 5k/s, per-master CPU.
 package main
 
@@ -74,7 +74,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
 	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring,window,quota", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring, window, quota")
 	systems := flag.String("systems", "delaybridge,asynq,minimal", "comma-separated: delaybridge, asynq, minimal (the minimal-store baseline: one sorted set + one hash, see minimal.go)")
-	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick)")
+	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick); x1-always also runs the minimal store's steady row with AOF always")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	bridgeBin := flag.String("bridge", "", "bridge binary (default: go build ./cmd/bridge into a temp dir)")
 	parkedN := flag.Int("parked", 1_000_000, "messages parked in the backlog workload")
@@ -84,8 +84,56 @@ func main() {
 	bridgeEnv := flag.String("bridge-env", "", "comma-separated K=V added to every bridge's environment (experiments; named in the report)")
 	flag.BoolVar(&perCommand, "commands", false, "print every row's Redis calls and microseconds per message by command (INFO commandstats) to stderr")
 	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
-	fleetRates := flag.String("fleet-rates", "1000,5000", "fleet: paced rates (msgs/s), comma-separated")
-	fleetReplicas := flag.String("fleet-replicas", "1,8,32", "fleet: bridge replicas per row, comma-separated (-quick: 1,8); the ratios compare the most with 1")
+	fleetParamsOf := fleetFlags()
+	flag.Float64Var(&firstIngestEstimate, "ingest-estimate", 8000, "burst and parked: the ingest rate (msgs/s) assumed before one is measured in the run, which sizes the lead before the due time (lower it on a busy machine, where a single run would otherwise fail with \"lead too short\")")
+	flag.Parse()
+	setExtraEnv(*bridgeEnv)
+
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		applyQuick(set)
+	}
+	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
+	extra := []variant{{"delaybridge", 3, "everysec", false, 0}, {"delaybridge", 1, "always", false, 0}, {"delaybridge", 1, "everysec", false, 1}}
+	if *quick {
+		p.uniformN, p.burstN, p.parkedBurst = 50_000, 50_000, 50_000
+		extra = nil
+	}
+	fp := fleetParamsOf(max(1, min(*runs, 2)))
+	if set["variants"] {
+		extra = parseVariants(*variants)
+	}
+	wl := workloadList(*workloads)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		fatalf("redis-server not on PATH (apt-get install -y redis-server)")
+	}
+	bin, cleanup := bridgeBinary(*bridgeBin)
+	defer cleanup()
+
+	syss := splitList(*systems)
+	vs := variantList(syss, extra, *withKafka)
+	started := time.Now()
+	all := runVariants(bin, vs, wl, *runs, p, started)
+
+	var x extraSections
+	if slices.Contains(syss, "delaybridge") {
+		x = runFleetSets(bin, wl, fp, started)
+	}
+	rows := medians(all)
+	report := renderReport(rows, *runs, p, time.Since(started), x)
+	fmt.Println(report)
+	if *out != "" {
+		writeDoc(*out, report)
+	}
+}
+
+// fleetFlags declares the flags of the fleet, idle, cluster, firing and quota workloads;
+// after flag.Parse (and -quick), the function it returns builds their fleetParams, with
+// runs runs per row.
+func fleetFlags() func(runs int) fleetParams {
+	fleetRates := flag.String("fleet-rates", "400,5000", "fleet: paced rates (msgs/s), comma-separated")
+	fleetReplicas := flag.String("fleet-replicas", "1,16", "fleet: bridge replicas per row, comma-separated (-quick: 1,8); the targets set the most against 1")
 	fleetFor := flag.Duration("fleet-for", 12*time.Second, "fleet and cluster: sending time per row (-quick: 5s)")
 	idleReplicas := flag.String("idle-replicas", "1,8", "idle: bridge replicas per row, comma-separated (-quick: 1,4)")
 	idleShards := flag.String("idle-shards", "16,1024", "idle: BRIDGE_SHARDS per row, comma-separated")
@@ -99,115 +147,105 @@ func main() {
 	quotaN := flag.Int("quota-n", 50_000, "quota: messages parked with and without a BRIDGE_TARGET_QUOTA pattern (-quick: 10000)")
 	recurFor := flag.Duration("recurring-for", 15*time.Second, "recurring: measured window, and the one-shot reference's sending time (-quick: 5s)")
 	windowN := flag.Int("window-n", 100_000, "window: messages of the burst due at once, with a 10 s x-delay-window and without (-quick: 20000)")
-	flag.Float64Var(&firstIngestEstimate, "ingest-estimate", 8000, "burst and parked: the ingest rate (msgs/s) assumed before one is measured in the run, which sizes the lead before the due time (lower it on a busy machine, where a single run would otherwise fail with \"lead too short\")")
-	flag.Parse()
-	var err error
-	if extraEnv, err = parseEnvList(*bridgeEnv); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: -bridge-env:", err)
-		os.Exit(2)
+	return func(runs int) fleetParams {
+		return fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: runs,
+			idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
+			clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate,
+			firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor, windowN: *windowN},
+			quotaN: *quotaN}
 	}
+}
 
-	p := params{uniformN: 100_000, steadyRate: 5000, steadyFor: *steadyFor, burstN: 100_000, parkedN: *parkedN, parkedBurst: 100_000}
-	extra := []variant{{"delaybridge", 3, "everysec", false, 0}, {"delaybridge", 1, "always", false, 0}, {"delaybridge", 1, "everysec", false, 1}}
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *quick {
-		if !set["runs"] {
-			*runs = 1
-		}
-		if !set["steady-for"] {
-			p.steadyFor = 10 * time.Second
-		}
-		if !set["parked"] {
-			p.parkedN = 200_000
-		}
-		p.uniformN, p.burstN, p.parkedBurst = 50_000, 50_000, 50_000
-		extra = nil
-		if !set["kafka"] {
-			*withKafka = false
-		}
-		if !set["fleet-replicas"] {
-			*fleetReplicas = "1,8"
-		}
-		if !set["fleet-for"] {
-			*fleetFor = 5 * time.Second
-		}
-		if !set["idle-replicas"] {
-			*idleReplicas = "1,4"
-		}
-		if !set["idle-warmup"] {
-			*idleWarmup = 2 * time.Second
-		}
-		if !set["idle-for"] {
-			*idleFor = 5 * time.Second
-		}
-		if !set["rate-n"] {
-			*rateN = 2000
-		}
-		if !set["recurring"] {
-			*recurring = 500
-		}
-		if !set["recurring-for"] {
-			*recurFor = 5 * time.Second
-		}
-		if !set["window-n"] {
-			*windowN = 20_000
-		}
-		if !set["quota-n"] {
-			*quotaN = 10_000
-		}
-	}
-	fp := fleetParams{rates: floatList(*fleetRates), replicas: intList(*fleetReplicas), dur: *fleetFor, runs: max(1, min(*runs, 2)),
-		idleReplicas: intList(*idleReplicas), idleShards: intList(*idleShards), idleWarmup: *idleWarmup, idleFor: *idleFor,
-		clusterMasters: 3, clusterShards: *clusterShards, clusterRate: *clusterRate,
-		firing: firingParams{rateN: *rateN, rateLimit: *rateLimit, replicas: []int{1, 4}, recurring: *recurring, recurFor: *recurFor, windowN: *windowN},
-		quotaN: *quotaN}
-	if set["variants"] {
-		extra = nil
-		for _, s := range splitList(*variants) {
-			var r, w int
-			var a string
-			spec, waitSpec, hasWait := strings.Cut(s, "-wait")
-			if hasWait {
-				if _, err := fmt.Sscanf(waitSpec, "%d", &w); err != nil || w != 1 {
-					fatalf("bad variant %q (the wait variant has one replica: -wait1)", s)
-				}
-			}
-			if _, err := fmt.Sscanf(strings.Replace(spec, "-", " ", 1), "x%d %s", &r, &a); err != nil || (a != "everysec" && a != "always") || r < 1 {
-				fatalf("bad variant %q (want e.g. x3-everysec or x1-everysec-wait1)", s)
-			}
-			extra = append(extra, variant{"delaybridge", r, a, false, w})
-		}
-	}
-	wl := splitList(*workloads)
+// workloadList reads -workloads.
+func workloadList(s string) []string {
+	wl := splitList(s)
 	for _, w := range wl {
 		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "window", "quota"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		fatalf("redis-server not on PATH (apt-get install -y redis-server)")
-	}
+	return wl
+}
 
-	bin := *bridgeBin
-	if bin == "" {
-		dir, err := os.MkdirTemp("", "delaybridge-bench-")
-		if err != nil {
-			fatalf("%v", err)
+// writeDoc writes the Markdown document of report to path.
+func writeDoc(path, report string) {
+	if err := os.WriteFile(path, []byte(markdownDoc(report)), 0o644); err != nil {
+		fatalf("write %s: %v", path, err)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s\n", path)
+}
+
+// bridgeBinary is bin, or when bin is empty a bridge built from ./cmd/bridge into a
+// temporary directory, which cleanup removes.
+func bridgeBinary(bin string) (_ string, cleanup func()) {
+	if bin != "" {
+		return bin, func() {}
+	}
+	dir, err := os.MkdirTemp("", "delaybridge-bench-")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	bin = filepath.Join(dir, "bridge")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/bridge")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		fatalf("build bridge (run from the module root): %v", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }
+}
+
+// quickDefaults are the flag values of -quick, for the flags not given.
+var quickDefaults = [][2]string{
+	{"runs", "1"}, {"steady-for", "10s"}, {"parked", "200000"}, {"kafka", "false"},
+	{"fleet-replicas", "1,8"}, {"fleet-for", "5s"}, {"idle-replicas", "1,4"}, {"idle-warmup", "2s"}, {"idle-for", "5s"},
+	{"rate-n", "2000"}, {"recurring", "500"}, {"recurring-for", "5s"}, {"window-n", "20000"}, {"quota-n", "10000"},
+}
+
+// applyQuick sets the quickDefaults of the flags not in set (the flags given).
+func applyQuick(set map[string]bool) {
+	for _, kv := range quickDefaults {
+		if set[kv[0]] {
+			continue
 		}
-		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "bridge")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/bridge")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fatalf("build bridge (run from the module root): %v", err)
+		if err := flag.Set(kv[0], kv[1]); err != nil {
+			fatalf("-quick: %s=%s: %v", kv[0], kv[1], err)
 		}
 	}
+}
 
+// baseVariant is the variant every comparison starts from: delaybridge, 1 replica, AOF
+// everysec, NATS source, no WAIT.
+var baseVariant = variant{"delaybridge", 1, "everysec", false, 0}
+
+// parseVariants reads -variants: e.g. x3-everysec, x1-always, x1-everysec-wait1.
+func parseVariants(list string) []variant {
+	var out []variant
+	for _, s := range splitList(list) {
+		var r, w int
+		var a string
+		spec, waitSpec, hasWait := strings.Cut(s, "-wait")
+		if hasWait {
+			if _, err := fmt.Sscanf(waitSpec, "%d", &w); err != nil || w != 1 {
+				fatalf("bad variant %q (the wait variant has one replica: -wait1)", s)
+			}
+		}
+		if _, err := fmt.Sscanf(strings.Replace(spec, "-", " ", 1), "x%d %s", &r, &a); err != nil || (a != "everysec" && a != "always") || r < 1 {
+			fatalf("bad variant %q (want e.g. x3-everysec or x1-everysec-wait1)", s)
+		}
+		out = append(out, variant{"delaybridge", r, a, false, w})
+	}
+	return out
+}
+
+// variantList is the variants to run, in order, for the systems syss and the delaybridge
+// variants extra. With the minimal store and the x1 always variant among extra, the
+// minimal store runs with AOF always too (steady only): the always row's own baseline.
+func variantList(syss []string, extra []variant, withKafka bool) []variant {
 	var vs []variant
-	syss := splitList(*systems)
-	if slices.Contains(syss, "delaybridge") {
-		vs = append(vs, variant{"delaybridge", 1, "everysec", false, 0})
+	db := slices.Contains(syss, "delaybridge")
+	if db {
+		vs = append(vs, baseVariant)
 	}
 	if slices.Contains(syss, "asynq") {
 		vs = append(vs, variant{"asynq", 1, "everysec", false, 0})
@@ -215,29 +253,46 @@ func main() {
 	if slices.Contains(syss, "minimal") {
 		vs = append(vs, variant{"minimal", 1, "everysec", false, 0})
 	}
-	if slices.Contains(syss, "delaybridge") {
+	if db {
 		vs = append(vs, extra...)
-		if *withKafka {
-			vs = append(vs, variant{"delaybridge", 1, "everysec", true, 0})
-		}
 	}
+	if slices.Contains(syss, "minimal") && slices.Contains(extra, variant{"delaybridge", 1, "always", false, 0}) {
+		vs = append(vs, variant{"minimal", 1, "always", false, 0})
+	}
+	if db && withKafka {
+		vs = append(vs, variant{"delaybridge", 1, "everysec", true, 0})
+	}
+	return vs
+}
 
-	started := time.Now()
+// runsWorkload reports whether variant v runs workload w in the per-variant loop (the fleet
+// workloads run once, later). first is the first variant of the run.
+func runsWorkload(v, first variant, w string) bool {
+	switch {
+	case slices.Contains(fleetWorkloads, w):
+		return false
+	case v.system == "minimal" && w == "parked":
+		return false // a baseline for steady load (and burst memory), not for the backlog
+	case v.system == "minimal" && v.aof == "always":
+		return w == "steady" // the always row's baseline: steady only
+	case v.system == "delaybridge" && w == "parked":
+		// The extra variants run the short workloads only: the backlog one is about
+		// memory, which neither replicas nor fsync change.
+		return v == first || v == baseVariant
+	}
+	return true
+}
+
+// runVariants runs every workload of wl that each variant of vs runs, runs times (the long
+// ones at most twice), and returns the results in order.
+func runVariants(bin string, vs []variant, wl []string, runs int, p params, started time.Time) []result {
 	var all []result
 	for _, v := range vs {
-		// The extra variants run the three short workloads only: the backlog one is about
-		// memory, which neither replicas nor fsync change.
 		for _, w := range wl {
-			if slices.Contains(fleetWorkloads, w) {
-				continue // below, once
-			}
-			if v != vs[0] && v.system == "delaybridge" && v != (variant{"delaybridge", 1, "everysec", false, 0}) && w == "parked" {
+			if !runsWorkload(v, vs[0], w) {
 				continue
 			}
-			if v.system == "minimal" && w == "parked" {
-				continue // a baseline for steady load (and burst memory), not for the backlog
-			}
-			n := *runs
+			n := runs
 			if w == "parked" || w == "steady" {
 				n = max(1, min(n, 2)) // the long ones: at most 2 runs
 			}
@@ -249,20 +304,7 @@ func main() {
 			}
 		}
 	}
-
-	var x extraSections
-	if slices.Contains(syss, "delaybridge") {
-		x = runFleetSets(bin, wl, fp, started)
-	}
-	rows := medians(all)
-	report := renderReport(rows, *runs, p, time.Since(started), x)
-	fmt.Println(report)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(markdownDoc(report)), 0o644); err != nil {
-			fatalf("write %s: %v", *out, err)
-		}
-		fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
-	}
+	return all
 }
 
 func runOne(bin string, v variant, w string, p params) result {
@@ -491,6 +533,15 @@ func profileBridges(s *dbSystem, variant, workload string) {
 		name := filepath.Join(profileDir, fmt.Sprintf("%02d-%s-%s-bridge%d.pprof", profileSeq,
 			clean.Replace(variant), clean.Replace(workload), i))
 		go b.cpuProfile(name, profileFor)
+	}
+}
+
+// setExtraEnv sets extraEnv from -bridge-env, or exits with status 2.
+func setExtraEnv(list string) {
+	var err error
+	if extraEnv, err = parseEnvList(list); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -bridge-env:", err)
+		os.Exit(2)
 	}
 }
 
