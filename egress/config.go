@@ -55,8 +55,8 @@ type Config struct {
 	// without a heartbeat (one every OwnershipTTL/3). A killed replica's shards are claimed
 	// again within OwnershipTTL + OwnershipTTL/3. Default 3s.
 	OwnershipTTL time.Duration `env:"OWNERSHIP_TTL" envDefault:"3s" envDoc:"how long a replica keeps its shards without a heartbeat (one every third of it); a killed replica's shards are taken over within 4/3 of it (extension)"`
-	// ClaimAhead: a shard is claimed once its head is due (within claimLead), and the claim
-	// also takes the messages due within ClaimAhead after it; those wait in the scheduler
+	// ClaimAhead: a shard is claimed a recent round trip before its head is due (the lead:
+	// scheduler.lead), and the claim also takes the messages due within ClaimAhead after it; those wait in the scheduler
 	// until their due time (holder). Each shard is then claimed about once per ClaimAhead
 	// instead of once per message at a steady rate (Redis' cost follows the shards a
 	// claim touches). A held message is in delivery: a cancel or replace of it answers
