@@ -53,6 +53,7 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 	s.settled(acks, retries, x, settled)
 	for i, req := range claims {
 		st := s.shards[req.Shard]
+		st.offered = false
 		cl, err := x.Claims[i], x.ClaimErrs[i]
 		st.inflight -= req.Max - len(cl.Messages) - len(cl.Corrupt)
 		s.total -= req.Max - len(cl.Messages) - len(cl.Corrupt)

@@ -216,7 +216,7 @@ func (s *scheduler) run(ctx context.Context) {
 		var acks []delaystore.Receipt
 		var retries []delaystore.RetryRequest
 		var n map[int]int
-		if !claiming || s.settleNow(len(claims) > 0) {
+		if !claiming || s.settleNow(len(claims) > 0, s.urgent(claims)) {
 			acks, retries, n = s.takeSettlements()
 		}
 		if len(acks)+len(retries)+len(claims) > 0 {
@@ -243,23 +243,44 @@ func (s *scheduler) run(ctx context.Context) {
 // settleNow reports whether the queued settlements go in this round trip: with a claim
 // (withClaims) once the oldest was held (settleHold), alone settleDelay after that, and at
 // once when capacity is short (settling frees it) or a queued settlement's messages
-// reached half their lease (settleBy).
-func (s *scheduler) settleNow(withClaims bool) bool {
+// reached half their lease (settleBy). An urgent claim does not take them along once held
+// (a round trip that carries a large ack group takes several times as long): they go
+// alone or with the next claim.
+func (s *scheduler) settleNow(withClaims, urgent bool) bool {
 	s.mu.Lock()
 	queued, since, hold, by := len(s.settleQ), s.settleT, s.settleHold(), s.settleBy
 	s.mu.Unlock()
 	if queued == 0 {
 		return false
 	}
-	if !by.IsZero() && !time.Now().Before(by) {
+	if (!by.IsZero() && !time.Now().Before(by)) || s.capacityShort() {
 		return true
 	}
+	age := s.now().Sub(since)
+	return age >= hold+settleDelay || (withClaims && !urgent && age >= hold)
+}
+
+// capacityShort reports whether half the replica's or a shard's claim capacity is taken.
+func (s *scheduler) capacityShort() bool {
 	batch := s.cfg.BatchSize
-	if age := s.now().Sub(since); s.total >= replicaCapacity*batch/2 || age >= hold+settleDelay || (withClaims && age >= hold) {
+	if s.total >= replicaCapacity*batch/2 {
 		return true
 	}
 	for _, st := range s.shards {
 		if st.inflight >= shardCapacity*batch/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// urgent reports whether one of claims is of a shard whose head a wake-up lowered to a
+// due time within the lead: a message parked that close to (or past) its due time, which
+// waits for this round trip alone.
+func (s *scheduler) urgent(claims []delaystore.ClaimRequest) bool {
+	soon := s.clock.redisNow(s.now().Add(s.lead()))
+	for _, c := range claims {
+		if st := s.shards[c.Shard]; st != nil && st.offered && st.head <= soon {
 			return true
 		}
 	}

@@ -26,6 +26,10 @@ type shardState struct {
 	errs     backoff.Backoff // the waits after failed claims
 	fails    backoff.Streak  // the log of failed claims
 	retryAt  time.Time       // after a failed claim: no claim before
+	// offered: the head was lowered by a wake-up (a message parked as the shard's new
+	// head) since the shard was last claimed; a claim of it is urgent when that head is due
+	// within the lead (scheduler.urgent)
+	offered bool
 }
 
 // follow applies a new ownership view: shards no longer owned are dropped (their claims
@@ -133,7 +137,7 @@ func (s *scheduler) takeOffers(ctx context.Context) {
 	s.mu.Unlock()
 	for sh, due := range offers {
 		if st := s.shards[sh]; st != nil && (st.head < 0 || due < st.head) && st.head != unknownHead {
-			st.head = due
+			st.head, st.offered = due, true
 		}
 	}
 	if resync && ctx.Err() == nil {
