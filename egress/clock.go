@@ -33,12 +33,13 @@ type redisClock struct {
 func (c *redisClock) observe(redis, sent, got time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.base.IsZero() {
+	first := c.base.IsZero()
+	if first {
 		c.base = sent
 	}
 	r := float64(redis.UnixMicro())
 	lo, hi, at := r-c.us(got), r-c.us(sent), c.us(got)
-	if c.at == 0 && c.off == 0 || lo > c.offAt(at) || c.offAt(at) > hi {
+	if first || lo > c.offAt(at) || c.offAt(at) > hi {
 		c.off, c.at = lo, at
 	}
 }
