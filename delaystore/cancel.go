@@ -30,13 +30,24 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 // error wrapping ErrNotReplicated (the deletion may still have happened on the master:
 // cancelling again is safe, but may then report false).
 func (s *Store) CancelAt(ctx context.Context, id string, at int64) (bool, error) {
+	return s.CancelKeyAt(ctx, id, "", at)
+}
+
+// CancelKeyAt is CancelAt of the message with this id and ordering key (docs/design.md
+// "Ordering keys": a keyed message is named by both; "" is a message without key). A
+// deleted message leaves its key's chain: the next of the key becomes eligible when the
+// deleted one was the first.
+func (s *Store) CancelKeyAt(ctx context.Context, id, key string, at int64) (bool, error) {
 	if id == "" {
 		return false, errors.New("cancel: empty id")
 	}
 	if err := s.layoutErr(); err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	sh := s.ShardOf(id)
+	if err := checkOrderingKey(Envelope{OrderingKey: key}); err != nil {
+		return false, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	sh := s.shardOfMessage(id, key)
 	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID}
 	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()

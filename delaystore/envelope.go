@@ -59,7 +59,7 @@ const sourceHTTP = "http"
 // ascending canonical decimal joined by ","; such a header's value is stored empty: a
 // message without one pays nothing), metaWindow (Envelope.Window, decimal
 // ms > 0, and for a recurring message ",<Envelope.Anchor>"), metaTombstone ("1":
-// Envelope.Tombstone), metaMisfire (Envelope.Misfire), metaExpires (Envelope.Expires,
+// Envelope.Tombstone), metaOrdering (Envelope.OrderingKey), metaMisfire (Envelope.Misfire), metaExpires (Envelope.Expires,
 // decimal ms > 0) and metaEvery (Envelope.Every, last: bulk.lua's recurring looks for it
 // there). They are reserved headers, which no adapter ever sends to a broker.
 const (
@@ -67,6 +67,7 @@ const (
 	metaNulls     = headers.ReservedPrefix + "nulls"
 	metaWindow    = headers.ReservedPrefix + "window"
 	metaTombstone = headers.ReservedPrefix + "tombstone"
+	metaOrdering  = headers.ReservedPrefix + "okey"
 	metaMisfire   = headers.ReservedPrefix + "misfire"
 	metaExpires   = headers.ReservedPrefix + "expires"
 	metaEvery     = headers.ReservedPrefix + "every"
@@ -92,6 +93,9 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 	if e.Tombstone {
 		l = append(l, headers.Header{Key: metaTombstone, Value: "1"})
 	}
+	if e.OrderingKey != "" {
+		l = append(l, headers.Header{Key: metaOrdering, Value: e.OrderingKey})
+	}
 	if e.Misfire != "" {
 		l = append(l, headers.Header{Key: metaMisfire, Value: e.Misfire})
 	}
@@ -102,6 +106,23 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 		l = append(l, headers.Header{Key: metaEvery, Value: e.Every})
 	}
 	return l
+}
+
+// MaxOrderingKey is the longest ordering key, in bytes (SPEC section 11).
+const MaxOrderingKey = 256
+
+// checkOrderingKey checks e's ordering key: none, or 1 to MaxOrderingKey bytes on a message
+// that does not recur.
+func checkOrderingKey(e Envelope) error {
+	switch {
+	case e.OrderingKey == "":
+		return nil
+	case len(e.OrderingKey) > MaxOrderingKey:
+		return fmt.Errorf("ordering key of %d bytes (at most %d)", len(e.OrderingKey), MaxOrderingKey)
+	case e.Every != "":
+		return errors.New("an ordering key on a recurring message")
+	}
+	return nil
 }
 
 // nullIndices is the metaNulls value of hs: the indices of its Header.Null fields, "" when
@@ -120,7 +141,7 @@ func nullIndices(hs headers.List) string {
 }
 
 // takeMeta moves the trailing reserved headers of a decoded body into their Envelope
-// fields (metaEvery last, then metaExpires, then metaMisfire, then metaTombstone, then
+// fields (metaEvery last, then metaExpires, then metaMisfire, then metaOrdering, then metaTombstone, then
 // metaWindow, then metaNulls, marking the headers it names Null; metaSent, first, is
 // dropped). A value that encodeBody would not have written is ErrCorrupt.
 func (e *Envelope) takeMeta() error {
@@ -142,6 +163,13 @@ func (e *Envelope) takeMeta() error {
 	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaMisfire {
 		if e.Misfire = e.Headers[n-1].Value; e.Misfire == "" {
 			return fmt.Errorf("%w: empty misfire policy", ErrCorrupt)
+		}
+		e.Headers = e.Headers[:n-1]
+	}
+	if n := len(e.Headers); n > 0 && e.Headers[n-1].Key == metaOrdering {
+		e.OrderingKey = e.Headers[n-1].Value
+		if err := checkOrderingKey(*e); err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		e.Headers = e.Headers[:n-1]
 	}

@@ -132,7 +132,7 @@ func TestRefusedRunAnswersOnce(t *testing.T) {
 	for sh := range 4 {
 		id := idsOnShard(f.s, sh, 1, "oom")[0]
 		groups = append(groups, group{shard: sh, keys: f.s.keys[sh].park,
-			args: []any{f.s.keys[sh].wake, f.s.keys[sh].shardID, id, "r", "0", "0", encodeBody(sampleEnvelope(sh), id), "0", "0"}}) // no quota block, no names block
+			args: []any{f.s.keys[sh].wake, f.s.keys[sh].shardID, id, "r", "0", "0", encodeBody(sampleEnvelope(sh), id), "0", "0", "0"}}) // no quota, names or keys block
 	}
 	c := packedCall(groups)
 	for range 3 {

@@ -42,6 +42,22 @@ func (s *Store) ShardOf(id string) int {
 	return ShardOf(id, s.shards)
 }
 
+// ShardOfKey returns the shard of the messages with ordering key key: every message of a
+// key is stored there, whatever its id (docs/design.md "Ordering keys"). It is a pure
+// function and never changes for a store.
+func (s *Store) ShardOfKey(key string) int {
+	return ShardOf("k:"+key, s.shards)
+}
+
+// shardOfMessage is the shard a message is stored in: its ordering key's when it has one
+// ("" none), else its id's.
+func (s *Store) shardOfMessage(id, key string) int {
+	if key != "" {
+		return s.ShardOfKey(key)
+	}
+	return s.ShardOf(id)
+}
+
 // ShardOf returns fnv32a(id) mod shards, the shard of an id that is no source position;
 // shards < 1 yields 0.
 // This mapping must never change: entries of existing ids would become unreachable by

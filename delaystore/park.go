@@ -50,6 +50,9 @@ func (s *Store) Park(ctx context.Context, reqs []ParkRequest) ([]Parked, error) 
 		if !r.Absolute && r.Delay < 0 {
 			return nil, fmt.Errorf("park %s: negative delay %s", r.ID, r.Delay)
 		}
+		if err := checkOrderingKey(r.Envelope); err != nil {
+			return nil, fmt.Errorf("park %s: %w", r.ID, err)
+		}
 		todo[i] = i
 	}
 	out := make([]Parked, len(reqs))
@@ -81,7 +84,7 @@ func (s *Store) byShard(reqs []ParkRequest, todo []int) (map[int][]int, []int) {
 	byShard := make(map[int][]int)
 	var order []int
 	for _, i := range todo {
-		sh := s.ShardOf(reqs[i].ID)
+		sh := s.shardOfMessage(reqs[i].ID, reqs[i].Envelope.OrderingKey)
 		if _, ok := byShard[sh]; !ok {
 			order = append(order, sh)
 		}
@@ -350,7 +353,21 @@ func (s *Store) parkGroup(reqs []ParkRequest, sh int, own []int, bodies [][]byte
 	}
 	args = append(args, s.quota.block(reqs, own, sh, match, names)...)
 	args = append(args, names.args()...)
+	args = append(args, keysBlock(reqs, own)...)
 	return group{shard: sh, keys: s.keys[sh].park, args: args}
+}
+
+// keysBlock is the keys block of park's arguments for the requests own: pairs message
+// number in the group (1-based), ordering key, of the requests with one, then their count
+// (docs/design.md "Ordering keys").
+func keysBlock(reqs []ParkRequest, own []int) []any {
+	var out []any
+	for k, i := range own {
+		if key := reqs[i].Envelope.OrderingKey; key != "" {
+			out = append(out, strconv.Itoa(k+1), key)
+		}
+	}
+	return append(out, strconv.Itoa(len(out)/2))
 }
 
 // ceilMS converts d to whole milliseconds, rounding up: a relative delay is never early

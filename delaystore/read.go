@@ -116,11 +116,15 @@ func headOf(c *redis.ZSliceCmd) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(zs) == 0 {
+	if len(zs) == 0 || zs[0].Score >= heldScore {
 		return -1, nil
 	}
 	return int64(zs[0].Score), nil
 }
+
+// heldScore is the score of a held entry of an ordering key (lua/chain.lua HELD: 2^50 + 1,
+// odd, above every time): a shard whose head scores it has nothing eligible.
+const heldScore = 1<<50 + 1
 
 // Forecast counts the parked messages by scheduled time (the z score, unix ms): overdue
 // (at or before from) and then n buckets of step ms each after from, in one pipeline of

@@ -65,15 +65,15 @@ type scriptDef struct {
 // all derive from it. TestScriptTable holds it to lua/: every file is a script here or a
 // library one includes, includes and flags as the files say.
 var scriptDefs = [numScripts]scriptDef{
-	scriptPark:       {name: "park", includes: []string{"envelope.lua", "tombs.lua", "groups.lua", "quota.lua"}}, // no flags: refused when Redis is full
+	scriptPark:       {name: "park", includes: []string{"envelope.lua", "tombs.lua", "groups.lua", "quota.lua", "chain.lua"}}, // no flags: refused when Redis is full
 	scriptClaim:      {name: "claim", includes: []string{"groups.lua"}, flags: "allow-oom"},
-	scriptAck:        {name: "ack", includes: []string{"envelope.lua", "tombs.lua", "groups.lua", "settled.lua", "quota.lua"}, flags: "allow-oom"},
+	scriptAck:        {name: "ack", includes: []string{"envelope.lua", "tombs.lua", "groups.lua", "settled.lua", "quota.lua", "chain.lua"}, flags: "allow-oom"},
 	scriptRetry:      {name: "retry", includes: []string{"envelope.lua", "groups.lua", "settled.lua"}, flags: "allow-oom"},
-	scriptCancel:     {name: "cancel", includes: []string{"envelope.lua", "quota.lua", "tombs.lua"}, flags: "allow-oom"},
+	scriptCancel:     {name: "cancel", includes: []string{"envelope.lua", "quota.lua", "tombs.lua", "chain.lua"}, flags: "allow-oom"},
 	scriptMember:     {name: "member", flags: "allow-oom"},
 	scriptRate:       {name: "rate", flags: "allow-oom"},
 	scriptScan:       {name: "scan", includes: []string{"envelope.lua"}, flags: "no-writes"},
-	scriptBulk:       {name: "bulk", includes: []string{"envelope.lua", "tombs.lua", "quota.lua"}, flags: "allow-oom"},
+	scriptBulk:       {name: "bulk", includes: []string{"envelope.lua", "tombs.lua", "quota.lua", "chain.lua"}, flags: "allow-oom"},
 	scriptCounts:     {name: "counts", includes: []string{"envelope.lua"}}, // no flags: refused when Redis is full
 	scriptQuotaCount: {name: "quotacount"},                                 // no flags: refused when Redis is full
 	scriptStats:      {name: "stats"},                                      // no flags: refused when Redis is full

@@ -83,14 +83,14 @@ type shardKeys struct {
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
 	claim   []string // z, m, nm: claim
-	retry   []string // z, m, r, seq: retry
+	retry   []string // z, m, r, seq, ki: retry
 	n       string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
-	ack     []string // z, m, tn, r, n, qt, qc, to: ack
-	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to: bulk
+	ack     []string // z, m, tn, r, n, qt, qc, to, k, ki: ack
+	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki: bulk
 	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (change.go)
-	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to: park
-	cancel  []string // z, m, tn, r, n, c, cx, qt, qc, to: cancel
+	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to, k, ki: park
+	cancel  []string // z, m, tn, r, n, c, cx, qt, qc, to, k, ki: cancel
 	qt      string   // {P:s}:qt, the shard's targets mapped to quota patterns (quota.lua)
 	qc      string   // the quota counter hash: {P:quota}, or {P:s}:q on Cluster (quota.lua)
 	seq     string   // {P:s}:seq, also the key of the WAIT fence (wait.go)
@@ -107,6 +107,7 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 	tn, to := tag+":tn", tag+":to" // tombstones, newer and older set (tombs.lua)
 	c, cx := tag+":c", tag+":cx"   // remembered cancels and their expiry index
 	b, bx := tag+":b", tag+":bx"   // bulk operations' progress and its expiry index
+	k, ki := tag+":k", tag+":ki"   // the chains of ordering keys and the keyed entries (chain.lua)
 	qt, qc := tag+":qt", "{"+p+":quota}"
 	if perShard {
 		qc = tag + ":q"
@@ -115,14 +116,14 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 		z: z, m: m, r: r, epoch: tag + ":epoch",
 		zm:    []string{z, m},
 		claim: []string{z, m, nm},
-		retry: []string{z, m, r, seq},
+		retry: []string{z, m, r, seq, ki},
 		n:     n,
 		nm:    nm,
-		ack:   []string{z, m, tn, r, n, qt, qc, to},
-		bulk:  []string{z, m, seq, tn, r, n, b, bx, qt, qc, to},
+		ack:   []string{z, m, tn, r, n, qt, qc, to, k, ki},
+		bulk:  []string{z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki},
 		b:     b, bx: bx,
-		park:    []string{z, m, seq, tn, r, n, c, cx, qt, qc, nm, to},
-		cancel:  []string{z, m, tn, r, n, c, cx, qt, qc, to},
+		park:    []string{z, m, seq, tn, r, n, c, cx, qt, qc, nm, to, k, ki},
+		cancel:  []string{z, m, tn, r, n, c, cx, qt, qc, to, k, ki},
 		qt:      qt,
 		qc:      qc,
 		seq:     seq,

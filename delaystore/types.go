@@ -141,6 +141,11 @@ type Envelope struct {
 	// firing of a recurring message in its own window (internal/schedule NextSpread).
 	// Stored like Expires, only when set.
 	Window time.Duration
+	// OrderingKey is the message's ordering key (x-delay-ordering-key, 1 to
+	// MaxOrderingKey bytes; "" none): messages with the same key are published one at a
+	// time in parking order (docs/design.md "Ordering keys"). It selects the shard instead
+	// of the id and is not allowed with Every. Stored like Expires, only when set.
+	OrderingKey string
 	// Anchor is, for a recurring message with a Window, the nominal (undrawn) due time of
 	// its first firing, unix ms: an interval schedule counts from it. 0 otherwise. Stored
 	// with Window.

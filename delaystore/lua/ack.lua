@@ -3,13 +3,18 @@
 -- per shard (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:tn (newer
 --       tombstones: tombs.lua), 4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n
 --       (parked count per target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter
---       hash (quota.lua), 8 = {P:s}:to (older tombstones)
+--       hash (quota.lua), 8 = {P:s}:to (older tombstones), 9 = {P:s}:k (the chains of
+--       ordering keys: chain.lua), 10 = {P:s}:ki (keyed entries)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
 --       of the shard follows in the same round trip and reads it), then per message 3
 --       values: id, version, token
 -- returns: per group {acked count, next head score, -1 when empty, -2 when not read}
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
+-- A deleted keyed entry leaves its chain in the same call, releasing the next of its key
+-- when it was the head (chain.lua). A keyed entry whose score is still the token but whose
+-- version is newer was replaced while in delivery (park.lua kept the token): the replaced
+-- version is confirmed, so the new one is re-scored to its due time.
 -- An entry whose header is unreadable has version 0 to its claimer (delaystore Corrupt, which
 -- egress dead-letters and then acks): the token alone fences it.
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL (park then
@@ -36,6 +41,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 --!include quota.lua
 
+--!include chain.lua
+
+-- settleChains takes the deleted keyed entries (gone) out of their chains and re-scores
+-- the keyed entries replaced in delivery (swapped: {id, due}) to their due time.
+local function settleChains(z, m, kz, ki, gone, swapped)
+  local ids = {}
+  for _, id in ipairs(gone) do ids[#ids + 1] = id end
+  for _, r in ipairs(swapped) do ids[#ids + 1] = r[1] end
+  local vals = chainValues(ki, ids)
+  if vals == nil then return end
+  for i, id in ipairs(gone) do
+    if vals[i] then chainLeave(z, m, kz, ki, id, vals[i]) end
+  end
+  for i, r in ipairs(swapped) do
+    if vals[#gone + i] then redis.call('ZADD', z, 'XX', string.format('%d', r[2]), r[1]) end
+  end
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local ttl = tonumber(ARGV[1])
@@ -44,6 +67,7 @@ local function shard(KEYS, ARGV)
   local tombs = {} -- source ids of the deleted entries
   local deltas = {} -- target -> minus the deleted entries
   local ids = {}
+  local gone, swapped = {}, {} -- ids deleted; {id, due} of keyed entries replaced in delivery
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   for c = 1, #ids, CHUNK do
     local last = math.min(c + CHUNK - 1, #ids)
@@ -54,9 +78,12 @@ local function shard(KEYS, ARGV)
       local k = c + j - 1
       local id = ids[k]
       local a = (k - 1) * 3 + 3
-      local version, attempts, _, p = entry(envs[j] or '')
-      if envs[j] and not seen[id] and (version or 0) == tonumber(ARGV[a + 1]) then
-        local score = scores[j]
+      local version, attempts, due, p = entry(envs[j] or '')
+      local score = scores[j]
+      if envs[j] and not seen[id] and version and version > tonumber(ARGV[a + 1]) and score and
+          tonumber(score) == tonumber(ARGV[a + 2]) then
+        swapped[#swapped + 1] = {id, due}
+      elseif envs[j] and not seen[id] and (version or 0) == tonumber(ARGV[a + 1]) then
         if score and tonumber(score) == tonumber(ARGV[a + 2]) then
           del[#del + 1] = id
           seen[id] = true
@@ -73,9 +100,11 @@ local function shard(KEYS, ARGV)
       redis.call('HDEL', m, unpack(del))
       if retried then redis.call('ZREM', KEYS[4], unpack(del)) end
       n = n + #del
+      for _, id in ipairs(del) do gone[#gone + 1] = id end
     end
   end
 
+  settleChains(z, m, KEYS[9], KEYS[10], gone, swapped)
   if n > 0 then
     count(KEYS[5], deltas)
     quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)

@@ -5,7 +5,7 @@
 --       7 = {P:s}:b (progress of resumable operations: op id -> progress),
 --       8 = {P:s}:bx (op id -> when its progress was last written, ms: the expiry index),
 --       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua), 11 = {P:s}:to (older
---       tombstones)
+--       tombstones), 12 = {P:s}:k (chains of ordering keys: chain.lua), 13 = {P:s}:ki
 -- ARGV: 1 = op ('cancel' | 'shift' | 'at' | 'now'), 2 = shift ms (signed) or due ms,
 --       3 = cancel: tombstone TTL ms (<= 0: none); shift and at: the maximum delay ms
 --       (the bound), 4 = the shard's wake channel (P:wake:<s>),
@@ -46,6 +46,9 @@
 -- finite number) the message is not changed and not counted: never wrapped (a formatted
 -- 2^63 is -2^63: due at once), never clamped. A wake "<shard>:<due>" is published when
 -- the earliest new due is earlier than the shard's head before the call.
+-- A held entry of an ordering key (scored HELD: chain.lua) is waiting too: cancel takes it
+-- out of its chain (as it does a keyed head, releasing the next); shift, at and now change
+-- its due time and keep it held, in its place.
 -- flags: allow-oom (first line, Redis >= 7): cancelling frees memory; a move rewrites an
 -- entry of the same size. Without script flags the first line is commented out.
 local z, m, seq, tz, r = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -63,6 +66,8 @@ local CHUNK = 1000
 local tombs = {} -- source ids of the cancelled entries
 
 --!include quota.lua
+
+--!include chain.lua
 
 -- bounded is the new due of a message stored with due under op 'shift', 'at' or 'now',
 -- or nil when it lies beyond now + ARGV[3] ms (shift, at) or is no finite number.
@@ -97,7 +102,8 @@ for i = 11, #ARGV, 3 do
     local version, attempts, due, p = entry(env)
     local s = tonumber(score)
     local held = s % 2 == 0 and s ~= due and s > now
-    local waiting = not held and (s == due or redis.call('ZSCORE', r, id))
+    local chained = s >= HELD
+    local waiting = not held and (s == due or chained or redis.call('ZSCORE', r, id))
     local pick = not lineage and version == tonumber(want) and waiting and (op == 'cancel' or bounded(op, due))
     if not pick and op == 'cancel' and version and recurring(env, p) then
       pick = (not lineage and version == tonumber(want)) or (version > tonumber(want) and targetOf(env, p) == ARGV[i + 2])
@@ -108,6 +114,8 @@ for i = 11, #ARGV, 3 do
         redis.call('ZREM', z, id)
         redis.call('HDEL', m, id)
         redis.call('ZREM', r, id)
+        local kv = redis.call('HGET', KEYS[13], id)
+        if kv then chainLeave(z, m, KEYS[12], KEYS[13], id, kv) end
         if not waiting then
           withdrawn[#withdrawn + 1] = ARGV[5] .. ':x' .. string.format('%d', version) .. ':' .. id
         end
@@ -121,9 +129,11 @@ for i = 11, #ARGV, 3 do
         local v = redis.call('INCR', seq)
         local d = string.format('%d', newDue)
         redis.call('HSET', m, id, header(v, attempts, newDue) .. string.sub(env, p))
-        redis.call('ZADD', z, d, id)
+        if not chained then
+          redis.call('ZADD', z, d, id)
+          if earliest == nil or newDue < earliest then earliest = newDue end
+        end
         redis.call('ZREM', r, id)
-        if earliest == nil or newDue < earliest then earliest = newDue end
       end
       n = n + 1
     end

@@ -5,7 +5,8 @@
 --       4 = {P:s}:r (retry set; the id leaves it), 5 = {P:s}:n (parked count per target),
 --       6 = {P:s}:c (hash id -> "<cancel source ms>,<until ms>", remembered cancels),
 --       7 = {P:s}:cx (zset id -> until ms, the expiry index of 6), 8 = {P:s}:qt,
---       9 = the quota counter hash (quota.lua), 10 = {P:s}:to (older tombstones)
+--       9 = the quota counter hash (quota.lua), 10 = {P:s}:to (older tombstones),
+--       11 = {P:s}:k (chains of ordering keys: chain.lua), 12 = {P:s}:ki (keyed entries)
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
 --       source time), 4 = window ms (<= 0: remember nothing), 5 = the shard's wake channel
@@ -24,6 +25,8 @@
 -- replica holding the firing claimed ahead drops it (egress/hold.go; best effort).
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
+-- A deleted keyed entry leaves its chain, releasing the next of its key when it was the
+-- head (chain.lua).
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL
 -- (tombs.lua), as ack does: a redelivery of the cancelled source message is not parked again.
 -- Found or not, the cancel is remembered until now + window: park drops a message of the
@@ -44,6 +47,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local CHUNK = 1000
 
 --!include tombs.lua
+
+--!include chain.lua
 
 local function remember(id, sent, window)
   if window <= 0 then return end
@@ -88,6 +93,8 @@ end
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+local kv = redis.call('HGET', KEYS[12], ARGV[1])
+if kv then chainLeave(KEYS[1], KEYS[2], KEYS[11], KEYS[12], ARGV[1], kv) end
 if p then
   local deltas = {[targetOf(env, p)] = -1}
   count(KEYS[5], deltas)

@@ -15,7 +15,8 @@
 -- removed. An even score other than the entry's due time marks it claimed (in delivery:
 -- cancel.lua, park.lua, bulk.lua); retry.lua's scores are odd. The next head is the
 -- least score left: of the first entry after the due ones and of the token (read again
--- only when more than PEEK were due).
+-- only when more than PEEK were due); -1 when none is left or only held entries of
+-- ordering keys (scored HELD, above every time: chain.lua), which no claim reaches.
 -- Per group: one ZRANGE of the first PEEK entries (+ a ZRANGEBYSCORE and a second ZRANGE
 -- when more were due), HMGET, ZADD XX: the commands, not the messages, cost Redis most.
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory
@@ -29,6 +30,8 @@ local nowUs = tonumber(t[2]) % 1000
 local CHUNK = 1000 -- values per variadic call; even, so pairs stay together
 
 --!include groups.lua
+
+local HELD = 1125899906842625 -- 2^50 + 1: a held entry of an ordering key (chain.lua)
 
 local PEEK = 16 -- entries read by rank first: at a steady load a claim finds a few due (with
 -- claim ahead, the ~10 of a 32 ms span at 5k msgs/s over 16 shards)
@@ -104,6 +107,7 @@ local function shard(KEYS, ARGV)
   elseif leased then
     out[3] = token
   end
+  if out[3] >= HELD then out[3] = -1 end -- only held entries left: none is eligible
   return out
 end
 

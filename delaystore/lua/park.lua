@@ -7,14 +7,16 @@
 --       8 = {P:s}:cx (zset id -> until ms: only its size is read here),
 --       9 = {P:s}:qt, 10 = the quota counter hash (quota.lua: {P:quota}, or {P:s}:q on Cluster),
 --       11 = {P:s}:nm (the shard's interned names: delaystore/names.go),
---       12 = {P:s}:to (older tombstones)
+--       12 = {P:s}:to (older tombstones), 13 = {P:s}:k (chains of ordering keys: chain.lua),
+--       14 = {P:s}:ki (keyed entries)
 -- ARGV: 1 = the shard's wake channel (P:wake:<s>), 2 = shard number, then per message 5 values:
 --       id, mode and source time ('r' relative | 'a' absolute, followed by the message's
 --       time by its source in ms when known: 'r1700000000123'; unknown: never covered by a
 --       remembered cancel), replace ('0' | '1'), delay-or-at ms, body; then the quota block
 --       (quota.lua quotaGate: triples target, pattern, limit, then their count; '0': none),
 --       then the names block: pairs code, name of the codes the bodies hold, then their
---       count ('0': none)
+--       count ('0': none), then the keys block: pairs message number in the group (1-based),
+--       ordering key, of the messages that have one, then their count ('0': none)
 -- returns: per group, per message in ARGV order, {due ms, existed (0 | 1 | 2 | 3 | 4 | 5 | 6)}
 -- A group whose names block names a code the shard does not hold as given (a failover
 -- lost it, or the key was deleted) writes nothing: {0, 5} for every message (Go interns
@@ -36,6 +38,11 @@
 -- version is still published by its holder (its ack is then fenced by the version), the
 -- new one is parked as its own firing. Reads and writes are batched (HMGET, INCRBY,
 -- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
+-- A message written with an ordering key joins its key's chain at its version (chain.lua):
+-- scored at its due time when it is the key's first, else HELD. A replace with the same key
+-- keeps its place, and its score while held or in delivery (ack.lua re-scores it once the
+-- replaced version is confirmed); one with another key or none leaves the old chain
+-- (releasing the next when it was the head) and joins the new one.
 -- flags: none, on purpose. While Redis refuses writes for memory (maxmemory, noeviction) the
 -- first INCRBY is refused with -OOM and nothing is written: the source is not acknowledged
 -- (back-pressure) until deliveries free memory. Never give it allow-oom.
@@ -51,6 +58,8 @@ local W = 5 -- ARGV values per message
 --!include groups.lua
 
 --!include quota.lua
+
+--!include chain.lua
 
 local function chunked(cmd, key, list)
   for i = 1, #list, CHUNK do
@@ -116,8 +125,48 @@ local function namesHeld(key, ARGV)
   return held
 end
 
+-- keysBlock takes the keys block off ARGV and returns message number -> ordering key.
+local function keysBlock(ARGV)
+  local n = tonumber(ARGV[#ARGV])
+  ARGV[#ARGV] = nil
+  local keys = {}
+  if not n or n == 0 then return keys end
+  local base = #ARGV - 2 * n
+  for i = 1, n do keys[tonumber(ARGV[base + 2 * i - 1])] = ARGV[base + 2 * i] end
+  for i = #ARGV, base + 1, -1 do ARGV[i] = nil end
+  return keys
+end
+
+-- chained returns the score of message k (id, written at version with due time dueStr,
+-- replacing an entry due at existing, if any) as its ordering key (keys[k]) and the chain
+-- it was in (kcur[id], ki's value) make it, and keeps kcur and pend (id -> score decided
+-- in this batch) up to date.
+local function chained(KEYS, st, k, id, version, dueStr, existing)
+  local key, kv = st.keys[k], st.kcur[id]
+  local z, kz, ki = KEYS[1], KEYS[13], KEYS[14]
+  local score = dueStr
+  if kv and key and prefixOf(memberOf(kv)) == chainPrefix(key) then
+    local cur = tonumber(st.pend[id] or redis.call('ZSCORE', z, id) or '')
+    if cur and (cur >= HELD or (cur % 2 == 0 and cur ~= existing and cur > now)) then
+      score = string.format('%d', cur) -- held, or in delivery: ack.lua re-scores it
+    end
+  else
+    if kv then
+      chainLeave(z, KEYS[2], kz, ki, id, kv)
+      st.kcur[id] = nil
+    end
+    if key then
+      if not chainJoin(kz, ki, key, version, id) then score = HELD_STR end
+      st.kcur[id] = '0,' .. chainPrefix(key) .. seqBytes(version) .. id
+    end
+  end
+  st.pend[id] = score
+  return score
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
+  local keys = keysBlock(ARGV) -- takes the keys block off ARGV
   local held = namesHeld(KEYS[11], ARGV) -- takes the names block off ARGV
   local gate = quotaGate(KEYS[9], KEYS[10], ARGV) -- takes the quota block off ARGV
   local ids = {}
@@ -144,6 +193,7 @@ local function shard(KEYS, ARGV)
   local oldVer, swapped = {}, {}
   local out = {}
   local writes = {} -- indexes into ids of the messages to write, in order
+  local prior = {} -- prior[k]: the due time of the entry message k replaces (nil: none)
   local dues = {}
   local srcs, withSrc = {}, {}
   for k = 1, #ids do
@@ -201,6 +251,7 @@ local function shard(KEYS, ARGV)
       if sent > 0 and ARGV[a + 2] == '1' then curSent[id] = sent else curSent[id] = nil end
       writes[#writes + 1] = k
       dues[k] = due
+      prior[k] = existing
       if existing ~= nil then out[k] = {due, 1} else out[k] = {due, 0} end
     end
   end
@@ -209,16 +260,26 @@ local function shard(KEYS, ARGV)
     local version = redis.call('INCRBY', KEYS[3], #writes) - #writes
     local hset, zadd, replaced = {}, {}, {}
     local earliest = nil
+    local st = nil -- ordering keys: {keys, kcur = id -> ki value, pend = id -> score}
+    if next(keys) ~= nil or redis.call('EXISTS', KEYS[14]) == 1 then
+      st = {keys = keys, kcur = {}, pend = {}}
+      local vals = chainValues(KEYS[14], ids) or {}
+      for k = 1, #ids do
+        if vals[k] then st.kcur[ids[k]] = vals[k] end
+      end
+    end
     for _, k in ipairs(writes) do
       version = version + 1
       local id = ids[k]
       local dueStr = string.format('%d', dues[k])
+      local score = dueStr
+      if st then score = chained(KEYS, st, k, id, version, dueStr, prior[k]) end
       hset[#hset + 1] = id
       local body = ARGV[3 + (k - 1) * W + 4]
       hset[#hset + 1] = header(version, 0, dues[k]) .. body
-      zadd[#zadd + 1] = dueStr
+      zadd[#zadd + 1] = score
       zadd[#zadd + 1] = id
-      if earliest == nil or dues[k] < earliest then earliest = dues[k] end
+      if score == dueStr and (earliest == nil or dues[k] < earliest) then earliest = dues[k] end
       if out[k][2] == 1 then replaced[#replaced + 1] = id end
     end
     local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
@@ -228,7 +289,7 @@ local function shard(KEYS, ARGV)
     chunked('ZREM', KEYS[5], replaced)
     count(KEYS[6], deltas)
     gate.flush(KEYS[6], deltas)
-    if head[2] == nil or earliest < tonumber(head[2]) then
+    if earliest and (head[2] == nil or earliest < tonumber(head[2])) then
       redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. string.format('%d', earliest))
     end
   end

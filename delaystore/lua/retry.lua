@@ -2,7 +2,7 @@
 -- retry: reschedule claimed messages after a failed delivery, put them back, or end the
 -- firing of a recurring message by parking it for its next occurrence; one group per shard
 -- (groups.lua). Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
---       4 = {P:s}:seq (version counter)
+--       4 = {P:s}:seq (version counter), 5 = {P:s}:ki (keyed entries: chain.lua)
 -- ARGV: per message 5 values: id, version, token, backoff ms or next due ms, mode
 --       ('1' | '0' | 'n')
 -- returns: per group {applied count, next head score or -1}
@@ -16,6 +16,9 @@
 -- the next firing (new version, attempts 0, the next due, the same body), scored at the next due, out of the
 -- retry set: acking a firing and parking the next one is this one write, so no moment
 -- exists where the message is gone or twice there. No tombstone: the message lives on.
+-- A keyed entry fenced out by a newer version while its score is still the token was
+-- replaced in delivery (park.lua kept the token): the replaced version is settled, so the
+-- new one is re-scored to its due time (as ack.lua does).
 -- flags: allow-oom (first line, Redis >= 7): runs while Redis refuses writes for memory, so a
 -- failed delivery is rescheduled rather than stuck; it rewrites existing entries and adds the id to
 -- the retry set (tens of bytes). Without script flags (Redis 6, miniredis) the first
@@ -39,7 +42,9 @@ local function shard(KEYS, ARGV)
       local env = redis.call('HGET', m, id)
       if env then
         local version, attempts, due, p = entry(env)
-        if version == tonumber(ARGV[i + 1]) then
+        if version and version > tonumber(ARGV[i + 1]) and redis.call('HEXISTS', KEYS[5], id) == 1 then
+          redis.call('ZADD', z, string.format('%d', due), id)
+        elseif version == tonumber(ARGV[i + 1]) then
           local mode = ARGV[i + 4]
           if mode == 'n' then
             local v = redis.call('INCR', KEYS[4])

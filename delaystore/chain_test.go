@@ -1,0 +1,388 @@
+package delaystore
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// keyed is a park request of id with ordering key key, due now.
+func keyed(id, key string) ParkRequest {
+	e := sampleEnvelope(0)
+	e.OrderingKey = key
+	return ParkRequest{ID: id, Replace: true, Envelope: e}
+}
+
+// claimShard claims everything eligible on shard sh and returns it.
+func (f *fixture) claimShard(t *testing.T, sh int) []Claimed {
+	t.Helper()
+	c, err := f.s.Claim(t.Context(), sh, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Messages {
+		if c.Now < m.Due {
+			t.Fatalf("claimed %s early: now %d < due %d", m.ID, c.Now, m.Due)
+		}
+	}
+	return c.Messages
+}
+
+func claimedIDs(ms []Claimed) []string {
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func (f *fixture) ack(t *testing.T, ms ...Claimed) {
+	t.Helper()
+	var rs []Receipt
+	for _, m := range ms {
+		rs = append(rs, m.Receipt)
+	}
+	if _, err := f.s.Ack(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOrderingKeyOneAtATime: messages of one key, all due, are claimable one at a time in
+// parking order, each once its predecessor was acked; a message without key and one of
+// another key are not held by them.
+func TestOrderingKeyOneAtATime(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("order-1")
+	other := idsOnShard(f.s, sh, 1, "plain")[0]
+	f.park(t, keyed("a", "order-1"), keyed("b", "order-1"), keyed("c", "order-1"),
+		ParkRequest{ID: other, Envelope: sampleEnvelope(1)})
+	for _, want := range []string{"a", "b", "c"} {
+		got := claimedIDs(f.claimShard(t, sh))
+		got = slices.DeleteFunc(got, func(id string) bool { return id == other })
+		if !slices.Equal(got, []string{want}) {
+			t.Fatalf("claimed %v, want [%s]", got, want)
+		}
+		if again := f.claimShard(t, sh); len(again) != 0 {
+			t.Fatalf("claimed %v while %s was unacked", claimedIDs(again), want)
+		}
+		f.ackID(t, sh, want)
+	}
+	if z, m := f.counts(t); z != 1 || m != 1 {
+		t.Fatalf("left z %d m %d, want only the unkeyed message", z, m)
+	}
+}
+
+// ackID acks id, claimed and leased on shard sh, by its receipt from a fresh read.
+func (f *fixture) ackID(t *testing.T, sh int, id string) {
+	t.Helper()
+	score, err := f.rdb.ZScore(t.Context(), f.s.keys[sh].z, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.rdb.HGet(t.Context(), f.s.keys[sh].m, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parseStored(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Ack(t.Context(), []Receipt{{ID: id, Shard: sh, Version: st.version, Token: int64(score)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOrderingKeyCancel: cancelling a held message keeps the others' order; cancelling
+// the head releases the next; a cancel without the key does not reach a keyed message.
+func TestOrderingKeyCancel(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	f.park(t, keyed("a", "k"), keyed("b", "k"), keyed("c", "k"))
+	if ok, err := f.s.CancelKeyAt(t.Context(), "b", "k", 0); err != nil || !ok {
+		t.Fatalf("cancel held b: %v %v", ok, err)
+	}
+	if f.s.ShardOf("a") != sh {
+		if ok, err := f.s.Cancel(t.Context(), "a"); err != nil || ok {
+			t.Fatalf("cancel of a without its key: %v %v, want not found", ok, err)
+		}
+	}
+	if ok, err := f.s.CancelKeyAt(t.Context(), "a", "k", 0); err != nil || !ok {
+		t.Fatalf("cancel head a: %v %v", ok, err)
+	}
+	if got := claimedIDs(f.claimShard(t, sh)); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("claimed %v after cancelling a and b, want [c]", got)
+	}
+}
+
+// TestOrderingKeyReplace: a replace keeps its place (held stays held, the head stays the
+// head); a replace of the head in delivery keeps it in delivery, and the ack of the
+// replaced version makes the new one eligible, still before the next; a replace with
+// another key leaves the chain.
+func TestOrderingKeyReplace(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	f.park(t, keyed("a", "k"), keyed("b", "k"), keyed("c", "k"))
+	f.park(t, keyed("b", "k")) // held: stays held
+	c := f.claimShard(t, sh)
+	if got := claimedIDs(c); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("claimed %v, want [a]", got)
+	}
+	p := f.park(t, keyed("a", "k")) // a in delivery: replaced, kept in delivery
+	if len(f.claimShard(t, sh)) != 0 {
+		t.Fatal("the replacement of a in delivery was claimable before the replaced version's ack")
+	}
+	_ = p
+	f.ack(t, c...) // the replaced version confirmed: the new one becomes eligible
+	if got := claimedIDs(f.claimShard(t, sh)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("claimed %v after the replaced a's ack, want [a] (the new version)", got)
+	}
+	f.ackID(t, sh, "a")
+	f.park(t, keyed("c", "other")) // c leaves k's chain (not its head: nothing released)
+	csh := f.s.ShardOfKey("other")
+	got := claimedIDs(f.claimShard(t, sh))
+	if csh == sh {
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"b", "c"}) {
+			t.Fatalf("claimed %v, want [b c]", got)
+		}
+		return
+	}
+	if !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("claimed %v on k's shard, want [b]", got)
+	}
+	if got := claimedIDs(f.claimShard(t, csh)); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("claimed %v on other's shard, want [c]", got)
+	}
+}
+
+// TestOrderingKeyBounds: keys of 1 to 256 bytes are taken, longer ones and keys on a
+// recurring message refused before anything is written.
+func TestOrderingKeyBounds(t *testing.T) {
+	f := setup(t)
+	long := string(make([]byte, MaxOrderingKey))
+	f.park(t, keyed("x", long), keyed("y", long))
+	if got := claimedIDs(f.claimShard(t, f.s.ShardOfKey(long))); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("claimed %v, want [x]", got)
+	}
+	if _, err := f.s.Park(t.Context(), []ParkRequest{keyed("z", long+"!")}); err == nil {
+		t.Fatal("a key of 257 bytes was parked")
+	}
+	r := keyed("w", "k")
+	r.Envelope.Every = "1m"
+	if _, err := f.s.Park(t.Context(), []ParkRequest{r}); err == nil {
+		t.Fatal("a recurring message with an ordering key was parked")
+	}
+}
+
+// TestOrderingKeyProperty runs random interleavings of parks (new messages and
+// replaces, with or without a key, some due later), cancels, claims with acks, failed
+// publishes put back, and lost acks (the lease runs out: a claim of a replica that died),
+// against a model of each key's chain. Invariant: a keyed message is claimed only when
+// it is the first live message of its key in parking order, never early; after draining,
+// every message that was not cancelled was acked, none twice after its ack.
+func TestOrderingKeyProperty(t *testing.T) {
+	f := setup(t, func(c *Config) { c.Lease = 300 * time.Millisecond })
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { propertyRun(t, f, seed) })
+	}
+}
+
+// chainModel is the expected order: per key the live messages (shard and id) in parking
+// order; keyOf the key of each live message ("" none). A message is its id in its shard:
+// the same id with another key is another message unless both keys (or none) select the
+// same shard, where a park re-keys it.
+type chainModel struct {
+	chains map[string][]slot
+	keyOf  map[slot]string
+}
+
+type slot struct {
+	sh int
+	id string
+}
+
+func (m *chainModel) park(at slot, key string) {
+	if old, ok := m.keyOf[at]; ok && old == key {
+		return // a replace keeps its place
+	}
+	m.remove(at)
+	m.keyOf[at] = key
+	if key != "" {
+		m.chains[key] = append(m.chains[key], at)
+	}
+}
+
+func (m *chainModel) remove(at slot) {
+	key, ok := m.keyOf[at]
+	if !ok {
+		return
+	}
+	delete(m.keyOf, at)
+	if key != "" {
+		m.chains[key] = slices.DeleteFunc(m.chains[key], func(x slot) bool { return x == at })
+	}
+}
+
+func propertyRun(t *testing.T, f *fixture, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	model := &chainModel{chains: map[string][]slot{}, keyOf: map[slot]string{}}
+	keys := []string{"", fmt.Sprintf("k%d-1", seed), fmt.Sprintf("k%d-2", seed), fmt.Sprintf("k%d-3", seed)}
+	var ids []string
+	held := map[slot]Claimed{} // claimed and not settled
+	check := func(ms []Claimed) {
+		for _, m := range ms {
+			at := slot{m.Shard, m.ID}
+			key, live := model.keyOf[at]
+			if !live || key != m.Envelope.OrderingKey {
+				t.Fatalf("claimed %v with key %q, the model has %q (live %v)", at, m.Envelope.OrderingKey, key, live)
+			}
+			if key != "" && model.chains[key][0] != at {
+				t.Fatalf("claimed %v of key %s out of order: chain %v", at, key, model.chains[key])
+			}
+			held[at] = m
+		}
+	}
+	claimAll := func() {
+		for sh := range f.s.Shards() {
+			check(f.claimShard(t, sh))
+		}
+	}
+	settle := func(at slot, m Claimed) {
+		a, err := f.s.Ack(t.Context(), []Receipt{m.Receipt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.N == 1 {
+			model.remove(at)
+		}
+		delete(held, at)
+	}
+	for step := 0; step < 300; step++ {
+		switch op := rng.IntN(10); {
+		case op < 4: // park a new message or replace one
+			id := fmt.Sprintf("p%d-%d", seed, len(ids))
+			if len(ids) > 0 && rng.IntN(3) == 0 {
+				id = ids[rng.IntN(len(ids))]
+			} else {
+				ids = append(ids, id)
+			}
+			key := keys[rng.IntN(len(keys))]
+			r := keyed(id, key)
+			if rng.IntN(4) == 0 {
+				r.Delay = time.Duration(rng.IntN(30)) * time.Millisecond
+			}
+			at := slot{f.s.shardOfMessage(id, key), id}
+			f.park(t, r)
+			if c, ok := held[at]; ok && c.Envelope.OrderingKey != key {
+				delete(held, at) // re-keyed while in delivery: its claim is fenced out
+			}
+			model.park(at, key)
+		case op < 5 && len(ids) > 0: // cancel
+			id, key := ids[rng.IntN(len(ids))], keys[rng.IntN(len(keys))]
+			at := slot{f.s.shardOfMessage(id, key), id}
+			_, live := model.keyOf[at]
+			ok, err := f.s.CancelKeyAt(t.Context(), id, key, 0)
+			var inDelivery *InDeliveryError
+			switch {
+			case errors.As(err, &inDelivery):
+			case err != nil:
+				t.Fatal(err)
+			case ok && !live:
+				t.Fatalf("cancel of %v found it, the model has it gone", at)
+			case ok:
+				model.remove(at)
+			}
+		case op < 8: // claim, then ack most, put some back, lose some acks
+			claimAll()
+			for at, m := range held {
+				switch r := rng.IntN(10); {
+				case r < 7:
+					settle(at, m)
+				case r < 8:
+					x := f.s.Exchange(t.Context(), nil, []RetryRequest{{Receipt: m.Receipt, PutBack: true, Backoff: time.Millisecond}}, nil)
+					if x.RetryErr != nil {
+						t.Fatal(x.RetryErr)
+					}
+					delete(held, at)
+				case r < 9:
+					delete(held, at) // the replica died: its lease runs out
+				}
+			}
+		default:
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(model.keyOf) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained: %d left, chains %v", len(model.keyOf), model.chains)
+		}
+		claimAll()
+		for at, m := range held {
+			settle(at, m)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOrderingKeyBulk: a bulk move of a held message changes its due time and keeps it
+// held in its place (c moved into the past is not claimed before a and b); a bulk cancel
+// of the head releases the next.
+func TestOrderingKeyBulk(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	a := keyed("a", "k")
+	a.Delay = time.Hour
+	f.park(t, a, keyed("b", "k"), keyed("c", "k"))
+	change := func(id string, op BulkOp) {
+		t.Helper()
+		for _, l := range scanAll(t, f.s) {
+			if l.ID != id {
+				continue
+			}
+			c, err := f.s.Change(t.Context(), sh, op, []Pick{l.Pick()}, nil)
+			if err != nil || c.N != 1 {
+				t.Fatalf("%s %s: %+v %v", op.Kind, id, c, err)
+			}
+			return
+		}
+		t.Fatalf("%s not listed", id)
+	}
+	change("c", BulkOp{Kind: BulkShift, Shift: -time.Minute, MaxDelay: time.Hour})
+	change("b", BulkOp{Kind: BulkShift, Shift: time.Hour, MaxDelay: 2 * time.Hour})
+	if got := claimedIDs(f.claimShard(t, sh)); len(got) != 0 {
+		t.Fatalf("claimed %v while a, the head, is due in an hour", got)
+	}
+	change("a", BulkOp{Kind: BulkCancel})
+	if got := claimedIDs(f.claimShard(t, sh)); len(got) != 0 {
+		t.Fatalf("claimed %v: b, released, is due in an hour and c must wait for it", got)
+	}
+	change("b", BulkOp{Kind: BulkDeliverNow})
+	if got := claimedIDs(f.claimShard(t, sh)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("claimed %v after b was moved to now, want [b]", got)
+	}
+}
+
+// TestOrderingKeyReplacedThenFailed: the replaced version of a keyed head in delivery
+// fails to publish: its retry, fenced out, makes the new version eligible at once (not
+// after the lease), still before the next of the key.
+func TestOrderingKeyReplacedThenFailed(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	f.park(t, keyed("a", "k"), keyed("b", "k"))
+	c := f.claimShard(t, sh)
+	if got := claimedIDs(c); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("claimed %v, want [a]", got)
+	}
+	f.park(t, keyed("a", "k"))
+	x := f.s.Exchange(t.Context(), nil, []RetryRequest{{Receipt: c[0].Receipt, Backoff: time.Hour}}, nil)
+	if x.RetryErr != nil {
+		t.Fatal(x.RetryErr)
+	}
+	got := f.claimShard(t, sh)
+	if !slices.Equal(claimedIDs(got), []string{"a"}) || got[0].Version == c[0].Version {
+		t.Fatalf("claimed %v after the replaced version failed, want the new a", claimedIDs(got))
+	}
+}

@@ -1,0 +1,107 @@
+-- chain: ordering keys (docs/design.md "Ordering keys"), shared by park, ack and cancel.
+-- The chain of a shard is the ZSET kz ({P:s}:k), every member at score 0:
+-- <uvarint key length><key><chain seq, 8 bytes big-endian><id>, so that lexicographic order
+-- is key, then parking order. ki ({P:s}:ki) maps the id of every keyed entry of the shard
+-- to "<release ms>,<member>" (release: when the entry was released later than its due
+-- time, else 0). A held entry is scored HELD in z: odd, above every time.
+-- Uses the script's now (Redis TIME, ms) and envelope.lua's uvarint and entry.
+-- delaystore/scripts.go puts this file in place of the line "--!include chain.lua" of a
+-- script; it is not a script of its own.
+
+local HELD = 1125899906842625 -- 2^50 + 1 (delaystore.heldScore)
+local HELD_STR = '1125899906842625'
+
+-- chainPrefix returns the members' prefix of key.
+local function chainPrefix(key)
+  local n, s = #key, ''
+  while n >= 128 do
+    s = s .. string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  return s .. string.char(n) .. key
+end
+
+-- seqBytes returns seq (an integer below 2^53) in 8 bytes, big-endian: its first byte is
+-- always 0, so '(' .. prefix .. '\1' bounds a key's members from above.
+local function seqBytes(seq)
+  local b = {}
+  for i = 8, 1, -1 do
+    b[i] = seq % 256
+    seq = math.floor(seq / 256)
+  end
+  return string.char(unpack(b))
+end
+
+-- memberOf returns the chain member of ki's value v.
+local function memberOf(v)
+  return string.sub(v, string.find(v, ',', 1, true) + 1)
+end
+
+-- prefixOf returns the key prefix of a chain member.
+local function prefixOf(member)
+  local n, i = uvarint(member, 1)
+  return string.sub(member, 1, i + n - 1)
+end
+
+-- chainJoin appends id to the chain of key at seq (a version new in the shard, so after
+-- every member of the key) and returns whether it is the key's head.
+local function chainJoin(kz, ki, key, seq, id)
+  local p = chainPrefix(key)
+  local first = redis.call('ZRANGEBYLEX', kz, '[' .. p, '(' .. p .. '\1', 'LIMIT', 0, 1)
+  local member = p .. seqBytes(seq) .. id
+  redis.call('ZADD', kz, 0, member)
+  redis.call('HSET', ki, id, '0,' .. member)
+  return first[1] == nil
+end
+
+-- chainIsHead reports whether the member of ki's value v is the first of its key.
+local function chainIsHead(kz, v)
+  local member = memberOf(v)
+  local before = redis.call('ZRANGEBYLEX', kz, '[' .. prefixOf(member), '(' .. member, 'LIMIT', 0, 1)
+  return before[1] == nil
+end
+
+-- chainLeave takes id (ki's value v) out of its chain. When it was its key's head, the
+-- next member is released: re-scored from HELD to its due time (its header's), and its
+-- release time kept in ki when that is later than the due time. A next member whose entry
+-- is gone is dropped on the way (at most 100 a call): a chain never waits for a member
+-- that nothing will settle.
+local function chainLeave(z, m, kz, ki, id, v)
+  local member = memberOf(v)
+  local p = prefixOf(member)
+  local head = chainIsHead(kz, v)
+  redis.call('ZREM', kz, member)
+  redis.call('HDEL', ki, id)
+  if not head then return end
+  for _ = 1, 100 do
+    local nxt = redis.call('ZRANGEBYLEX', kz, '(' .. member, '(' .. p .. '\1', 'LIMIT', 0, 1)[1]
+    if nxt == nil then return end
+    local nid = string.sub(nxt, #p + 9)
+    local env = redis.call('HGET', m, nid)
+    local score = redis.call('ZSCORE', z, nid)
+    if env and score then
+      if tonumber(score) >= HELD then
+        local _, _, due = entry(env)
+        due = due or now
+        redis.call('ZADD', z, 'XX', string.format('%d', due), nid)
+        if now > due then redis.call('HSET', ki, nid, string.format('%d', now) .. ',' .. nxt) end
+      end
+      return
+    end
+    redis.call('ZREM', kz, nxt)
+    redis.call('HDEL', ki, nid)
+    member = nxt
+  end
+end
+
+-- chainValues returns ki's values of ids (false for an unkeyed one), or nil when the shard
+-- has no keyed entry (one EXISTS).
+local function chainValues(ki, ids)
+  if #ids == 0 or redis.call('EXISTS', ki) == 0 then return nil end
+  local out = {}
+  for i = 1, #ids, CHUNK do
+    local part = redis.call('HMGET', ki, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
+end
