@@ -47,7 +47,7 @@ func (s *Store) CancelKeyAt(ctx context.Context, id, key string, at int64) (bool
 	if err := checkOrderingKey(Envelope{OrderingKey: key}); err != nil {
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	sh := s.shardOfMessage(id, key)
+	sh := s.ShardOfMessage(id, key)
 	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID}
 	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()

@@ -3,6 +3,7 @@ package delaystore
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -59,6 +60,16 @@ func TestOrderingKeyOneAtATime(t *testing.T) {
 	other := idsOnShard(f.s, sh, 1, "plain")[0]
 	f.park(t, keyed("a", "order-1"), keyed("b", "order-1"), keyed("c", "order-1"),
 		ParkRequest{ID: other, Envelope: sampleEnvelope(1)})
+	heldBy := map[string]string{}
+	for _, l := range scanAll(t, f.s) {
+		heldBy[l.ID] = l.HeldBy
+		if l.HeldBy != "" && l.Scheduled != l.Due {
+			t.Errorf("held %s listed as scheduled %d, due %d", l.ID, l.Scheduled, l.Due)
+		}
+	}
+	if want := map[string]string{"a": "", "b": "a", "c": "b", other: ""}; !maps.Equal(heldBy, want) {
+		t.Fatalf("held by %v, want %v", heldBy, want)
+	}
 	for _, want := range []string{"a", "b", "c"} {
 		got := claimedIDs(f.claimShard(t, sh))
 		got = slices.DeleteFunc(got, func(id string) bool { return id == other })
@@ -274,7 +285,7 @@ func propertyRun(t *testing.T, f *fixture, seed uint64) {
 			if rng.IntN(4) == 0 {
 				r.Delay = time.Duration(rng.IntN(30)) * time.Millisecond
 			}
-			at := slot{f.s.shardOfMessage(id, key), id}
+			at := slot{f.s.ShardOfMessage(id, key), id}
 			f.park(t, r)
 			if c, ok := held[at]; ok && c.Envelope.OrderingKey != key {
 				delete(held, at) // re-keyed while in delivery: its claim is fenced out
@@ -282,7 +293,7 @@ func propertyRun(t *testing.T, f *fixture, seed uint64) {
 			model.park(at, key)
 		case op < 5 && len(ids) > 0: // cancel
 			id, key := ids[rng.IntN(len(ids))], keys[rng.IntN(len(keys))]
-			at := slot{f.s.shardOfMessage(id, key), id}
+			at := slot{f.s.ShardOfMessage(id, key), id}
 			_, live := model.keyOf[at]
 			ok, err := f.s.CancelKeyAt(t.Context(), id, key, 0)
 			var inDelivery *InDeliveryError
@@ -384,5 +395,21 @@ func TestOrderingKeyReplacedThenFailed(t *testing.T) {
 	got := f.claimShard(t, sh)
 	if !slices.Equal(claimedIDs(got), []string{"a"}) || got[0].Version == c[0].Version {
 		t.Fatalf("claimed %v after the replaced version failed, want the new a", claimedIDs(got))
+	}
+}
+
+// TestOrderingKeyGet: a keyed message is read with its key; without it (another shard) it
+// is not found.
+func TestOrderingKeyGet(t *testing.T) {
+	f := setup(t)
+	f.park(t, keyed("g", "order-7"))
+	m, err := f.s.GetKey(t.Context(), "g", "order-7")
+	if err != nil || m.Envelope.OrderingKey != "order-7" || m.Shard != f.s.ShardOfKey("order-7") {
+		t.Fatalf("get with key: %+v %v", m, err)
+	}
+	if f.s.ShardOf("g") != f.s.ShardOfKey("order-7") {
+		if _, err := f.s.Get(t.Context(), "g"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get without key: %v, want not found", err)
+		}
 	}
 }

@@ -49,9 +49,9 @@ func (s *Store) ShardOfKey(key string) int {
 	return ShardOf("k:"+key, s.shards)
 }
 
-// shardOfMessage is the shard a message is stored in: its ordering key's when it has one
-// ("" none), else its id's.
-func (s *Store) shardOfMessage(id, key string) int {
+// ShardOfMessage is the shard a message is stored in: its ordering key's when it has one
+// ("" none), else its id's (ShardOf).
+func (s *Store) ShardOfMessage(id, key string) int {
 	if key != "" {
 		return s.ShardOfKey(key)
 	}

@@ -84,7 +84,7 @@ func (s *Store) byShard(reqs []ParkRequest, todo []int) (map[int][]int, []int) {
 	byShard := make(map[int][]int)
 	var order []int
 	for _, i := range todo {
-		sh := s.shardOfMessage(reqs[i].ID, reqs[i].Envelope.OrderingKey)
+		sh := s.ShardOfMessage(reqs[i].ID, reqs[i].Envelope.OrderingKey)
 		if _, ok := byShard[sh]; !ok {
 			order = append(order, sh)
 		}

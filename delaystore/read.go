@@ -13,10 +13,19 @@ import (
 // Get returns the parked message with this id (pending or claimed), or an error wrapping
 // ErrNotFound. It blocks until Redis answered or ctx is done.
 func (s *Store) Get(ctx context.Context, id string) (Message, error) {
+	return s.GetKey(ctx, id, "")
+}
+
+// GetKey is Get of the message with this id and ordering key (docs/design.md "Ordering
+// keys": a keyed message is named by both; "" is a message without key).
+func (s *Store) GetKey(ctx context.Context, id, key string) (Message, error) {
 	if err := s.layoutErr(); err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	sh := s.ShardOf(id)
+	if err := checkOrderingKey(Envelope{OrderingKey: key}); err != nil {
+		return Message{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	sh := s.ShardOfMessage(id, key)
 	var raw string
 	var m Message
 	err := s.readNamed(ctx, sh, func() (string, error) {

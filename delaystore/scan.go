@@ -77,6 +77,10 @@ type Scanned struct {
 	// Window is the message's spread window (x-delay-window), 0 when none or when its
 	// headers take more than headBytes (not read).
 	Window time.Duration
+	// HeldBy is, for a held message of an ordering key, the id of the message before it
+	// in its key's chain ("" for any other; docs/design.md "Ordering keys"). Its Scheduled
+	// is then its Due.
+	HeldBy string
 	// Err: the body's head does not decode (a code the shard's names no longer hold).
 	Err error
 	// field is the target as the body holds it (a name or a code's field): what Change
@@ -101,7 +105,7 @@ func (s *Store) Scan(ctx context.Context, reqs []ScanRequest) []ScanPage {
 			pass = "r"
 		}
 		args := []any{pass, r.From, r.To, cmp.Or(r.After.Score, "0"), r.After.ID, r.Count, headBytes}
-		calls[i] = call{keys: []string{k.z, k.m, k.r, k.nm}, args: appendStrings(args, r.Literals)}
+		calls[i] = call{keys: []string{k.z, k.m, k.r, k.nm, k.k, k.ki}, args: appendStrings(args, r.Literals)}
 	}
 	for i, c := range s.evalPipelined(ctx, s.scripts[scriptScan], calls) {
 		out[i] = s.scanPage(ctx, reqs[i], c.Slice)
@@ -122,7 +126,7 @@ func failPages(pages []ScanPage, err error) []ScanPage {
 // retry set). The codes are resolved with the table of the generation the answer read.
 func (s *Store) scanPage(ctx context.Context, r ScanRequest, reply func() ([]any, error)) ScanPage {
 	out, err := reply()
-	if err == nil && (len(out) < scanHeadLen || (len(out)-scanHeadLen)%6 != 0) {
+	if err == nil && (len(out) < scanHeadLen || (len(out)-scanHeadLen)%scanEntryLen != 0) {
 		err = fmt.Errorf("unexpected scan reply of %d values", len(out))
 	}
 	var names *nameTable
@@ -142,8 +146,8 @@ func (s *Store) scanPage(ctx context.Context, r ScanRequest, reply func() ([]any
 		page.Next.ID = id
 		page.Next.Score, _ = out[2].(string)
 	}
-	for i := scanHeadLen; i < len(out); i += 6 {
-		if e, ok := scanned(out[i:i+6], names); ok {
+	for i := scanHeadLen; i < len(out); i += scanEntryLen {
+		if e, ok := scanned(out[i:i+scanEntryLen], names); ok {
 			page.Entries = append(page.Entries, e)
 		}
 	}
@@ -151,11 +155,14 @@ func (s *Store) scanPage(ctx context.Context, r ScanRequest, reply func() ([]any
 }
 
 // scanHeadLen is the length of a scan.lua answer's head: done, cursor id and score, names
-// generation; then 6 values per entry.
-const scanHeadLen = 4
+// generation; then scanEntryLen values per entry.
+const (
+	scanHeadLen  = 4
+	scanEntryLen = 7
+)
 
 // scanned decodes one entry of a scan.lua answer: id, z score, prefix, body head, body
-// length, in retry set. ok is false for an entry whose prefix does not parse.
+// length, in retry set, held by. ok is false for an entry whose prefix does not parse.
 func scanned(v []any, names *nameTable) (Scanned, bool) {
 	id, _ := v[0].(string)
 	score, _ := v[1].(string)
@@ -174,6 +181,9 @@ func scanned(v []any, names *nameTable) (Scanned, bool) {
 		return Scanned{}, false
 	}
 	e := Scanned{ID: id, Scheduled: sched, Due: due, Version: version, Attempts: attempts, field: targetField(head)}
+	if e.HeldBy, _ = v[6].(string); sched >= heldScore {
+		e.Scheduled = due // held: taken for delivery once its predecessor left, not before due
+	}
 	e.Target, e.Source, e.Err = decodeHead([]byte(head), id, names)
 	preamble, window := scanHead([]byte(head))
 	e.Size, e.Window = int(size)-preamble, window

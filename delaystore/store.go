@@ -86,6 +86,7 @@ type shardKeys struct {
 	retry   []string // z, m, r, seq, ki: retry
 	n       string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
+	k, ki   string   // {P:s}:k, {P:s}:ki: the chains of ordering keys, the keyed entries (chain.lua)
 	ack     []string // z, m, tn, r, n, qt, qc, to, k, ki: ack
 	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki: bulk
 	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (change.go)
@@ -122,6 +123,7 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 		ack:   []string{z, m, tn, r, n, qt, qc, to, k, ki},
 		bulk:  []string{z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki},
 		b:     b, bx: bx,
+		k: k, ki: ki,
 		park:    []string{z, m, seq, tn, r, n, c, cx, qt, qc, nm, to, k, ki},
 		cancel:  []string{z, m, tn, r, n, c, cx, qt, qc, to, k, ki},
 		qt:      qt,

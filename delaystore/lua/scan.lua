@@ -2,7 +2,8 @@
 -- scan: read parked messages of one shard for a bulk change (read-only).
 -- KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:r (retry set: id -> due as scheduled),
 --       4 = {P:s}:nm (the shard's interned names: a target held as a code is matched by
---       its name, one HGET per code and call)
+--       its name, one HGET per code and call), 5 = {P:s}:k (chains of ordering keys:
+--       chain.lua), 6 = {P:s}:ki (keyed entries)
 -- ARGV: 1 = 'z' (members of z by score) or 'r' (members of the retry set by due),
 --       2 = min score, 3 = max score (both inclusive), 4 = cursor score, 5 = cursor id
 --       ('' at the start), 6 = max members read, 7 = bytes of the body to return,
@@ -10,7 +11,9 @@
 --       pattern; none: every target)
 -- returns: {done (0|1), cursor id, cursor score, names generation ('@' of KEYS[4]: the
 --           table Go decodes the heads' codes with; docs/design.md "Interned names"),
---           id1, z score1, prefix1, head1, body length1, in retry set (0|1), id2, ...}
+--           id1, z score1, prefix1, head1, body length1, in retry set (0|1), held by1,
+--           id2, ...}; held by is the id of the message before a held entry of an ordering
+--           key (scored HELD: its key's chain holds it), '' for any other entry
 -- Members are read in score order, then id (bytes compared as Redis orders them: the
 -- order of Go's strings, never Lua's locale-dependent '<'), strictly after the cursor
 -- (score, id): by rank after the cursor member while it still has the cursor's score, or,
@@ -25,6 +28,20 @@
 -- target lacks a literal (a prefilter: the caller still matches the pattern).
 -- flags: no-writes (first line, Redis >= 7): it runs on a full Redis; bounded by ARGV[6].
 --!include envelope.lua
+
+local HELD = 1125899906842625 -- 2^50 + 1 (chain.lua)
+
+-- heldBy returns the id of the member before id's in its key's chain ('' when none).
+local function heldBy(id)
+  local v = redis.call('HGET', KEYS[6], id)
+  if not v then return '' end
+  local member = string.sub(v, string.find(v, ',', 1, true) + 1)
+  local n, j = uvarint(member, 1)
+  local p = string.sub(member, 1, j + n - 1)
+  local prev = redis.call('ZREVRANGEBYLEX', KEYS[5], '(' .. member, '[' .. p, 'LIMIT', 0, 1)[1]
+  if not prev then return '' end
+  return string.sub(prev, #p + 9)
+end
 
 -- named: per code field read in this call, its name (false: the shard holds none).
 local named = {}
@@ -134,6 +151,7 @@ for i = 1, #ids do
     out[#out + 1] = string.sub(env, p, p + headLen - 1)
     out[#out + 1] = #env - p + 1
     out[#out + 1] = inRetry
+    if tonumber(zscore) >= HELD then out[#out + 1] = heldBy(ids[i]) else out[#out + 1] = '' end
   end
 end
 return out
