@@ -146,10 +146,15 @@ end
 
 -- boundOf returns the max wait (ms), the bound (unix ms: due by) and the index after the
 -- bound field of the body starting at index p of s (flags bit 0, delaystore/envelope.go
--- flagBound: a debounced message); nil when it has none or is malformed.
+-- flagBound: a debounced message); nil when it has none or is malformed. A body without
+-- one costs two byte reads (its format and flags), every other field is left unread.
 local function boundOf(s, p)
+  local at = p + 1
+  if string.byte(s, p) == 3 then at = skip(s, at) end
+  local f = at and string.byte(s, at)
+  if not f or f % 2 == 0 then return nil end
   local _, flags, i = afterSource(s, p)
-  if not flags or flags % 2 == 0 then return nil end
+  if not flags then return nil end
   local mw, by
   mw, i = uvarint(s, i)
   if not mw or mw == 0 then return nil end

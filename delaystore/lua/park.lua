@@ -114,7 +114,7 @@ local function claimedBounds(z, ids, olds, ARGV)
     local o, id = olds[k], ids[k]
     if o and dues[id] == nil and ARGV[3 + (k - 1) * W + 2] == '1' then
       local _, _, due, p = entry(o)
-      if p and boundOf(o, p) then
+      if p and boundOf(o, p) then -- two byte reads for an entry without a bound
         ask[#ask + 1] = id
         dues[id] = due
       end
