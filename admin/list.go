@@ -50,6 +50,10 @@ type Listed struct {
 	// Window is the message's spread window (x-delay-window; Due is the drawn time), 0
 	// when none (or when its headers take more than 1 KiB: not read).
 	Window time.Duration
+	// MaxWait and DueBy are the bound of a debounced message (x-delay-max-wait: it is due
+	// no later than DueBy, unix ms), 0 when none.
+	MaxWait time.Duration
+	DueBy   int64
 }
 
 // ListCursor is a position in scheduled order (score, then id), the same for all shards.
@@ -172,7 +176,8 @@ func (sh *listShard) read(p delaystore.ScanPage, match func(string) bool) {
 	for _, e := range p.Entries {
 		if e.Err == nil && (match == nil || match(e.Target)) {
 			sh.found = append(sh.found, Listed{ID: e.ID, Target: e.Target, Source: e.Source, Due: e.Due,
-				Scheduled: e.Scheduled, Attempts: e.Attempts, Size: e.Size, Window: e.Window})
+				Scheduled: e.Scheduled, Attempts: e.Attempts, Size: e.Size, Window: e.Window,
+				MaxWait: e.MaxWait, DueBy: e.DueBy})
 		}
 	}
 }

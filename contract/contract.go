@@ -53,6 +53,14 @@ const (
 	// recurring message draws anew for each firing. A bad or too long value is refused as
 	// [ReasonInvalidWindow] (section 9).
 	HeaderWindow = "x-delay-window"
+	// HeaderMaxWait bounds the debounce of a message with [HeaderID] (the x-delay grammar,
+	// at least 1 ms, at most BRIDGE_MAX_DELAY): a replacement (the same x-delay-id again) is
+	// due at most the max wait after the first version of the pending message was parked;
+	// the bound carries over every replacement until the message is delivered or
+	// cancelled, and a replacement without the header keeps it. A bad value, or one on a
+	// message without x-delay-id or with [HeaderEvery], is refused as
+	// [ReasonInvalidMaxWait] (section 11).
+	HeaderMaxWait = "x-delay-max-wait"
 )
 
 // MaxWindow is the longest spread window ([HeaderWindow]).
@@ -92,6 +100,7 @@ const (
 	ReasonInvalidExpires      = "invalid_expires"
 	ReasonInvalidEvery        = "invalid_every"
 	ReasonInvalidWindow       = "invalid_window"
+	ReasonInvalidMaxWait      = "invalid_max_wait"
 	ReasonConflictingSchedule = "conflicting_schedule"
 	ReasonDelayTooLong        = "delay_too_long"
 	ReasonMissingTarget       = "missing_target"

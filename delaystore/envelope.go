@@ -26,7 +26,8 @@ const (
 )
 
 // Flags of a body, the byte after the format byte (and source id):
-// bits 0-1 reserved (0: the target field is the whole target, as the scripts read it:
+// bit 0 (flagBound) whether the bound field of a debounced message follows the source,
+// bit 1 reserved (0; the target field is always the whole target, as the scripts read it:
 // cutting its prefix cost Lua a concatenation per read, about 0.3 us of Redis CPU per
 // message, for 5 bytes that cross no size class), bits 2-3 the source's broker prefix that
 // is left out of the source field (flagNATS: "nats:", flagKafka: "kafka:", 0: none, the
@@ -37,7 +38,8 @@ const (
 const (
 	flagNATS       = 1
 	flagKafka      = 2
-	flagTarget     = 3 // reserved bits, 0
+	flagBound      = 1
+	flagReserved   = 2
 	flagSourceHTTP = 3 << 2
 	flagKey        = 1 << 4
 	flagHeaders    = 1 << 5
@@ -253,7 +255,9 @@ func canonicalMS(v string) (int64, bool) {
 // source time sent (unix ms, 0: none) stored as the first trailing reserved header
 // (metaSent): the format byte (by e.SourceID: empty, equal to id, other), with
 // formatSource the uvarint-length-prefixed source id, the flags byte, the target (whole) and (unless it is "http") the source (without its
-// broker prefix) as uvarint-length-prefixed fields, then as the flags say the
+// broker prefix) as uvarint-length-prefixed fields, then as the flags say the bound field
+// (flagBound, when e.MaxWait is at least 1 ms: uvarint max wait ms > 0, uvarint e.DueBy, which
+// park.lua fixes; envelope.lua's boundOf and withBound read and rewrite it), the
 // key (uvarint length + bytes), the header list (uvarint count >= 1 + (key, value) pairs:
 // e.Headers, a Null one's value empty, then e.metaHeaders) and the hops count, and the
 // payload up to the end. The
@@ -264,7 +268,7 @@ func canonicalMS(v string) (int64, bool) {
 func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 	meta := e.metaHeaders(sent)
 	hs, hops, hasHops := splitHops(e.Headers)
-	n := 2 + 5*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
+	n := 2 + 7*binary.MaxVarintLen64 + len(e.SourceID) + len(e.Target) + len(e.Source) +
 		len(e.Key) + len(e.Payload) + pairsLen(hs) + pairsLen(meta)
 	b := make([]byte, 0, n)
 	b = appendFormat(b, e.SourceID, id)
@@ -285,6 +289,9 @@ func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 	if hasHops {
 		flags |= flagHops
 	}
+	if e.bounded() {
+		flags |= flagBound
+	}
 	b = append(b, flags)
 	b = appendString(b, cmp.Or(c.target, e.Target))
 	switch {
@@ -292,6 +299,10 @@ func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 		b = binary.AppendUvarint(b, c.source)
 	case flags&flagSourceHTTP != flagSourceHTTP:
 		b = appendString(b, source)
+	}
+	if e.bounded() {
+		b = binary.AppendUvarint(b, uint64(e.MaxWait.Milliseconds()))
+		b = binary.AppendUvarint(b, uint64(max(e.DueBy, 0)))
 	}
 	if e.Key != nil {
 		b = binary.AppendUvarint(b, uint64(len(e.Key)))
@@ -315,6 +326,9 @@ func encodeBodySent(e Envelope, id string, sent int64, c coded) []byte {
 	}
 	return append(b, e.Payload...)
 }
+
+// bounded reports whether e is stored with a bound field: a max wait of at least 1 ms.
+func (e Envelope) bounded() bool { return e.MaxWait >= time.Millisecond }
 
 // cutBroker splits a target or source into its broker prefix's flag (flagNATS, flagKafka,
 // 0: none) and the rest.
@@ -418,7 +432,7 @@ func (d *decoder) rest(e *Envelope) (uint64, bool) {
 // head reads the flags, target and source of a body and returns the flags.
 func (d *decoder) head(e *Envelope) byte {
 	flags := d.byte("flags")
-	if d.err == nil && (flags&flagTarget != 0 || (flags&flagSourceCode != 0 && flags&flagSourceHTTP != 0)) {
+	if d.err == nil && (flags&flagReserved != 0 || (flags&flagSourceCode != 0 && flags&flagSourceHTTP != 0)) {
 		d.fail(fmt.Sprintf("flags %#x", flags))
 	}
 	e.Target = d.name(d.bytes("target"))
@@ -432,7 +446,25 @@ func (d *decoder) head(e *Envelope) byte {
 			d.fail("source http written as a field")
 		}
 	}
+	if flags&flagBound != 0 {
+		d.bound(e)
+	}
 	return flags
+}
+
+// bound reads the bound field of a debounced message (flagBound): its max wait (ms > 0)
+// and DueBy (unix ms, 0 before park.lua fixed it), both exact as Lua numbers.
+func (d *decoder) bound(e *Envelope) {
+	mw := d.uvarint("max wait")
+	by := d.uvarint("due by")
+	if d.err != nil {
+		return
+	}
+	if mw == 0 || mw > math.MaxInt64/uint64(time.Millisecond) || by >= 1<<53 {
+		d.fail(fmt.Sprintf("bound %d, %d", mw, by))
+		return
+	}
+	e.MaxWait, e.DueBy = time.Duration(mw)*time.Millisecond, int64(by)
 }
 
 // brokered reads a source field whose broker prefix flag f (brokerPrefixes)

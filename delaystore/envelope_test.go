@@ -53,6 +53,10 @@ func TestBodyRoundTrip(t *testing.T) {
 		{"window", Envelope{Target: "nats:a", Source: "http", Window: 10 * time.Second, Payload: []byte("x")}},
 		{"window of a recurring message, with everything", Envelope{Target: "kafka:a", Source: "kafka:in", Tombstone: true, Every: "1h",
 			Misfire: "all", Expires: time.Second, Window: time.Hour, Anchor: 1_795_273_445_000}},
+		{"bound", Envelope{Target: "nats:a", Source: "nats:delay.in", MaxWait: 3 * time.Second, DueBy: 1_795_273_448_000, Payload: []byte("x")}},
+		{"bound before park", Envelope{Target: "nats:a", Source: "http", MaxWait: time.Millisecond}},
+		{"bound with a coded-like source, key, headers and hops", Envelope{SourceID: "js:IN:9", Target: "kafka:a", Source: "kafka:in", Key: []byte("k"),
+			Headers: headers.List{{Key: "h", Value: "v"}, {Key: "x-delay-hops", Value: "1"}}, Expires: time.Second, MaxWait: 8760 * time.Hour, DueBy: 1<<53 - 1}},
 		{"hops", Envelope{Target: "nats:a", Source: "nats:delay.in", Headers: headers.List{{Key: "h", Value: "v"}, {Key: "x-delay-hops", Value: "1"}}, Payload: []byte("x")}},
 		{"hops only, with every", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "18446744073709551615"}}, Every: "1s"}},
 		{"hops not last", Envelope{Target: "nats:a", Source: "http", Headers: headers.List{{Key: "x-delay-hops", Value: "2"}, {Key: "h", Value: "v"}}}},
@@ -141,8 +145,12 @@ func TestDecodeBodyCorrupt(t *testing.T) {
 		{"no flags", []byte{formatNoSource}},
 		{"unused flag bit", []byte{formatNoSource, 0x80, 0, 0}},
 		{"target prefix 3", []byte{formatNoSource, 3, 0, 0}},
-		{"target prefix flag nats (reserved)", []byte{formatNoSource, flagNATS, 1, 'a', 0}},
-		{"target prefix flag kafka (reserved)", []byte{formatNoSource, flagKafka, 1, 'a', 0}},
+		{"bound flag without the field", []byte{formatNoSource, flagBound, 1, 'a', 0}},
+		{"reserved flag bit 1", []byte{formatNoSource, flagReserved, 1, 'a', 0}},
+		{"bound with max wait 0", []byte{formatNoSource, flagSourceHTTP | flagBound, 0, 0, 5}},
+		{"bound without due by", []byte{formatNoSource, flagSourceHTTP | flagBound, 0, 5}},
+		{"bound with an overlong due by", []byte{formatNoSource, flagSourceHTTP | flagBound, 0, 5, 0x80, 0}},
+		{"bound due by beyond 2^53", []byte{formatNoSource, flagSourceHTTP | flagBound, 0, 5, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10}},
 		{"source keeps its prefix", []byte{formatNoSource, 0, 0, 7, 'k', 'a', 'f', 'k', 'a', ':', 'a'}},
 		{"source http as a field", []byte{formatNoSource, 0, 0, 4, 'h', 't', 't', 'p'}},
 		{"empty header list", []byte{formatNoSource, flagSourceHTTP | flagHeaders, 0, 0}},
@@ -239,6 +247,7 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}}, Key: []byte("k")}, testID))
 	f.Add(encodeBody(Envelope{SourceID: testID, Target: "t"}, testID))
 	f.Add(encodeBody(Envelope{SourceID: "kafka:in:0:7", Target: "t"}, testID))
+	f.Add(encodeBody(Envelope{Target: "t", Source: "kafka:in", MaxWait: time.Second, DueBy: 1700000003123}, testID))
 	f.Add(encodeBody(Envelope{Target: "t", Headers: headers.List{{Key: "a", Null: true}, {Key: "b"}, {Key: "a", Null: true}}, Every: "1s"}, testID))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := decodeBody(b, testID)
@@ -301,6 +310,16 @@ func TestDecodeBodyLiteral(t *testing.T) {
 		Payload: []byte("v")}
 	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("null headers body:\n got %#v, %v\nwant %#v", got, err, want)
+	}
+	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
+		t.Fatalf("encoded as %q\nwant %q", e, b)
+	}
+	// A debounced message: flags bit 0, the bound field after the source (max wait 3000 ms,
+	// due by 1700000003123 ms, uvarints).
+	b = []byte("\x01\x0d\x06nats:a" + "\xb8\x17" + "\xb3\xe8\x95\xff\xbc\x31" + "v")
+	want = Envelope{Target: "nats:a", Source: "http", MaxWait: 3 * time.Second, DueBy: 1700000003123, Payload: []byte("v")}
+	if got, err := decodeBody(b, testID); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("bound body:\n got %#v, %v\nwant %#v", got, err, want)
 	}
 	if e := encodeBody(want, testID); !bytes.Equal(e, b) {
 		t.Fatalf("encoded as %q\nwant %q", e, b)

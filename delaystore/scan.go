@@ -81,6 +81,10 @@ type Scanned struct {
 	// in its key's chain ("" for any other; docs/design.md "Ordering keys"). Its Scheduled
 	// is then its Due.
 	HeldBy string
+	// MaxWait and DueBy are the bound of a debounced message (x-delay-max-wait; Envelope),
+	// 0 when none.
+	MaxWait time.Duration
+	DueBy   int64
 	// Err: the body's head does not decode (a code the shard's names no longer hold).
 	Err error
 	// field is the target as the body holds it (a name or a code's field): what Change
@@ -184,18 +188,20 @@ func scanned(v []any, names *nameTable) (Scanned, bool) {
 	if e.HeldBy, _ = v[6].(string); sched >= heldScore {
 		e.Scheduled = due // held: taken for delivery once its predecessor left, not before due
 	}
-	e.Target, e.Source, e.Err = decodeHead([]byte(head), id, names)
+	var env Envelope
+	env, e.Err = decodeHead([]byte(head), id, names)
+	e.Target, e.Source, e.MaxWait, e.DueBy = env.Target, env.Source, env.MaxWait, env.DueBy
 	preamble, window := scanHead([]byte(head))
 	e.Size, e.Window = int(size)-preamble, window
 	return e, true
 }
 
-// decodeHead reads the target and source from the first bytes of the body of message id
-// (encodeBody): format byte, source id, flags, target, source, resolving codes through
-// names (the shard's table as of the read).
-func decodeHead(b []byte, id string, names *nameTable) (target, source string, err error) {
+// decodeHead reads the target, source and bound (MaxWait, DueBy) from the first bytes of
+// the body of message id (encodeBody): format byte, source id, flags, target, source,
+// bound field, resolving codes through names (the shard's table as of the read).
+func decodeHead(b []byte, id string, names *nameTable) (Envelope, error) {
 	if len(b) == 0 {
-		return "", "", fmt.Errorf("%w: empty body", ErrCorrupt)
+		return Envelope{}, fmt.Errorf("%w: empty body", ErrCorrupt)
 	}
 	d := decoder{b: b[1:], names: names}
 	if b[0] == formatSource {
@@ -203,7 +209,7 @@ func decodeHead(b []byte, id string, names *nameTable) (target, source string, e
 	}
 	var e Envelope
 	d.head(&e)
-	return e.Target, e.Source, d.err
+	return e, d.err
 }
 
 // targetField returns the target field of a body head as stored (a name, or a code's
@@ -221,7 +227,7 @@ func targetField(head string) string {
 }
 
 // scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
-// its payload: format, source id, flags, target, source, key, headers and the hops count;
+// its payload: format, source id, flags, target, source, bound, key, headers and the hops count;
 // when they do not all lie in head, the bytes before the headers (and window is 0).
 // window is the spread window stored with the headers (metaWindow), 0 when none.
 func scanHead(head []byte) (preamble int, window time.Duration) {
@@ -239,6 +245,10 @@ func scanHead(head []byte) (preamble int, window time.Duration) {
 		d.uvarint("source code")
 	case flags&flagSourceHTTP != flagSourceHTTP:
 		d.bytes("source")
+	}
+	if flags&flagBound != 0 {
+		d.uvarint("max wait")
+		d.uvarint("due by")
 	}
 	if flags&flagKey != 0 {
 		d.bytes("key")

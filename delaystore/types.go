@@ -150,6 +150,16 @@ type Envelope struct {
 	// its first firing, unix ms: an interval schedule counts from it. 0 otherwise. Stored
 	// with Window.
 	Anchor int64
+	// MaxWait bounds the debounce of a message with x-delay-id (x-delay-max-wait; 0:
+	// none): park.lua fixes DueBy, the time the first version of the pending message was
+	// parked plus MaxWait, and parks each version no later than it. Stored in the body's
+	// bound field (flagBound), only when set.
+	MaxWait time.Duration
+	// DueBy is the bound of a debounced message, unix ms, fixed by park.lua (the value a
+	// ParkRequest gives is ignored): the version it parks is due no later than it, and a
+	// replacement keeps it (docs/design.md "Bounded debounce"). Set exactly when MaxWait
+	// is; 0 in a body not parked yet.
+	DueBy int64
 }
 
 // ParkRequest asks the store to hold a message until it is due.

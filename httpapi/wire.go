@@ -16,6 +16,8 @@ type PostRequest struct {
 	Window json.RawMessage `json:"window,omitempty"`
 	// Every is x-delay-every: "30s", "0 9 * * 1-5", "CRON_TZ=Europe/Berlin 0 9 * * *".
 	Every string `json:"every,omitempty"`
+	// MaxWait is x-delay-max-wait, with ID: a string in the x-delay grammar or integer ms.
+	MaxWait json.RawMessage `json:"max_wait,omitempty"`
 	// Misfire is x-delay-misfire: "once" (the default), "skip" or "all".
 	Misfire       string            `json:"misfire,omitempty"`
 	ID            string            `json:"id,omitempty"`
@@ -60,6 +62,11 @@ type MessageResponse struct {
 	// Window is the message's x-delay-window in milliseconds, absent when none (Due is
 	// the drawn time).
 	Window *int64 `json:"window,omitempty"`
+	// MaxWait is the message's x-delay-max-wait in milliseconds and DueBy its bound (unix
+	// ms: the first version's parking time plus the max wait; Due is at most DueBy), both
+	// absent when none.
+	MaxWait *int64 `json:"max_wait,omitempty"`
+	DueBy   *int64 `json:"due_by,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.
@@ -111,6 +118,10 @@ type ListedMessage struct {
 	// Window (an extension) is the message's x-delay-window in ms, absent when none: Due
 	// is the time drawn in it.
 	Window int64 `json:"window,omitempty"`
+	// MaxWait (an extension) is the message's x-delay-max-wait in ms and DueBy its bound
+	// (unix ms; Due is at most DueBy), both absent when none.
+	MaxWait int64 `json:"max_wait,omitempty"`
+	DueBy   int64 `json:"due_by,omitempty"`
 }
 
 // ListResponse is the 200 body of GET /v1/messages: NextCursor is set while more may

@@ -86,6 +86,9 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		if m.Window > 0 {
 			due += fmt.Sprintf(" (drawn in a %s window)", time.Duration(m.Window)*time.Millisecond)
 		}
+		if m.MaxWait > 0 {
+			due += fmt.Sprintf(" (max wait %s: by %s)", time.Duration(m.MaxWait)*time.Millisecond, time.UnixMilli(m.DueBy).UTC().Format("15:04:05.000"))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, due, in, attempts, m.Size)
 	}
 	if err := tw.Flush(); err != nil {

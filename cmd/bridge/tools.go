@@ -100,11 +100,12 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	misfire := fs.String("misfire", "", "x-delay-misfire, with --every: missed occurrences fire once (the default), skip or all (at most 100)")
 	expires := fs.String("expires", "", "x-delay-expires: dead-letter it as expired when not published this long after its due time (as --delay)")
 	window := fs.String("window", "", "x-delay-window: deliver at a time drawn uniformly in [due, due + window] (as --delay, at most 1h); each firing of --every draws its own")
+	maxWait := fs.String("max-wait", "", "x-delay-max-wait, with --id: a resend with the same id is due at most this long after the first pending version was sent (as --delay)")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID [--max-wait D]] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -127,6 +128,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	}
 	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Misfire: *misfire, Payload: &payload}
 	req.Delay, req.DeliverAt, req.Expires, req.Window = jsonString(*delay), jsonString(*at), jsonString(*expires), jsonString(*window)
+	req.MaxWait = jsonString(*maxWait)
 	if req.Headers, err = headerMap(hdrs); err != nil {
 		return err
 	}
@@ -323,6 +325,8 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
                 parked again after each firing (same x-delay-id); cancel stops it
   x-delay-window   optional, as x-delay, at most 1h: delivered at a time drawn uniformly in
                 [due, due + window] (x-delay-due is that time); per firing when recurring
+  x-delay-max-wait optional, as x-delay, with x-delay-id: a replacement is due at most this
+                long after the first pending version was parked (a debounce with a bound)
 
 Environment:
 `

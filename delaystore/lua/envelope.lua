@@ -2,17 +2,18 @@
 -- A stored envelope is a binary header owned by the scripts (header, entry), then a body
 -- encoded by Go (delaystore/envelope.go): its format byte (where the source id is: none 1,
 -- the message id 2, a field 3), the source id field (format 3), flags, the target, the
--- source (without its broker prefix, or a code), then key, headers and hops as the flags
--- say.
+-- source (without its broker prefix, or a code), then the bound field, key, headers and
+-- hops as the flags say.
 -- delaystore/scripts.go puts this file in place of the line "--!include envelope.lua" of a
 -- script; it is not a script of its own.
 
--- uvarint returns the uvarint of s at index i and the index after it; nil when malformed.
+-- uvarint returns the uvarint of s at index i and the index after it; nil when malformed
+-- or longer than 8 bytes (a time in ms takes 6).
 local function uvarint(s, i)
   local n, mul = 0, 1
   while true do
     local b = string.byte(s, i)
-    if b == nil or mul > 268435456 then return nil, i end
+    if b == nil or mul > 562949953421312 then return nil, i end
     n = n + (b % 128) * mul
     i = i + 1
     if b < 128 then return n, i end
@@ -118,26 +119,89 @@ local function targetOf(s, p)
   return (field(s, i + 1)) or ''
 end
 
--- headersAt returns the index of the header count of the body starting at index p of s;
--- nil when it has no header list or is malformed. It steps over source id, flags,
--- target, source and key (a few bytes read per field, nothing copied); a source held as a
--- code (flags bit 7, broker bits 0: delaystore/names.go) is a bare uvarint.
-local function headersAt(s, p)
+-- afterSource returns, for the body starting at index p of s, the index of its flags
+-- byte, the flags and the index after its source (where the bound field is, when flags
+-- bit 0 says so); nil when malformed. It steps over source id, flags, target and source
+-- (a few bytes read per field, nothing copied); a source held as a code (flags bit 7,
+-- broker bits 0: delaystore/names.go) is a bare uvarint.
+local function afterSource(s, p)
   local i = p + 1
   if string.byte(s, p) == 3 then i = skip(s, i) end
   if not i then return nil end
-  local flags = string.byte(s, i)
+  local at, flags = i, string.byte(s, i)
   if not flags then return nil end
-  local code = flags >= 128
-  if code then flags = flags - 128 end
+  local low = flags % 128
   i = skip(s, i + 1) -- target
-  if i and code then
-    if flags % 16 >= 4 then return nil end
+  if i and flags >= 128 then
+    if low % 16 >= 4 then return nil end
     local c
     c, i = uvarint(s, i) -- source code
     if not c then return nil end
-  elseif i and flags % 16 < 12 then
+  elseif i and low % 16 < 12 then
     i = skip(s, i) -- source (none when it is "http")
+  end
+  if not i then return nil end
+  return at, flags, i
+end
+
+-- boundOf returns the max wait (ms), the bound (unix ms: due by) and the index after the
+-- bound field of the body starting at index p of s (flags bit 0, delaystore/envelope.go
+-- flagBound: a debounced message); nil when it has none or is malformed. A body without
+-- one costs two byte reads (its format and flags), every other field is left unread.
+local function boundOf(s, p)
+  local at = p + 1
+  if string.byte(s, p) == 3 then at = skip(s, at) end
+  local f = at and string.byte(s, at)
+  if not f or f % 2 == 0 then return nil end
+  local _, flags, i = afterSource(s, p)
+  if not flags then return nil end
+  local mw, by
+  mw, i = uvarint(s, i)
+  if not mw or mw == 0 then return nil end
+  by, i = uvarint(s, i)
+  if not by then return nil end
+  return mw, by, i
+end
+
+-- uvarintOf encodes n (an integer >= 0, < 2^53) as a uvarint.
+local function uvarintOf(n)
+  local b = {}
+  while n >= 128 do
+    local low = n % 128
+    b[#b + 1] = low + 128
+    n = (n - low) / 128
+  end
+  b[#b + 1] = n
+  return string.char(unpack(b))
+end
+
+-- withBound returns the body s (starting at index 1) with its bound field set to max wait
+-- mw and bound by (ms): the field rewritten when s has one, else flags bit 0 set and the
+-- field put after the source. s itself when malformed (never written so: park.lua only
+-- calls it on bodies Go encoded).
+local function withBound(s, mw, by)
+  local at, flags, i = afterSource(s, 1)
+  if not flags then return s end
+  local f = uvarintOf(mw) .. uvarintOf(by)
+  if flags % 2 == 1 then
+    local _, _, j = boundOf(s, 1)
+    if not j then return s end
+    return string.sub(s, 1, i - 1) .. f .. string.sub(s, j)
+  end
+  return string.sub(s, 1, at - 1) .. string.char(flags + 1) .. string.sub(s, at + 1, i - 1) .. f .. string.sub(s, i)
+end
+
+-- headersAt returns the index of the header count of the body starting at index p of s;
+-- nil when it has no header list or is malformed. It steps over source id, flags,
+-- target, source (afterSource), the bound field and key.
+local function headersAt(s, p)
+  local _, flags, i = afterSource(s, p)
+  if not flags then return nil end
+  if flags % 2 == 1 then -- the bound field: max wait, due by
+    local mw
+    mw, i = uvarint(s, i)
+    if mw then mw, i = uvarint(s, i) end
+    if not mw then return nil end
   end
   if i and bitOf(flags, 4) == 1 then i = skip(s, i) end -- key
   if not i or bitOf(flags, 5) == 0 then return nil end

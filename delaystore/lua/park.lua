@@ -36,7 +36,12 @@
 -- (claimed by a replica whose lease runs: an even score other than its due time, after now,
 -- as cancel.lua reads it; one ZMSCORE of the replaced ids) answers {due, 6}: the replaced
 -- version is still published by its holder (its ack is then fenced by the version), the
--- new one is parked as its own firing. Reads and writes are batched (HMGET, INCRBY,
+-- new one is parked as its own firing. A debounced message (a body with a bound field:
+-- envelope.lua boundOf) is due no later than its bound: the time the first version of the
+-- pending message was parked plus the max wait, fixed in the body it writes (withBound); a
+-- replacement keeps the pending bound (counting its own max wait, when it has one, from
+-- that first parking), one of an entry in delivery starts a new one (docs/design.md
+-- "Bounded debounce"). Reads and writes are batched (HMGET, INCRBY,
 -- variadic HSET / ZADD) in chunks that stay below Lua's unpack limit.
 -- A message written with an ordering key joins its key's chain at its version (chain.lua):
 -- scored at its due time when it is the key's first, else HELD. A replace with the same key
@@ -105,6 +110,50 @@ local function inDelivery(z, swapped)
     end
   end
   return out
+end
+
+-- claimedBounds returns, per id, true when the entry stored before the batch (olds, index
+-- into ids) is replaced (replace 1), holds a bound (a debounced message: envelope.lua
+-- boundOf) and is in delivery (as inDelivery reads it): a replacement is then its own
+-- firing and starts a new bound. One ZMSCORE per chunk, none when no replace meets a
+-- stored bound (the common case).
+local function claimedBounds(z, ids, olds, ARGV)
+  local out, ask, dues = {}, {}, {}
+  for k = 1, #ids do
+    local o, id = olds[k], ids[k]
+    if o and dues[id] == nil and ARGV[3 + (k - 1) * W + 2] == '1' then
+      local _, _, due, p = entry(o)
+      if p and boundOf(o, p) then -- two byte reads for an entry without a bound
+        ask[#ask + 1] = id
+        dues[id] = due
+      end
+    end
+  end
+  for i = 1, #ask, CHUNK do
+    local last = math.min(i + CHUNK - 1, #ask)
+    local scores = redis.call('ZMSCORE', z, unpack(ask, i, last))
+    for k = i, last do
+      local sc = tonumber(scores[k - i + 1] or '')
+      if sc and sc % 2 == 0 and sc ~= dues[ask[k]] and sc > now then out[ask[k]] = true end
+    end
+  end
+  return out
+end
+
+-- debounce returns the max wait and the bound (ms) of a version with body (as Go encoded
+-- it) that replaces a pending one bounded by pby with max wait pmw (both nil: no pending
+-- one, or it has no bound): its own max wait counted from when the pending message's first
+-- version was parked (pby - pmw; now when it had none), else the pending one's bound,
+-- except for a recurring body; nil when no bound applies.
+local function debounce(body, pmw, pby)
+  local mw = boundOf(body, 1)
+  if mw then
+    local first = now
+    if pby then first = pby - pmw end
+    return mw, first + mw
+  end
+  if pby and not recurring(body, 1) then return pmw, pby end
+  return nil
 end
 
 -- namesHeld takes the names block off ARGV and reports whether the shard's names hash
@@ -188,6 +237,10 @@ local function shard(KEYS, ARGV)
   -- to the target's parked count.
   local cur, curSrc, curTgt, deltas = {}, {}, {}, {}
   local curSent = {} -- curSent[id]: the source time stored with the entry (replace only)
+  -- curMW[id], curBy[id]: the max wait and bound of the entry (replace only; nil: none)
+  local curMW, curBy = {}, {}
+  local claimed = claimedBounds(z, ids, olds, ARGV)
+  local bodies = {} -- bodies[k]: a written body with its bound fixed (else ARGV's)
   -- oldVer[id]: the version of an entry stored before the batch; swapped: {id, due, index
   -- of the replacing message} of those this batch replaces
   local oldVer, swapped = {}, {}
@@ -215,7 +268,10 @@ local function shard(KEYS, ARGV)
       oldVer[id] = ver
       curSrc[id] = p and sourceOf(olds[k], p, id) or ''
       curTgt[id] = p and targetOf(olds[k], p) or ''
-      if p and ARGV[a + 2] == '1' then curSent[id] = sentOf(olds[k], p) end
+      if p and ARGV[a + 2] == '1' then
+        curSent[id] = sentOf(olds[k], p)
+        if not claimed[id] then curMW[id], curBy[id] = boundOf(olds[k], p) end
+      end
     end
     local sent = tonumber(string.sub(ARGV[a + 1], 2)) or 0
     if tomb then
@@ -238,6 +294,12 @@ local function shard(KEYS, ARGV)
       else
         due = now + tonumber(ARGV[a + 3])
       end
+      local mw, by = debounce(ARGV[a + 4], curMW[id], curBy[id])
+      if by then
+        if due > by then due = by end
+        bodies[k] = withBound(ARGV[a + 4], mw, by)
+      end
+      curMW[id], curBy[id] = mw, by
       if existing ~= nil then deltas[curTgt[id]] = (deltas[curTgt[id]] or 0) - 1 end
       if oldVer[id] then
         swapped[#swapped + 1] = {id, existing, k}
@@ -275,7 +337,7 @@ local function shard(KEYS, ARGV)
       local score = dueStr
       if st then score = chained(KEYS, st, k, id, version, dueStr, prior[k]) end
       hset[#hset + 1] = id
-      local body = ARGV[3 + (k - 1) * W + 4]
+      local body = bodies[k] or ARGV[3 + (k - 1) * W + 4]
       hset[#hset + 1] = header(version, 0, dues[k]) .. body
       zadd[#zadd + 1] = score
       zadd[#zadd + 1] = id

@@ -340,7 +340,8 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 		name, header string
 		raw          json.RawMessage
 	}{{"delay", contract.HeaderDelay, req.Delay}, {"deliver_at", contract.HeaderDeliverAt, req.DeliverAt},
-		{"expires", contract.HeaderExpires, req.Expires}, {"window", contract.HeaderWindow, req.Window}} {
+		{"expires", contract.HeaderExpires, req.Expires}, {"window", contract.HeaderWindow, req.Window},
+		{"max_wait", contract.HeaderMaxWait, req.MaxWait}} {
 		if len(f.raw) == 0 || bytes.Equal(f.raw, []byte("null")) {
 			continue
 		}
@@ -378,7 +379,7 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 var fieldNames = strings.NewReplacer(
 	contract.HeaderHops, contract.HeaderHops, contract.HeaderDue, contract.HeaderDue,
 	contract.HeaderSource, contract.HeaderSource, contract.HeaderError, contract.HeaderError,
-	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderWindow, "window", contract.HeaderID, "id",
+	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderWindow, "window", contract.HeaderMaxWait, "max_wait", contract.HeaderID, "id",
 	contract.HeaderDeliverAt, "deliver_at", contract.HeaderTarget, "target", contract.HeaderDelay, "delay")
 
 // methodNotAllowed answers 405 in JSON, with the methods a path takes in Allow.
@@ -444,6 +445,10 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	if m.Envelope.Window > 0 {
 		ms := m.Envelope.Window.Milliseconds()
 		resp.Window = &ms
+	}
+	if m.Envelope.MaxWait > 0 {
+		ms, by := m.Envelope.MaxWait.Milliseconds(), m.Envelope.DueBy
+		resp.MaxWait, resp.DueBy = &ms, &by
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -68,7 +68,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	out := httpapi.ListResponse{Messages: make([]httpapi.ListedMessage, len(page))}
 	for i, m := range page {
 		out.Messages[i] = httpapi.ListedMessage{ID: m.ID, Target: m.Target, Due: m.Due, Scheduled: m.Scheduled,
-			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds()}
+			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds(),
+			MaxWait: m.MaxWait.Milliseconds(), DueBy: m.DueBy}
 	}
 	if next != nil {
 		c := a.admin.Seal(admin.CursorList, query, next.String())

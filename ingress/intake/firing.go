@@ -116,6 +116,54 @@ func ParseWindow(h headers.List) (time.Duration, error) {
 	return d.Truncate(time.Millisecond), nil
 }
 
+// ParseMaxWait reads x-delay-max-wait (name matched case-insensitively) from h: the
+// bound of a debounced message, in the x-delay grammar ([ParseDelay]), whole
+// milliseconds, at least 1 ms and at most maxDelay (BRIDGE_MAX_DELAY, as x-delay).
+// Absent: 0 (no bound). Repeated, malformed, under a millisecond or longer: an error
+// wrapping [ErrInvalidMaxWait]. Whether the message may carry one at all is
+// [firing.checkMaxWait]'s.
+func ParseMaxWait(h headers.List, maxDelay time.Duration) (time.Duration, error) {
+	vs := h.Values(contract.HeaderMaxWait)
+	switch len(vs) {
+	case 0:
+		return 0, nil
+	case 1:
+	default:
+		return 0, fmt.Errorf("%w: %s given %d times", ErrInvalidMaxWait, contract.HeaderMaxWait, len(vs))
+	}
+	d, err := ParseDelay(vs[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidMaxWait, contract.HeaderMaxWait, err)
+	}
+	if d > maxDelay {
+		return 0, fmt.Errorf("%w: %s %s: at most BRIDGE_MAX_DELAY (%s)", ErrInvalidMaxWait, contract.HeaderMaxWait, quote(vs[0]), maxDelay)
+	}
+	d = d.Truncate(time.Millisecond)
+	if d <= 0 {
+		return 0, fmt.Errorf("%w: %s %s: must be at least 1ms", ErrInvalidMaxWait, contract.HeaderMaxWait, quote(vs[0]))
+	}
+	return d, nil
+}
+
+// checkMaxWait refuses an x-delay-max-wait on a message it cannot bound: one that
+// replaces nothing (replace false: without x-delay-id, its id is its source's or a new
+// one; a kafka-message-scheduler key acts as an x-delay-id), since only replacements are
+// debounced, and a recurring one, whose firings egress schedules. The error wraps
+// [ErrInvalidMaxWait].
+func (f firing) checkMaxWait(replace bool) error {
+	switch {
+	case f.maxWait == 0:
+		return nil
+	case !replace:
+		return fmt.Errorf("%w: %s bounds the replacements of a message with %s: give %s",
+			ErrInvalidMaxWait, contract.HeaderMaxWait, contract.HeaderID, contract.HeaderID)
+	case !f.every.IsZero():
+		return fmt.Errorf("%w: %s applies to one-shot messages, not with %s",
+			ErrInvalidMaxWait, contract.HeaderMaxWait, contract.HeaderEvery)
+	}
+	return nil
+}
+
 // spread draws the delivery time of a message with a spread window (x-delay-window) in
 // [due, due + window] (schedule.Offset, a pure function of the id and the due time as
 // given, sched: a redelivery of the source message draws the same) and fixes it in req: the
@@ -166,6 +214,7 @@ type firing struct {
 	every   schedule.Every
 	misfire schedule.Misfire
 	window  time.Duration
+	maxWait time.Duration
 }
 
 // storedMisfire is the Envelope.Misfire of f: "" for the default (not stored).
@@ -177,7 +226,8 @@ func (f firing) storedMisfire() string {
 }
 
 // parseFiring reads the firing-control headers: x-delay-expires, x-delay-every (bounded
-// by maxDelay), x-delay-misfire and x-delay-window.
+// by maxDelay), x-delay-misfire, x-delay-window and x-delay-max-wait (bounded by
+// maxDelay).
 func parseFiring(h headers.List, maxDelay time.Duration, now time.Time) (firing, error) {
 	var f firing
 	var err error
@@ -185,6 +235,9 @@ func parseFiring(h headers.List, maxDelay time.Duration, now time.Time) (firing,
 		return f, err
 	}
 	if f.window, err = ParseWindow(h); err != nil {
+		return f, err
+	}
+	if f.maxWait, err = ParseMaxWait(h, maxDelay); err != nil {
 		return f, err
 	}
 	if f.every, err = ParseEvery(h, maxDelay, now); err != nil {

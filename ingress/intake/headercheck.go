@@ -84,7 +84,7 @@ func (e *hopsError) Error() string {
 func (e *hopsError) Unwrap() error { return ErrTargetLoop }
 
 // isDropped reports whether an incoming header is not forwarded as given: control headers
-// (x-delay-expires, x-delay-every, x-delay-misfire and x-delay-window among them: they are kept with the
+// (x-delay-expires, x-delay-every, x-delay-misfire, x-delay-window and x-delay-max-wait among them: they are kept with the
 // message, not delivered),
 // the bridge's own output headers (x-delay-id, x-delay-due, x-delay-source, x-delay-error,
 // x-delay-hops, which the bridge sets itself), the kafka-message-scheduler control headers
@@ -96,7 +96,7 @@ func (e *hopsError) Unwrap() error { return ErrTargetLoop }
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
 	case contract.HeaderDelay, contract.HeaderDeliverAt, contract.HeaderTarget, contract.HeaderID, contract.HeaderDue, contract.HeaderSource, contract.HeaderError, contract.HeaderHops,
-		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, contract.HeaderWindow, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
+		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, contract.HeaderWindow, contract.HeaderMaxWait, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)

@@ -29,6 +29,9 @@ var (
 	// ErrInvalidWindow: x-delay-window is malformed, repeated, or longer than
 	// contract.MaxWindow.
 	ErrInvalidWindow = errors.New("invalid window")
+	// ErrInvalidMaxWait: x-delay-max-wait is malformed, repeated, under a millisecond,
+	// longer than the maximum delay, or given without x-delay-id or with x-delay-every.
+	ErrInvalidMaxWait = errors.New("invalid max-wait")
 	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
@@ -72,6 +75,7 @@ var reasons = []struct {
 	{ErrInvalidExpires, contract.ReasonInvalidExpires},
 	{ErrInvalidEvery, contract.ReasonInvalidEvery},
 	{ErrInvalidWindow, contract.ReasonInvalidWindow},
+	{ErrInvalidMaxWait, contract.ReasonInvalidMaxWait},
 	{ErrInvalidDelay, contract.ReasonInvalidDelay},
 	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
 	{ErrInvalidID, contract.ReasonInvalidID},

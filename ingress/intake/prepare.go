@@ -72,6 +72,9 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		return req, err
 	}
 	fire, err := parseFiring(h, r.MaxDelay, now)
+	if err == nil {
+		err = fire.checkMaxWait(req.Replace)
+	}
 	if err != nil {
 		return req, err
 	}
@@ -97,6 +100,7 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Expires:   fire.expires,
 		Every:     fire.every.String(),
 		Misfire:   fire.storedMisfire(),
+		MaxWait:   fire.maxWait,
 	}
 	if err := spread(&req, sched, fire.window, r.MaxDelay, now); err != nil {
 		return delaystore.ParkRequest{}, err

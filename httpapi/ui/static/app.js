@@ -216,7 +216,8 @@ async function messages() {
   input('due_to', 'due to'), el('button', {type: 'submit', id: 'f-apply'}, 'Filter'));
   const rows = res.messages.map(m => el('tr', {},
     el('td', {}, el('a', {href: '#/message/' + encodeURIComponent(m.id), class: 'msg-link'}, m.id)), el('td', {}, m.target),
-    el('td', {}, fmtTime(m.due) + (m.window ? ' (drawn in ' + fmtSpan(m.window) + ')' : '')), el('td', {}, fmtIn(m.due)),
+    el('td', {}, fmtTime(m.due) + (m.window ? ' (drawn in ' + fmtSpan(m.window) + ')' : '') +
+      (m.max_wait ? ' (max wait ' + fmtSpan(m.max_wait) + ': by ' + fmtTime(m.due_by) + ')' : '')), el('td', {}, fmtIn(m.due)),
     el('td', {class: 'n'}, m.attempts + (m.scheduled !== m.due ? ' (next ' + fmtTime(m.scheduled) + ')' : '')), el('td', {class: 'n'}, num(m.size))));
   let more = null;
   if (res.next_cursor) {
@@ -277,7 +278,8 @@ async function message(id) {
     el('table', {id: 'detail'}, el('tbody', {},
       [['target', m.target], ['due (UTC)', fmtTime(m.due) + ' (in ' + fmtIn(m.due) + ')'], ['source', m.source], ['attempts', m.attempts],
         ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-'], ['misfire', m.misfire || '-'],
-        ['window', m.window ? fmtSpan(m.window) + ' (due is the time drawn in it' + (m.every ? '; each firing draws its own)' : ')') : '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
+        ['window', m.window ? fmtSpan(m.window) + ' (due is the time drawn in it' + (m.every ? '; each firing draws its own)' : ')') : '-'],
+        ['max wait', m.max_wait ? fmtSpan(m.max_wait) + ' (due by ' + fmtTime(m.due_by) + ' UTC at the latest, however often it is replaced)' : '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
     el('h3', {}, 'Headers'), el('table', {id: 'headers'}, el('tbody', {}, hdrs.length ? hdrs : el('tr', {}, el('td', {}, 'none')))),
     el('h3', {}, 'Payload'), el('pre', {id: 'payload'}, preview(m.payload_base64)),
     el('h3', {}, 'Actions'),

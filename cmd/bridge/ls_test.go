@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delaybridge/delaybridge/httpapi"
+)
+
+// TestPrintListedBound: bridge ls shows a debounced message's max wait and bound beside
+// its due time, and nothing for a message without one.
+func TestPrintListedBound(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	due := now.Add(2 * time.Second).UnixMilli()
+	var b strings.Builder
+	err := printListed(&b, httpapi.ListResponse{Messages: []httpapi.ListedMessage{
+		{ID: "digest-1", Target: "nats:digest", Due: due, Scheduled: due, MaxWait: 3000, DueBy: now.Add(3 * time.Second).UnixMilli()},
+		{ID: "plain", Target: "nats:digest", Due: due, Scheduled: due},
+	}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[1], "(max wait 3s: by 10:00:03.000)") || strings.Contains(lines[2], "max wait") {
+		t.Fatalf("bridge ls:\n%s", b.String())
+	}
+}
