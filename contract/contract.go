@@ -61,7 +61,17 @@ const (
 	// message without x-delay-id or with [HeaderEvery], is refused as
 	// [ReasonInvalidMaxWait] (section 11).
 	HeaderMaxWait = "x-delay-max-wait"
+	// HeaderOrderingKey orders messages (1 to [MaxOrderingKey] bytes): those with the same
+	// key are published one at a time in the order the bridge parked them, each no
+	// earlier than its due time and not before the one parked before it left the store.
+	// A keyed message is named by its key and id: a cancel or replace of it carries the
+	// same key. Repeated, empty, too long, or with [HeaderEvery]: refused as
+	// [ReasonInvalidOrderingKey] (section 11).
+	HeaderOrderingKey = "x-delay-ordering-key"
 )
+
+// MaxOrderingKey is the longest [HeaderOrderingKey], in bytes.
+const MaxOrderingKey = 256
 
 // MaxWindow is the longest spread window ([HeaderWindow]).
 const MaxWindow = time.Hour
@@ -101,6 +111,7 @@ const (
 	ReasonInvalidEvery        = "invalid_every"
 	ReasonInvalidWindow       = "invalid_window"
 	ReasonInvalidMaxWait      = "invalid_max_wait"
+	ReasonInvalidOrderingKey  = "invalid_ordering_key"
 	ReasonConflictingSchedule = "conflicting_schedule"
 	ReasonDelayTooLong        = "delay_too_long"
 	ReasonMissingTarget       = "missing_target"

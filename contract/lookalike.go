@@ -10,7 +10,7 @@ import (
 // delaybridge_lookalike_headers_total. A header the contract adds to section 1, 9 or 11
 // belongs here (TestReadListsEveryIncomingHeader checks the const block above).
 var Read = []string{HeaderDelay, HeaderDeliverAt, HeaderTarget, HeaderID, HeaderExpires, HeaderEvery,
-	HeaderMisfire, HeaderWindow, HeaderMaxWait, HeaderKafkaKey, HeaderKafkaTombstone, HeaderHops}
+	HeaderMisfire, HeaderWindow, HeaderMaxWait, HeaderOrderingKey, HeaderKafkaKey, HeaderKafkaTombstone, HeaderHops}
 
 // written are the contract's other header names (set by the bridge): an incoming header
 // with exactly one of these names is not a look-alike either.

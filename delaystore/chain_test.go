@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 // keyed is a park request of id with ordering key key, due now.
@@ -173,7 +175,7 @@ func TestOrderingKeyReplace(t *testing.T) {
 // recurring message refused before anything is written.
 func TestOrderingKeyBounds(t *testing.T) {
 	f := setup(t)
-	long := string(make([]byte, MaxOrderingKey))
+	long := string(make([]byte, contract.MaxOrderingKey))
 	f.park(t, keyed("x", long), keyed("y", long))
 	if got := claimedIDs(f.claimShard(t, f.s.ShardOfKey(long))); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("claimed %v, want [x]", got)

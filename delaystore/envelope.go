@@ -110,17 +110,14 @@ func (e Envelope) metaHeaders(sent int64) headers.List {
 	return l
 }
 
-// MaxOrderingKey is the longest ordering key, in bytes (SPEC section 11).
-const MaxOrderingKey = 256
-
-// checkOrderingKey checks e's ordering key: none, or 1 to MaxOrderingKey bytes on a message
+// checkOrderingKey checks e's ordering key: none, or 1 to contract.MaxOrderingKey bytes on a message
 // that does not recur.
 func checkOrderingKey(e Envelope) error {
 	switch {
 	case e.OrderingKey == "":
 		return nil
-	case len(e.OrderingKey) > MaxOrderingKey:
-		return fmt.Errorf("ordering key of %d bytes (at most %d)", len(e.OrderingKey), MaxOrderingKey)
+	case len(e.OrderingKey) > contract.MaxOrderingKey:
+		return fmt.Errorf("ordering key of %d bytes (at most %d)", len(e.OrderingKey), contract.MaxOrderingKey)
 	case e.Every != "":
 		return errors.New("an ordering key on a recurring message")
 	}

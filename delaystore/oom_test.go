@@ -316,4 +316,9 @@ func TestSplitPieces(t *testing.T) {
 	if got := splitPieces(reqs, []int{4, 5}, big, 25); fmt.Sprint(got) != "[[0] [1]]" {
 		t.Fatalf("requests over the limit each: %v, want one piece each", got)
 	}
+	reqs[2].Envelope.OrderingKey, reqs[7].Envelope.OrderingKey = "k", "k" // c and f: one key
+	got = splitPieces(reqs, idx, bodies, 25)
+	if want := [][]int{{0, 1, 3, 6}, {2, 4, 7}, {5}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pieces with a key %v, want %v (a key's requests in its first's piece)", got, want)
+	}
 }

@@ -298,9 +298,10 @@ const pieceBytes = packBytes / 2
 // splitPieces splits one shard's requests (reqs[idx[k]], encoded as bodies[k]) into
 // pieces of at most limit body bytes (or one request), as positions into idx in request
 // order; nil when all of them fit in one. Every request of an id goes in the piece of its
-// first: pieces may then succeed and fail independently without a retried earlier
-// message of an id replacing a later one that was parked (the last reschedule wins). A
-// piece may exceed limit by such requests.
+// first, and every request of an ordering key in the piece of the key's first: pieces
+// may then succeed and fail independently without a retried earlier message of an id
+// replacing a later one that was parked (the last reschedule wins), or joining its key's
+// chain after a later one. A piece may exceed limit by such requests.
 func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]int {
 	total := 0
 	for _, b := range bodies {
@@ -314,8 +315,16 @@ func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]
 	size := 0
 	for k, i := range idx {
 		id := reqs[i].ID
-		if p, ok := pieceOf[id]; ok {
+		key := reqs[i].Envelope.OrderingKey
+		p, ok := pieceOf[id]
+		if !ok && key != "" {
+			p, ok = pieceOf["\x00"+key] // not an id: ids have no control characters
+		}
+		if ok {
 			out[p] = append(out[p], k)
+			if key != "" {
+				pieceOf["\x00"+key] = p
+			}
 			continue
 		}
 		if len(out) == 0 || (size+len(bodies[k]) > limit && len(out[len(out)-1]) > 0) {
@@ -324,6 +333,9 @@ func splitPieces(reqs []ParkRequest, idx []int, bodies [][]byte, limit int) [][]
 		}
 		out[len(out)-1] = append(out[len(out)-1], k)
 		pieceOf[id] = len(out) - 1
+		if key != "" {
+			pieceOf["\x00"+key] = len(out) - 1
+		}
 		size += len(bodies[k])
 	}
 	return out

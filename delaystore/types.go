@@ -142,7 +142,7 @@ type Envelope struct {
 	// Stored like Expires, only when set.
 	Window time.Duration
 	// OrderingKey is the message's ordering key (x-delay-ordering-key, 1 to
-	// MaxOrderingKey bytes; "" none): messages with the same key are published one at a
+	// contract.MaxOrderingKey bytes; "" none): messages with the same key are published one at a
 	// time in parking order (docs/design.md "Ordering keys"). It selects the shard instead
 	// of the id and is not allowed with Every. Stored like Expires, only when set.
 	OrderingKey string

@@ -42,9 +42,12 @@ func (p *fakeParker) Park(_ context.Context, reqs []delaystore.ParkRequest) ([]d
 	return out, nil
 }
 
-func (p *fakeParker) CancelAt(context.Context, string, int64) (bool, error) { return false, nil }
-func (p *fakeParker) LaneOf(id string, lanes int) int                       { return len(id) % lanes }
-func (p *fakeParker) ShardOf(id string) int                                 { return len(id) }
+func (p *fakeParker) CancelKeyAt(context.Context, string, string, int64) (bool, error) {
+	return false, nil
+}
+func (p *fakeParker) LaneOf(id string, lanes int) int   { return len(id) % lanes }
+func (p *fakeParker) ShardOfMessage(id, key string) int { return len(id) }
+func (p *fakeParker) ShardOfKey(key string) int         { return len(key) }
 
 func (p *fakeParker) wait(n int) {
 	p.mu.Lock()

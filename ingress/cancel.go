@@ -29,13 +29,18 @@ func (in *Ingress) cancel(ctx context.Context, src Source, msg *headers.Received
 		return
 	}
 	id := ids[0]
+	key, err := intake.ParseOrderingKey(msg.Headers, false)
+	if err != nil {
+		in.reject(ctx, src, msg, err)
+		return
+	}
 	at := contract.Published(msg.SourceTime, in.now())
 	var cancelled bool
 	var busy *delaystore.InDeliveryError
 	refused := ""
-	err := in.retry(ctx, "cancel", func(opCtx context.Context) error {
+	err = in.retry(ctx, "cancel", func(opCtx context.Context) error {
 		var err error
-		cancelled, err = in.store.CancelAt(opCtx, id, at)
+		cancelled, err = in.store.CancelKeyAt(opCtx, id, key, at)
 		if errors.As(err, &busy) {
 			return nil // answered below: too late to stop it
 		}

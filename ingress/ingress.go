@@ -24,16 +24,20 @@ import (
 // concurrent use; Park returns one result per request, in order.
 type Parker interface {
 	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
-	// CancelAt deletes the pending message id and remembers the cancel (published at at,
-	// unix ms by its source), so that an earlier message of the id arriving later is not
-	// parked (delaystore.Store.CancelAt).
-	CancelAt(ctx context.Context, id string, at int64) (bool, error)
+	// CancelKeyAt deletes the pending message id with ordering key key ("" none) and
+	// remembers the cancel (published at at, unix ms by its source), so that an earlier
+	// message of the id arriving later is not parked (delaystore.Store.CancelKeyAt).
+	CancelKeyAt(ctx context.Context, id, key string, at int64) (bool, error)
 	// LaneOf is which of lanes lanes parks id (delaystore.Store.LaneOf): always the same
 	// for an id, and such that a lane's batch makes few, large per-shard groups.
 	LaneOf(id string, lanes int) int
-	// ShardOf is the store shard that holds id (delaystore.Store.ShardOf): a lane waiting
-	// to fill joins a call whose shards already hold all of its messages.
-	ShardOf(id string) int
+	// ShardOfMessage is the store shard that holds id with ordering key key
+	// (delaystore.Store.ShardOfMessage): a lane waiting to fill joins a call whose shards
+	// already hold all of its messages.
+	ShardOfMessage(id, key string) int
+	// ShardOfKey is the shard of the messages with ordering key key: their lane is
+	// chosen by it, so that one lane parks a key's messages in their order.
+	ShardOfKey(key string) int
 }
 
 // Kind tells what a subscription carries.
@@ -240,8 +244,8 @@ type prepared struct {
 	received
 	req   delaystore.ParkRequest
 	span  trace.Span
-	lane  int // Parker.LaneOf(req.ID, Lanes)
-	shard int // Parker.ShardOf(req.ID)
+	lane  int // laneOf(req)
+	shard int // Parker.ShardOfMessage(req.ID, its ordering key)
 }
 
 // consume reads messages (next) until their channel is closed. Cancels are handled one by
@@ -270,10 +274,21 @@ func (in *Ingress) consume(ctx context.Context, src Source, next func() (*header
 			continue
 		}
 		span := in.startSpan(src, &req)
-		input <- prepared{received: r, req: req, span: span, lane: in.store.LaneOf(req.ID, in.cfg.Lanes), shard: in.store.ShardOf(req.ID)}
+		input <- prepared{received: r, req: req, span: span, lane: in.laneOf(req),
+			shard: in.store.ShardOfMessage(req.ID, req.Envelope.OrderingKey)}
 	}
 	close(input)
 	wg.Wait()
+}
+
+// laneOf is the lane that parks req: its id's (Parker.LaneOf), or for a message with an
+// ordering key its key's shard's, so that one lane parks every message of a key, in the
+// order they arrived.
+func (in *Ingress) laneOf(req delaystore.ParkRequest) int {
+	if key := req.Envelope.OrderingKey; key != "" && in.cfg.Lanes > 1 {
+		return in.store.ShardOfKey(key) % in.cfg.Lanes
+	}
+	return in.store.LaneOf(req.ID, in.cfg.Lanes)
 }
 
 // startSpan starts the ingress span of a valid message, a child of its traceparent, and

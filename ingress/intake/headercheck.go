@@ -96,7 +96,7 @@ func (e *hopsError) Unwrap() error { return ErrTargetLoop }
 func isDropped(key string) bool {
 	switch strings.ToLower(key) {
 	case contract.HeaderDelay, contract.HeaderDeliverAt, contract.HeaderTarget, contract.HeaderID, contract.HeaderDue, contract.HeaderSource, contract.HeaderError, contract.HeaderHops,
-		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, contract.HeaderWindow, contract.HeaderMaxWait, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
+		contract.HeaderExpires, contract.HeaderEvery, contract.HeaderMisfire, contract.HeaderWindow, contract.HeaderMaxWait, contract.HeaderOrderingKey, HeaderSchedulerEpoch, HeaderSchedulerTargetTopic, HeaderSchedulerTargetKey:
 		return true
 	}
 	return hasPrefixFold(key, "nats-") || hasPrefixFold(key, headers.ReservedPrefix)

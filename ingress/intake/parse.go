@@ -32,6 +32,9 @@ var (
 	// ErrInvalidMaxWait: x-delay-max-wait is malformed, repeated, under a millisecond,
 	// longer than the maximum delay, or given without x-delay-id or with x-delay-every.
 	ErrInvalidMaxWait = errors.New("invalid max-wait")
+	// ErrInvalidOrderingKey: x-delay-ordering-key is repeated, empty, longer than
+	// contract.MaxOrderingKey, or given with x-delay-every.
+	ErrInvalidOrderingKey = errors.New("invalid ordering key")
 	// ErrConflictingSchedule: both x-delay and x-deliver-at.
 	ErrConflictingSchedule = errors.New("conflicting schedule")
 	// ErrDelayTooLong: the delay, or the distance to x-deliver-at, exceeds the maximum.
@@ -76,6 +79,7 @@ var reasons = []struct {
 	{ErrInvalidEvery, contract.ReasonInvalidEvery},
 	{ErrInvalidWindow, contract.ReasonInvalidWindow},
 	{ErrInvalidMaxWait, contract.ReasonInvalidMaxWait},
+	{ErrInvalidOrderingKey, contract.ReasonInvalidOrderingKey},
 	{ErrInvalidDelay, contract.ReasonInvalidDelay},
 	{ErrInvalidDeliverAt, contract.ReasonInvalidDeliverAt},
 	{ErrInvalidID, contract.ReasonInvalidID},

@@ -483,6 +483,7 @@ func TestReason(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", ErrInvalidEvery), contract.ReasonInvalidEvery},
 		{fmt.Errorf("%w: x-delay-window: %w", ErrInvalidWindow, ErrInvalidDelay), contract.ReasonInvalidWindow},
 		{fmt.Errorf("%w: x-delay-max-wait: %w", ErrInvalidMaxWait, ErrInvalidDelay), contract.ReasonInvalidMaxWait},
+		{fmt.Errorf("%w: x-delay-ordering-key given 2 times", ErrInvalidOrderingKey), contract.ReasonInvalidOrderingKey},
 		{fmt.Errorf("%w: target x", ErrQuotaExceeded), contract.ReasonQuotaExceeded},
 	}
 	for _, tt := range tests {
@@ -490,7 +491,7 @@ func TestReason(t *testing.T) {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
-	if got := Reasons(); len(got) != 18 || got[len(got)-1] != contract.ReasonUnknown {
+	if got := Reasons(); len(got) != 19 || got[len(got)-1] != contract.ReasonUnknown {
 		t.Errorf("Reasons() = %v", got)
 	}
 }

@@ -75,6 +75,10 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 	if err == nil {
 		err = fire.checkMaxWait(req.Replace)
 	}
+	var key string
+	if err == nil {
+		key, err = ParseOrderingKey(h, fire.every.String() != "")
+	}
 	if err != nil {
 		return req, err
 	}
@@ -101,6 +105,8 @@ func (r Rules) Prepare(in Incoming, now time.Time) (delaystore.ParkRequest, erro
 		Every:     fire.every.String(),
 		Misfire:   fire.storedMisfire(),
 		MaxWait:   fire.maxWait,
+
+		OrderingKey: key,
 	}
 	if err := spread(&req, sched, fire.window, r.MaxDelay, now); err != nil {
 		return delaystore.ParkRequest{}, err
