@@ -52,7 +52,7 @@ local function settleChains(z, m, kz, ki, gone, swapped)
   local vals = chainValues(ki, ids)
   if vals == nil then return end
   for i, id in ipairs(gone) do
-    if vals[i] then chainLeave(z, m, kz, ki, id, vals[i]) end
+    if vals[i] then chainLeave(z, m, kz, ki, id, vals[i], true) end -- acked: claimed, so its key's head
   end
   for i, r in ipairs(swapped) do
     if vals[#gone + i] then redis.call('ZADD', z, 'XX', string.format('%d', r[2]), r[1]) end

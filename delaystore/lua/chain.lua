@@ -44,14 +44,37 @@ local function prefixOf(member)
 end
 
 -- chainJoin appends id to the chain of key at seq (a version new in the shard, so after
--- every member of the key) and returns whether it is the key's head.
-local function chainJoin(kz, ki, key, seq, id)
+-- every member of the key) and returns whether it is the key's head, and its ki value.
+-- The writes wait in j (from chainJoins) until chainFlush: a batch looks each key up once.
+local function chainJoin(kz, j, key, seq, id)
   local p = chainPrefix(key)
-  local first = redis.call('ZRANGEBYLEX', kz, '[' .. p, '(' .. p .. '\1', 'LIMIT', 0, 1)
+  local head = false
+  if not j.seen[p] then
+    j.seen[p] = true
+    head = redis.call('ZRANGEBYLEX', kz, '[' .. p, '(' .. p .. '\1', 'LIMIT', 0, 1)[1] == nil
+  end
   local member = p .. seqBytes(seq) .. id
-  redis.call('ZADD', kz, 0, member)
-  redis.call('HSET', ki, id, '0,' .. member)
-  return first[1] == nil
+  j.zadd[#j.zadd + 1] = '0'
+  j.zadd[#j.zadd + 1] = member
+  j.hset[#j.hset + 1] = id
+  j.hset[#j.hset + 1] = '0,' .. member
+  return head, '0,' .. member
+end
+
+-- chainJoins returns an empty batch of joins.
+local function chainJoins()
+  return {seen = {}, zadd = {}, hset = {}}
+end
+
+-- chainFlush writes the joins of j and empties it (seen stays: the keys now hold them).
+local function chainFlush(kz, ki, j)
+  for i = 1, #j.zadd, CHUNK do
+    redis.call('ZADD', kz, unpack(j.zadd, i, math.min(i + CHUNK - 1, #j.zadd)))
+  end
+  for i = 1, #j.hset, CHUNK do
+    redis.call('HSET', ki, unpack(j.hset, i, math.min(i + CHUNK - 1, #j.hset)))
+  end
+  j.zadd, j.hset = {}, {}
 end
 
 -- chainIsHead reports whether the member of ki's value v is the first of its key.
@@ -61,15 +84,16 @@ local function chainIsHead(kz, v)
   return before[1] == nil
 end
 
--- chainLeave takes id (ki's value v) out of its chain. When it was its key's head, the
--- next member is released: re-scored from HELD to its due time (its header's), and its
--- release time kept in ki when that is later than the due time. A next member whose entry
--- is gone is dropped on the way (at most 100 a call): a chain never waits for a member
--- that nothing will settle.
-local function chainLeave(z, m, kz, ki, id, v)
+-- chainLeave takes id (ki's value v) out of its chain. When it was its key's head (head:
+-- true when the caller knows it, as ack does: only a head is ever claimed; nil: looked
+-- up), the next member is released: re-scored from HELD to its due time (its header's;
+-- ZADD XX LT: only a held score is above it), and its release time kept in ki when that
+-- is later than the due time. A next member whose entry is gone is dropped on the way (at
+-- most 100 a call): a chain never waits for a member that nothing will settle.
+local function chainLeave(z, m, kz, ki, id, v, head)
   local member = memberOf(v)
   local p = prefixOf(member)
-  local head = chainIsHead(kz, v)
+  if head == nil then head = chainIsHead(kz, v) end
   redis.call('ZREM', kz, member)
   redis.call('HDEL', ki, id)
   if not head then return end
@@ -78,13 +102,11 @@ local function chainLeave(z, m, kz, ki, id, v)
     if nxt == nil then return end
     local nid = string.sub(nxt, #p + 9)
     local env = redis.call('HGET', m, nid)
-    local score = redis.call('ZSCORE', z, nid)
-    if env and score then
-      if tonumber(score) >= HELD then
-        local _, _, due = entry(env)
-        due = due or now
-        redis.call('ZADD', z, 'XX', string.format('%d', due), nid)
-        if now > due then redis.call('HSET', ki, nid, string.format('%d', now) .. ',' .. nxt) end
+    if env then
+      local _, _, due = entry(env)
+      due = due or now
+      if redis.call('ZADD', z, 'XX', 'LT', 'CH', string.format('%d', due), nid) == 1 and now > due then
+        redis.call('HSET', ki, nid, string.format('%d', now) .. ',' .. nxt)
       end
       return
     end

@@ -201,12 +201,14 @@ local function chained(KEYS, st, k, id, version, dueStr, existing)
     end
   else
     if kv then
+      chainFlush(kz, ki, st.joins) -- kv may be one of them
       chainLeave(z, KEYS[2], kz, ki, id, kv)
       st.kcur[id] = nil
     end
     if key then
-      if not chainJoin(kz, ki, key, version, id) then score = HELD_STR end
-      st.kcur[id] = '0,' .. chainPrefix(key) .. seqBytes(version) .. id
+      local head, v = chainJoin(kz, st.joins, key, version, id)
+      if not head then score = HELD_STR end
+      st.kcur[id] = v
     end
   end
   st.pend[id] = score
@@ -324,7 +326,7 @@ local function shard(KEYS, ARGV)
     local earliest = nil
     local st = nil -- ordering keys: {keys, kcur = id -> ki value, pend = id -> score}
     if next(keys) ~= nil or redis.call('EXISTS', KEYS[14]) == 1 then
-      st = {keys = keys, kcur = {}, pend = {}}
+      st = {keys = keys, kcur = {}, pend = {}, joins = chainJoins()}
       local vals = chainValues(KEYS[14], ids) or {}
       for k = 1, #ids do
         if vals[k] then st.kcur[ids[k]] = vals[k] end
@@ -344,6 +346,7 @@ local function shard(KEYS, ARGV)
       if score == dueStr and (earliest == nil or dues[k] < earliest) then earliest = dues[k] end
       if out[k][2] == 1 then replaced[#replaced + 1] = id end
     end
+    if st then chainFlush(KEYS[13], KEYS[14], st.joins) end
     local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
     for _, k in ipairs(inDelivery(z, swapped)) do out[k][2] = 6 end
     chunked('HSET', m, hset)

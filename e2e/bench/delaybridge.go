@@ -250,6 +250,9 @@ func (s *dbSystem) send(n int, gen func(int) sched, rate float64) error {
 		if sc.window != "" {
 			m.Header["x-delay-window"] = []string{sc.window}
 		}
+		if sc.key != "" {
+			m.Header["x-delay-ordering-key"] = []string{sc.key}
+		}
 		if sc.abs {
 			m.Header["x-deliver-at"] = []string{strconv.FormatInt(sc.at.UnixMilli(), 10)}
 		} else {

@@ -356,6 +356,35 @@ func renderSteadyTargets(rows []row) string {
 	return b.String()
 }
 
+// renderKeyed is the keyed steady row against the plain steady row of the same run and
+// variant (delaybridge, 1 replica, NATS source): Redis CPU per message as a ratio, with
+// its target. Its lateness includes the time a message waited for its key's predecessor
+// (about rate / keys messages per key per second, delays 0..1 s).
+func renderKeyed(rows []row) string {
+	var b strings.Builder
+	for i := range rows {
+		k := &rows[i]
+		if k.system != "delaybridge" || !strings.HasPrefix(k.workload, "keyed") {
+			continue
+		}
+		plain := steadyRow(rows, "delaybridge", k.aof)
+		if plain == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\nOrdering keys: the keyed steady row (every message with one of %d keys) against the plain steady row of the same run "+
+				"(1 replica, NATS source); target: Redis CPU per message <= %gx the plain row's. Lateness includes the wait for a key's predecessor:\n\n", benchKeys, targetKeyedCPU)
+			fmt.Fprintf(&b, "| AOF | Redis CPU us/msg keyed / plain | ratio | <= %gx | Redis cmds/msg keyed / plain | lateness p50 ms keyed / plain | p99 ms keyed / plain |\n"+
+				"|---|---|---|---|---|---|---|\n", targetKeyedCPU)
+		}
+		ratio := k.redisCPUk / plain.redisCPUk
+		fmt.Fprintf(&b, "| %s | %s / %s | %s | %s | %s / %s | %s / %s | %s / %s |\n", k.aof,
+			fnum(k.redisCPUk*1000, 1), fnum(plain.redisCPUk*1000, 1), fnum(ratio, 2), verdict(ratio, targetKeyedCPU),
+			fnum(k.cmdsMsg, 1), fnum(plain.cmdsMsg, 1), fnum(k.p50, 2), fnum(plain.p50, 2), fnum(k.p99, 2), fnum(plain.p99, 2))
+	}
+	return b.String()
+}
+
 // signed is fnum with a sign on positive figures too (a difference).
 func signed(f float64, prec int) string {
 	if f > 0 {

@@ -72,7 +72,7 @@ func (v variant) aofLabel() string {
 func main() {
 	quick := flag.Bool("quick", false, "short run: smaller workloads, 1 run, fewer variants and replicas (~4 min)")
 	runs := flag.Int("runs", 3, "runs per workload and variant; the table shows medians")
-	workloads := flag.String("workloads", "uniform,steady,burst,parked,fleet,idle,cluster,rate,recurring,window,quota", "comma-separated: uniform, steady, burst, parked, fleet, idle, cluster, rate, recurring, window, quota")
+	workloads := flag.String("workloads", "uniform,steady,keyed,burst,parked,fleet,idle,cluster,rate,recurring,window,quota", "comma-separated: uniform, steady, keyed (steady with ordering keys, delaybridge x1 everysec only), burst, parked, fleet, idle, cluster, rate, recurring, window, quota")
 	systems := flag.String("systems", "delaybridge,asynq,minimal", "comma-separated: delaybridge, asynq, minimal (the minimal-store baseline: one sorted set + one hash, see minimal.go)")
 	variants := flag.String("variants", "", "delaybridge variants besides x1 everysec, e.g. x3-everysec,x1-always,x1-everysec-wait1 (wait1: one Redis replica and BRIDGE_REDIS_MIN_REPLICAS=1; default: all three in a full run, none with -quick); x1-always also runs the minimal store's steady row with AOF always")
 	out := flag.String("out", "", "also write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -160,7 +160,7 @@ func fleetFlags() func(runs int) fleetParams {
 func workloadList(s string) []string {
 	wl := splitList(s)
 	for _, w := range wl {
-		if !slices.Contains([]string{"uniform", "steady", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "window", "quota"}, w) {
+		if !slices.Contains([]string{"uniform", "steady", "keyed", "burst", "parked", "fleet", "idle", "cluster", "rate", "recurring", "window", "quota"}, w) {
 			fatalf("unknown workload %q", w)
 		}
 	}
@@ -275,6 +275,8 @@ func runsWorkload(v, first variant, w string) bool {
 		return false // a baseline for steady load (and burst memory), not for the backlog
 	case v.system == "minimal" && v.aof == "always":
 		return w == "steady" // the always row's baseline: steady only
+	case w == "keyed":
+		return v == baseVariant // beside the plain steady row of the same variant
 	case v.system == "delaybridge" && w == "parked":
 		// The extra variants run the short workloads only: the backlog one is about
 		// memory, which neither replicas nor fsync change.
@@ -293,7 +295,7 @@ func runVariants(bin string, vs []variant, wl []string, runs int, p params, star
 				continue
 			}
 			n := runs
-			if w == "parked" || w == "steady" {
+			if w == "parked" || w == "steady" || w == "keyed" {
 				n = max(1, min(n, 2)) // the long ones: at most 2 runs
 			}
 			for run := range n {
@@ -335,6 +337,8 @@ func runOne(bin string, v variant, w string, p params) result {
 		res = runUniform(sys, p.uniformN)
 	case "steady":
 		res = runSteady(sys, p.steadyRate, p.steadyFor, 0)
+	case "keyed":
+		res = runKeyed(sys, p.steadyRate, p.steadyFor, benchKeys)
 	case "burst":
 		res = runBurst(sys, p.burstN, 0, fmt.Sprintf("burst %dk due at once", p.burstN/1000))
 		withCeiling(sys, &res)

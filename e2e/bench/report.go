@@ -191,6 +191,7 @@ func renderReport(rows []row, runs int, p params, took time.Duration, x extraSec
 	b.WriteString(renderCeiling(rows))
 	b.WriteString(renderBacklog(rows))
 	b.WriteString(renderSteady(rows))
+	b.WriteString(renderKeyed(rows))
 	b.WriteString(renderFleet(x.fleet))
 	b.WriteString(renderIdle(x.idle))
 	b.WriteString(renderCluster(x.cluster, x.perMaster))

@@ -12,6 +12,7 @@ import (
 const (
 	targetSteadyCPU     = 1.2  // steady: Redis CPU per message <= this x the minimal store's (same AOF)
 	targetSteadyP99Ms   = 2.0  // steady: lateness p99 <= the minimal store's p99 (same AOF) + this, ms
+	targetKeyedCPU      = 1.5  // keyed steady: Redis CPU per message <= this x the plain steady row's (same run)
 	targetVsCeiling     = 0.65 // burst: release rate >= this x the JetStream ceiling of the same run
 	targetBacklog       = 0.9  // backlog: release rate >= this x the empty-store burst's
 	targetFleetCmds     = 8.0  // fleet: Redis commands per message at the most replicas <= this
@@ -20,6 +21,9 @@ const (
 	targetIdleCmds      = 15.0 // idle: Redis commands per second per replica <= this
 	targetClusterSpread = 1.5  // cluster: max / min per-master Redis CPU per message <= this
 )
+
+// benchKeys is the number of ordering keys of the keyed steady row.
+const benchKeys = 1000
 
 // fleetP99Bound is the fleet's lateness p99 bound: targetFleetP99x one replica's p99 +
 // targetFleetP99Ms.
@@ -56,6 +60,8 @@ func targetsText() string {
   against the minimal store of the same run and the same AOF policy (everysec, and always when
   the x1 always variant runs): Redis CPU per message <= %gx the minimal store's; lateness p99
   <= the minimal store's p99 + %g ms.
+- keyed steady (the steady row with every message under one of %d ordering keys), delaybridge
+  x1 everysec: Redis CPU per message <= %gx the plain steady row's of the same run.
 - burst (N due at one millisecond; 100k, 50k with -quick): release rate >= %g x the JetStream
   async publish ceiling of the same run; the bridge's CPU per released and per parked message
   are reported beside the ceiling's harness CPU per message, without a target of their own.
@@ -66,6 +72,6 @@ func targetsText() string {
   lateness p99 <= %gx the p99 of one replica at the same rate + %g ms.
 - idle: <= %g Redis commands per second per replica, with 16 and with 1024 shards.
 - cluster: per-master Redis CPU per message within %gx (max / min).
-`, targetSteadyCPU, targetSteadyP99Ms, targetVsCeiling, targetBacklog, targetFleetCmds, targetFleetP99x,
+`, targetSteadyCPU, targetSteadyP99Ms, benchKeys, targetKeyedCPU, targetVsCeiling, targetBacklog, targetFleetCmds, targetFleetP99x,
 		targetFleetP99Ms, targetIdleCmds, targetClusterSpread)
 }

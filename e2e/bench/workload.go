@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -21,6 +22,8 @@ type sched struct {
 	// window is x-delay-window (delaybridge only): delivered at a time drawn in
 	// [due, due + window].
 	window string
+	// key is x-delay-ordering-key (delaybridge only).
+	key string
 }
 
 // system is delaybridge (bridge processes + NATS) or asynq, on a spawned Redis.
@@ -334,13 +337,31 @@ func runUniform(sys system, n int) result {
 
 // runSteady: rate msgs/s for d, delays uniform in 0..1 s.
 func runSteady(sys system, rate float64, d time.Duration, base int) result {
-	res := newResult(sys, fmt.Sprintf("steady %.0f/s %s", rate, d))
+	return runPaced(sys, fmt.Sprintf("steady %.0f/s %s", rate, d), rate, d, base, uniformDelay)
+}
+
+// runKeyed is runSteady with an ordering key on every message, message i's
+// "key-<i mod keys>": keys chains of about rate/keys messages per second each, whose
+// messages often wait for their predecessor (delays 0..1 s). The label does not start
+// with "steady" (steadyRow).
+func runKeyed(sys system, rate float64, d time.Duration, keys int) result {
+	gen := func(i int) sched {
+		sc := uniformDelay(i)
+		sc.key = "key-" + strconv.Itoa(i%keys)
+		return sc
+	}
+	return runPaced(sys, fmt.Sprintf("keyed steady %.0f/s %s, %d ordering keys", rate, d, keys), rate, d, 0, gen)
+}
+
+// runPaced sends rate msgs/s for d as gen makes them and measures the row label.
+func runPaced(sys system, label string, rate float64, d time.Duration, base int, gen func(int) sched) result {
+	res := newResult(sys, label)
 	n := int(rate * d.Seconds())
 	res.n = n
 	r := sys.rec()
 	r.reset()
 	c0 := snap(sys)
-	if err := sys.send(n, uniformDelay, rate); err != nil {
+	if err := sys.send(n, gen, rate); err != nil {
 		res.err = err.Error()
 		return res
 	}
