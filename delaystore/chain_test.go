@@ -473,3 +473,25 @@ func (f *fixture) waitRedisAfter(t *testing.T, ms int64) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestObserveHeld: Observe counts the entries held by their key's predecessor.
+func TestObserveHeld(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	f.park(t, keyed("a", "k"), keyed("b", "k"), keyed("c", "k"))
+	held := func() int64 {
+		t.Helper()
+		obs, err := f.s.Observe(t.Context(), []int{sh}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obs.Shards[0].Held
+	}
+	if n := held(); n != 2 {
+		t.Fatalf("held %d, want 2 (b and c)", n)
+	}
+	f.ack(t, f.claimShard(t, sh)...)
+	if n := held(); n != 1 {
+		t.Fatalf("held %d after a's ack, want 1 (c)", n)
+	}
+}
