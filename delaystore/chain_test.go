@@ -415,3 +415,83 @@ func TestOrderingKeyGet(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderingKeyReleased: a claim returns when a keyed message held past its due time
+// was released (its predecessor's ack), so that its lateness counts from then; a message
+// released before its due time, and one without key claimed beside a released one,
+// return 0.
+func TestOrderingKeyReleased(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	plain := idsOnShard(f.s, sh, 1, "plain")[0]
+	p := f.park(t, keyed("a", "k"), keyed("b", "k"))
+	a := f.claimShard(t, sh)
+	f.waitRedisAfter(t, p[1].Due) // b is due and held
+	f.park(t, ParkRequest{ID: plain, Envelope: sampleEnvelope(1)})
+	f.ack(t, a...)
+	c, err := f.s.Claim(t.Context(), sh, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claimedIDs(c.Messages); !slices.Equal(got, []string{"b", plain}) {
+		t.Fatalf("claimed %v, want [b %s]", got, plain)
+	}
+	b, pl := c.Messages[0], c.Messages[1]
+	if b.Released <= b.Due || b.Released > c.Now {
+		t.Errorf("b released %d; want after its due %d, at or before the claim %d", b.Released, b.Due, c.Now)
+	}
+	if pl.Released != 0 {
+		t.Errorf("unkeyed %s released %d, want 0", plain, pl.Released)
+	}
+
+	f.park(t, ParkRequest{ID: "c", Replace: true, Delay: time.Minute, Envelope: keyed("c", "k").Envelope})
+	f.ack(t, c.Messages...) // releases c a minute before its due time
+	x := f.s.Exchange(t.Context(), nil, nil, []ClaimRequest{{Shard: sh, Max: 10, Ahead: 2 * time.Minute}})
+	if err := x.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Claims[0].Messages; len(got) != 1 || got[0].ID != "c" || got[0].Released != 0 || got[0].Eligible != got[0].Due {
+		t.Fatalf("claimed ahead %+v; want c, eligible at its due, released 0", got)
+	}
+}
+
+// waitRedisAfter polls Redis' clock until it is past ms.
+func (f *fixture) waitRedisAfter(t *testing.T, ms int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := f.rdb.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.UnixMilli() > ms {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis time %d not past %d", now.UnixMilli(), ms)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestObserveHeld: Observe counts the entries held by their key's predecessor.
+func TestObserveHeld(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	f.park(t, keyed("a", "k"), keyed("b", "k"), keyed("c", "k"))
+	held := func() int64 {
+		t.Helper()
+		obs, err := f.s.Observe(t.Context(), []int{sh}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obs.Shards[0].Held
+	}
+	if n := held(); n != 2 {
+		t.Fatalf("held %d, want 2 (b and c)", n)
+	}
+	f.ack(t, f.claimShard(t, sh)...)
+	if n := held(); n != 1 {
+		t.Fatalf("held %d after a's ack, want 1 (c)", n)
+	}
+}

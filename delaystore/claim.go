@@ -62,8 +62,12 @@ func (s *Store) claimGroup(shard, limit int, ahead time.Duration) (group, *nameT
 // were read with does not hold is a corrupt entry. It does not block.
 func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error) {
 	const head = 5 // now, token, next, names, now's microseconds
-	if len(res) < head || (len(res)-head)%3 != 0 {
+	if len(res) < head || (len(res)-head)%3 == 2 {
 		return Claim{}, fmt.Errorf("claim shard %d: unexpected reply of %d values", shard, len(res))
+	}
+	rel, res, err := releasesOf(res, head)
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
 	if all, ok := res[3].([]any); ok {
 		names = parseTable(pairsOf(all), shard, s.shards)
@@ -94,9 +98,35 @@ func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error
 			c.Corrupt = append(c.Corrupt, Corrupt{Receipt: rc, Eligible: max(at, now), Envelope: salvageStored(raw, id, names), Err: err})
 			continue
 		}
-		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: max(at, now), Attempts: st.attempts, Envelope: env})
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: max(at, now), Attempts: st.attempts,
+			Released: rel[(i-head)/3], Envelope: env})
 	}
 	return c, nil
+}
+
+// releasesOf splits the claim script's optional last value, the releases ({place,
+// release ms, ...}), from a group's reply res (head values, then the entries in threes):
+// it returns the release ms by place (nil when the reply has none: every entry 0) and the
+// reply without them.
+func releasesOf(res []any, head int) (map[int]int64, []any, error) {
+	if (len(res)-head)%3 != 1 {
+		return nil, res, nil
+	}
+	last := len(res) - 1
+	pairs, ok := res[last].([]any)
+	if !ok || len(pairs)%2 != 0 {
+		return nil, nil, fmt.Errorf("unexpected releases %T of %d values", res[last], len(pairs))
+	}
+	rel := make(map[int]int64, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		place, ok1 := pairs[i].(int64)
+		at, ok2 := pairs[i+1].(int64)
+		if !ok1 || !ok2 || place < 0 || place >= int64(last-head)/3 {
+			return nil, nil, fmt.Errorf("unexpected release %v at %v", pairs[i+1], pairs[i])
+		}
+		rel[int(place)] = at
+	}
+	return rel, res[:last], nil
 }
 
 // Ack deletes delivered messages. A receipt applies only while its claim is current (same

@@ -3,6 +3,7 @@ package delaystore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,7 +13,7 @@ import (
 type ShardGauge struct {
 	// Shard is the shard number.
 	Shard int
-	// Parked is the shard's ZCARD (pending and claimed).
+	// Parked is the shard's ZCARD (pending, held and claimed).
 	Parked int64
 	// OldestOverdue is how long the shard's earliest entry has been due (Now minus its
 	// score) when that score is at or before Now, else 0. A claimed message's score is its
@@ -26,6 +27,9 @@ type ShardGauge struct {
 	Overdue int64
 	// DueWithin[i] counts the entries due after Now and at or before Now + horizons[i].
 	DueWithin []int64
+	// Held counts the entries held by their ordering key's predecessor (scored HELD:
+	// docs/design.md "Ordering keys"); Parked counts them too.
+	Held int64
 }
 
 // Observation is what Observe reads: per-shard gauges and the Redis time they refer to.
@@ -37,8 +41,8 @@ type Observation struct {
 }
 
 // Observe reads the gauges an operator watches of the given shards, in two round trips:
-// TIME, then one pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, and once per
-// horizon) per shard, and ZRANGE 0 0 WITHSCORES and ZCOUNT of the shard's retry set. The
+// TIME, then one pipeline of ZCARD, ZRANGE 0 0 WITHSCORES and ZCOUNT (overdue, held, and
+// once per horizon) per shard, and ZRANGE 0 0 WITHSCORES and ZCOUNT of the shard's retry set. The
 // cost grows with len(shards) only, not with the store's shard count. It only reads sorted-set scores, never envelopes (O(log n) per command), so it is
 // cheap enough for every scrape. Shards are not one atomic snapshot. It blocks until Redis
 // answered or ctx is done.
@@ -53,11 +57,12 @@ func (s *Store) Observe(ctx context.Context, shards []int, horizons []time.Durat
 		return Observation{}, fmt.Errorf("observe: time: %w", err)
 	}
 	now := tm.UnixMilli()
-	nowArg := fmt.Sprint(now)
+	nowArg, heldArg := fmt.Sprint(now), strconv.FormatInt(heldScore, 10)
 	type shardCmds struct {
 		card    *redis.IntCmd
 		head    *redis.ZSliceCmd
 		overdue *redis.IntCmd
+		held    *redis.IntCmd
 		within  []*redis.IntCmd
 		// retryHead and retryOverdue read the retry set ({P:s}:r, scored by due).
 		retryHead    *redis.ZSliceCmd
@@ -71,6 +76,7 @@ func (s *Store) Observe(ctx context.Context, shards []int, horizons []time.Durat
 			card:    pipe.ZCard(ctx, k.z),
 			head:    pipe.ZRangeWithScores(ctx, k.z, 0, 0),
 			overdue: pipe.ZCount(ctx, k.z, "-inf", nowArg),
+			held:    pipe.ZCount(ctx, k.z, heldArg, "+inf"),
 
 			retryHead:    pipe.ZRangeWithScores(ctx, k.r, 0, 0),
 			retryOverdue: pipe.ZCount(ctx, k.r, "-inf", nowArg),
@@ -86,6 +92,9 @@ func (s *Store) Observe(ctx context.Context, shards []int, horizons []time.Durat
 		g := ShardGauge{Shard: shards[i], DueWithin: make([]int64, len(horizons))}
 		var err error
 		if g.Parked, err = c.card.Result(); err != nil {
+			return Observation{}, fmt.Errorf("observe shard %d: %w", shards[i], err)
+		}
+		if g.Held, err = c.held.Result(); err != nil {
 			return Observation{}, fmt.Errorf("observe shard %d: %w", shards[i], err)
 		}
 		if err := overdueOf(&g, now, c.head, c.retryHead, c.overdue, c.retryOverdue); err != nil {

@@ -82,7 +82,7 @@ type shardKeys struct {
 	r       string   // {P:s}:r, the retry set (ids whose last publish failed, scored by due)
 	epoch   string   // {P:s}:epoch, the shard's dataset epoch (epoch.go)
 	zm      []string // z, m
-	claim   []string // z, m, nm: claim
+	claim   []string // z, m, nm, ki: claim
 	retry   []string // z, m, r, seq, ki: retry
 	n       string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
@@ -116,7 +116,7 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 	return shardKeys{
 		z: z, m: m, r: r, epoch: tag + ":epoch",
 		zm:    []string{z, m},
-		claim: []string{z, m, nm},
+		claim: []string{z, m, nm, ki},
 		retry: []string{z, m, r, seq, ki},
 		n:     n,
 		nm:    nm,

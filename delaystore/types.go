@@ -231,6 +231,12 @@ type Claimed struct {
 	Eligible int64
 	// Attempts counts failed deliveries so far.
 	Attempts int
+	// Released is when the message's predecessor of its ordering key left the store and
+	// released it, unix ms (Redis clock), when that was after Due; 0 when it was released
+	// by its due time or has no ordering key. Its own schedule makes it due at
+	// max(Due, Released); Released - Due it waited for its predecessor (docs/design.md
+	// "Ordering keys").
+	Released int64
 	Envelope Envelope
 }
 

@@ -97,6 +97,9 @@ type settlement struct {
 	acks    []delaystore.Receipt
 	retries []delaystore.RetryRequest
 	n       int // messages it settles: given back to the shard's capacity
+	// release: an ack of a message with an ordering key, whose ack releases the key's
+	// next message: the scheduler does not hold it (ackHold).
+	release bool
 	// fence is the fence of the claim its messages came from (batch.fence): their lease
 	// runs out Lease after it at the earliest. The scheduler holds no ack past half of it.
 	fence time.Time

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delaybridge/delaybridge/contract"
+	"github.com/delaybridge/delaybridge/delaystore"
 )
 
 // Metrics are the egress metrics. A nil *Metrics records nothing.
@@ -14,6 +15,9 @@ type Metrics struct {
 	messages *prometheus.CounterVec
 	dead     *prometheus.CounterVec
 	lateness prometheus.Histogram
+	// held: delaybridge_held_by_order_seconds, the time a published message waited past its
+	// due time for its ordering key's predecessor (not in lateness).
+	held prometheus.Histogram
 	// latest is the largest lateness observed since start, in ms (a histogram's bucket
 	// bound is not it): delaybridge_delivery_lateness_max_seconds.
 	latest   atomic.Int64
@@ -31,13 +35,16 @@ type Metrics struct {
 // under x-delay-misfire: skip; schedule_ended: a recurring message's last firing, its
 // schedule having no next occurrence within BRIDGE_MAX_DELAY) and
 // delaybridge_delivery_lateness_seconds (broker confirmation time minus due time, both on
-// the Redis clock), delaybridge_delivery_lateness_max_seconds (the largest of them since
+// the Redis clock; for a message held past its due time by its ordering key's predecessor,
+// minus its release time), delaybridge_held_by_order_seconds (that release time minus the
+// due time, when positive), delaybridge_delivery_lateness_max_seconds (the largest of them since
 // start: a quantile read from the histogram never exceeds it), delaybridge_inflight_messages (claimed, not yet settled) and
 // delaybridge_owned_shards (the shards this replica claims), and
 // delaybridge_dead_letters_out_total{broker, reason} (the dead letters egress published, by
 // reason: publish_failed, expired, or the target's rejection, forbidden or too_large: the
 // fleet view's dead letters by reason, docs/design.md "Fleet-wide view").
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600} // lateness and held
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
@@ -49,8 +56,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"broker", "reason"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "delaybridge_delivery_lateness_seconds",
-			Help:    "Time from a message's due time to its target's publish confirmation.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+			Help:    "Time from a message's due time (or, when its ordering key held it past that, its release) to its target's publish confirmation.",
+			Buckets: buckets,
+		}),
+		held: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delaybridge_held_by_order_seconds",
+			Help:    "Time a published message waited past its due time for the message parked before it with the same ordering key to leave the store (not counted in delaybridge_delivery_lateness_seconds).",
+			Buckets: buckets,
 		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delaybridge_inflight_messages",
@@ -65,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "delaybridge_delivery_lateness_max_seconds",
 		Help: "The largest delivery lateness observed since this replica started.",
 	}, func() float64 { return float64(m.latest.Load()) / 1000 })
-	for _, c := range []prometheus.Collector{m.messages, m.dead, m.lateness, maxLate, m.inflight, m.owns} {
+	for _, c := range []prometheus.Collector{m.messages, m.dead, m.lateness, m.held, maxLate, m.inflight, m.owns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -99,14 +111,26 @@ func (m *Metrics) deadLettered(broker, reason string) {
 	m.dead.WithLabelValues(broker, reason).Inc()
 }
 
-// observeLateness observes the lateness of one published message (the published count is
-// added per group: count).
-func (m *Metrics) observeLateness(latenessMs int64) {
-	if m != nil {
-		latenessMs = max(latenessMs, 0)
-		m.lateness.Observe(float64(latenessMs) / 1000)
-		m.raise(latenessMs)
+// observeLateness observes the lateness of one published message confirmed at
+// confirmedAt (unix ms, Redis clock), as its own schedule has it (lateness), and the time
+// its ordering key held it past its due time apart (the published count is added per
+// group: count).
+func (m *Metrics) observeLateness(c delaystore.Claimed, confirmedAt int64) {
+	if m == nil {
+		return
 	}
+	ms := max(lateness(c, confirmedAt), 0)
+	m.lateness.Observe(float64(ms) / 1000)
+	m.raise(ms)
+	if held := c.Released - c.Due; c.Released > 0 && held > 0 {
+		m.held.Observe(float64(held) / 1000)
+	}
+}
+
+// lateness is how late c was confirmed at confirmedAt (unix ms) by its own schedule: from
+// its due time or, when its ordering key held it past that, from its release.
+func lateness(c delaystore.Claimed, confirmedAt int64) int64 {
+	return confirmedAt - max(c.Due, c.Released)
 }
 
 // raise makes ms the largest lateness observed when it is larger.

@@ -36,9 +36,9 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 		case o.err == nil:
 			published++
 			d.fired(st, o, confirmedAt)
-			d.metrics.observeLateness(confirmedAt - o.claimed.Due)
+			d.metrics.observeLateness(o.claimed, confirmedAt)
 			if debug {
-				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", confirmedAt-o.claimed.Due)
+				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", lateness(o.claimed, confirmedAt))
 			}
 		case d.permanent(o) && d.deadLetter(ctx, o) == nil:
 			d.fired(st, o, confirmedAt)

@@ -35,6 +35,7 @@ func (d *delivery) fired(st *settlement, o *outgoing, now int64) {
 	c := o.claimed
 	if c.Envelope.Every == "" {
 		st.acks = append(st.acks, c.Receipt)
+		st.release = st.release || c.Envelope.OrderingKey != ""
 		return
 	}
 	after := c.Due

@@ -31,9 +31,10 @@ const settleDelay = 2 * time.Millisecond
 // (Redis' cost follows the commands of the shard groups a script run touches: at a steady 5k msgs/s over 16 shards the acks of one claim hold about one message per
 // shard, held 32 ms about ten). Only the ack waits, never a claim or a publish. A hold
 // ends early, so that the acks go at once, when: a queued retry or put-back needs its
-// round trip; capacity runs short (settleNow); a queued ack's messages reached half their
-// lease (settleBy: a held ack never lets a lease run out into a second delivery); and at
-// shutdown. docs/design.md "Egress".
+// round trip; a queued ack releases the next message of an ordering key
+// (settlement.release); capacity runs short (settleNow); a queued ack's messages reached
+// half their lease (settleBy: a held ack never lets a lease run out into a second
+// delivery); and at shutdown. docs/design.md "Egress".
 const ackHold = 32 * time.Millisecond
 
 // deliverFunc hands a claimed batch to delivery ([delivery.submit]). It must not block
@@ -70,7 +71,8 @@ type scheduler struct {
 	resync  bool          // re-read every owned head (a resubscription)
 	settleQ []*settlement
 	settleT time.Time // when the oldest queued settlement arrived (s.now)
-	// settleR: a queued settlement holds retries (nothing of the queue is held, ackHold)
+	// settleR: a queued settlement holds retries or an ack that releases an ordering
+	// key's next message (nothing of the queue is held, ackHold)
 	settleR bool
 	// settleBy: the queue goes by then whatever the hold (process clock): half the lease
 	// after the earliest fence of its settlements; zero: no fence known.
@@ -118,7 +120,7 @@ func (s *scheduler) settle(st *settlement) {
 		s.settleT = s.now()
 	}
 	s.settleQ = append(s.settleQ, st)
-	s.settleR = s.settleR || len(st.retries) > 0
+	s.settleR = s.settleR || len(st.retries) > 0 || st.release
 	if by := st.fence.Add(s.cfg.Lease / 2); s.cfg.Lease > 0 && !st.fence.IsZero() && (s.settleBy.IsZero() || by.Before(s.settleBy)) {
 		s.settleBy = by
 	}
@@ -288,7 +290,8 @@ func (s *scheduler) urgent(claims []delaystore.ClaimRequest) bool {
 }
 
 // settleHold is how long the queued settlements are held before they may go: ackHold
-// for acks only, none when a retry is queued. Called with s.mu held.
+// for acks only, none when a retry or an ack that releases a key's next message is
+// queued. Called with s.mu held.
 func (s *scheduler) settleHold() time.Duration {
 	if s.settleR {
 		return 0

@@ -30,7 +30,7 @@ const storeScrapeShards = 16
 
 // StoreCollector exports the delay store's gauges of the shards this replica owns (owned),
 // read from Redis at scrape time (delaystore.Observe: TIME, then ZCARD, ZRANGE 0 0 and
-// ZCOUNT per shard in one pipeline). A scrape reads at most storeScrapeShards of them, the
+// ZCOUNTs per shard in one pipeline). A scrape reads at most storeScrapeShards of them, the
 // least recently read first, and reports the others from their last reading (an owned shard
 // never read yet is left out until it is), so its Redis cost does not grow with the shard
 // count. A read that fails or takes longer than storeScrapeTimeout never fails the scrape:
@@ -48,7 +48,7 @@ type StoreCollector struct {
 	cache map[int]shardReading // owned shards read so far
 	turn  uint64               // scrapes that read Redis
 
-	parked, parkedAll, overdue, oldest, due, scrapeErr *prometheus.Desc
+	parked, parkedAll, overdue, held, oldest, due, scrapeErr *prometheus.Desc
 }
 
 // shardReading is a shard's last reading and the scrape that made it.
@@ -69,6 +69,8 @@ func NewStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() 
 			"Messages in the delay store (pending and claimed), sum over the shards this replica owns (sum over replicas for the store).", nil, nil),
 		overdue: prometheus.NewDesc("delaybridge_overdue_messages",
 			"Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), sum over the shards this replica owns.", nil, nil),
+		held: prometheus.NewDesc("delaybridge_held_messages",
+			"Messages held by the message parked before them with the same ordering key (not claimable until it leaves the store), sum over the shards this replica owns.", nil, nil),
 		oldest: prometheus.NewDesc("delaybridge_oldest_overdue_seconds",
 			"How long the shard's earliest message has been due and not delivered (Redis clock); 0 when none is overdue; shards this replica owns, as last read.",
 			[]string{"shard"}, nil),
@@ -83,7 +85,7 @@ func NewStoreCollector(s *delaystore.Store, owned func() []int, redisErr func() 
 
 // Describe implements prometheus.Collector.
 func (c *StoreCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.parked, c.parkedAll, c.overdue, c.oldest, c.due, c.scrapeErr} {
+	for _, d := range []*prometheus.Desc{c.parked, c.parkedAll, c.overdue, c.held, c.oldest, c.due, c.scrapeErr} {
 		ch <- d
 	}
 }
@@ -105,7 +107,7 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	var all, overdue int64
+	var all, overdue, held int64
 	within := make([]int64, len(dueHorizons))
 	for _, sh := range owned {
 		r, ok := c.cache[sh]
@@ -116,6 +118,7 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 		shard := strconv.Itoa(sh)
 		all += g.Parked
 		overdue += g.Overdue
+		held += g.Held
 		for j, n := range g.DueWithin {
 			within[j] += n
 		}
@@ -124,6 +127,7 @@ func (c *StoreCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.parkedAll, prometheus.GaugeValue, float64(all))
 	ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(overdue))
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(held))
 	for j, h := range dueHorizons {
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(within[j]), h.label)
 	}

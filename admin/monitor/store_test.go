@@ -62,12 +62,16 @@ func TestStoreCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := delaystore.Envelope{Target: "nats:t", Source: "nats:delay.in", Payload: []byte("x")}
+	keyedEnv := env
+	keyedEnv.OrderingKey = "order-1"
 	if _, err := store.Park(t.Context(), []delaystore.ParkRequest{
 		{ID: "overdue", Absolute: true, At: now.UnixMilli() - 7_000, Envelope: env},
 		{ID: "soon", Delay: 20 * time.Second, Envelope: env},
 		{ID: "later", Delay: 20 * time.Minute, Envelope: env},
 		{ID: "tomorrow", Delay: 20 * time.Hour, Envelope: env},
 		{ID: "next-week", Delay: 7 * 24 * time.Hour, Envelope: env},
+		{ID: "first", Delay: 8 * 24 * time.Hour, Envelope: keyedEnv},  // its key's head
+		{ID: "second", Delay: 8 * 24 * time.Hour, Envelope: keyedEnv}, // held by first
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +81,20 @@ func TestStoreCollector(t *testing.T) {
 delaybridge_due_messages{within="1m"} 1
 delaybridge_due_messages{within="1h"} 2
 delaybridge_due_messages{within="24h"} 3
+# HELP delaybridge_held_messages Messages held by the message parked before them with the same ordering key (not claimable until it leaves the store), sum over the shards this replica owns.
+# TYPE delaybridge_held_messages gauge
+delaybridge_held_messages 1
 # HELP delaybridge_overdue_messages Messages past their due time and not being delivered (score at or before the Redis time), plus messages in retry past their due time (retry set), sum over the shards this replica owns.
 # TYPE delaybridge_overdue_messages gauge
 delaybridge_overdue_messages 1
 # HELP delaybridge_parked_messages_all Messages in the delay store (pending and claimed), sum over the shards this replica owns (sum over replicas for the store).
 # TYPE delaybridge_parked_messages_all gauge
-delaybridge_parked_messages_all 5
+delaybridge_parked_messages_all 7
 # HELP delaybridge_store_scrape_error 1 when this scrape could not read the delay store (Redis unreachable or slower than 500ms): the store gauges are missing.
 # TYPE delaybridge_store_scrape_error gauge
 delaybridge_store_scrape_error 0
 `
-	names := []string{"delaybridge_due_messages", "delaybridge_overdue_messages", "delaybridge_parked_messages_all", "delaybridge_store_scrape_error"}
+	names := []string{"delaybridge_due_messages", "delaybridge_held_messages", "delaybridge_overdue_messages", "delaybridge_parked_messages_all", "delaybridge_store_scrape_error"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +119,8 @@ delaybridge_store_scrape_error 0
 			}
 		}
 	}
-	if sum != 5 {
-		t.Fatalf("parked per shard sums to %v, want 5", sum)
+	if sum != 7 {
+		t.Fatalf("parked per shard sums to %v, want 7", sum)
 	}
 	if n := testutil.CollectAndCount(NewStoreCollector(store, everyShard(store), nil), "delaybridge_oldest_overdue_seconds"); n != 3 {
 		t.Fatalf("%d oldest-overdue series, want one per shard (3)", n)

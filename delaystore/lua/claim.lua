@@ -1,14 +1,19 @@
 #!lua flags=allow-oom
 -- claim: lease the due messages of shards; one group per shard (groups.lua).
--- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:nm (the shard's interned names);
+-- Per group: KEYS: 1 = {P:s}:z, 2 = {P:s}:m, 3 = {P:s}:nm (the shard's interned names),
+-- 4 = {P:s}:ki (keyed entries: chain.lua);
 -- ARGV: 1 = lease ms, 2 = max messages, 3 = ahead ms, 4 = the generation of the caller's
 -- table of the shard's names
 -- returns: per group {now ms, token, next head score or -1, names, now's microseconds
--- within its ms, id1, env1, at1, id2, env2, at2, ...}; names is 0 when the shard's names are at generation ARGV[4] (the
+-- within its ms, id1, env1, at1, id2, env2, at2, ... [, releases]}; names is 0 when the shard's names are at generation ARGV[4] (the
 -- caller's table decodes the entries), else the names hash whole (HGETALL: the table the
 -- entries were written against; docs/design.md "Interned names")
 -- (at: 0 for an entry due by now; for one claimed ahead its score, the time it becomes
 -- eligible: its due time, or a retry's or put-back's next attempt)
+-- (releases, only when not empty: {i1, r1, i2, r2, ...}, the claimed entries held by
+-- their ordering key and released after their due time: i the entry's place in the reply
+-- (0: id1), r its release time, ms; one EXISTS of ki per group, and for a shard with keyed
+-- entries one HMGET of the claimed ids)
 -- Members with score <= now + ahead (Redis TIME; ahead: the caller holds those not yet due
 -- until their due time, egress/hold.go) are re-scored to token = now + lease, made even
 -- (+1 ms when odd), and returned with their stored envelope; a member without envelope is
@@ -66,6 +71,29 @@ local function due(z, max, upTo)
   return ids, at, nil
 end
 
+-- releases returns the releases of the claimed entries of out from place first on
+-- ({i, release ms, ...}, see above), or nil when there are none: the release time ki keeps
+-- before the comma ("<release ms>,<member>", 0 when not released late: chain.lua).
+local function releases(ki, out, first)
+  if first > #out or redis.call('EXISTS', ki) == 0 then return nil end
+  local ids = {}
+  for i = first, #out, 3 do ids[#ids + 1] = out[i] end
+  local rel = {}
+  for i = 1, #ids, CHUNK do
+    local vals = redis.call('HMGET', ki, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+    for j = 1, #vals do
+      local v = vals[j]
+      local r = v and tonumber(string.sub(v, 1, string.find(v, ',', 1, true) - 1)) or 0
+      if r > 0 then
+        rel[#rel + 1] = i + j - 2
+        rel[#rel + 1] = r
+      end
+    end
+  end
+  if #rel == 0 then return nil end
+  return rel
+end
+
 local function shard(KEYS, ARGV)
   local z, m = KEYS[1], KEYS[2]
   local token = now + tonumber(ARGV[1])
@@ -108,6 +136,8 @@ local function shard(KEYS, ARGV)
     out[3] = token
   end
   if out[3] >= HELD then out[3] = -1 end -- only held entries left: none is eligible
+  local rel = releases(KEYS[4], out, 6) -- after the five values of the head
+  if rel then out[#out + 1] = rel end
   return out
 end
 
