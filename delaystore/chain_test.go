@@ -408,14 +408,17 @@ func TestOrderingKeyReplacedThenFailed(t *testing.T) {
 	}
 }
 
-// TestOrderingKeyGet: a keyed message is read with its key; without it (another shard) it
-// is not found.
+// TestOrderingKeyGet: a keyed message is read with its key, and with what holds it;
+// without it (another shard) it is not found.
 func TestOrderingKeyGet(t *testing.T) {
 	f := setup(t)
-	f.park(t, keyed("g", "order-7"))
+	f.park(t, keyed("g", "order-7"), keyed("h", "order-7"))
 	m, err := f.s.GetKey(t.Context(), "g", "order-7")
-	if err != nil || m.Envelope.OrderingKey != "order-7" || m.Shard != f.s.ShardOfKey("order-7") {
+	if err != nil || m.Envelope.OrderingKey != "order-7" || m.Shard != f.s.ShardOfKey("order-7") || m.HeldBy != "" {
 		t.Fatalf("get with key: %+v %v", m, err)
+	}
+	if m, err := f.s.GetKey(t.Context(), "h", "order-7"); err != nil || m.HeldBy != "g" {
+		t.Fatalf("get of the held one: held by %q, %v; want g", m.HeldBy, err)
 	}
 	if f.s.ShardOf("g") != f.s.ShardOfKey("order-7") {
 		if _, err := f.s.Get(t.Context(), "g"); !errors.Is(err, ErrNotFound) {
