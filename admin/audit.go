@@ -83,10 +83,12 @@ type AuditEntry struct {
 	// JSON; ID instead names one message.
 	Selector json.RawMessage `json:"selector,omitempty"`
 	ID       string          `json:"id,omitempty"`
-	DryRun   bool            `json:"dry_run"`
-	Matched  int64           `json:"matched"`
-	Changed  int64           `json:"changed"`
-	State    string          `json:"state"`
+	// OrderingKey is the ordering key of the message ID (extension; "" none).
+	OrderingKey string `json:"ordering_key,omitempty"`
+	DryRun      bool   `json:"dry_run"`
+	Matched     int64  `json:"matched"`
+	Changed     int64  `json:"changed"`
+	State       string `json:"state"`
 	// Actor is who says they made it (X-Delay-Actor; the CLI sends the OS user): a claim
 	// of the caller, not an authentication.
 	Actor string `json:"actor"`

@@ -24,8 +24,10 @@ type Selector struct {
 	// (glob.Literals of its pattern): Redis skips the entries whose target lacks them.
 	Literals       []string
 	DueFrom, DueTo int64
-	// ID, when set, picks that one message (if the rest of the selector matches it too).
-	ID string
+	// ID, when set, picks that one message (if the rest of the selector matches it too),
+	// and OrderingKey is its ordering key ("" a message without key): a keyed message is
+	// named by both (docs/design.md "Ordering keys").
+	ID, OrderingKey string
 }
 
 // BulkCursor is where a bulk change stopped.
@@ -116,13 +118,13 @@ func (a *Admin) bulkBegin(ctx context.Context, cur *BulkCursor) error {
 	return nil
 }
 
-// bulkOne applies op to the one message sel.ID, when it exists and the selector's target
-// and due range match it; as for any bulk change, a message in delivery is matched but not
+// bulkOne applies op to the one message sel.ID of key sel.OrderingKey, when it exists and
+// the selector's target and due range match it; as for any bulk change, a message in delivery is matched but not
 // changed.
 func (a *Admin) bulkOne(ctx context.Context, sel Selector, op delaystore.BulkOp, dryRun bool) (BulkResult, error) {
-	m, err := a.store.Get(ctx, sel.ID)
+	m, err := a.store.GetKey(ctx, sel.ID, sel.OrderingKey)
 	switch {
-	case errors.Is(err, delaystore.ErrNotFound):
+	case errors.Is(err, delaystore.ErrNotFound) || (err == nil && m.Envelope.OrderingKey != sel.OrderingKey):
 		return BulkResult{}, nil
 	case err != nil:
 		return BulkResult{}, fmt.Errorf("bulk: %w", err)

@@ -32,7 +32,9 @@ type OpSpec struct {
 	DueFrom int64  `json:"due_from,omitempty"`
 	DueTo   int64  `json:"due_to,omitempty"` // 0: no upper bound; negative: nothing
 	ID      string `json:"id,omitempty"`
-	DryRun  bool   `json:"dry_run,omitempty"`
+	// OrderingKey is the ordering key of the message ID ("" none).
+	OrderingKey string `json:"ordering_key,omitempty"`
+	DryRun      bool   `json:"dry_run,omitempty"`
 	// Fences are every shard's version counter when the operation began.
 	Fences []int64 `json:"fences"`
 }
@@ -195,7 +197,7 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 	sel = o.selector(sel)
 	shards := a.allShards()
 	if sel.ID != "" {
-		shards = []int{a.store.ShardOf(sel.ID)}
+		shards = []int{a.store.ShardOfMessage(sel.ID, sel.OrderingKey)}
 	}
 	progs, err := o.readProgress(ctx, shards)
 	if err != nil {
@@ -233,9 +235,9 @@ func (o *Op) run(ctx context.Context, sel Selector, budget time.Duration) (OpRes
 	return res, nil
 }
 
-// selector is sel with the spec's due range and id (DueTo 0: no upper bound).
+// selector is sel with the spec's due range, id and ordering key (DueTo 0: no upper bound).
 func (o *Op) selector(sel Selector) Selector {
-	sel.DueFrom, sel.DueTo, sel.ID = o.Spec.DueFrom, o.Spec.DueTo, o.Spec.ID
+	sel.DueFrom, sel.DueTo, sel.ID, sel.OrderingKey = o.Spec.DueFrom, o.Spec.DueTo, o.Spec.ID, o.Spec.OrderingKey
 	if sel.DueTo == 0 {
 		sel.DueTo = math.MaxInt64
 	}
@@ -283,17 +285,18 @@ func (o *Op) step(ctx context.Context, sel Selector, sh int, p progress, res *Op
 	return o.change(ctx, sh, p, ch, res)
 }
 
-// chunkOne is the one chunk of an operation on one message, sel.ID: picked when it
-// exists, is no newer than the fence and the selector matches it.
+// chunkOne is the one chunk of an operation on one message, sel.ID of key
+// sel.OrderingKey: picked when it exists, is no newer than the fence and the selector
+// matches it.
 func (o *Op) chunkOne(ctx context.Context, sel Selector, p progress) (chunk, error) {
 	ch := chunk{next: p.cur}
 	ch.next.Pass = "d"
-	m, err := o.rec.a.store.Get(ctx, sel.ID)
+	m, err := o.rec.a.store.GetKey(ctx, sel.ID, sel.OrderingKey)
 	switch {
 	case errors.Is(err, delaystore.ErrNotFound):
 	case err != nil:
 		return ch, fmt.Errorf("bulk operation %s: %w", o.ID(), err)
-	case m.Version <= p.cur.MaxVersion && m.Due >= sel.DueFrom && m.Due <= sel.DueTo &&
+	case m.Envelope.OrderingKey == sel.OrderingKey && m.Version <= p.cur.MaxVersion && m.Due >= sel.DueFrom && m.Due <= sel.DueTo &&
 		(sel.Match == nil || sel.Match(m.Envelope.Target)):
 		ch.counted = 1
 		if !o.Spec.DryRun {

@@ -6,10 +6,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/delaybridge/delaybridge/contract"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // keyed is a park request of id with ordering key key, due now.
@@ -55,22 +57,28 @@ func (f *fixture) ack(t *testing.T, ms ...Claimed) {
 
 // TestOrderingKeyOneAtATime: messages of one key, all due, are claimable one at a time in
 // parking order, each once its predecessor was acked; a message without key and one of
-// another key are not held by them.
+// another key are not held by them. The listing shows each one's key (also of a message
+// whose headers outgrow the head a scan reads) and what holds it.
 func TestOrderingKeyOneAtATime(t *testing.T) {
 	f := setup(t)
 	sh := f.s.ShardOfKey("order-1")
 	other := idsOnShard(f.s, sh, 1, "plain")[0]
-	f.park(t, keyed("a", "order-1"), keyed("b", "order-1"), keyed("c", "order-1"),
+	long := keyed("c", "order-1")
+	long.Envelope.Headers = append(long.Envelope.Headers, headers.Header{Key: "big", Value: strings.Repeat("x", 2*headBytes)})
+	f.park(t, keyed("a", "order-1"), keyed("b", "order-1"), long,
 		ParkRequest{ID: other, Envelope: sampleEnvelope(1)})
-	heldBy := map[string]string{}
+	heldBy, keys := map[string]string{}, map[string]string{}
 	for _, l := range scanAll(t, f.s) {
-		heldBy[l.ID] = l.HeldBy
+		heldBy[l.ID], keys[l.ID] = l.HeldBy, l.OrderingKey
 		if l.HeldBy != "" && l.Scheduled != l.Due {
 			t.Errorf("held %s listed as scheduled %d, due %d", l.ID, l.Scheduled, l.Due)
 		}
 	}
 	if want := map[string]string{"a": "", "b": "a", "c": "b", other: ""}; !maps.Equal(heldBy, want) {
 		t.Fatalf("held by %v, want %v", heldBy, want)
+	}
+	if want := map[string]string{"a": "order-1", "b": "order-1", "c": "order-1", other: ""}; !maps.Equal(keys, want) {
+		t.Fatalf("ordering keys %v, want %v", keys, want)
 	}
 	for _, want := range []string{"a", "b", "c"} {
 		got := claimedIDs(f.claimShard(t, sh))
@@ -400,14 +408,17 @@ func TestOrderingKeyReplacedThenFailed(t *testing.T) {
 	}
 }
 
-// TestOrderingKeyGet: a keyed message is read with its key; without it (another shard) it
-// is not found.
+// TestOrderingKeyGet: a keyed message is read with its key, and with what holds it;
+// without it (another shard) it is not found.
 func TestOrderingKeyGet(t *testing.T) {
 	f := setup(t)
-	f.park(t, keyed("g", "order-7"))
+	f.park(t, keyed("g", "order-7"), keyed("h", "order-7"))
 	m, err := f.s.GetKey(t.Context(), "g", "order-7")
-	if err != nil || m.Envelope.OrderingKey != "order-7" || m.Shard != f.s.ShardOfKey("order-7") {
+	if err != nil || m.Envelope.OrderingKey != "order-7" || m.Shard != f.s.ShardOfKey("order-7") || m.HeldBy != "" {
 		t.Fatalf("get with key: %+v %v", m, err)
+	}
+	if m, err := f.s.GetKey(t.Context(), "h", "order-7"); err != nil || m.HeldBy != "g" {
+		t.Fatalf("get of the held one: held by %q, %v; want g", m.HeldBy, err)
 	}
 	if f.s.ShardOf("g") != f.s.ShardOfKey("order-7") {
 		if _, err := f.s.Get(t.Context(), "g"); !errors.Is(err, ErrNotFound) {

@@ -2,9 +2,11 @@ package delaystore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,16 +28,27 @@ func (s *Store) GetKey(ctx context.Context, id, key string) (Message, error) {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	sh := s.ShardOfMessage(id, key)
-	var raw string
+	var raw, kv string
+	var held bool
 	var m Message
 	err := s.readNamed(ctx, sh, func() (string, error) {
 		read := s.rdb.TxPipeline() // the entry and the generation of the names it was written against
 		entry := read.HGet(ctx, s.keys[sh].m, id)
 		gen := read.HGet(ctx, s.keys[sh].nm, genField)
+		var chain *redis.StringCmd
+		var score *redis.FloatCmd
+		if key != "" { // its place in the key's chain: held or not
+			chain, score = read.HGet(ctx, s.keys[sh].ki, id), read.ZScore(ctx, s.keys[sh].z, id)
+		}
 		_, _ = read.Exec(ctx)
 		var err error
 		if raw, err = entry.Result(); err != nil {
 			return "", err
+		}
+		if chain != nil {
+			kv, _ = chain.Result()
+			sc, _ := score.Result()
+			held = sc >= heldScore
 		}
 		return genOf(gen)
 	}, func(names *nameTable) error {
@@ -46,10 +59,33 @@ func (s *Store) GetKey(ctx context.Context, id, key string) (Message, error) {
 	if errors.Is(err, redis.Nil) {
 		return Message{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
 	}
+	if err == nil && held {
+		m.HeldBy, err = s.heldBy(ctx, sh, kv)
+	}
 	if err != nil {
 		return Message{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	return m, nil
+}
+
+// heldBy returns the id of the member before the chain member of kv (a value of shard
+// sh's :ki, "<release ms>,<member>") in its key's chain, "" when none (lua/scan.lua's
+// heldBy).
+func (s *Store) heldBy(ctx context.Context, sh int, kv string) (string, error) {
+	_, member, ok := strings.Cut(kv, ",")
+	n, w := binary.Uvarint([]byte(member))
+	if !ok || w <= 0 || uint64(len(member)-w) < n+8 {
+		return "", fmt.Errorf("%w: chain member %q", ErrCorrupt, kv)
+	}
+	prefix := member[:w+int(n)]
+	prev, err := s.rdb.ZRevRangeByLex(ctx, s.keys[sh].k, &redis.ZRangeBy{Max: "(" + member, Min: "[" + prefix, Count: 1}).Result()
+	if err != nil || len(prev) == 0 {
+		return "", err
+	}
+	if len(prev[0]) < len(prefix)+8 {
+		return "", fmt.Errorf("%w: chain member %q", ErrCorrupt, prev[0])
+	}
+	return prev[0][len(prefix)+8:], nil
 }
 
 // Stats counts the parked messages per shard and finds the earliest score, in one

@@ -81,6 +81,9 @@ type Scanned struct {
 	// in its key's chain ("" for any other; docs/design.md "Ordering keys"). Its Scheduled
 	// is then its Due.
 	HeldBy string
+	// OrderingKey is the message's ordering key (x-delay-ordering-key; "" none): with its
+	// ID, what names it for a cancel or a read (Store.GetKey, Store.CancelKeyAt).
+	OrderingKey string
 	// MaxWait and DueBy are the bound of a debounced message (x-delay-max-wait; Envelope),
 	// 0 when none.
 	MaxWait time.Duration
@@ -162,11 +165,11 @@ func (s *Store) scanPage(ctx context.Context, r ScanRequest, reply func() ([]any
 // generation; then scanEntryLen values per entry.
 const (
 	scanHeadLen  = 4
-	scanEntryLen = 7
+	scanEntryLen = 8
 )
 
 // scanned decodes one entry of a scan.lua answer: id, z score, prefix, body head, body
-// length, in retry set, held by. ok is false for an entry whose prefix does not parse.
+// length, in retry set, held by, ordering key. ok is false for an entry whose prefix does not parse.
 func scanned(v []any, names *nameTable) (Scanned, bool) {
 	id, _ := v[0].(string)
 	score, _ := v[1].(string)
@@ -185,6 +188,7 @@ func scanned(v []any, names *nameTable) (Scanned, bool) {
 		return Scanned{}, false
 	}
 	e := Scanned{ID: id, Scheduled: sched, Due: due, Version: version, Attempts: attempts, field: targetField(head)}
+	e.OrderingKey, _ = v[7].(string)
 	if e.HeldBy, _ = v[6].(string); sched >= heldScore {
 		e.Scheduled = due // held: taken for delivery once its predecessor left, not before due
 	}

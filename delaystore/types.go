@@ -305,6 +305,9 @@ type Message struct {
 	Attempts int
 	Version  int64
 	Envelope Envelope
+	// HeldBy is, for a message its ordering key's chain holds (read by GetKey with its
+	// key), the id of the message before it in the chain; "" for any other.
+	HeldBy string
 }
 
 // Stats describes the store.

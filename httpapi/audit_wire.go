@@ -16,9 +16,11 @@ type AuditEntry struct {
 	Op       string          `json:"op"`
 	Selector json.RawMessage `json:"selector,omitempty"`
 	ID       string          `json:"id,omitempty"`
-	DryRun   bool            `json:"dry_run"`
-	Matched  int64           `json:"matched"`
-	Changed  int64           `json:"changed"`
+	// OrderingKey is the ordering key of the message ID (an extension), absent when none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	DryRun      bool   `json:"dry_run"`
+	Matched     int64  `json:"matched"`
+	Changed     int64  `json:"changed"`
 	// State is running, done or interrupted (cut off: POST /v1/bulk/resume finishes a
 	// resumable one).
 	State  string `json:"state"`

@@ -19,8 +19,12 @@ type PostRequest struct {
 	// MaxWait is x-delay-max-wait, with ID: a string in the x-delay grammar or integer ms.
 	MaxWait json.RawMessage `json:"max_wait,omitempty"`
 	// Misfire is x-delay-misfire: "once" (the default), "skip" or "all".
-	Misfire       string            `json:"misfire,omitempty"`
-	ID            string            `json:"id,omitempty"`
+	Misfire string `json:"misfire,omitempty"`
+	ID      string `json:"id,omitempty"`
+	// OrderingKey is x-delay-ordering-key (1 to 256 bytes; "" none): messages with the same
+	// key are published one at a time in the order they were parked. A keyed message is
+	// named by its key and ID: a replace, read or cancel of it gives the same key.
+	OrderingKey   string            `json:"ordering_key,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
@@ -67,6 +71,11 @@ type MessageResponse struct {
 	// absent when none.
 	MaxWait *int64 `json:"max_wait,omitempty"`
 	DueBy   *int64 `json:"due_by,omitempty"`
+	// OrderingKey is the message's x-delay-ordering-key and HeldBy, while the message
+	// before it with that key has not left the store, that message's id; both absent when
+	// none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	HeldBy      string `json:"held_by,omitempty"`
 }
 
 // StatsResponse is the 200 body of GET /v1/stats.
@@ -82,13 +91,15 @@ type StatsResponse struct {
 // /v1/bulk/deliver-now (docs/contract.md section 8). Times are unix ms or RFC 3339.
 type BulkRequest struct {
 	// ID (an extension) picks one message; the other selector fields still apply.
-	ID        string          `json:"id,omitempty"`
-	Target    string          `json:"target,omitempty"`
-	DueFrom   json.RawMessage `json:"due_from,omitempty"`
-	DueTo     json.RawMessage `json:"due_to,omitempty"`
-	DryRun    bool            `json:"dry_run,omitempty"`
-	Shift     string          `json:"shift,omitempty"`      // reschedule: "+1h", "-30m"
-	DeliverAt json.RawMessage `json:"deliver_at,omitempty"` // reschedule
+	// OrderingKey, with ID, is that message's ordering key (absent: a message without key).
+	ID          string          `json:"id,omitempty"`
+	OrderingKey string          `json:"ordering_key,omitempty"`
+	Target      string          `json:"target,omitempty"`
+	DueFrom     json.RawMessage `json:"due_from,omitempty"`
+	DueTo       json.RawMessage `json:"due_to,omitempty"`
+	DryRun      bool            `json:"dry_run,omitempty"`
+	Shift       string          `json:"shift,omitempty"`      // reschedule: "+1h", "-30m"
+	DeliverAt   json.RawMessage `json:"deliver_at,omitempty"` // reschedule
 	// Cursor goes on where an earlier answer's next_cursor says it stopped.
 	Cursor string `json:"cursor,omitempty"`
 }
@@ -122,6 +133,11 @@ type ListedMessage struct {
 	// (unix ms; Due is at most DueBy), both absent when none.
 	MaxWait int64 `json:"max_wait,omitempty"`
 	DueBy   int64 `json:"due_by,omitempty"`
+	// OrderingKey is the message's x-delay-ordering-key and HeldBy the id of the message
+	// before it with that key, which it waits for (its Scheduled is then its Due); both
+	// absent when none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	HeldBy      string `json:"held_by,omitempty"`
 }
 
 // ListResponse is the 200 body of GET /v1/messages: NextCursor is set while more may

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -117,6 +118,9 @@ func auditWhat(e httpapi.AuditEntry) string {
 	var parts []string
 	if e.ID != "" {
 		parts = append(parts, "id="+e.ID)
+	}
+	if e.OrderingKey != "" {
+		parts = append(parts, "ordering_key="+strconv.Quote(e.OrderingKey))
 	}
 	if len(e.Selector) > 0 {
 		parts = append(parts, string(e.Selector))

@@ -72,7 +72,9 @@ func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 	return printListed(stdout, out, time.Now())
 }
 
-// printListed writes a page as a table, and how to go on when there is more.
+// printListed writes a page as a table, and how to go on when there is more. A keyed
+// message shows its ordering key beside its id (the two name it) and, while the message
+// before it with that key holds it, that message's id beside its due time.
 func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTARGET\tDUE (UTC)\tIN\tATTEMPTS\tSIZE")
@@ -89,7 +91,14 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		if m.MaxWait > 0 {
 			due += fmt.Sprintf(" (max wait %s: by %s)", time.Duration(m.MaxWait)*time.Millisecond, time.UnixMilli(m.DueBy).UTC().Format("15:04:05.000"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.Target, due, in, attempts, m.Size)
+		if m.HeldBy != "" {
+			due += " (held by " + m.HeldBy + ")"
+		}
+		id := m.ID
+		if m.OrderingKey != "" { // named by both: bridge cancel ID --ordering-key K
+			id += fmt.Sprintf(" (key %q)", m.OrderingKey)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", id, m.Target, due, in, attempts, m.Size)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -26,3 +26,26 @@ func TestPrintListedBound(t *testing.T) {
 		t.Fatalf("bridge ls:\n%s", b.String())
 	}
 }
+
+// TestPrintListedOrderingKey: bridge ls shows a keyed message's ordering key beside its
+// id, quoted, and the message that holds it beside its due time; nothing for a message
+// without key.
+func TestPrintListedOrderingKey(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	due := now.Add(2 * time.Second).UnixMilli()
+	var b strings.Builder
+	err := printListed(&b, httpapi.ListResponse{Messages: []httpapi.ListedMessage{
+		{ID: "o1-created", Target: "nats:orders", Due: due, Scheduled: due, OrderingKey: "order 1"},
+		{ID: "o1-paid", Target: "nats:orders", Due: due, Scheduled: due, OrderingKey: "order 1", HeldBy: "o1-created"},
+		{ID: "plain", Target: "nats:orders", Due: due, Scheduled: due},
+	}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.HasPrefix(lines[1], `o1-created (key "order 1")`) || strings.Contains(lines[1], "held by") ||
+		!strings.HasPrefix(lines[2], `o1-paid (key "order 1")`) || !strings.Contains(lines[2], "(held by o1-created)") ||
+		strings.Contains(lines[3], "key") || strings.Contains(lines[3], "held by") {
+		t.Fatalf("bridge ls:\n%s", b.String())
+	}
+}

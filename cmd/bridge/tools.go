@@ -102,10 +102,11 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	window := fs.String("window", "", "x-delay-window: deliver at a time drawn uniformly in [due, due + window] (as --delay, at most 1h); each firing of --every draws its own")
 	maxWait := fs.String("max-wait", "", "x-delay-max-wait, with --id: a resend with the same id is due at most this long after the first pending version was sent (as --delay)")
 	id := fs.String("id", "", "x-delay-id: send again with the same id to reschedule")
+	key := fs.String("ordering-key", "", "x-delay-ordering-key: messages with the same key are published one at a time, in the order sent (1-256 bytes; a resend or cancel gives the same key)")
 	var hdrs headerFlags
 	fs.Var(&hdrs, "header", "extra header key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID [--max-wait D]] [--header k=v]... PAYLOAD|-")
+		fmt.Fprintln(stderr, "usage: bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID [--max-wait D]] [--ordering-key K] [--header k=v]... PAYLOAD|-")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -126,7 +127,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	if err != nil {
 		return err
 	}
-	req := httpapi.PostRequest{Target: *target, ID: *id, Every: *every, Misfire: *misfire, Payload: &payload}
+	req := httpapi.PostRequest{Target: *target, ID: *id, OrderingKey: *key, Every: *every, Misfire: *misfire, Payload: &payload}
 	req.Delay, req.DeliverAt, req.Expires, req.Window = jsonString(*delay), jsonString(*at), jsonString(*expires), jsonString(*window)
 	req.MaxWait = jsonString(*maxWait)
 	if req.Headers, err = headerMap(hdrs); err != nil {
@@ -213,8 +214,9 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	fs := flag.NewFlagSet("bridge cancel", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api, token := apiFlags(fs, environ)
+	key := fs.String("ordering-key", "", "the message's x-delay-ordering-key: a keyed message is named by its id and key")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge cancel ID")
+		fmt.Fprintln(stderr, "usage: bridge cancel [--ordering-key K] ID")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -228,7 +230,7 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	ok, err := c.Cancel(ctx, pos[0])
+	ok, err := c.CancelKey(ctx, pos[0], *key)
 	var apiErr *client.APIError
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && strings.HasPrefix(apiErr.Message, "in_delivery") {
 		// exit 1: not cancelled, it may still be delivered
@@ -238,7 +240,10 @@ func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 		return fmt.Errorf("cancel: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("cancel %s: no pending message with that id", pos[0]) // exit 1
+		if *key != "" {
+			return fmt.Errorf("cancel %s: no pending message with that id and ordering key", pos[0]) // exit 1
+		}
+		return fmt.Errorf("cancel %s: no pending message with that id without ordering key (give --ordering-key for a keyed one)", pos[0]) // exit 1
 	}
 	fmt.Fprintf(stdout, "%s: cancelled (it will not be delivered)\n", pos[0])
 	return nil
@@ -284,10 +289,12 @@ Usage:
   bridge [run]                 run from the environment (variables below)
   bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
                                in-memory Redis; NOT durable; prints how to try it
-  bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID] [--header k=v]... PAYLOAD|-
+  bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID [--max-wait D]] [--ordering-key K] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)
-  bridge cancel ID             cancel a pending message (through the message API)
+  bridge cancel [--ordering-key K] ID
+                               cancel a pending message (through the message API); a keyed
+                               message is named by its id and ordering key
   bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]
                                list parked messages in due order (through the message API)
   bridge targets [--recount] [--json]
@@ -327,6 +334,9 @@ Messages in (NATS or Kafka, to BRIDGE_NATS_SUBJECT / BRIDGE_KAFKA_TOPIC):
                 [due, due + window] (x-delay-due is that time); per firing when recurring
   x-delay-max-wait optional, as x-delay, with x-delay-id: a replacement is due at most this
                 long after the first pending version was parked (a debounce with a bound)
+  x-delay-ordering-key optional, 1-256 bytes: messages with the same key are published one
+                at a time in the order parked, none before its due time nor before the one
+                before it left; a keyed message is replaced or cancelled with its key
 
 Environment:
 `

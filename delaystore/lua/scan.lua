@@ -12,8 +12,10 @@
 -- returns: {done (0|1), cursor id, cursor score, names generation ('@' of KEYS[4]: the
 --           table Go decodes the heads' codes with; docs/design.md "Interned names"),
 --           id1, z score1, prefix1, head1, body length1, in retry set (0|1), held by1,
---           id2, ...}; held by is the id of the message before a held entry of an ordering
---           key (scored HELD: its key's chain holds it), '' for any other entry
+--           ordering key1, id2, ...}; held by is the id of the message before a held entry
+--           of an ordering key (scored HELD: its key's chain holds it), '' for any other
+--           entry; ordering key is the entry's key (from KEYS[6], whatever the body's
+--           length), '' for an entry without one
 -- Members are read in score order, then id (bytes compared as Redis orders them: the
 -- order of Go's strings, never Lua's locale-dependent '<'), strictly after the cursor
 -- (score, id): by rank after the cursor member while it still has the cursor's score, or,
@@ -31,10 +33,16 @@
 
 local HELD = 1125899906842625 -- 2^50 + 1 (chain.lua)
 
--- heldBy returns the id of the member before id's in its key's chain ('' when none).
-local function heldBy(id)
-  local v = redis.call('HGET', KEYS[6], id)
-  if not v then return '' end
+-- keyOf returns the ordering key of a keyed entry's ki value v (its chain member's key).
+local function keyOf(v)
+  local member = string.sub(v, string.find(v, ',', 1, true) + 1)
+  local n, j = uvarint(member, 1)
+  return string.sub(member, j, j + n - 1)
+end
+
+-- heldBy returns the id of the member before that of ki's value v in its key's chain
+-- ('' when none).
+local function heldBy(v)
   local member = string.sub(v, string.find(v, ',', 1, true) + 1)
   local n, j = uvarint(member, 1)
   local p = string.sub(member, 1, j + n - 1)
@@ -126,6 +134,8 @@ end
 local out = {done, lastId, lastScore, redis.call('HGET', KEYS[4], '@') or ''}
 if #ids == 0 then return out end
 local envs = redis.call('HMGET', m, unpack(ids))
+local kvs = {} -- ki's values: a shard without keyed entries pays one EXISTS
+if redis.call('EXISTS', KEYS[6]) == 1 then kvs = redis.call('HMGET', KEYS[6], unpack(ids)) end
 for i = 1, #ids do
   local env = envs[i]
   local zscore, inRetry = scores[i], 0
@@ -151,7 +161,9 @@ for i = 1, #ids do
     out[#out + 1] = string.sub(env, p, p + headLen - 1)
     out[#out + 1] = #env - p + 1
     out[#out + 1] = inRetry
-    if tonumber(zscore) >= HELD then out[#out + 1] = heldBy(ids[i]) else out[#out + 1] = '' end
+    local kv = kvs[i]
+    if kv and tonumber(zscore) >= HELD then out[#out + 1] = heldBy(kv) else out[#out + 1] = '' end
+    out[#out + 1] = kv and keyOf(kv) or ''
   end
 end
 return out

@@ -36,9 +36,11 @@ import (
 // Store is what the message API needs of the delay store. Safe for concurrent use.
 type Store interface {
 	Park(ctx context.Context, reqs []delaystore.ParkRequest) ([]delaystore.Parked, error)
-	Get(ctx context.Context, id string) (delaystore.Message, error)
-	// CancelAt deletes id and remembers the cancel, at (unix ms) being its time.
-	CancelAt(ctx context.Context, id string, at int64) (bool, error)
+	// GetKey reads the message id of ordering key key ("" none).
+	GetKey(ctx context.Context, id, key string) (delaystore.Message, error)
+	// CancelKeyAt deletes the message id of ordering key key ("" none) and remembers the
+	// cancel, at (unix ms) being its time.
+	CancelKeyAt(ctx context.Context, id, key string, at int64) (bool, error)
 	Stats(ctx context.Context) (delaystore.Stats, error)
 }
 
@@ -116,7 +118,7 @@ func (c Config) MaxBodyBytes() int64 {
 }
 
 // NewAPI returns the message API handler (docs/contract.md section 6):
-// POST /v1/messages, GET and DELETE /v1/messages/{id}, GET /v1/stats.
+// POST /v1/messages, GET and DELETE /v1/messages/{id}[?ordering_key=K], GET /v1/stats.
 //
 // Without a token, a request whose Host is a DNS name other than localhost and
 // cfg.Hosts is refused first, on every route (the console too), with 403
@@ -330,6 +332,9 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 	if req.ID != "" {
 		hs.Add(contract.HeaderID, req.ID)
 	}
+	if req.OrderingKey != "" {
+		hs.Add(contract.HeaderOrderingKey, req.OrderingKey)
+	}
 	if req.Every != "" {
 		hs.Add(contract.HeaderEvery, req.Every)
 	}
@@ -379,7 +384,7 @@ func (a *api) incoming(req httpapi.PostRequest, received time.Time) (intake.Inco
 var fieldNames = strings.NewReplacer(
 	contract.HeaderHops, contract.HeaderHops, contract.HeaderDue, contract.HeaderDue,
 	contract.HeaderSource, contract.HeaderSource, contract.HeaderError, contract.HeaderError,
-	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderWindow, "window", contract.HeaderMaxWait, "max_wait", contract.HeaderID, "id",
+	contract.HeaderExpires, "expires", contract.HeaderEvery, "every", contract.HeaderMisfire, "misfire", contract.HeaderWindow, "window", contract.HeaderMaxWait, "max_wait", contract.HeaderOrderingKey, "ordering_key", contract.HeaderID, "id",
 	contract.HeaderDeliverAt, "deliver_at", contract.HeaderTarget, "target", contract.HeaderDelay, "delay")
 
 // methodNotAllowed answers 405 in JSON, with the methods a path takes in Allow.
@@ -408,10 +413,17 @@ func stringOrInt(raw json.RawMessage) (string, error) {
 	return n.String(), nil
 }
 
+// get is GET /v1/messages/{id}[?ordering_key=K]: the pending message with that id and
+// ordering key (none: a message without key); the same id with another key is another
+// message (404).
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	m, err := a.store.Get(r.Context(), r.PathValue("id"))
-	if errors.Is(err, delaystore.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "no pending message with that id")
+	key, ok := orderingKey(w, r)
+	if !ok {
+		return
+	}
+	m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key)
+	if errors.Is(err, delaystore.ErrNotFound) || (err == nil && m.Envelope.OrderingKey != key) {
+		writeError(w, http.StatusNotFound, notFound(key))
 		return
 	}
 	if err != nil {
@@ -433,7 +445,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	resp := httpapi.MessageResponse{
 		ID: m.ID, Target: m.Envelope.Target, Due: m.Due, Source: m.Envelope.Source,
 		Headers: hs, PayloadBase64: base64.StdEncoding.EncodeToString(m.Envelope.Payload),
-		Attempts: m.Attempts, Every: m.Envelope.Every,
+		Attempts: m.Attempts, Every: m.Envelope.Every, OrderingKey: m.Envelope.OrderingKey, HeldBy: m.HeldBy,
 	}
 	if m.Envelope.Every != "" {
 		resp.Misfire = misfireOf(m.Envelope)
@@ -451,6 +463,31 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		resp.MaxWait, resp.DueBy = &ms, &by
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// orderingKey reads a request's ?ordering_key= (the message's x-delay-ordering-key, ""
+// when absent) by the header's rules (intake.ParseOrderingKey): given empty, twice or
+// longer than 256 bytes it answers 400 invalid_ordering_key and reports false.
+func orderingKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var h headers.List
+	for _, v := range r.URL.Query()["ordering_key"] {
+		h.Add(contract.HeaderOrderingKey, v)
+	}
+	key, err := intake.ParseOrderingKey(h, false)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fieldNames.Replace(intake.ErrorText(err)))
+		return "", false
+	}
+	return key, true
+}
+
+// notFound is the 404 text of a message id with ordering key key ("" none) that is not
+// pending.
+func notFound(key string) string {
+	if key == "" {
+		return "no pending message with that id (a message with an ordering key is named by id and ordering_key)"
+	}
+	return "no pending message with that id and ordering_key"
 }
 
 // misfireOf is the x-delay-misfire policy of a recurring message as the API shows it:

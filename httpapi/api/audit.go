@@ -65,11 +65,16 @@ func cleanActor(v string) string {
 // of a nil record does nothing); a Redis error must refuse the change (503): an
 // unrecorded change is not made.
 func (a *api) BeginAudit(r *http.Request, op string, selector json.RawMessage, id string, dryRun bool) (*AuditRecord, error) {
+	e := auditEntry(r, op)
+	e.Selector, e.ID, e.DryRun = selector, id, dryRun
+	return a.beginAudit(r, e)
+}
+
+// beginAudit is BeginAudit of the entry e.
+func (a *api) beginAudit(r *http.Request, e admin.AuditEntry) (*AuditRecord, error) {
 	if a.admin == nil {
 		return nil, nil
 	}
-	e := auditEntry(r, op)
-	e.Selector, e.ID, e.DryRun = selector, id, dryRun
 	rec, err := a.admin.AuditBegin(r.Context(), e)
 	if err != nil {
 		return nil, err
@@ -107,14 +112,28 @@ func (r *AuditRecord) OpID() string {
 	return r.rec.OpID()
 }
 
-// deleteAudited is DELETE /v1/messages/{id}, recorded as a cancel of that id.
+// deleteAudited is DELETE /v1/messages/{id}[?ordering_key=K], recorded as a cancel of
+// that id and key. The store names a message by its id within the shard the key picks,
+// so a message of that id with another key, or none, that shares the shard is looked
+// for first and left alone (404).
 func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
-	rec, err := a.BeginAudit(r, "cancel", nil, r.PathValue("id"), false)
+	key, ok := orderingKey(w, r)
+	if !ok {
+		return
+	}
+	if m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key); err == nil && m.Envelope.OrderingKey != key {
+		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
+		writeError(w, http.StatusNotFound, notFound(key))
+		return
+	}
+	e := auditEntry(r, "cancel")
+	e.ID, e.OrderingKey = r.PathValue("id"), key
+	rec, err := a.beginAudit(r, e)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
 	}
-	ok, err := a.store.CancelAt(r.Context(), r.PathValue("id"), contract.Published("", a.cfg.Now()))
+	ok, err = a.store.CancelKeyAt(r.Context(), r.PathValue("id"), key, contract.Published("", a.cfg.Now()))
 	var busy *delaystore.InDeliveryError
 	if errors.As(err, &busy) {
 		a.deleteInDelivery(w, r, rec, busy)
@@ -133,7 +152,7 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
-		writeError(w, http.StatusNotFound, "no pending message with that id")
+		writeError(w, http.StatusNotFound, notFound(key))
 		return
 	}
 	a.cfg.Metrics.Count("http", "cancelled", 1)
@@ -194,7 +213,7 @@ func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := httpapi.AuditResponse{Entries: make([]httpapi.AuditEntry, len(page.Entries))}
 	for i, e := range page.Entries {
-		out.Entries[i] = httpapi.AuditEntry{OpID: e.OpID, At: e.At, Op: e.Op, Selector: e.Selector, ID: e.ID, DryRun: e.DryRun,
+		out.Entries[i] = httpapi.AuditEntry{OpID: e.OpID, At: e.At, Op: e.Op, Selector: e.Selector, ID: e.ID, OrderingKey: e.OrderingKey, DryRun: e.DryRun,
 			Matched: e.Matched, Changed: e.Changed, State: e.State, Actor: e.Actor, Remote: e.Remote,
 			Shift: e.Shift, DeliverAt: e.DeliverAt, Resumable: e.Resumable}
 	}
@@ -242,12 +261,12 @@ func (a *api) bulkAsOp(w http.ResponseWriter, r *http.Request, req httpapi.BulkR
 		}
 	} else {
 		e := auditEntry(r, r.PathValue("op"))
-		e.Selector, e.ID, e.DryRun, e.Shift = bulkSelector(req, sel), req.ID, req.DryRun, req.Shift
+		e.Selector, e.ID, e.OrderingKey, e.DryRun, e.Shift = bulkSelector(req, sel), req.ID, req.OrderingKey, req.DryRun, req.Shift
 		if op.Kind == delaystore.BulkDeliverAt {
 			e.DeliverAt = &op.At
 		}
 		spec := admin.OpSpec{Kind: op.Kind, Shift: op.Shift, At: op.At, MaxDelay: op.MaxDelay, Target: req.Target,
-			DueFrom: sel.DueFrom, DueTo: sel.DueTo, ID: req.ID, DryRun: req.DryRun}
+			DueFrom: sel.DueFrom, DueTo: sel.DueTo, ID: req.ID, OrderingKey: req.OrderingKey, DryRun: req.DryRun}
 		if run, err = a.admin.StartOp(r.Context(), e, spec); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 			return
@@ -329,7 +348,7 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 		sel.Match, sel.Literals = g.MatchTarget, g.Literals()
 	}
 	// The cursor continues the request that began it: its canonical query again.
-	breq := httpapi.BulkRequest{ID: sp.ID, Target: sp.Target, DryRun: sp.DryRun}
+	breq := httpapi.BulkRequest{ID: sp.ID, OrderingKey: sp.OrderingKey, Target: sp.Target, DryRun: sp.DryRun}
 	query := bulkQuery(opName(sp.Kind), breq, admin.Selector{DueFrom: sp.DueFrom, DueTo: sp.DueTo}, sp.Op())
 	a.runOp(w, r, op, sel, query)
 }

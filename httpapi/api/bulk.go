@@ -14,6 +14,7 @@ import (
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/ingress/intake"
+	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
 // bulkBudget is how long one bulk request works before it answers with next_cursor.
@@ -34,11 +35,14 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	sel, op, err := a.bulkRequest(r.PathValue("op"), req)
 	if err != nil {
-		reason := contract.ReasonInvalidRequest
-		if errors.Is(err, contract.ErrBeyondMaxDelay) || errors.Is(err, contract.ErrTimeOverflow) {
+		reason, text := contract.ReasonInvalidRequest, err.Error()
+		switch {
+		case errors.Is(err, contract.ErrBeyondMaxDelay) || errors.Is(err, contract.ErrTimeOverflow):
 			reason = contract.ReasonDelayTooLong
+		case errors.Is(err, intake.ErrInvalidOrderingKey):
+			reason, text = contract.ReasonInvalidOrderingKey, fieldNames.Replace(text)
 		}
-		writeError(w, http.StatusBadRequest, reason+": "+err.Error())
+		writeError(w, http.StatusBadRequest, reason+": "+text)
 		return
 	}
 	query := bulkQuery(r.PathValue("op"), req, sel, op)
@@ -47,9 +51,10 @@ func (a *api) bulk(w http.ResponseWriter, r *http.Request) {
 
 // bulkQuery is the canonical form of a bulk request that its cursors are sealed for: the
 // operation and its value, the dry run flag and the selector as parsed (so 1700000000000
-// and its RFC 3339 form are the same query), the id included; the cursor is not part of it.
+// and its RFC 3339 form are the same query), the id and ordering key included; the cursor
+// is not part of it.
 func bulkQuery(opName string, req httpapi.BulkRequest, sel admin.Selector, op delaystore.BulkOp) string {
-	return fmt.Sprintf("%s\n%s\n%d\n%d\n%t\n%q\n%q\n%d\n%d", opName, op.Kind, op.Shift, op.At, req.DryRun, req.ID, req.Target, sel.DueFrom, sel.DueTo)
+	return fmt.Sprintf("%s\n%s\n%d\n%d\n%t\n%q\n%q\n%q\n%d\n%d", opName, op.Kind, op.Shift, op.At, req.DryRun, req.ID, req.OrderingKey, req.Target, sel.DueFrom, sel.DueTo)
 }
 
 // cursorOK answers a cursor that did not open (400 invalid_cursor; 503 when Redis failed
@@ -81,6 +86,8 @@ func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (admin.Selecto
 		return sel, delaystore.BulkOp{}, errors.New("give at least one of id, target, due_from, due_to")
 	case req.ID != "" && req.Cursor != "":
 		return sel, delaystore.BulkOp{}, errors.New("a request for one id takes no cursor")
+	case req.OrderingKey != "" && req.ID == "":
+		return sel, delaystore.BulkOp{}, errors.New("ordering_key names the message id with it: give id too")
 	case !isAbsent(req.DueTo) && sel.DueTo < sel.DueFrom:
 		return sel, delaystore.BulkOp{}, errors.New("due_to is before due_from")
 	}
@@ -90,7 +97,14 @@ func (a *api) bulkRequest(opName string, req httpapi.BulkRequest) (admin.Selecto
 	case sel.DueTo == 0:
 		sel.DueTo = -1 // an explicit 0 (1970): nothing is due that early
 	}
-	sel.ID = req.ID
+	sel.ID, sel.OrderingKey = req.ID, req.OrderingKey
+	if req.OrderingKey != "" {
+		var h headers.List
+		h.Add(contract.HeaderOrderingKey, req.OrderingKey)
+		if _, err := intake.ParseOrderingKey(h, false); err != nil {
+			return sel, delaystore.BulkOp{}, fmt.Errorf("ordering_key: %w", err)
+		}
+	}
 	if req.Target != "" {
 		g, err := selector(req.Target)
 		if err != nil {

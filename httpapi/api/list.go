@@ -69,7 +69,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	for i, m := range page {
 		out.Messages[i] = httpapi.ListedMessage{ID: m.ID, Target: m.Target, Due: m.Due, Scheduled: m.Scheduled,
 			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds(),
-			MaxWait: m.MaxWait.Milliseconds(), DueBy: m.DueBy}
+			MaxWait: m.MaxWait.Milliseconds(), DueBy: m.DueBy, OrderingKey: m.OrderingKey, HeldBy: m.HeldBy}
 	}
 	if next != nil {
 		c := a.admin.Seal(admin.CursorList, query, next.String())

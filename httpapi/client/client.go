@@ -43,22 +43,44 @@ func (c *Client) Stats(ctx context.Context) (httpapi.StatsResponse, error) {
 	return out, err
 }
 
-// Get returns a pending message (GET /v1/messages/{id}).
+// Get returns a pending message without ordering key (GET /v1/messages/{id}).
 func (c *Client) Get(ctx context.Context, id string) (httpapi.MessageResponse, error) {
+	return c.GetKey(ctx, id, "")
+}
+
+// GetKey returns the pending message id of ordering key key, "" none (GET
+// /v1/messages/{id}?ordering_key=K): a keyed message is named by both.
+func (c *Client) GetKey(ctx context.Context, id, key string) (httpapi.MessageResponse, error) {
 	var out httpapi.MessageResponse
-	err := c.do(ctx, http.MethodGet, "/v1/messages/"+url.PathEscape(id), nil, http.StatusOK, &out)
+	err := c.do(ctx, http.MethodGet, messagePath(id, key), nil, http.StatusOK, &out)
 	return out, err
 }
 
-// Cancel removes a pending message; it reports false when the id was unknown. true means
-// it will never be delivered. A message in delivery (409) is an *APIError whose Status is
-// http.StatusConflict and whose Message starts "in_delivery: ": it may still be delivered.
+// Cancel removes a pending message without ordering key; it reports false when the id
+// was unknown. true means it will never be delivered. A message in delivery (409) is an
+// *APIError whose Status is http.StatusConflict and whose Message starts "in_delivery: ":
+// it may still be delivered.
 func (c *Client) Cancel(ctx context.Context, id string) (bool, error) {
-	err := c.do(ctx, http.MethodDelete, "/v1/messages/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
+	return c.CancelKey(ctx, id, "")
+}
+
+// CancelKey is Cancel of the message id of ordering key key ("" none): a keyed message is
+// named by both.
+func (c *Client) CancelKey(ctx context.Context, id, key string) (bool, error) {
+	err := c.do(ctx, http.MethodDelete, messagePath(id, key), nil, http.StatusNoContent, nil)
 	if apiErr, ok := err.(*APIError); ok && apiErr.Status == http.StatusNotFound {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// messagePath is the path of message id of ordering key key ("" none).
+func messagePath(id, key string) string {
+	p := "/v1/messages/" + url.PathEscape(id)
+	if key != "" {
+		p += "?" + url.Values{"ordering_key": {key}}.Encode()
+	}
+	return p
 }
 
 // Bulk runs a bulk change (POST /v1/bulk/<op>: "cancel", "reschedule", "deliver-now")

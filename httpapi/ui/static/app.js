@@ -200,6 +200,13 @@ function toMs(v) {
   return isNaN(t) ? v : String(t);
 }
 
+// msgHref is the console's link to message id of ordering key key (none: a message
+// without key): a keyed message is named by both.
+const msgHref = (id, key) => '#/message/' + encodeURIComponent(id) + (key ? '?ordering_key=' + encodeURIComponent(key) : '');
+
+// heldBy is "held by <link to the message before it with its key>" for a held message.
+const heldBy = m => m.held_by ? [' (held by ', el('a', {href: msgHref(m.held_by, m.ordering_key), class: 'held-by'}, m.held_by), ')'] : null;
+
 async function messages() {
   const p = params();
   const q = new URLSearchParams();
@@ -215,9 +222,10 @@ async function messages() {
   }}, input('target', 'target glob: orders.* or kafka:billing.*'), input('due_from', 'due from (UTC, 2026-11-25T18:00 or ms)'),
   input('due_to', 'due to'), el('button', {type: 'submit', id: 'f-apply'}, 'Filter'));
   const rows = res.messages.map(m => el('tr', {},
-    el('td', {}, el('a', {href: '#/message/' + encodeURIComponent(m.id), class: 'msg-link'}, m.id)), el('td', {}, m.target),
+    el('td', {}, el('a', {href: msgHref(m.id, m.ordering_key), class: 'msg-link'}, m.id),
+      m.ordering_key ? el('span', {class: 'okey'}, ' key ', el('code', {}, m.ordering_key)) : null), el('td', {}, m.target),
     el('td', {}, fmtTime(m.due) + (m.window ? ' (drawn in ' + fmtSpan(m.window) + ')' : '') +
-      (m.max_wait ? ' (max wait ' + fmtSpan(m.max_wait) + ': by ' + fmtTime(m.due_by) + ')' : '')), el('td', {}, fmtIn(m.due)),
+      (m.max_wait ? ' (max wait ' + fmtSpan(m.max_wait) + ': by ' + fmtTime(m.due_by) + ')' : ''), heldBy(m)), el('td', {}, fmtIn(m.due)),
     el('td', {class: 'n'}, m.attempts + (m.scheduled !== m.due ? ' (next ' + fmtTime(m.scheduled) + ')' : '')), el('td', {class: 'n'}, num(m.size))));
   let more = null;
   if (res.next_cursor) {
@@ -247,9 +255,11 @@ function preview(b64) {
 }
 
 async function message(id) {
+  const key = params().get('ordering_key') || '';
+  const path = '/v1/messages/' + encodeURIComponent(id) + (key ? '?ordering_key=' + encodeURIComponent(key) : '');
   let m;
   try {
-    m = await api('GET', '/v1/messages/' + encodeURIComponent(id));
+    m = await api('GET', path);
   } catch (e) {
     view.replaceChildren(el('p', {id: 'gone'}, 'No parked message ', el('code', {}, id), ': ' + e.message), el('a', {href: '#/messages'}, 'Back to the list'));
     return;
@@ -257,7 +267,7 @@ async function message(id) {
   const out = el('p', {id: 'action-result', class: 'result'});
   const act = async (what, op, body) => {
     try {
-      const r = await api('POST', '/v1/bulk/' + op, Object.assign({id}, body));
+      const r = await api('POST', '/v1/bulk/' + op, Object.assign(key ? {id, ordering_key: key} : {id}, body));
       out.textContent = `${what}: matched ${r.matched}, changed ${r.changed}` + (r.matched && !r.changed ? ' (it is being delivered: left alone)' : '');
       if (r.changed) later(600, route);
     } catch (e) { out.textContent = what + ' failed: ' + e.message; }
@@ -265,7 +275,7 @@ async function message(id) {
   const confirmBox = el('span', {id: 'cancel-confirm', hidden: ''}, 'Cancel this message for good? ',
     el('button', {id: 'cancel-yes', class: 'danger', onclick: async () => {
       try {
-        await api('DELETE', '/v1/messages/' + encodeURIComponent(id));
+        await api('DELETE', path);
         out.textContent = 'cancelled';
         later(600, () => go('/messages'));
       } catch (e) { out.textContent = 'cancel failed: ' + e.message; }
@@ -279,7 +289,10 @@ async function message(id) {
       [['target', m.target], ['due (UTC)', fmtTime(m.due) + ' (in ' + fmtIn(m.due) + ')'], ['source', m.source], ['attempts', m.attempts],
         ['expires', m.expires ? m.expires + ' ms after due' : '-'], ['every', m.every || '-'], ['misfire', m.misfire || '-'],
         ['window', m.window ? fmtSpan(m.window) + ' (due is the time drawn in it' + (m.every ? '; each firing draws its own)' : ')') : '-'],
-        ['max wait', m.max_wait ? fmtSpan(m.max_wait) + ' (due by ' + fmtTime(m.due_by) + ' UTC at the latest, however often it is replaced)' : '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
+        ['max wait', m.max_wait ? fmtSpan(m.max_wait) + ' (due by ' + fmtTime(m.due_by) + ' UTC at the latest, however often it is replaced)' : '-'],
+        ['ordering key', m.ordering_key ? el('code', {id: 'okey'}, m.ordering_key) : '-'],
+        ['held by', m.held_by ? [el('a', {href: msgHref(m.held_by, m.ordering_key), id: 'held-by'}, m.held_by),
+          ' (published once that message, the one before it with its key, has left the store)'] : '-']].map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, v))))),
     el('h3', {}, 'Headers'), el('table', {id: 'headers'}, el('tbody', {}, hdrs.length ? hdrs : el('tr', {}, el('td', {}, 'none')))),
     el('h3', {}, 'Payload'), el('pre', {id: 'payload'}, preview(m.payload_base64)),
     el('h3', {}, 'Actions'),
