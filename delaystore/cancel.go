@@ -48,7 +48,7 @@ func (s *Store) CancelKeyAt(ctx context.Context, id, key string, at int64) (bool
 		return false, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	sh := s.ShardOfMessage(id, key)
-	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID}
+	args := []any{id, s.tombMS, publishedArg(at), s.cancelMS, s.keys[sh].wake, s.keys[sh].shardID, key}
 	cmds := s.evalConfirmed(ctx, s.scripts[scriptCancel], []call{{keys: s.keys[sh].cancel, args: args, fence: s.keys[sh].seq}})
 	n, err := cmds[0].Int64()
 	if err != nil {

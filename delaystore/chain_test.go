@@ -506,3 +506,21 @@ func TestObserveHeld(t *testing.T) {
 		t.Fatalf("held %d after a's ack, want 1 (c)", n)
 	}
 }
+
+// TestOrderingKeyCancelOtherKey: a cancel of the id with another key, or none, that falls
+// in the same shard does not reach a keyed message: (key, id) names it.
+func TestOrderingKeyCancelOtherKey(t *testing.T) {
+	f := setup(t)
+	sh := f.s.ShardOfKey("k")
+	id := idsOnShard(f.s, sh, 1, "same")[0] // its own shard is k's
+	f.park(t, keyed(id, "k"))
+	if ok, err := f.s.Cancel(t.Context(), id); err != nil || ok {
+		t.Fatalf("cancel without the key: %v %v, want not found", ok, err)
+	}
+	if _, err := f.s.GetKey(t.Context(), id, "k"); err != nil {
+		t.Fatalf("the keyed message is gone after a cancel without its key: %v", err)
+	}
+	if ok, err := f.s.CancelKeyAt(t.Context(), id, "k", 0); err != nil || !ok {
+		t.Fatalf("cancel with the key: %v %v", ok, err)
+	}
+}

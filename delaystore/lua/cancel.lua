@@ -10,7 +10,7 @@
 -- ARGV: 1 = id, 2 = tombstone TTL ms (<= 0: none), 3 = the cancel's source time ms (<= 0:
 --       an operator's cancel (the message API): now, and the entry is deleted whatever its
 --       source time), 4 = window ms (<= 0: remember nothing), 5 = the shard's wake channel
---       (P:wake:<s>), 6 = shard number
+--       (P:wake:<s>), 6 = shard number, 7 = the message's ordering key ('' none)
 -- returns: 1 if it existed and was deleted; 0 if not found (or kept, below); 2 if it is in
 -- delivery and was kept; 3 if it is a recurring message in delivery: deleted (no firing
 -- after the current one), the current firing may still be published
@@ -25,6 +25,8 @@
 -- replica holding the firing claimed ahead drops it (egress/hold.go; best effort).
 -- An entry whose stored source time (_delaybridge_sent, messages parked with replace) is
 -- after the cancel's was published after the cancel: it is kept (0).
+-- A keyed message is named by its key and id: an entry of the id with another key (or
+-- none; one shard can hold both) is not this message: kept (0), the cancel remembered.
 -- A deleted keyed entry leaves its chain, releasing the next of its key when it was the
 -- head (chain.lua).
 -- A deleted entry whose body carries a source id leaves a tombstone of it for TTL
@@ -71,6 +73,10 @@ local at = tonumber(ARGV[3]) or 0
 local operator = at <= 0
 if operator then at = now end
 local env = redis.call('HGET', KEYS[2], ARGV[1])
+local kv = redis.call('HGET', KEYS[12], ARGV[1])
+if env and ((kv and prefixOf(memberOf(kv))) or '') ~= ((ARGV[7] or '') ~= '' and chainPrefix(ARGV[7]) or '') then
+  env = nil -- another message: the same id with another key
+end
 local version, attempts, due, p
 if env then version, attempts, due, p = entry(env) end
 local sent = p and not operator and sentOf(env, p)
@@ -90,10 +96,13 @@ if env then
     firing = true
   end
 end
+if not env then
+  remember(ARGV[1], at, tonumber(ARGV[4]) or 0)
+  return 0
+end
 local a = redis.call('ZREM', KEYS[1], ARGV[1])
 local b = redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local kv = redis.call('HGET', KEYS[12], ARGV[1])
 if kv then chainLeave(KEYS[1], KEYS[2], KEYS[11], KEYS[12], ARGV[1], kv) end
 if p then
   local deltas = {[targetOf(env, p)] = -1}
