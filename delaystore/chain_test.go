@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
@@ -522,5 +524,34 @@ func TestOrderingKeyCancelOtherKey(t *testing.T) {
 	}
 	if ok, err := f.s.CancelKeyAt(t.Context(), id, "k", 0); err != nil || !ok {
 		t.Fatalf("cancel with the key: %v %v", ok, err)
+	}
+}
+
+// TestOrderingKeyMiniredis: the chain scripts run on the dev bridge's store (miniredis,
+// without Redis' struct library): a key's second message waits for the first's ack.
+func TestOrderingKeyMiniredis(t *testing.T) {
+	s := miniredisStore(t, miniredis.RunT(t), Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
+	if _, err := s.Park(t.Context(), []ParkRequest{keyed("a", "k"), keyed("b", "k")}); err != nil {
+		t.Fatal(err)
+	}
+	sh := s.ShardOfKey("k")
+	claim := func() []string {
+		t.Helper()
+		c, err := s.Claim(t.Context(), sh, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Messages) == 1 {
+			if _, err := s.Ack(t.Context(), []Receipt{c.Messages[0].Receipt}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return claimedIDs(c.Messages)
+	}
+	if got := claim(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("claimed %v, want [a]", got)
+	}
+	if got := claim(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("claimed %v after a's ack, want [b]", got)
 	}
 }
