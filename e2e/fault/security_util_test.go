@@ -54,10 +54,10 @@ func secACLLine(t *testing.T, prefix, password string) string {
 // must be added here and to the ACL line of docs/operating.md (TestRedisACLUser fails until both
 // agree).
 var bridgeRedisCommands = []string{
-	"eval", "evalsha", "exec", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
+	"eval", "evalsha", "exec", "exists", "get", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hscan", "hset", "incr",
 	"incrby", "info", "multi", "pexpire", "pexpireat", "ping", "pttl", "publish", "rename", "sadd", "script|load", "set", "smismember", "subscribe",
 	"time", "unlink", "unsubscribe", "zadd", "zcard",
-	"zcount", "zmscore", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zrevrange", "zrevrank", "zscore", "wait",
+	"zcount", "zmscore", "zrange", "zrangebylex", "zrangebyscore", "zremrangebyscore", "zrem", "zrevrange", "zrevrangebylex", "zrevrank", "zscore", "wait",
 }
 
 // secACLCommands returns the +commands of an ACL line, sorted.
