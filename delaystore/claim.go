@@ -81,25 +81,61 @@ func (s *Store) parseClaim(shard int, names *nameTable, res []any) (Claim, error
 		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
 	}
 	c := Claim{Now: now, Next: next, Time: time.UnixMicro(now*1000 + us)}
-	if n := (len(res) - head) / 3; n > 0 {
+	err = c.entries(shard, token, names, res[head:], func(k int, at int64) (int64, int64) { return max(at, now), rel[k] })
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim shard %d: %w", shard, err)
+	}
+	return c, nil
+}
+
+// entries decodes the leased entries of a claim or an ack reply (in threes: id, stored
+// body, v) into c.Messages and c.Corrupt, under token, with names; times(k, v) returns
+// the k-th entry's Eligible and Released.
+func (c *Claim) entries(shard int, token int64, names *nameTable, res []any, times func(k int, v int64) (eligible, released int64)) error {
+	if n := len(res) / 3; n > 0 {
 		c.Messages = make([]Claimed, 0, n)
 	}
-	for i := head; i < len(res); i += 3 {
+	for i := 0; i+2 < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		raw, ok2 := res[i+1].(string)
-		at, ok3 := res[i+2].(int64)
+		v, ok3 := res[i+2].(int64)
 		if !ok1 || !ok2 || !ok3 {
-			return Claim{}, fmt.Errorf("claim shard %d: unexpected reply types %T, %T, %T", shard, res[i], res[i+1], res[i+2])
+			return fmt.Errorf("unexpected reply types %T, %T, %T", res[i], res[i+1], res[i+2])
 		}
 		rc := Receipt{ID: id, Shard: shard, Token: token}
 		st, env, err := decodeStored(raw, id, names)
 		rc.Version = st.version
+		eligible, released := times(i/3, v)
 		if err != nil {
-			c.Corrupt = append(c.Corrupt, Corrupt{Receipt: rc, Eligible: max(at, now), Envelope: salvageStored(raw, id, names), Err: err})
+			c.Corrupt = append(c.Corrupt, Corrupt{Receipt: rc, Eligible: eligible, Envelope: salvageStored(raw, id, names), Err: err})
 			continue
 		}
-		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: max(at, now), Attempts: st.attempts,
-			Released: rel[(i-head)/3], Envelope: env})
+		c.Messages = append(c.Messages, Claimed{Receipt: rc, Due: st.due, Eligible: eligible, Attempts: st.attempts,
+			Released: released, Envelope: env})
+	}
+	return nil
+}
+
+// parseReleased reads the released messages an ack group of shard leased (ack.lua: the
+// values after the group's count and head: token, now, then id, body, release time per
+// message), decoded with names, the table the group named; a reply without them is an
+// empty Claim. Only Now, Time, Messages and Corrupt are set: each is eligible now.
+func (s *Store) parseReleased(shard int, names *nameTable, res []any) (Claim, error) {
+	if len(res) <= 2 {
+		return Claim{}, nil
+	}
+	if len(res) < 4 || (len(res)-4)%3 != 0 {
+		return Claim{}, fmt.Errorf("ack shard %d: unexpected reply of %d values", shard, len(res))
+	}
+	token, err1 := toInt64(res[2])
+	now, err2 := toInt64(res[3])
+	if err := errors.Join(err1, err2); err != nil {
+		return Claim{}, fmt.Errorf("ack shard %d: %w", shard, err)
+	}
+	c := Claim{Now: now, Next: -1, Time: time.UnixMilli(now)}
+	err := c.entries(shard, token, names, res[4:], func(_ int, released int64) (int64, int64) { return now, released })
+	if err != nil {
+		return Claim{}, fmt.Errorf("ack shard %d: %w", shard, err)
 	}
 	return c, nil
 }
@@ -139,7 +175,7 @@ func (s *Store) Ack(ctx context.Context, rs []Receipt) (Applied, error) {
 	if len(rs) == 0 {
 		return Applied{}, nil
 	}
-	groups, err := s.ackGroups(rs, nil)
+	groups, _, err := s.ackGroups(rs, nil, false)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -156,18 +192,27 @@ func (s *Store) runFenced(ctx context.Context, op string, sc *script, groups []g
 
 // ackGroups builds Ack's script groups, one per shard; the shards in claimed are claimed
 // in the same round trip, after the acks: their heads are read by the claim, not the ack.
-func (s *Store) ackGroups(rs []Receipt, claimed map[int]bool) ([]group, error) {
+// With lease, the acks lease the next messages of ordering keys they release that are due
+// (Exchanged.Released); names holds the table of the shard's names each group named.
+func (s *Store) ackGroups(rs []Receipt, claimed map[int]bool, lease bool) (groups []group, names []*nameTable, err error) {
+	leaseMS := "0"
+	if lease {
+		leaseMS = strconv.FormatInt(s.leaseMS, 10)
+	}
 	lead := func(sh int) []any {
 		head := "1"
 		if claimed[sh] {
 			head = "0"
 		}
-		return []any{strconv.FormatInt(s.tombMS, 10), head}
+		t := s.names.table(sh)
+		names = append(names, t)
+		return []any{strconv.FormatInt(s.tombMS, 10), head, leaseMS, t.gen}
 	}
-	return s.fencedGroups("ack", func(k shardKeys) []string { return k.ack }, lead, len(rs), func(i int) (Receipt, []any, error) {
+	groups, err = s.fencedGroups("ack", func(k shardKeys) []string { return k.ack }, lead, len(rs), func(i int) (Receipt, []any, error) {
 		r := rs[i]
 		return r, []any{r.ID, strconv.FormatInt(r.Version, 10), strconv.FormatInt(r.Token, 10)}, nil
 	})
+	return groups, names, err
 }
 
 // Retry reschedules claimed messages after a failed delivery: attempts + 1, the id enters
@@ -247,7 +292,7 @@ func readApplied(op string, replies []groupReply, groups []group) (Applied, erro
 	for gi, g := range groups {
 		sh := g.shard
 		res, err := replies[gi].slice()
-		if err == nil && len(res) != 2 {
+		if err == nil && len(res) < 2 { // ack's may carry released messages after the two
 			err = fmt.Errorf("unexpected reply of %d values", len(res))
 		}
 		var applied, head int64

@@ -28,6 +28,11 @@ type Exchanged struct {
 	// request i claimed nothing (Claims[i] is then empty).
 	Claims    []Claim
 	ClaimErrs []error
+	// Released are the next messages of ordering keys that the acks released and leased
+	// at once because they were due (docs/design.md "Ordering keys"): the caller delivers
+	// them as claimed messages, one Claim per shard that had some (Now, Time, Messages and
+	// Corrupt set; each is eligible at Now). They count in no claim request.
+	Released []Claim
 }
 
 // Exchange is egress's round trip: it settles (acks, then retries and put-backs) and
@@ -41,13 +46,14 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 	out := Exchanged{Claims: make([]Claim, len(claims)), ClaimErrs: make([]error, len(claims))}
 	var list callList
 	var ackGroups, retryGroups []group
+	var ackNames []*nameTable
 	var ackAt, retryAt []groupAt
 	if len(acks) > 0 {
 		claimed := make(map[int]bool, len(claims))
 		for _, r := range claims {
 			claimed[r.Shard] = true
 		}
-		ackGroups, out.AckErr = s.ackGroups(acks, claimed)
+		ackGroups, ackNames, out.AckErr = s.ackGroups(acks, claimed, true)
 		ackAt = list.add(s, s.scripts[scriptAck], ackGroups)
 	}
 	if len(retries) > 0 {
@@ -71,7 +77,10 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 	}
 	res := s.runList(ctx, &list, false)
 	if len(ackGroups) > 0 {
-		out.Acked, out.AckErr = readApplied("ack", res.pick(ackAt), ackGroups)
+		replies := res.pick(ackAt)
+		out.Acked, out.AckErr = readApplied("ack", replies, ackGroups)
+		released, err := s.readReleased(replies, ackGroups, ackNames)
+		out.Released, out.AckErr = released, errors.Join(out.AckErr, err)
 	}
 	if len(retryGroups) > 0 {
 		out.Retried, out.RetryErr = readApplied("retry", res.pick(retryAt), retryGroups)
@@ -86,6 +95,28 @@ func (s *Store) Exchange(ctx context.Context, acks []Receipt, retries []RetryReq
 		out.Claims[i], out.ClaimErrs[i] = s.parseClaim(claims[i].Shard, claimNames[k], res)
 	}
 	return out
+}
+
+// readReleased reads the released messages the ack groups leased, replies aligned with
+// groups and names (the tables they named); a failed group has none.
+func (s *Store) readReleased(replies []groupReply, groups []group, names []*nameTable) ([]Claim, error) {
+	var out []Claim
+	var errs []error
+	for gi, g := range groups {
+		res, err := replies[gi].slice()
+		if err != nil {
+			continue // readApplied reported it
+		}
+		c, err := s.parseReleased(g.shard, names[gi], res)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(c.Messages)+len(c.Corrupt) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // Err joins every error of x.

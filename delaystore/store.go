@@ -87,7 +87,7 @@ type shardKeys struct {
 	n       string   // {P:s}:n, parked count per target (the field "" marks it complete)
 	nm      string   // {P:s}:nm, the shard's interned names (names.go)
 	k, ki   string   // {P:s}:k, {P:s}:ki: the chains of ordering keys, the keyed entries (chain.lua)
-	ack     []string // z, m, tn, r, n, qt, qc, to, k, ki: ack
+	ack     []string // z, m, tn, r, n, qt, qc, to, k, ki, nm: ack
 	bulk    []string // z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki: bulk
 	b, bx   string   // {P:s}:b, {P:s}:bx: progress of resumable bulk operations (change.go)
 	park    []string // z, m, seq, tn, r, n, c, cx, qt, qc, nm, to, k, ki: park
@@ -120,7 +120,7 @@ func newShardKeys(p string, i int, perShard bool) shardKeys {
 		retry: []string{z, m, r, seq, ki},
 		n:     n,
 		nm:    nm,
-		ack:   []string{z, m, tn, r, n, qt, qc, to, k, ki},
+		ack:   []string{z, m, tn, r, n, qt, qc, to, k, ki, nm},
 		bulk:  []string{z, m, seq, tn, r, n, b, bx, qt, qc, to, k, ki},
 		b:     b, bx: bx,
 		k: k, ki: ki,

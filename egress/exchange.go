@@ -50,6 +50,7 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 	if len(claims) > 0 {
 		s.noteRoundTrip(got.Sub(sent))
 	}
+	s.released(ctx, x.Released, fence)
 	s.settled(acks, retries, x, settled)
 	for i, req := range claims {
 		st := s.shards[req.Shard]
@@ -68,16 +69,46 @@ func (s *scheduler) exchange(ctx context.Context, acks []delaystore.Receipt, ret
 		if len(cl.Messages)+len(cl.Corrupt) == req.Max {
 			st.head = cl.Now // more may be due: claim again at once (capacity permitting)
 		}
-		if len(cl.Corrupt) > 0 {
-			// Never published: delivery dead-letters them (reason corrupt), at once.
-			s.metrics.claimed(len(cl.Corrupt))
-			s.handed.Add(int64(len(cl.Corrupt)))
-			s.deliver(ctx, batch{shard: st.shard, corrupt: cl.Corrupt, fence: fence}, s.returned)
-		}
-		if len(cl.Messages) > 0 {
-			s.handOff(ctx, batch{shard: st.shard, claimed: cl.Messages, fence: fence})
-		}
+		s.take(ctx, st.shard, cl, fence)
 	}
+}
+
+// take hands what a claim (or an ack's release) leased in shard to delivery; fence is
+// when the round trip started.
+func (s *scheduler) take(ctx context.Context, shard int, cl delaystore.Claim, fence time.Time) {
+	if len(cl.Corrupt) > 0 {
+		// Never published: delivery dead-letters them (reason corrupt), at once.
+		s.metrics.claimed(len(cl.Corrupt))
+		s.handed.Add(int64(len(cl.Corrupt)))
+		s.deliver(ctx, batch{shard: shard, corrupt: cl.Corrupt, fence: fence}, s.returned)
+	}
+	if len(cl.Messages) > 0 {
+		s.handOff(ctx, batch{shard: shard, claimed: cl.Messages, fence: fence})
+	}
+}
+
+// released takes the next messages of ordering keys that the round trip's acks released
+// and leased (Exchanged.Released): claimed like a claim's, counted in their shard's
+// in-flight messages, whether or not the shard is still owned (the lease is this
+// replica's either way).
+func (s *scheduler) released(ctx context.Context, rel []delaystore.Claim, fence time.Time) {
+	for _, cl := range rel {
+		n := len(cl.Messages) + len(cl.Corrupt)
+		sh := shardOfClaim(cl)
+		if st := s.shards[sh]; st != nil { // it is: its acks were in flight
+			st.inflight += n
+		}
+		s.total += n
+		s.take(ctx, sh, cl, fence)
+	}
+}
+
+// shardOfClaim is the shard of a non-empty claim's entries.
+func shardOfClaim(cl delaystore.Claim) int {
+	if len(cl.Messages) > 0 {
+		return cl.Messages[0].Shard
+	}
+	return cl.Corrupt[0].Shard
 }
 
 // claimFailed backs the shard off after a failed claim (no claim of it before retryAt);

@@ -4,11 +4,17 @@
 --       tombstones: tombs.lua), 4 = {P:s}:r (retry set; a deleted id leaves it), 5 = {P:s}:n
 --       (parked count per target: -1 per deleted entry), 6 = {P:s}:qt, 7 = the quota counter
 --       hash (quota.lua), 8 = {P:s}:to (older tombstones), 9 = {P:s}:k (the chains of
---       ordering keys: chain.lua), 10 = {P:s}:ki (keyed entries)
+--       ordering keys: chain.lua), 10 = {P:s}:ki (keyed entries), 11 = {P:s}:nm (the
+--       shard's interned names)
 --       ARGV: 1 = tombstone TTL ms (<= 0: none), 2 = read the head ('1') or not ('0': a claim
---       of the shard follows in the same round trip and reads it), then per message 3
---       values: id, version, token
--- returns: per group {acked count, next head score, -1 when empty, -2 when not read}
+--       of the shard follows in the same round trip and reads it), 3 = lease ms of the
+--       released messages ('0': none leased), 4 = the generation of the caller's table of
+--       the shard's names (claim.lua ARGV[4]), then per message 3 values: id, version, token
+-- returns: per group {acked count, next head score, -1 when empty, -2 when not read
+-- [, token, now, id1, env1, released1, id2, ...]}: the released messages leased (when
+-- ARGV[3] > 0, each released next message of an ordering key that is due by now is leased
+-- at once, scored token as a claim would, so that the caller delivers it without a claim
+-- round trip: chain.lua chainLease; released: its release time, 0 when not late)
 -- An entry is deleted only if its score still equals the claim token and its stored version
 -- matches: a stale claim (lease expired and re-claimed, rescheduled, replaced) deletes nothing.
 -- A deleted keyed entry leaves its chain in the same call, releasing the next of its key
@@ -45,15 +51,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- settleChains takes the deleted keyed entries (gone) out of their chains and re-scores
 -- the keyed entries replaced in delivery (swapped: {id, due}) to their due time.
-local function settleChains(z, m, kz, ki, gone, swapped)
+-- lease (chainLease, or nil) leases the released ones that are due.
+local function settleChains(z, m, kz, ki, gone, swapped, lease)
   local ids = {}
   for _, id in ipairs(gone) do ids[#ids + 1] = id end
   for _, r in ipairs(swapped) do ids[#ids + 1] = r[1] end
   local vals = chainValues(ki, ids)
   if vals == nil then return end
-  for i, id in ipairs(gone) do
-    if vals[i] then chainLeave(z, m, kz, ki, id, vals[i], true) end -- acked: claimed, so its key's head
-  end
+  chainSettle(z, m, kz, ki, gone, vals, lease)
   for i, r in ipairs(swapped) do
     if vals[#gone + i] then redis.call('ZADD', z, 'XX', string.format('%d', r[2]), r[1]) end
   end
@@ -68,7 +73,7 @@ local function shard(KEYS, ARGV)
   local deltas = {} -- target -> minus the deleted entries
   local ids = {}
   local gone, swapped = {}, {} -- ids deleted; {id, due} of keyed entries replaced in delivery
-  for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   for c = 1, #ids, CHUNK do
     local last = math.min(c + CHUNK - 1, #ids)
     local envs = redis.call('HMGET', m, unpack(ids, c, last))
@@ -77,7 +82,7 @@ local function shard(KEYS, ARGV)
     for j = 1, #envs do
       local k = c + j - 1
       local id = ids[k]
-      local a = (k - 1) * 3 + 3
+      local a = (k - 1) * 3 + 5
       local version, attempts, due, p = entry(envs[j] or '')
       local score = scores[j]
       if envs[j] and not seen[id] and version and version > tonumber(ARGV[a + 1]) and score and
@@ -104,15 +109,22 @@ local function shard(KEYS, ARGV)
     end
   end
 
-  settleChains(z, m, KEYS[9], KEYS[10], gone, swapped)
+  local lease
+  if tonumber(ARGV[3]) > 0 then lease = chainLease(KEYS[11], tonumber(ARGV[3]), ARGV[4]) end
+  settleChains(z, m, KEYS[9], KEYS[10], gone, swapped, lease)
   if n > 0 then
     count(KEYS[5], deltas)
     quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)
     tombAdd(KEYS[3], KEYS[8], tombs, ttl)
   end
 
-  if ARGV[2] == '0' then return {n, -2} end
-  return settled(z, n)
+  local out = {n, -2}
+  if ARGV[2] ~= '0' then out = settled(z, n) end
+  if lease and #lease.out > 0 then
+    out[3], out[4] = tonumber(lease.token), now
+    for i = 1, #lease.out do out[4 + i] = lease.out[i] end
+  end
+  return out
 end
 
 return groups(shard)
