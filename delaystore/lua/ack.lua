@@ -51,17 +51,21 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- settleChains takes the deleted keyed entries (gone) out of their chains and re-scores
 -- the keyed entries replaced in delivery (swapped: {id, due}) to their due time.
--- lease (chainLease, or nil) leases the released ones that are due.
-local function settleChains(z, m, kz, ki, gone, swapped, lease)
+-- With leaseMS > 0 it leases the released ones that are due (chainLease: nm, gen) and
+-- returns the lease; a shard without keyed entries costs one EXISTS.
+local function settleChains(z, m, kz, ki, gone, swapped, nm, leaseMS, gen)
   local ids = {}
   for _, id in ipairs(gone) do ids[#ids + 1] = id end
   for _, r in ipairs(swapped) do ids[#ids + 1] = r[1] end
   local vals = chainValues(ki, ids)
-  if vals == nil then return end
+  if vals == nil then return nil end
+  local lease
+  if leaseMS > 0 then lease = chainLease(nm, leaseMS, gen) end
   chainSettle(z, m, kz, ki, gone, vals, lease)
   for i, r in ipairs(swapped) do
     if vals[#gone + i] then redis.call('ZADD', z, 'XX', string.format('%d', r[2]), r[1]) end
   end
+  return lease
 end
 
 local function shard(KEYS, ARGV)
@@ -109,9 +113,7 @@ local function shard(KEYS, ARGV)
     end
   end
 
-  local lease
-  if tonumber(ARGV[3]) > 0 then lease = chainLease(KEYS[11], tonumber(ARGV[3]), ARGV[4]) end
-  settleChains(z, m, KEYS[9], KEYS[10], gone, swapped, lease)
+  local lease = settleChains(z, m, KEYS[9], KEYS[10], gone, swapped, KEYS[11], tonumber(ARGV[3]), ARGV[4])
   if n > 0 then
     count(KEYS[5], deltas)
     quotaSettle(KEYS[6], KEYS[7], KEYS[5], deltas)
