@@ -54,6 +54,9 @@ type Listed struct {
 	// no later than DueBy, unix ms), 0 when none.
 	MaxWait time.Duration
 	DueBy   int64
+	// Every is the recurring schedule of a recurring message (x-delay-every), "" for one
+	// that fires once (or whose headers take more than 1 KiB: not read).
+	Every string
 	// OrderingKey is the message's ordering key ("" none); HeldBy, for a message its
 	// key's chain holds, the id of the message before it (docs/design.md "Ordering keys").
 	OrderingKey, HeldBy string
@@ -180,7 +183,7 @@ func (sh *listShard) read(p delaystore.ScanPage, match func(string) bool) {
 		if e.Err == nil && (match == nil || match(e.Target)) {
 			sh.found = append(sh.found, Listed{ID: e.ID, Target: e.Target, Source: e.Source, Due: e.Due,
 				Scheduled: e.Scheduled, Attempts: e.Attempts, Size: e.Size, Window: e.Window,
-				MaxWait: e.MaxWait, DueBy: e.DueBy, OrderingKey: e.OrderingKey, HeldBy: e.HeldBy})
+				MaxWait: e.MaxWait, DueBy: e.DueBy, Every: e.Every, OrderingKey: e.OrderingKey, HeldBy: e.HeldBy})
 		}
 	}
 }

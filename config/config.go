@@ -185,6 +185,19 @@ func EnvMap(environ []string) map[string]string {
 	return m
 }
 
+// RedisNamed reports whether environ names a Redis (BRIDGE_REDIS_URL,
+// BRIDGE_REDIS_CLUSTER_ADDRS or BRIDGE_REDIS_SENTINEL_ADDRS set and not blank). A command
+// that is not the bridge itself writes to Redis only when one was named: the default URL
+// (127.0.0.1:6379) may be anybody's Redis. It is a pure function.
+func RedisNamed(environ map[string]string) bool {
+	for _, v := range []string{"BRIDGE_REDIS_URL", "BRIDGE_REDIS_CLUSTER_ADDRS", "BRIDGE_REDIS_SENTINEL_ADDRS"} {
+		if strings.TrimSpace(strings.ReplaceAll(environ[v], ",", "")) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Load reads the configuration from environ (never from the process environment; pass
 // EnvMap(os.Environ())), applies the contract's defaults and validates every value. An unset or
 // empty variable takes its default, except BRIDGE_API_ADDR, where empty turns the API off.

@@ -77,6 +77,9 @@ type Scanned struct {
 	// Window is the message's spread window (x-delay-window), 0 when none or when its
 	// headers take more than headBytes (not read).
 	Window time.Duration
+	// Every is the message's recurring schedule (x-delay-every), "" when none or when its
+	// headers take more than headBytes (not read).
+	Every string
 	// HeldBy is, for a held message of an ordering key, the id of the message before it
 	// in its key's chain ("" for any other; docs/design.md "Ordering keys"). Its Scheduled
 	// is then its Due.
@@ -195,8 +198,8 @@ func scanned(v []any, names *nameTable) (Scanned, bool) {
 	var env Envelope
 	env, e.Err = decodeHead([]byte(head), id, names)
 	e.Target, e.Source, e.MaxWait, e.DueBy = env.Target, env.Source, env.MaxWait, env.DueBy
-	preamble, window := scanHead([]byte(head))
-	e.Size, e.Window = int(size)-preamble, window
+	preamble, window, every := scanHead([]byte(head))
+	e.Size, e.Window, e.Every = int(size)-preamble, window, every
 	return e, true
 }
 
@@ -232,11 +235,12 @@ func targetField(head string) string {
 
 // scanHead reads the head of a body (encodeBody): preamble is how many bytes come before
 // its payload: format, source id, flags, target, source, bound, key, headers and the hops count;
-// when they do not all lie in head, the bytes before the headers (and window is 0).
-// window is the spread window stored with the headers (metaWindow), 0 when none.
-func scanHead(head []byte) (preamble int, window time.Duration) {
+// when they do not all lie in head, the bytes before the headers (and window and every
+// are unset). window is the spread window stored with the headers (metaWindow), 0 when
+// none; every the recurring schedule (metaEvery), "" when none.
+func scanHead(head []byte) (preamble int, window time.Duration, every string) {
 	if len(head) == 0 {
-		return 0, 0
+		return 0, 0, ""
 	}
 	d := decoder{b: head[1:]}
 	if head[0] == formatSource {
@@ -264,11 +268,15 @@ func scanHead(head []byte) (preamble int, window time.Duration) {
 		for i := uint64(0); i < count && d.err == nil; i++ {
 			k := d.bytes("header key")
 			v := d.bytes("header value")
-			if d.err == nil && string(k) == metaWindow {
+			switch {
+			case d.err != nil:
+			case string(k) == metaWindow:
 				var e Envelope
 				if e.takeWindow(string(v)) == nil {
 					window = e.Window
 				}
+			case string(k) == metaEvery:
+				every = string(v)
 			}
 		}
 	}
@@ -276,9 +284,9 @@ func scanHead(head []byte) (preamble int, window time.Duration) {
 		d.uvarint("hops")
 	}
 	if d.err != nil {
-		return beforeHeaders, 0
+		return beforeHeaders, 0, ""
 	}
-	return len(head) - len(d.b), window
+	return len(head) - len(d.b), window, every
 }
 
 // appendStrings appends ss to args (a script's arguments).

@@ -138,6 +138,10 @@ type ListedMessage struct {
 	// absent when none.
 	OrderingKey string `json:"ordering_key,omitempty"`
 	HeldBy      string `json:"held_by,omitempty"`
+	// Every (an extension) is a recurring message's schedule (x-delay-every), absent for
+	// one that fires once (and for one whose headers take more than 1 KiB: not read; GET
+	// /v1/messages/{id} shows it).
+	Every string `json:"every,omitempty"`
 }
 
 // ListResponse is the 200 body of GET /v1/messages: NextCursor is set while more may
@@ -145,6 +149,12 @@ type ListedMessage struct {
 type ListResponse struct {
 	Messages   []ListedMessage `json:"messages"`
 	NextCursor *string         `json:"next_cursor"`
+	// Total (an extension) is how many parked messages the selector picks over all its
+	// pages, counted when the page was read; TotalEstimated is set when that number is an
+	// estimate (a target and a due range together, when counting them exactly would read
+	// more than a page's worth of messages; docs/operating.md "Listing").
+	Total          int64 `json:"total"`
+	TotalEstimated bool  `json:"total_estimated,omitempty"`
 }
 
 // TargetResponse is one target of GET /v1/targets: NextDue (unix ms) is null when the

@@ -42,8 +42,10 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("bridge dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	natsPort := fs.Int("nats-port", 4223, "port of the embedded NATS server (a free one if taken or <= 0)")
+	withKafka := fs.Bool("kafka", false, "also run a Kafka-protocol stand-in (franz-go's kfake, in memory, not durable) and consume its delay.in")
+	kafkaPort := fs.Int("kafka-port", devKafkaPort, "port of the Kafka stand-in with --kafka (a free one if taken or <= 0)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge dev [--nats-port N]")
+		fmt.Fprintln(stderr, "usage: bridge dev [--nats-port N] [--kafka [--kafka-port N]]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -80,6 +82,14 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	cfg.NATS.URL = ns.ClientURL()
 	cfg.NATS.Stream = "" // core subscriptions: a core request gets the bridge's reply
 	cfg.Redis = config.Redis{URL: "redis://" + mr.Addr() + "/0"}
+	if *withKafka {
+		kc, err := startDevKafka(*kafkaPort, cfg)
+		if err != nil {
+			return err
+		}
+		defer kc.Close()
+		cfg.Kafka.Brokers = kc.ListenAddrs()
+	}
 	stop, err := watchDemo(ctx, cfg, stdout)
 	if err != nil {
 		return err
@@ -91,7 +101,12 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		return err
 	}
 	b, err := bridge.New(cfg, bridge.WithLogger(logger), bridge.WithVersion(version), bridge.WithListeners(ops, api),
-		bridge.WithReady(func() { printDevBanner(stdout, cfg, ops, api) }))
+		bridge.WithReady(func() {
+			printDevBanner(stdout, cfg, ops, api)
+			if len(cfg.Kafka.Brokers) > 0 {
+				printDevKafkaBanner(stdout, cfg)
+			}
+		}))
 	if err != nil {
 		return err
 	}
@@ -187,7 +202,8 @@ func printDevBanner(w io.Writer, cfg config.Config, opsLn, apiLn net.Listener) {
 	}
 	self := os.Args[0] // as the user started it: bin/bridge after make run
 	fmt.Fprintf(w, `
-delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream.
+delaybridge dev is running. NOTHING IS DURABLE: in-memory Redis, temporary JetStream
+(and with --kafka an in-memory Kafka stand-in).
 
   NATS      %s   ingress %s, cancel %s (core NATS); stream %s keeps dead letters (%s)
   metrics   http://%s/metrics%s

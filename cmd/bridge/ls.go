@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -72,12 +73,13 @@ func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 	return printListed(stdout, out, time.Now())
 }
 
-// printListed writes a page as a table, and how to go on when there is more. A keyed
+// printListed writes a page as a table, how many the selector matches in all, and how to
+// go on when there is more. A recurring message shows its schedule in EVERY. A keyed
 // message shows its ordering key beside its id (the two name it) and, while the message
 // before it with that key holds it, that message's id beside its due time.
 func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTARGET\tDUE (UTC)\tIN\tATTEMPTS\tSIZE")
+	fmt.Fprintln(tw, "ID\tTARGET\tDUE (UTC)\tIN\tATTEMPTS\tSIZE\tEVERY")
 	for _, m := range page.Messages {
 		in := time.UnixMilli(m.Due).Sub(now).Round(time.Second)
 		attempts := strconv.Itoa(m.Attempts)
@@ -98,13 +100,18 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 		if m.OrderingKey != "" { // named by both: bridge cancel ID --ordering-key K
 			id += fmt.Sprintf(" (key %q)", m.OrderingKey)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", id, m.Target, due, in, attempts, m.Size)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", id, m.Target, due, in, attempts, m.Size, cmp.Or(m.Every, "-"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(page.Messages) == 0 {
 		fmt.Fprintln(w, "(no parked message matches)")
+	}
+	if page.TotalEstimated {
+		fmt.Fprintf(w, "about %d match in all (an estimate: counting them exactly would read more than a page)\n", page.Total)
+	} else {
+		fmt.Fprintf(w, "%d match in all\n", page.Total)
 	}
 	if page.NextCursor != nil {
 		fmt.Fprintf(w, "more: the same command with --cursor %s (or --all)\n", *page.NextCursor)

@@ -49,3 +49,28 @@ func TestPrintListedOrderingKey(t *testing.T) {
 		t.Fatalf("bridge ls:\n%s", b.String())
 	}
 }
+
+// TestPrintListedEveryAndTotal: bridge ls shows a recurring message's schedule in EVERY
+// ("-" for one that fires once) and how many match in all, saying when that is an estimate.
+func TestPrintListedEveryAndTotal(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	due := now.Add(2 * time.Second).UnixMilli()
+	page := httpapi.ListResponse{Messages: []httpapi.ListedMessage{
+		{ID: "tick", Target: "nats:t", Due: due, Scheduled: due, Every: "0 9 * * 1-5"},
+		{ID: "once", Target: "nats:t", Due: due, Scheduled: due},
+	}, Total: 7}
+	var b strings.Builder
+	if err := printListed(&b, page, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.HasSuffix(lines[0], "EVERY") || !strings.HasSuffix(lines[1], "0 9 * * 1-5") || !strings.HasSuffix(lines[2], " -") ||
+		lines[3] != "7 match in all" {
+		t.Fatalf("bridge ls:\n%s", b.String())
+	}
+	page.TotalEstimated = true
+	b.Reset()
+	if err := printListed(&b, page, now); err != nil || !strings.Contains(b.String(), "about 7 match in all (an estimate") {
+		t.Fatalf("bridge ls, estimated:\n%s", b.String())
+	}
+}

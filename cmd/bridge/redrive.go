@@ -37,10 +37,18 @@ func runRedrive(ctx context.Context, args, environ []string, stdout, stderr io.W
 		return err
 	}
 	end := func(redrive.Counts, error) {}
-	if f.noAudit {
+	switch {
+	case f.noAudit:
 		fmt.Fprintln(stderr, "note: not recorded in the audit log (--no-audit)")
-	} else if end, err = beginRedriveAudit(ctx, cfg, environ, redriveSelector(broker, f.opts, f.fromStart), f.opts.DryRun, stderr); err != nil {
-		return err
+	case !config.RedisNamed(config.EnvMap(environ)) && f.opts.DryRun:
+		fmt.Fprintln(stderr, "note: this dry run is not recorded in the audit log: "+errNoRedisNamed.Error())
+	case !config.RedisNamed(config.EnvMap(environ)):
+		return fmt.Errorf("redrive not run: %w; or pass --no-audit to run it unrecorded", errNoRedisNamed)
+	default:
+		end, err = beginRedriveAudit(ctx, cfg, environ, redriveSelector(broker, f.opts, f.fromStart), f.opts.DryRun, stderr)
+		if err != nil {
+			return err
+		}
 	}
 	var counts redrive.Counts
 	if broker == "nats" {

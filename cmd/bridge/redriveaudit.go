@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +29,11 @@ const (
 	// redriveAuditTimeout bounds the wait for Redis to begin the entry.
 	redriveAuditTimeout = 5 * time.Second
 )
+
+// errNoRedisNamed: a command that records in the audit log was given no Redis. It never
+// falls back to the default URL (127.0.0.1:6379 may be another application's Redis, and
+// the dev bridge's Redis is in memory, at the URL its banner prints).
+var errNoRedisNamed = errors.New("no Redis named for the audit log: set BRIDGE_REDIS_URL (or BRIDGE_REDIS_CLUSTER_ADDRS / BRIDGE_REDIS_SENTINEL_ADDRS) to the bridge's Redis; `bridge dev` prints its in-memory Redis' URL in its banner")
 
 // redriveSelector is what a run selects, as its audit entry keeps it: the broker, and
 // the reasons (none: all), --max and --from-start when given.

@@ -287,8 +287,10 @@ const helpText = `delaybridge: delayed delivery for NATS and Kafka, parked in Re
 
 Usage:
   bridge [run]                 run from the environment (variables below)
-  bridge dev [--nats-port N]   self-contained dev bridge: embedded NATS with JetStream and an
-                               in-memory Redis; NOT durable; prints how to try it
+  bridge dev [--nats-port N] [--kafka [--kafka-port N]]
+                               self-contained dev bridge: embedded NATS with JetStream and an
+                               in-memory Redis (--kafka: and a Kafka-protocol stand-in, kfake);
+                               NOT durable; prints how to try it
   bridge send --target T [--delay D | --deliver-at T] [--every S [--misfire once|skip|all]] [--expires D] [--window D] [--id ID [--max-wait D]] [--ordering-key K] [--header k=v]... PAYLOAD|-
                                schedule a message through a running bridge's message API
   bridge stats [--json]        delay store statistics (through the message API)

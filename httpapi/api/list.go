@@ -29,10 +29,13 @@ const (
 // (admin.Admin): a page of parked messages.
 type Lister interface {
 	List(ctx context.Context, q admin.ListQuery, budget time.Duration) ([]admin.Listed, *admin.ListCursor, error)
+	// Count is how many messages the selector of q picks, and whether exactly.
+	Count(ctx context.Context, q admin.ListQuery, budget time.Duration) (int64, bool, error)
 }
 
 // list serves GET /v1/messages: parked messages in scheduled order, filtered by target
-// glob and due range, a page of at most limit with next_cursor. 400 for a bad parameter
+// glob and due range, a page of at most limit with next_cursor, and the selector's total
+// (admin.Admin.Count: exact or estimated). 400 for a bad parameter
 // (an unknown one included), 503 when Redis failed.
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	if a.admin == nil {
@@ -65,11 +68,17 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
-	out := httpapi.ListResponse{Messages: make([]httpapi.ListedMessage, len(page))}
+	total, exact, err := a.admin.Count(r.Context(), q, listBudget)
+	if err != nil {
+		a.log.Warn("count messages", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	out := httpapi.ListResponse{Messages: make([]httpapi.ListedMessage, len(page)), Total: total, TotalEstimated: !exact}
 	for i, m := range page {
 		out.Messages[i] = httpapi.ListedMessage{ID: m.ID, Target: m.Target, Due: m.Due, Scheduled: m.Scheduled,
 			Attempts: m.Attempts, Size: m.Size, Source: m.Source, Window: m.Window.Milliseconds(),
-			MaxWait: m.MaxWait.Milliseconds(), DueBy: m.DueBy, OrderingKey: m.OrderingKey, HeldBy: m.HeldBy}
+			MaxWait: m.MaxWait.Milliseconds(), DueBy: m.DueBy, OrderingKey: m.OrderingKey, HeldBy: m.HeldBy, Every: m.Every}
 	}
 	if next != nil {
 		c := a.admin.Seal(admin.CursorList, query, next.String())

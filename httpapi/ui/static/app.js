@@ -207,12 +207,55 @@ const msgHref = (id, key) => '#/message/' + encodeURIComponent(id) + (key ? '?or
 // heldBy is "held by <link to the message before it with its key>" for a held message.
 const heldBy = m => m.held_by ? [' (held by ', el('a', {href: msgHref(m.held_by, m.ordering_key), class: 'held-by'}, m.held_by), ')'] : null;
 
+// msgTrail is the pages reached in this tab for one selector, for "Previous page" and the
+// position shown: cursors[i] is page i's cursor ('' the first; a cursor is valid only for
+// its selector, sel) and before[i] how many messages the pages before it showed (a page
+// may be short: its reading time ran out). The page's number travels in the hash (page=i)
+// and is trusted only when the trail holds the cursor shown there.
+let msgTrail = {sel: '', cursors: [''], before: [0]};
+
+// MAX_ID is the longest id (x-delay-id, bytes): a longer search is refused before asking.
+const MAX_ID = 256;
+
+// findForm is the search by id (and, for a keyed message, its ordering key): a found
+// message opens in the message view; otherwise the reason shows beside the form.
+function findForm() {
+  const out = el('span', {id: 'find-result', class: 'result'});
+  const f = el('form', {id: 'find', onsubmit: async e => {
+    e.preventDefault();
+    const id = f.elements.id.value, key = f.elements.ordering_key.value;
+    out.textContent = '';
+    if (!id) return;
+    if (new TextEncoder().encode(id).length > MAX_ID || new TextEncoder().encode(key).length > MAX_ID) {
+      out.textContent = 'An id and an ordering key are at most ' + MAX_ID + ' bytes.';
+      return;
+    }
+    try {
+      await api('GET', '/v1/messages/' + encodeURIComponent(id) + (key ? '?ordering_key=' + encodeURIComponent(key) : ''));
+      location.hash = msgHref(id, key);
+    } catch (err) {
+      out.textContent = JSON.stringify(id) + (key ? ' with key ' + JSON.stringify(key) : '') + ': ' + err.message;
+    }
+  }}, el('input', {name: 'id', id: 'find-id', placeholder: 'find by id (x-delay-id, exact)', autocomplete: 'off'}),
+  el('input', {name: 'ordering_key', id: 'find-key', placeholder: 'ordering key, if it has one', autocomplete: 'off'}),
+  el('button', {type: 'submit', id: 'find-go'}, 'Find'), out);
+  return f;
+}
+
 async function messages() {
   const p = params();
   const q = new URLSearchParams();
   for (const k of ['target', 'due_from', 'due_to', 'cursor']) if (p.get(k)) q.set(k, k.startsWith('due') ? toMs(p.get(k)) : p.get(k));
-  q.set('limit', p.get('limit') || '50');
+  const limit = Number(p.get('limit')) || 50;
+  q.set('limit', String(limit));
   const res = await api('GET', '/v1/messages?' + q.toString());
+  const sel = ['target', 'due_from', 'due_to'].map(k => p.get(k) || '').join('\n');
+  const cursor = p.get('cursor') || '';
+  const n = cursor ? Math.max(0, Math.min(Number(p.get('page')) || 0, 1e6)) : 0;
+  if (msgTrail.sel !== sel || !cursor) msgTrail = {sel, cursors: [''], before: [0]};
+  const known = n > 0 && msgTrail.cursors[n] === cursor; // reached from the first page here
+  if (!known && cursor) msgTrail = {sel, cursors: [], before: []};
+  const at = cursor && !known ? null : msgTrail.before[n]; // messages before this page
   const input = (name, ph) => el('input', {name, id: 'f-' + name, placeholder: ph, value: p.get(name) || ''});
   const form = el('form', {id: 'filter', onsubmit: e => {
     e.preventDefault();
@@ -223,20 +266,30 @@ async function messages() {
   input('due_to', 'due to'), el('button', {type: 'submit', id: 'f-apply'}, 'Filter'));
   const rows = res.messages.map(m => el('tr', {},
     el('td', {}, el('a', {href: msgHref(m.id, m.ordering_key), class: 'msg-link'}, m.id),
-      m.ordering_key ? el('span', {class: 'okey'}, ' key ', el('code', {}, m.ordering_key)) : null), el('td', {}, m.target),
+      m.ordering_key ? el('span', {class: 'okey'}, ' key ', el('code', {}, m.ordering_key)) : null,
+      m.every ? el('span', {class: 'every', title: 'recurring (x-delay-every): parked again after each firing'}, '↻ ' + m.every) : null), el('td', {}, m.target),
     el('td', {}, fmtTime(m.due) + (m.window ? ' (drawn in ' + fmtSpan(m.window) + ')' : '') +
       (m.max_wait ? ' (max wait ' + fmtSpan(m.max_wait) + ': by ' + fmtTime(m.due_by) + ')' : ''), heldBy(m)), el('td', {}, fmtIn(m.due)),
     el('td', {class: 'n'}, m.attempts + (m.scheduled !== m.due ? ' (next ' + fmtTime(m.scheduled) + ')' : '')), el('td', {class: 'n'}, num(m.size))));
-  let more = null;
-  if (res.next_cursor) {
-    const n = new URLSearchParams(p);
-    n.set('cursor', res.next_cursor);
-    more = el('button', {id: 'next-page', onclick: () => go('/messages', n)}, 'Next page');
-  }
-  view.replaceChildren(form,
+  const goPage = (i, c) => () => {
+    const q2 = new URLSearchParams(p);
+    if (c) { q2.set('cursor', c); q2.set('page', String(i)); } else { q2.delete('cursor'); q2.delete('page'); }
+    if (at !== null) {
+      msgTrail.cursors[i] = c;
+      if (i > n) msgTrail.before[i] = at + res.messages.length;
+    }
+    go('/messages', q2);
+  };
+  const prev = known ? el('button', {id: 'prev-page', onclick: goPage(n - 1, msgTrail.cursors[n - 1])}, 'Previous page') : null;
+  const more = res.next_cursor ? el('button', {id: 'next-page', onclick: goPage(n + 1, res.next_cursor)}, 'Next page') : null;
+  const first = cursor ? el('button', {id: 'first-page', onclick: goPage(0, '')}, 'First page') : null;
+  const shown = res.messages.length ? (at === null ? res.messages.length + ' shown' : 'messages ' + num(at + 1) + '–' + num(at + res.messages.length)) : 'none shown';
+  const total = el('p', {id: 'msg-total'}, shown + ' of ', el('strong', {}, (res.total_estimated ? 'about ' : '') + num(res.total)),
+    res.total_estimated ? ' (estimate: counting a target and a due range of this size exactly would read more than a page)' : ' matching', '.');
+  view.replaceChildren(findForm(), form, total,
     el('table', {id: 'messages'}, el('thead', {}, el('tr', {}, ['id', 'target', 'due (UTC)', 'in', 'attempts', 'size'].map(h => el('th', {}, h)))),
       el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 6}, res.next_cursor ? 'none on this page yet: go on' : 'no parked message matches')))),
-    el('p', {}, p.get('cursor') ? el('a', {href: '#/messages', id: 'first-page'}, 'First page') : null, ' ', more));
+    el('p', {class: 'pager'}, first, ' ', prev, ' ', more));
 }
 
 // --- one message ----------------------------------------------------------------------
