@@ -92,6 +92,36 @@ func TestRelayAcrossReplicas(t *testing.T) {
 	if seen["from-a"] != 1 || seen["from-b"] != 1 {
 		t.Fatalf("A's tail got %v, want each event once", seen)
 	}
+	// Both replicas tail: A publishes too, and its own batches come back from Redis to
+	// its relay, which must drop them (A's tail has A's events from A's hub).
+	tailB, err := hubB.Tail()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := 0
+	for got := false; !got; {
+		hubA.Emit(events.Event{Type: events.Delivered, ID: "a2", Target: "nats:x"})
+		emitted++
+		select {
+		case e := <-tailB.Events():
+			got = e.ID == "a2"
+		case <-time.After(20 * time.Millisecond):
+		}
+		if emitted > 500 {
+			t.Fatal("B's tail never got A's events")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	n := 0
+	for len(tail.Events()) > 0 {
+		if (<-tail.Events()).ID == "a2" {
+			n++
+		}
+	}
+	if n != emitted {
+		t.Fatalf("A's tail got A's event %d times for %d emitted", n, emitted)
+	}
+	tailB.Close()
 	tail.Close()
 	waitFor(t, "B to stop publishing", func() bool { return !hubB.Active() })
 }
