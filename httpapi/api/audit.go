@@ -121,7 +121,8 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key); err == nil && m.Envelope.OrderingKey != key {
+	m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key) // its target names the live event
+	if err == nil && m.Envelope.OrderingKey != key {
 		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
 		writeError(w, http.StatusNotFound, notFound(key))
 		return
@@ -156,7 +157,7 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Metrics.Count("http", "cancelled", 1)
-	a.emit("cancel", r.PathValue("id"), "", 0, 1)
+	a.emit("cancel", r.PathValue("id"), m.Envelope.Target, 0, 1)
 	w.WriteHeader(http.StatusNoContent)
 }
 
