@@ -235,8 +235,8 @@ type assembly struct {
 	// other replicas' streams while any has one.
 	events *events.Hub
 	relay  *events.Relay
-	ops   http.Handler
-	live  string // the brokers, for the "running" line
+	ops    http.Handler
+	live   string // the brokers, for the "running" line
 }
 
 // newWatch registers the process, ingress, egress and store metrics and the Redis
