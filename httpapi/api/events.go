@@ -45,6 +45,11 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		}
 		match = p
 	}
+	if r.Method == http.MethodHead { // the headers of a stream, not one: no tail held
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	sub, err := hub.Tail()
 	if errors.Is(err, events.ErrTooManyTails) {
 		w.Header().Set("Retry-After", "5")

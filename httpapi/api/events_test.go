@@ -134,6 +134,9 @@ func TestEventsRefusals(t *testing.T) {
 					t.Fatalf("glob of %d bytes: %d %s", len(glob), code, body)
 				}
 			}
+			if code, _ := rawCall(t, c, "HEAD", "/v1/events", auth, ""); code != http.StatusOK || hub.Tails() != 0 {
+				t.Fatalf("HEAD: %d, tails %d", code, hub.Tails())
+			}
 			if code, _ := rawCall(t, c, "POST", "/v1/events", with(map[string]string{"Content-Type": "application/json"}), "{}"); code != http.StatusMethodNotAllowed {
 				t.Fatalf("POST: %d", code)
 			}
