@@ -44,6 +44,7 @@ import (
 	"github.com/delaybridge/delaybridge/ingress/intake"
 	"github.com/delaybridge/delaybridge/internal/backoff"
 	"github.com/delaybridge/delaybridge/internal/connect"
+	"github.com/delaybridge/delaybridge/internal/events"
 	"github.com/delaybridge/delaybridge/internal/failpoint"
 	"github.com/delaybridge/delaybridge/internal/fleetstats"
 )
@@ -230,8 +231,12 @@ type assembly struct {
 	out   *egress.Egress
 	admin *admin.Admin // the operator's side of the store: the API's lists, bulk changes, audit log
 	api   http.Handler // nil: no message API
-	ops   http.Handler
-	live  string // the brokers, for the "running" line
+	// events is this replica's live events (GET /v1/events); relay shares them with the
+	// other replicas' streams while any has one.
+	events *events.Hub
+	relay  *events.Relay
+	ops    http.Handler
+	live   string // the brokers, for the "running" line
 }
 
 // newWatch registers the process, ingress, egress and store metrics and the Redis
@@ -316,6 +321,9 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	ec.DLQSubject, ec.DrainTimeout, ec.Lease = cfg.DLQSubject, cfg.ShutdownTimeout, cfg.Store.Lease
 	ec.Tracer, ec.Now, ec.ClaimAll = ls.tracer, ls.now, failpoint.ClaimAll()
 	ec.MaxDelay = cfg.Ingress.MaxDelay
+	b.events = events.NewHub(ls.now)
+	b.relay = events.NewRelay(b.events, store, 0, logger)
+	ec.Events = b.events
 	if b.out, err = egress.New(ec, store, publishers, logger, b.outMetrics); err != nil {
 		return err
 	}
@@ -336,7 +344,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if cfg.APIAddr != "" || ls.api != nil {
 		b.api = api.New(api.Config{Rules: rules, DefaultBroker: names[0], Token: cfg.APIToken, Hosts: cfg.APIHosts,
 			Metrics: b.inMetrics, MaxInflightBytes: cfg.APIMaxInflightBytes, Now: ls.now,
-			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters}, store, b.admin, logger)
+			Gatherer: b.reg, RedisErr: b.redisUp.Err, Lookalikes: lookalikes, DeadLetters: deadLetters, Events: b.events}, store, b.admin, logger)
 	}
 	return nil
 }
@@ -350,6 +358,11 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 		return serveHTTP(gctx, ls.ops, cfg.HTTPAddr, b.ops, httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout}, logger)
 	})
 	g.Go(func() error { return b.redisUp.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		b.events.Close() // live event streams end, so the API's graceful shutdown need not wait for them
+		return nil
+	})
 	if b.api != nil {
 		apiServer := httpapi.ServerConfig{IdleTimeout: cfg.HTTPIdleTimeout, MaxConns: cfg.APIMaxConns}
 		g.Go(func() error { return serveHTTP(gctx, ls.api, cfg.APIAddr, b.api, apiServer, logger) })
@@ -369,6 +382,7 @@ func (b *assembly) run(ctx context.Context, cfg config.Config, store *delaystore
 		w.Go(func() error { return b.out.Run(wctx) })
 		w.Go(func() error { return b.dataset.Run(wctx) })
 		w.Go(func() error { return b.fleet.Run(wctx) })
+		w.Go(func() error { return b.relay.Run(wctx) })
 		logger.Info("delaybridge running", "brokers", b.live, "http", cfg.HTTPAddr, "api", cfg.APIAddr)
 		w.Go(func() error { b.whenReady(wctx, ls.ready); return nil })
 		err := w.Wait()

@@ -150,6 +150,9 @@ const (
 	// ReasonNotJSON starts the 415 answer of the message API to a POST whose
 	// Content-Type is not application/json. Not a dead-letter reason.
 	ReasonNotJSON = "not_json"
+	// ReasonTooManyTails starts the 429 answer of GET /v1/events when a replica already
+	// serves its most live event streams. Not a dead-letter reason.
+	ReasonTooManyTails = "too_many_tails"
 
 	// ReasonNotReplicated starts the error reply of a request refused for durability
 	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or

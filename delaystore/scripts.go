@@ -40,6 +40,7 @@ const (
 	scriptAuditList
 	scriptQuotaCount
 	scriptIntern
+	scriptTails
 	numScripts
 )
 
@@ -81,6 +82,7 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptIntern:     {name: "intern"}, // no flags: refused when Redis is full, as park is
 	scriptAudit:      {name: "audit", flags: "allow-oom"},
 	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
+	scriptTails:      {name: "tails", flags: "allow-oom"},
 }
 
 // luaFile returns the text of lua/<file>.

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delaybridge/delaybridge/internal/envconf"
+	"github.com/delaybridge/delaybridge/internal/events"
 	"github.com/delaybridge/delaybridge/internal/tracing"
 )
 
@@ -81,6 +82,15 @@ type Config struct {
 	// target (publishes retried, messages dead-lettered): each line counts what happened
 	// since the last one; per-message detail is at Debug and in the metrics (default 1m).
 	FailureLogInterval time.Duration
+	// Events, when set, is told of every message delivered, dead-lettered or expired
+	// (GET /v1/events); Emit must not block (an *events.Hub does not).
+	Events Emitter
+}
+
+// Emitter takes live events (internal/events.Hub). Emit must not block: it runs on the
+// delivery path, once per message. Safe for concurrent use.
+type Emitter interface {
+	Emit(events.Event)
 }
 
 // Limits of the variables, checked by [Config.Validate].

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/delaybridge/delaybridge/contract"
+	"github.com/delaybridge/delaybridge/internal/events"
 	"github.com/delaybridge/delaybridge/internal/headers"
 )
 
@@ -49,6 +50,7 @@ func (d *delivery) deadLetter(ctx context.Context, o *outgoing) error {
 	}
 	d.metrics.deadLettered(o.broker, reason)
 	if reason == contract.ReasonExpired {
+		d.emit(events.Expired, o, 0, reason)
 		d.log.Debug("dead-lettered: expired before it could be published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 			"attempts", o.claimed.Attempts, "err", o.err)
 		d.failures.failed(ctx, o.claimed.Envelope.Target, failExpired, 1, reason, o.err)
@@ -56,6 +58,7 @@ func (d *delivery) deadLetter(ctx context.Context, o *outgoing) error {
 	}
 	d.log.Debug("dead-lettered: the target did not take it", "id", o.claimed.ID, "target", o.claimed.Envelope.Target,
 		"reason", reason, "attempts", o.claimed.Attempts+1, "err", o.err)
+	d.emit(events.DeadLettered, o, 0, reason)
 	d.failures.failed(ctx, o.claimed.Envelope.Target, failDead, 1, reason, o.err)
 	return nil
 }

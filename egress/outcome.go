@@ -9,6 +9,7 @@ import (
 
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/internal/backoff"
+	"github.com/delaybridge/delaybridge/internal/events"
 )
 
 // outcomes ends the spans of a published group and decides each message's fate:
@@ -37,6 +38,7 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 			published++
 			d.fired(st, o, confirmedAt)
 			d.metrics.observeLateness(o.claimed, confirmedAt)
+			d.emit(events.Delivered, o, confirmedAt, "")
 			if debug {
 				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", lateness(o.claimed, confirmedAt))
 			}
@@ -86,4 +88,15 @@ func (d *delivery) expiredBeforeRetry(o *outgoing, now int64) error {
 
 func (d *delivery) backoff(attempt int) time.Duration {
 	return backoff.Exp(d.cfg.BackoffMin, d.cfg.BackoffMax, attempt)
+}
+
+// emit tells cfg.Events (when set) that o ended as kind at (unix ms; 0: now), without
+// waiting.
+func (d *delivery) emit(kind string, o *outgoing, at int64, reason string) {
+	if d.cfg.Events == nil {
+		return
+	}
+	c := o.claimed
+	d.cfg.Events.Emit(events.Event{Type: kind, At: at, ID: c.ID, Target: c.Envelope.Target, Due: c.Due,
+		Attempts: c.Attempts + 1, Reason: reason})
 }

@@ -301,6 +301,9 @@ Usage:
                                list parked messages in due order (through the message API)
   bridge targets [--recount] [--json]
                                parked count and next due per target (through the message API)
+  bridge tail [--target G] [--json]
+                               live events of the whole fleet until interrupted: deliveries,
+                               dead letters, expiries, changes made through the API
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)
@@ -318,7 +321,7 @@ Usage:
   bridge --help                this help; bridge COMMAND --help: the command's flags
 
 The commands that go through a running bridge's message API (send, stats, cancel, ls,
-targets, bulk, audit) take, before or after the command (bridge --api host:port ls):
+targets, tail, bulk, audit) take, before or after the command (bridge --api host:port ls):
   --api host:port   its address; default BRIDGE_API_ADDR, else 127.0.0.1:8081
   --token T         its bearer token; default BRIDGE_API_TOKEN, or the content of
                     BRIDGE_API_TOKEN_FILE (never printed)

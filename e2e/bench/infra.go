@@ -347,6 +347,7 @@ func (n *natsProc) stop() {
 type bridgeProc struct {
 	cmd      *exec.Cmd
 	httpAddr string
+	apiAddr  string
 	out      *syncBuffer
 	done     chan struct{}
 }
@@ -462,7 +463,7 @@ func stopBridges(bs []*bridgeProc) {
 // startBridge starts one bridge on httpAddr (BRIDGE_HTTP_ADDR) and apiAddr
 // (BRIDGE_API_ADDR) and waits until its /readyz answers 200 (at most 30 s).
 func startBridge(bin string, env map[string]string, httpAddr, apiAddr string) (*bridgeProc, error) {
-	b := &bridgeProc{httpAddr: httpAddr, out: &syncBuffer{}, done: make(chan struct{})}
+	b := &bridgeProc{httpAddr: httpAddr, apiAddr: apiAddr, out: &syncBuffer{}, done: make(chan struct{})}
 	b.cmd = exec.Command(bin)
 	b.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"BRIDGE_HTTP_ADDR=" + b.httpAddr, "BRIDGE_API_ADDR=" + apiAddr, "BRIDGE_LOG_LEVEL=warn"}

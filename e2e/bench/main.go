@@ -83,6 +83,7 @@ func main() {
 	flag.StringVar(&profileDir, "profile", "", "write a CPU profile of every bridge process, the first -profile-for of each workload, into this directory")
 	bridgeEnv := flag.String("bridge-env", "", "comma-separated K=V added to every bridge's environment (experiments; named in the report)")
 	flag.BoolVar(&perCommand, "commands", false, "print every row's Redis calls and microseconds per message by command (INFO commandstats) to stderr")
+	flag.IntVar(&tailsN, "tails", 0, "attach this many live-event streams (GET /v1/events, read and counted) to the bridges of every delaybridge row: they must not change the row")
 	flag.DurationVar(&profileFor, "profile-for", 10*time.Second, "length of each -profile CPU profile")
 	fleetParamsOf := fleetFlags()
 	flag.Float64Var(&firstIngestEstimate, "ingest-estimate", 8000, "burst and parked: the ingest rate (msgs/s) assumed before one is measured in the run, which sizes the lead before the due time (lower it on a busy machine, where a single run would otherwise fail with \"lead too short\")")
@@ -330,6 +331,10 @@ func runOne(bin string, v variant, w string, p params) result {
 	time.Sleep(200 * time.Millisecond) // let start-up settle (consumers, wake-up subscriptions)
 	if db, ok := sys.(*dbSystem); ok {
 		profileBridges(db, v.String(), w)
+		if tailsN > 0 {
+			tr := attachTails(db, tailsN)
+			defer tr.stop(v.String() + " " + w)
+		}
 	}
 	var res result
 	switch w {

@@ -298,7 +298,7 @@ func machine() string {
 	}
 	return fmt.Sprintf("- date: %s\n- CPU: %s cores (`nproc`), %s\n- memory: %s total (`free -h`)\n- %s\n- %s, nats-server v2.15.2 (embedded), asynq v0.26.0\n- git: %s",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), sh("nproc"), model, mem,
-		sh("redis-server", "--version"), runtime.Version(), sh("git", "describe", "--always", "--dirty")) + envLine()
+		sh("redis-server", "--version"), runtime.Version(), sh("git", "describe", "--always", "--dirty")) + envLine() + tailsLine()
 }
 
 // envLine names -bridge-env's variables, if any, so a report says what it measured.

@@ -75,14 +75,14 @@ func secACLCommands(line string) []string {
 // secKeyPatterns are the Redis keys the store may create, for prefix p and n shards:
 // {p:i}:z, {p:i}:m, {p:i}:seq, {p:i}:epoch, {p:i}:tn and {p:i}:to (tombstones), {p:i}:r (retry set), {p:i}:n (parked count
 // per target), {p:i}:c and {p:i}:cx (remembered cancels, their expiry index), p:shards, p:cursor (the key that seals API cursors), and the fleet's
-// {p:fleet}:members, :version, :pending and :tokens. Nothing a user sends may add to them.
+// {p:fleet}:members, :version, :pending, :tokens and :tails (relays with live-event streams). Nothing a user sends may add to them.
 func secKeyPatterns(p string) []*regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return []*regexp.Regexp{
 		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|tn|to|r|n|c|cx|b|bx|qt|q|nm|k|ki)$`),
 		regexp.MustCompile(`^\{` + q + `:quota\}$`), // BRIDGE_TARGET_QUOTA's counts (one Redis node)
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
-		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens)$`),
+		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens|tails)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:stats:1[mh]:[0-9]+$`), // the fleet's counts by minute and hour
 		regexp.MustCompile(`^\{` + q + `:audit\}:(z|e|s)$`),
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/delaybridge/delaybridge/httpapi/ui"
 	"github.com/delaybridge/delaybridge/ingress"
 	"github.com/delaybridge/delaybridge/ingress/intake"
+	"github.com/delaybridge/delaybridge/internal/events"
 	"github.com/delaybridge/delaybridge/internal/headers"
 	"github.com/delaybridge/delaybridge/internal/schedule"
 )
@@ -101,6 +102,9 @@ type Config struct {
 	DeadLetters map[string]DeadLetters
 	// RedriveHook, when set, is told of every redrive through the API (the audit log).
 	RedriveHook RedriveHook
+	// Events, when set, serves GET /v1/events and is told of every change made through
+	// the API (docs/design.md "Live events"); nil: 501.
+	Events *events.Hub
 
 	// bulkBudget replaces the 10 s that a bulk request works (tests).
 	bulkBudget time.Duration
@@ -188,6 +192,8 @@ func (a *api) routes() *http.ServeMux {
 	mux.Handle("POST /v1/dead-letters/redrive", requireJSON(http.HandlerFunc(a.redrive)))
 	mux.Handle("POST /v1/bulk/resume", requireJSON(http.HandlerFunc(a.resume)))
 	mux.HandleFunc("GET /v1/audit", a.auditList)
+	mux.HandleFunc("GET "+eventsPath, a.events)
+	mux.HandleFunc(eventsPath, methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/audit", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/messages", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/messages/{id}", methodNotAllowed("GET, HEAD, DELETE"))
@@ -311,6 +317,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Metrics.Count("http", "parked", 1)
 	a.log.Debug("parked", "id", parked[0].ID, "due", parked[0].Due, "target", park.Envelope.Target)
+	a.emit("park", parked[0].ID, park.Envelope.Target, parked[0].Due, 1)
 	writeJSON(w, http.StatusCreated, httpapi.PostResponse{ID: parked[0].ID, Due: parked[0].Due, InDelivery: parked[0].InDelivery})
 }
 

@@ -121,7 +121,8 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key); err == nil && m.Envelope.OrderingKey != key {
+	m, err := a.store.GetKey(r.Context(), r.PathValue("id"), key) // its target names the live event
+	if err == nil && m.Envelope.OrderingKey != key {
 		a.cfg.Metrics.Count("http", "cancel_not_found", 1)
 		writeError(w, http.StatusNotFound, notFound(key))
 		return
@@ -156,6 +157,7 @@ func (a *api) deleteAudited(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Metrics.Count("http", "cancelled", 1)
+	a.emit("cancel", r.PathValue("id"), m.Envelope.Target, 0, 1)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -293,6 +295,9 @@ func (a *api) runOp(w http.ResponseWriter, r *http.Request, op *admin.Op, sel ad
 	}
 	a.log.Info("bulk operation", "op_id", op.ID(), "op", op.Spec.Kind, "target", op.Spec.Target, "dry_run", op.Spec.DryRun,
 		"matched", res.Matched, "changed", res.Changed, "done", res.Done, "actor", cleanActor(r.Header.Get(httpapi.ActorHeader)))
+	if !op.Spec.DryRun && res.Changed > 0 {
+		a.emit("bulk_"+string(op.Spec.Kind), op.Spec.ID, op.Spec.Target, 0, res.Changed)
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

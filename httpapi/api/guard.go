@@ -19,10 +19,18 @@ import (
 // not the request's Host is refused; a request with neither header is not a browser's
 // (curl, the CLI) and passes. It runs before the token check: a forged request is refused
 // whether or not the browser would have added credentials.
+//
+// GET /v1/events is judged as a change: a stream from another origin is refused before
+// it holds a tail (an EventSource is a GET the page cannot otherwise be kept from opening).
 func crossOrigin(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := cop.Check(r); err != nil {
+		judged := r
+		if r.URL.Path == eventsPath {
+			judged = r.Clone(r.Context())
+			judged.Method = http.MethodPost
+		}
+		if err := cop.Check(judged); err != nil {
 			refuse(w, http.StatusForbidden, fmt.Sprintf("%s: %v (Sec-Fetch-Site %q, Origin %q): the API takes changes only from its own origin or from clients that are not browsers",
 				contract.ReasonCrossOrigin, err, r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")))
 			return
