@@ -40,6 +40,8 @@ const (
 	scriptAuditList
 	scriptQuotaCount
 	scriptIntern
+	scriptPause
+	scriptUnpause
 	numScripts
 )
 
@@ -81,6 +83,8 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptIntern:     {name: "intern"}, // no flags: refused when Redis is full, as park is
 	scriptAudit:      {name: "audit", flags: "allow-oom"},
 	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
+	scriptPause:      {name: "pause", flags: "allow-oom"},
+	scriptUnpause:    {name: "unpause", includes: []string{"envelope.lua"}, flags: "allow-oom"},
 }
 
 // luaFile returns the text of lua/<file>.
