@@ -21,6 +21,10 @@ const (
 	// ResumedKeep is how long the pause set remembers a resume: egress counts the
 	// lateness of a message due before it from the resume.
 	ResumedKeep = time.Hour
+	// PauseHold is how long egress puts a claimed message of a paused target back for
+	// (or until its expiry, when earlier): so a resume finds them scored within PauseHold
+	// of its time.
+	PauseHold = 10 * time.Minute
 )
 
 // ErrTooManyPaused: the pause set holds as many globs as it takes (MaxPaused paused, or

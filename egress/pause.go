@@ -16,7 +16,7 @@ import (
 // claimed message of a paused target is put back for pauseHold, or until its expiry.
 const (
 	pauseRead = 500 * time.Millisecond
-	pauseHold = 10 * time.Minute
+	pauseHold = delaystore.PauseHold
 )
 
 // PauseReader reads the fleet's pause set (delaystore.Store.Pauses). Safe for
