@@ -150,6 +150,9 @@ const (
 	// ReasonNotJSON starts the 415 answer of the message API to a POST whose
 	// Content-Type is not application/json. Not a dead-letter reason.
 	ReasonNotJSON = "not_json"
+	// ReasonTooManyPaused starts the 409 answer of POST /v1/targets/pause when the fleet
+	// already has as many target globs paused as it takes (64). Not a dead-letter reason.
+	ReasonTooManyPaused = "too_many_paused"
 
 	// ReasonNotReplicated starts the error reply of a request refused for durability
 	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or
