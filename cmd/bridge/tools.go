@@ -298,7 +298,11 @@ Usage:
   bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]
                                list parked messages in due order (through the message API)
   bridge targets [--recount] [--json]
-                               parked count and next due per target (through the message API)
+                               parked count and next due per target, and the paused ones
+                               (through the message API)
+  bridge pause|resume [--json] GLOB
+                               stop (resume) publishing the targets GLOB matches, on every
+                               replica within a second; their messages stay parked
   bridge bulk cancel|reschedule|deliver-now [--target G] [--due-from T] [--due-to T]
               [--shift D | --deliver-at T] [--dry-run] [--json]
                                change many parked messages at once (through the message API)
