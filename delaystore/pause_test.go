@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/internal/glob"
@@ -141,5 +142,39 @@ func TestUnpause(t *testing.T) {
 		if int64(sc) <= f.now(t) {
 			t.Fatalf("%s re-scored to %v, want left alone", id, sc)
 		}
+	}
+}
+
+// TestPauseMiniredis: the dev bridge's store (miniredis, gopher-lua) pauses, resumes and
+// unpauses as Redis does.
+func TestPauseMiniredis(t *testing.T) {
+	s := miniredisStore(t, miniredis.RunT(t), Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
+	ctx := t.Context()
+	if c, err := s.PauseTarget(ctx, "a.*"); err != nil || !c.Changed {
+		t.Fatalf("pause = %+v, %v", c, err)
+	}
+	if c, err := s.PauseTarget(ctx, "a.*"); err != nil || c.Changed {
+		t.Fatalf("pause again = %+v, %v", c, err)
+	}
+	if c, err := s.ResumeTarget(ctx, "a.*"); err != nil || !c.Changed {
+		t.Fatalf("resume = %+v, %v", c, err)
+	}
+	if ps, err := s.Pauses(ctx); err != nil || len(ps) != 1 || ps[0].Resumed == 0 {
+		t.Fatalf("pauses = %+v, %v", ps, err)
+	}
+	id := idsOnShard(s, 0, 1, "mini")[0]
+	if _, err := s.Park(ctx, []ParkRequest{{ID: id, Envelope: sampleEnvelope(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, 0, 10)
+	if err != nil || len(c.Messages) != 1 {
+		t.Fatalf("claim = %+v, %v", c, err)
+	}
+	if _, err := s.Retry(ctx, []RetryRequest{{Receipt: c.Messages[0].Receipt, Backoff: PauseHold, PutBack: true}}); err != nil {
+		t.Fatal(err)
+	}
+	page := s.Scan(ctx, []ScanRequest{{Shard: 0, From: 0, To: heldScore - 1, Count: 10}})[0]
+	if n, err := s.Unpause(ctx, 0, page.Entries); err != nil || n != 1 {
+		t.Fatalf("unpause = %d, %v", n, err)
 	}
 }
