@@ -127,3 +127,39 @@ func pausedEntries(t *testing.T, st *delaystore.Store) []delaystore.Scanned {
 	}
 	return out
 }
+
+// TestPauseSplitAndLateness: a paused message is put back for the pause hold, or until
+// just after its expiry deadline when that comes first, and one already expired is kept
+// (dead-lettered now); a message due before a resume of its target counts its lateness
+// from the resume, one of another target from its due time.
+func TestPauseSplitAndLateness(t *testing.T) {
+	const now = 1_000_000
+	msg := func(id string, due int64, expires time.Duration) delaystore.Claimed {
+		return delaystore.Claimed{Receipt: delaystore.Receipt{ID: id}, Due: due, Envelope: delaystore.Envelope{Target: "nats:a.b", Expires: expires}}
+	}
+	rest, back := pauseSplit([]delaystore.Claimed{
+		msg("plain", now-10, 0), msg("soon", now-10, time.Second), msg("gone", now-10_000, time.Second),
+	}, now)
+	if len(rest) != 1 || rest[0].ID != "gone" || len(back) != 2 {
+		t.Fatalf("rest %+v, back %+v", rest, back)
+	}
+	if back[0].Backoff != pauseHold || !back[0].PutBack || back[1].Backoff != 991*time.Millisecond {
+		t.Fatalf("put-backs %+v, want the hold, then 991 ms (to just past the deadline)", back)
+	}
+	d := &delivery{pauses: &pauses{}}
+	d.pauses.set([]delaystore.Pause{{Glob: "a.*", Paused: now - 5000, Resumed: now}, {Glob: "c", Paused: now}})
+	if c := d.sinceResume(msg("x", now-4000, 0)); c.Due != now {
+		t.Fatalf("lateness counted from %d, want the resume %d", c.Due, now)
+	}
+	if c := d.sinceResume(msg("x", now+10, 0)); c.Due != now+10 {
+		t.Fatalf("a message due after the resume counts from %d", c.Due)
+	}
+	other := msg("y", now-4000, 0)
+	other.Envelope.Target = "nats:b"
+	if c := d.sinceResume(other); c.Due != now-4000 {
+		t.Fatalf("another target's lateness counted from %d", c.Due)
+	}
+	if !d.pauses.of("nats:c").paused || d.pauses.of("nats:a.b").paused {
+		t.Fatal("paused: want c, not a.b (resumed)")
+	}
+}

@@ -24,8 +24,10 @@ import (
 func TestP2PausedTargetKilledResumed(t *testing.T) {
 	s := newStack(t)
 	c := newChecker(t, s)
-	env := s.envWith("BRIDGE_LEASE", "3s", "BRIDGE_TARGET_RATE", "out.fault=1000/s")
-	bs := []*e2etest.Bridge{e2etest.StartReady(t, bridgeBin, env), e2etest.StartReady(t, bridgeBin, env)}
+	env := func() map[string]string { // e2etest.Start writes each one's addresses into its env
+		return s.envWith("BRIDGE_LEASE", "3s", "BRIDGE_TARGET_RATE", "out.fault=1000/s")
+	}
+	bs := []*e2etest.Bridge{e2etest.StartReady(t, bridgeBin, env()), e2etest.StartReady(t, bridgeBin, env())}
 	waitOwnedBy(t, 10*time.Second, bs...)
 	var mu sync.Mutex
 	var at []time.Time
@@ -55,7 +57,7 @@ func TestP2PausedTargetKilledResumed(t *testing.T) {
 		victim = 1
 	}
 	bs[victim].Kill(t)
-	bs[victim] = e2etest.StartReady(t, bridgeBin, env)
+	bs[victim] = e2etest.StartReady(t, bridgeBin, env())
 	time.Sleep(5 * time.Second) // leases of the killed replica's claims run out; claimed again
 	if got := arrived(); got != 0 {
 		t.Fatalf("%d messages published while their target was paused", got)
