@@ -72,6 +72,7 @@ func TestP2PausedTargetKilledResumed(t *testing.T) {
 	}
 	resumed := time.Now()
 	code, body := apiPost(t, bs[1-victim], "/v1/targets/resume", `{"target":"out.fault"}`)
+	took := time.Since(resumed)
 	if code != http.StatusOK {
 		t.Fatalf("resume = %d %s", code, body)
 	}
@@ -82,7 +83,7 @@ func TestP2PausedTargetKilledResumed(t *testing.T) {
 	mu.Unlock()
 	span := last.Sub(first)
 	t.Logf("P2: resume answered %s (%s) after the call; %d messages out over %s after the first (rate 1000/s: at least %s); %s",
-		time.Since(resumed).Round(time.Millisecond), body, n, span.Round(time.Millisecond), (n-1)*time.Millisecond, r)
+		took.Round(time.Millisecond), strings.TrimSpace(body), n, span.Round(time.Millisecond), (n-1)*time.Millisecond, r)
 	if min := (n - 1) * time.Millisecond * 9 / 10; span < min {
 		t.Fatalf("%d messages out in %s after the resume: faster than 1000/s (want at least %s)", n, span, min)
 	}
