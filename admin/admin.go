@@ -23,6 +23,8 @@ type Admin struct {
 	// (tests shorten them).
 	audit        AuditConfig
 	lease, renew time.Duration
+	// pauseSettle is how long Resume waits before its pass (pause.go; tests shorten it).
+	pauseSettle time.Duration
 }
 
 // Option adjusts an Admin made by New.
@@ -31,7 +33,7 @@ type Option func(*Admin)
 // New returns the operator's side of store, adjusted by opts. It does no I/O; call Init
 // before use.
 func New(store *delaystore.Store, opts ...Option) *Admin {
-	a := &Admin{store: store, audit: DefaultAuditConfig(), lease: opLease, renew: opRenew}
+	a := &Admin{store: store, audit: DefaultAuditConfig(), lease: opLease, renew: opRenew, pauseSettle: pauseSettle}
 	for _, o := range opts {
 		o(a)
 	}

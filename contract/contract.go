@@ -153,6 +153,9 @@ const (
 	// ReasonTooManyTails starts the 429 answer of GET /v1/events when a replica already
 	// serves its most live event streams. Not a dead-letter reason.
 	ReasonTooManyTails = "too_many_tails"
+	// ReasonTooManyPaused starts the 409 answer of POST /v1/targets/pause when the fleet
+	// already has as many target globs paused as it takes (64). Not a dead-letter reason.
+	ReasonTooManyPaused = "too_many_paused"
 
 	// ReasonNotReplicated starts the error reply of a request refused for durability
 	// (BRIDGE_REDIS_MIN_REPLICAS not confirmed in time): nothing was parked or

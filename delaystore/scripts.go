@@ -41,6 +41,8 @@ const (
 	scriptQuotaCount
 	scriptIntern
 	scriptTails
+	scriptPause
+	scriptUnpause
 	numScripts
 )
 
@@ -83,6 +85,8 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptAudit:      {name: "audit", flags: "allow-oom"},
 	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
 	scriptTails:      {name: "tails", flags: "allow-oom"},
+	scriptPause:      {name: "pause", flags: "allow-oom"},
+	scriptUnpause:    {name: "unpause", includes: []string{"envelope.lua"}, flags: "allow-oom"},
 }
 
 // luaFile returns the text of lua/<file>.

@@ -48,6 +48,8 @@ type Store struct {
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
+	// pauseKey is {P:pause}, the paused target globs (pause.go).
+	pauseKey string
 	// cursorKey is P:cursor, the key that seals the operator's cursors (cursorkey.go).
 	cursorKey string
 	// auditKeys are the audit log's records (audit.go): {P:audit}:z, :e, :s.
@@ -224,6 +226,7 @@ func (s *Store) nameKeys(p string, perShard bool) {
 	s.tailsKey, s.eventsChannel = fleet+":tails", p+":events"
 	s.statsPrefix = fleet + ":stats:"
 	s.rateKey = "{" + p + ":rate}:tat"
+	s.pauseKey = "{" + p + ":pause}"
 	audit := "{" + p + ":audit}"
 	s.auditKeys = []string{audit + ":z", audit + ":e", audit + ":s"}
 }

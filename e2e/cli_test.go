@@ -109,7 +109,7 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("cancel spread: %v %s", err, out)
 	}
 	out, err = runCLI(t, "targets", "--api", api)
-	if err != nil || !regexp.MustCompile(`(?m)^nats:demo\.later\s+1\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)$`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^nats:demo\.later\s+1\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)\s+-$`).MatchString(out) {
 		t.Fatalf("targets: %v %s", err, out)
 	}
 	out, err = runCLI(t, "ls", "--api", api, "--limit", "0")

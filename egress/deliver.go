@@ -32,6 +32,7 @@ type delivery struct {
 	limits     *limiter
 	rates      *rates
 	failures   *failureLog
+	pauses     *pauses // the paused targets (pause.go)
 }
 
 // newDelivery returns the delivery of cfg (defaults applied) through publishers.
@@ -48,6 +49,7 @@ func newDelivery(cfg Config, publishers map[string]message.Publisher, reserver R
 	return &delivery{cfg: cfg, publishers: publishers, log: log, metrics: metrics, clock: clock, now: cfg.Now,
 		limits:   newLimiter(cfg.TargetInflight, cfg.Now),
 		rates:    &rates{rules: rules, store: reserver, held: map[heldKey]heldSlot{}},
+		pauses:   &pauses{},
 		failures: newFailureLog(log, cfg.Now, cfg.FailureLogInterval)}, nil
 }
 
@@ -128,6 +130,16 @@ func (d *delivery) submit(ctx context.Context, b batch, settle func(*settlement)
 	var back []delaystore.RetryRequest
 	for _, target := range order {
 		g := groups[target]
+		if d.pauses.of(target).paused {
+			var held []delaystore.RetryRequest
+			g, held = pauseSplit(g, d.clock.redisNow(d.now()))
+			back = append(back, held...)
+			broker, _, _ := strings.Cut(target, ":")
+			d.metrics.count(broker, "paused", len(held))
+			if len(g) == 0 {
+				continue
+			}
+		}
 		n, wait := d.limits.acquire(target, len(g))
 		back = append(back, d.overLimit(target, g[n:], wait)...)
 		if n > 0 {
@@ -139,7 +151,7 @@ func (d *delivery) submit(ctx context.Context, b batch, settle func(*settlement)
 		}
 	}
 	if len(back) > 0 {
-		d.log.Debug("targets at their in-flight limit; messages put back", "shard", b.shard, "count", len(back))
+		d.log.Debug("targets paused or at their in-flight limit; messages put back", "shard", b.shard, "count", len(back))
 		settle(&settlement{shard: b.shard, retries: back, n: len(back), fence: b.fence})
 	}
 }

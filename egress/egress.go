@@ -126,6 +126,11 @@ func (e *Egress) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	pr, pausable := e.store.(PauseReader)
+	if pausable && !e.readPauses(ctx, pr) {
+		_ = wakes.Close()
+		return nil
+	}
 	s := newScheduler(e.cfg, e.store, e.own, wakes, e.clock, e.log, e.metrics, e.delivery.submit)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -137,10 +142,33 @@ func (e *Egress) Run(ctx context.Context) error {
 		defer wg.Done()
 		e.own.run(ctx)
 	}()
+	if pausable {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.delivery.pauses.watch(ctx, pr, e.log, e.metrics)
+		}()
+	}
 	s.run(ctx)
 	_ = wakes.Close() // ends listen
 	wg.Wait()
 	return nil
+}
+
+// readPauses reads the pause set before anything is claimed (a replica started while a
+// target is paused never publishes it), retrying with backoff while Redis is unreachable.
+// It returns false when ctx ends first.
+func (e *Egress) readPauses(ctx context.Context, r PauseReader) bool {
+	err := backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Log: e.log,
+		Failed: "reading the paused targets failed; retrying with backoff", Recovered: "paused targets read"},
+		func(ctx context.Context) error {
+			set, err := r.Pauses(ctx)
+			if err == nil && e.delivery.pauses.set(set) {
+				e.metrics.setPaused(set)
+			}
+			return err
+		}, nil)
+	return err == nil
 }
 
 // wakeups subscribes to the store's wake-ups, retrying with backoff while Redis is

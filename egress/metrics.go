@@ -23,6 +23,7 @@ type Metrics struct {
 	latest   atomic.Int64
 	inflight prometheus.Gauge
 	owns     prometheus.Gauge
+	paused   *prometheus.GaugeVec // delaybridge_target_paused{target}
 }
 
 // NewMetrics registers the egress metrics with reg:
@@ -48,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_messages_out_total",
-			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, rate_limited, misfire_skipped, schedule_ended).",
+			Help: "Messages sent to targets, by target broker and result (published, retried, dead_lettered, expired, dead_letter_failed, put_back, paused, rate_limited, misfire_skipped, schedule_ended).",
 		}, []string{"broker", "result"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delaybridge_dead_letters_out_total",
@@ -68,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "delaybridge_inflight_messages",
 			Help: "Messages this replica claimed and has not yet settled (being published, acked, retried or dead-lettered).",
 		}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delaybridge_target_paused",
+			Help: "1 for each target glob paused (POST /v1/targets/pause), as this replica read the fleet's pause set last.",
+		}, []string{"target"}),
 		owns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delaybridge_owned_shards",
 			Help: "Shards this replica claims (shard ownership over the fleet's live members; 0: ingress only).",
@@ -77,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "delaybridge_delivery_lateness_max_seconds",
 		Help: "The largest delivery lateness observed since this replica started.",
 	}, func() float64 { return float64(m.latest.Load()) / 1000 })
-	for _, c := range []prometheus.Collector{m.messages, m.dead, m.lateness, m.held, maxLate, m.inflight, m.owns} {
+	for _, c := range []prometheus.Collector{m.messages, m.dead, m.lateness, m.held, maxLate, m.inflight, m.owns, m.paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register egress metrics: %w", err)
 		}
@@ -160,4 +165,17 @@ func (m *Metrics) owned(n int) {
 		return
 	}
 	m.owns.Set(float64(n))
+}
+
+// setPaused makes delaybridge_target_paused show the paused globs of set.
+func (m *Metrics) setPaused(set []delaystore.Pause) {
+	if m == nil {
+		return
+	}
+	m.paused.Reset()
+	for _, p := range set {
+		if p.Resumed == 0 {
+			m.paused.WithLabelValues(p.Glob).Set(1)
+		}
+	}
 }

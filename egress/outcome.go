@@ -37,7 +37,7 @@ func (d *delivery) outcomes(ctx context.Context, group []*outgoing, confirmedAt 
 		case o.err == nil:
 			published++
 			d.fired(st, o, confirmedAt)
-			d.metrics.observeLateness(o.claimed, confirmedAt)
+			d.metrics.observeLateness(d.sinceResume(o.claimed), confirmedAt)
 			d.emit(events.Delivered, o, confirmedAt, "")
 			if debug {
 				d.log.Debug("published", "id", o.claimed.ID, "target", o.claimed.Envelope.Target, "lateness_ms", lateness(o.claimed, confirmedAt))

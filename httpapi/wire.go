@@ -168,6 +168,8 @@ type TargetResponse struct {
 	NextDue *int64 `json:"next_due"`
 	Window  int64  `json:"window,omitempty"`
 	Quota   string `json:"quota,omitempty"`
+	// Paused: a paused glob matches the target (POST /v1/targets/pause).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // TargetsResponse is the 200 body of GET /v1/targets, most parked first; Quotas (an
@@ -175,6 +177,36 @@ type TargetResponse struct {
 type TargetsResponse struct {
 	Targets []TargetResponse `json:"targets"`
 	Quotas  []QuotaResponse  `json:"quotas"`
+	// Paused are the paused target globs, by glob (also those matching no parked target).
+	Paused []PausedResponse `json:"paused"`
+}
+
+// PausedResponse is one paused target glob: Since is when it was paused (unix ms, Redis
+// clock).
+type PausedResponse struct {
+	Target string `json:"target"`
+	Since  int64  `json:"since"`
+}
+
+// PauseRequest is the body of POST /v1/targets/pause and POST /v1/targets/resume: a
+// target glob as BRIDGE_TARGET_RATE's patterns (with ":" against "broker:name", else
+// against the name), at most 256 bytes and 16 "*".
+type PauseRequest struct {
+	Target string `json:"target"`
+}
+
+// PauseResponse is the 200 body of POST /v1/targets/pause and /v1/targets/resume.
+// Paused is the glob's state after the call; Changed is false when it already was in it
+// (paused twice, or resumed while not paused); Since is when it was paused (unix ms; 0
+// when it was not). Moved (resume) counts the put-back messages given their due time
+// back. OpID is the audit entry.
+type PauseResponse struct {
+	Target  string `json:"target"`
+	Paused  bool   `json:"paused"`
+	Changed bool   `json:"changed"`
+	Since   int64  `json:"since,omitempty"`
+	Moved   int    `json:"moved"`
+	OpID    string `json:"op_id,omitempty"`
 }
 
 // QuotaResponse is one BRIDGE_TARGET_QUOTA pattern in GET /v1/targets: Parked is the

@@ -14,10 +14,10 @@ var errHelp = errors.New("help")
 // apiCommands are the commands that go through a running bridge's message API: the ones
 // that take --api and --token.
 var apiCommands = map[string]bool{"send": true, "stats": true, "cancel": true, "ls": true,
-	"targets": true, "tail": true, "bulk": true, "audit": true}
+	"targets": true, "pause": true, "resume": true, "tail": true, "bulk": true, "audit": true}
 
 // apiCommandList names apiCommands in the order the help lists them.
-const apiCommandList = "send, stats, cancel, ls, targets, tail, bulk, audit"
+const apiCommandList = "send, stats, cancel, ls, targets, pause, resume, tail, bulk, audit"
 
 // globalFlagNames are the flags that may come before the command as well as after it.
 var globalFlagNames = []string{"api", "token"}

@@ -151,14 +151,18 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tPARKED\tNEXT DUE (UTC)\tIN")
+	fmt.Fprintln(tw, "TARGET\tPARKED\tNEXT DUE (UTC)\tIN\tPAUSED")
 	for _, t := range res.Targets {
 		due, in := "unknown", "-" // null: not found within the API's read bound (docs/operating.md, "HTTP")
 		if t.NextDue != nil {
 			due = time.UnixMilli(*t.NextDue).UTC().Format(tableTime)
 			in = time.UnixMilli(*t.NextDue).Sub(now).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", t.Target, t.Parked, due, in)
+		paused := "-"
+		if t.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", t.Target, t.Parked, due, in, paused)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -166,7 +170,24 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if len(res.Targets) == 0 {
 		fmt.Fprintln(stdout, "(nothing parked)")
 	}
+	if err := printPaused(stdout, res.Paused); err != nil {
+		return err
+	}
 	return printQuotas(stdout, res.Quotas)
+}
+
+// printPaused prints the paused globs of `bridge targets` (nothing when none is).
+func printPaused(w io.Writer, ps []httpapi.PausedResponse) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PAUSED GLOB\tSINCE (UTC)")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\n", p.Target, time.UnixMilli(p.Since).UTC().Format(tableTime))
+	}
+	return tw.Flush()
 }
 
 // printQuotas prints the BRIDGE_TARGET_QUOTA table of `bridge targets` (nothing when no

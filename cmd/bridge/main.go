@@ -6,7 +6,8 @@
 //	bridge stats         show the delay store statistics
 //	bridge cancel ID     cancel a pending message
 //	bridge ls            list parked messages in due order
-//	bridge targets       parked count and next due per target
+//	bridge targets       parked count and next due per target, and the paused ones
+//	bridge pause GLOB    stop publishing the targets GLOB matches, fleet-wide; resume GLOB
 //	bridge tail          live events of the fleet: deliveries, dead letters, changes
 //	bridge bulk ...      cancel, reschedule or deliver now many parked messages at once; resume one
 //	bridge audit         the audit log of changes, newest first
@@ -15,7 +16,7 @@
 //	bridge version       print the version
 //	bridge help          usage, the message headers and every BRIDGE_* variable
 //
-// send, stats, cancel, ls, targets, tail, bulk and audit go through a running bridge's message
+// send, stats, cancel, ls, targets, pause, resume, tail, bulk and audit go through a running bridge's message
 // API; their --api and --token flags may also come before the command
 // (`bridge --api host:port ls`). See `bridge --help` for every flag and variable.
 package main
@@ -71,6 +72,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runTargets(ctx, args, environ, stdout, stderr)
 	case "tail":
 		err = runTail(ctx, args, environ, stdout, stderr)
+	case "pause", "resume":
+		err = runPause(ctx, cmd, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "redrive":

@@ -300,7 +300,11 @@ Usage:
   bridge ls [--target G] [--due-from T] [--due-to T] [--limit N] [--cursor C | --all] [--json]
                                list parked messages in due order (through the message API)
   bridge targets [--recount] [--json]
-                               parked count and next due per target (through the message API)
+                               parked count and next due per target, and the paused ones
+                               (through the message API)
+  bridge pause|resume [--json] GLOB
+                               stop (resume) publishing the targets GLOB matches, on every
+                               replica within a second; their messages stay parked
   bridge tail [--target G] [--json]
                                live events of the whole fleet until interrupted: deliveries,
                                dead letters, expiries, changes made through the API

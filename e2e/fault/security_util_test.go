@@ -81,6 +81,7 @@ func secKeyPatterns(p string) []*regexp.Regexp {
 	return []*regexp.Regexp{
 		regexp.MustCompile(`^\{` + q + `:(0|[1-9][0-9]*)\}:(z|m|seq|epoch|tn|to|r|n|c|cx|b|bx|qt|q|nm|k|ki)$`),
 		regexp.MustCompile(`^\{` + q + `:quota\}$`), // BRIDGE_TARGET_QUOTA's counts (one Redis node)
+		regexp.MustCompile(`^\{` + q + `:pause\}$`), // the paused target globs
 		regexp.MustCompile(`^` + q + `:(shards|cursor)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:(members|version|pending|tokens|tails)$`),
 		regexp.MustCompile(`^\{` + q + `:fleet\}:stats:1[mh]:[0-9]+$`), // the fleet's counts by minute and hour

@@ -92,6 +92,8 @@ func TestCrossOriginChangesRefused(t *testing.T) {
 					{"POST", "/v1/bulk/reschedule", `{"target":"x*","shift":"+8000h"}`},
 					{"POST", "/v1/messages", `{"target":"x.b","delay":"1h","id":"forged","payload":"p"}`},
 					{"DELETE", "/v1/messages/keep", ""},
+					{"POST", "/v1/targets/pause", `{"target":"*"}`},
+					{"POST", "/v1/targets/resume", `{"target":"*"}`},
 				} {
 					code, body := rawCall(t, c, r.method, r.path, tc.hdr, r.body)
 					if code != http.StatusForbidden || !strings.Contains(body, `"error":"cross_origin: `) {
@@ -104,6 +106,9 @@ func TestCrossOriginChangesRefused(t *testing.T) {
 			}
 			if s, err := st.Stats(ctx); err != nil || s.Parked != 1 {
 				t.Fatalf("after the forged requests: parked %+v %v, want 1", s, err)
+			}
+			if ps, err := st.Pauses(ctx); err != nil || len(ps) != 0 {
+				t.Fatalf("after the forged requests: pause set %+v %v, want empty", ps, err)
 			}
 			// Reads from another origin are not refused (the browser keeps their answers
 			// from the page: CORS).

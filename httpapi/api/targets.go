@@ -61,6 +61,11 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 			out.Targets[i].NextDue = &due
 		}
 	}
+	if out.Paused, err = a.pausedTargets(r.Context(), out.Targets); err != nil {
+		a.log.Warn("paused targets", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
 	if recount {
 		a.log.Info("targets recounted", "targets", len(ts))
 	}

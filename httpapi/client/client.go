@@ -142,6 +142,21 @@ func (c *Client) Targets(ctx context.Context, recount bool) (httpapi.TargetsResp
 	return out, err
 }
 
+// PauseTarget pauses the targets glob matches for the whole fleet (POST /v1/targets/pause).
+func (c *Client) PauseTarget(ctx context.Context, glob string) (httpapi.PauseResponse, error) {
+	var out httpapi.PauseResponse
+	err := c.do(ctx, http.MethodPost, "/v1/targets/pause", httpapi.PauseRequest{Target: glob}, http.StatusOK, &out)
+	return out, err
+}
+
+// ResumeTarget resumes the targets glob matches (POST /v1/targets/resume); it returns once
+// their put-back messages got their due time back.
+func (c *Client) ResumeTarget(ctx context.Context, glob string) (httpapi.PauseResponse, error) {
+	var out httpapi.PauseResponse
+	err := c.do(ctx, http.MethodPost, "/v1/targets/resume", httpapi.PauseRequest{Target: glob}, http.StatusOK, &out)
+	return out, err
+}
+
 // APIError is a non-success answer of the API.
 type APIError struct {
 	Status  int

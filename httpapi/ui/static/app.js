@@ -125,7 +125,7 @@ async function overview() {
   const rows = targets.targets.map(t => el('tr', {},
     el('td', {}, el('a', {href: '#/messages?target=' + encodeURIComponent(t.target), class: 'target-link'}, t.target)),
     el('td', {class: 'n'}, num(t.parked)), el('td', {}, t.next_due === null ? 'unknown' : fmtTime(t.next_due)), el('td', {}, fmtIn(t.next_due)),
-    el('td', {class: 'window'}, t.window ? fmtSpan(t.window) : '-'), quotaCell(t.quota, quotas.get(t.quota))));
+    el('td', {class: 'window'}, t.window ? fmtSpan(t.window) : '-'), quotaCell(t.quota, quotas.get(t.quota)), pauseCell(t, targets.paused || [])));
   const fleet = scope === 'fleet';
   if (fleet) lastOverview = null;
   if (location.hash !== from) return; // a refresh that ended after the operator went elsewhere
@@ -139,8 +139,10 @@ async function overview() {
     chart('forecast-day', 'Due in the next day, by hour', day, i => '+' + i + 'h'),
     el('section', {class: 'card wide'}, el('h3', {}, 'Targets'),
       el('table', {id: 'targets'}, el('thead', {}, el('tr', {}, el('th', {}, 'target'), el('th', {}, 'parked'), el('th', {}, 'next due (UTC)'), el('th', {}, 'in'),
-        el('th', {title: 'the spread window (x-delay-window) of the next message only'}, 'window'), el('th', {}, 'quota (pattern: parked/limit)'))),
-        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 6}, 'nothing parked'))))),
+        el('th', {title: 'the spread window (x-delay-window) of the next message only'}, 'window'), el('th', {}, 'quota (pattern: parked/limit)'),
+        el('th', {title: 'a paused target is not published (fleet-wide); its messages stay parked'}, 'delivery'))),
+        el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 7}, 'nothing parked'))))),
+    pausedList(targets.paused || []),
     quotaTable(targets.quotas || []));
 }
 

@@ -1,0 +1,120 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/glob"
+)
+
+// The resume pass (docs/design.md, "Paused targets").
+const (
+	// pauseSettle is how long Resume waits after the set changed before it reads the
+	// shards: two of egress's reads of the pause set, so no replica puts a message back
+	// after the pass read past it.
+	pauseSettle = time.Second
+	// resumeChunk is the entries a pass reads per shard and call.
+	resumeChunk = 500
+	// belowHeld bounds the scores read: held entries of ordering keys (2^50 + 1) wait.
+	belowHeld = 1 << 50
+)
+
+// Pause pauses the targets pattern matches for the whole fleet (delaystore.Store.PauseTarget):
+// every replica stops publishing them within a second. Changed is false when pattern was
+// already paused. It blocks until Redis answered or ctx is done.
+func (a *Admin) Pause(ctx context.Context, pattern string) (delaystore.PauseChange, error) {
+	return a.store.PauseTarget(ctx, pattern)
+}
+
+// Pauses returns the pause set (paused globs, and those resumed within
+// delaystore.ResumedKeep). It blocks until Redis answered or ctx is done.
+func (a *Admin) Pauses(ctx context.Context) ([]delaystore.Pause, error) {
+	return a.store.Pauses(ctx)
+}
+
+// ResumeResult is what Resume did.
+type ResumeResult struct {
+	delaystore.PauseChange
+	// Moved is how many put-back messages got their due time back.
+	Moved int
+}
+
+// Resume takes pattern out of the pause set, waits pauseSettle, then gives every message
+// of a target it matches (and no glob still paused matches) that egress put back its due
+// time again, shard by shard: they are claimed at once, in due order, under the target's
+// rate. It runs the pass whether or not pattern was paused, so a resume cut off (a
+// kill, ctx done) is finished by another; what no pass reached is claimed again at its
+// put-back time, at most delaystore.PauseHold later. It blocks until done, ctx is done, or
+// a Redis call fails.
+func (a *Admin) Resume(ctx context.Context, pattern string) (ResumeResult, error) {
+	p, err := glob.CompileSelector(pattern)
+	if err != nil {
+		return ResumeResult{}, fmt.Errorf("resume: %w", err)
+	}
+	c, err := a.store.ResumeTarget(ctx, pattern)
+	if err != nil {
+		return ResumeResult{}, err
+	}
+	res := ResumeResult{PauseChange: c}
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(a.pauseSettle):
+	}
+	set, err := a.store.Pauses(ctx)
+	if err != nil {
+		return res, fmt.Errorf("resume: %w", err)
+	}
+	var still []*glob.Pattern
+	for _, ps := range set {
+		if g, err := glob.Compile(ps.Glob); err == nil && ps.Resumed == 0 {
+			still = append(still, g)
+		}
+	}
+	match := func(target string) bool {
+		return p.MatchTarget(target) && glob.FirstMatch(still, target) < 0
+	}
+	to := min(c.Now+(delaystore.PauseHold+2*pauseSettle).Milliseconds(), belowHeld)
+	for shard := range a.store.Shards() {
+		n, err := a.resumeShard(ctx, shard, p.Literals(), match, c.Now, to)
+		res.Moved += n
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// resumeShard is Resume's pass over one shard: entries scored in [from, to] of targets
+// that match, waiting (odd score) past their due time, are given it back.
+func (a *Admin) resumeShard(ctx context.Context, shard int, literals []string, match func(string) bool, from, to int64) (int, error) {
+	moved := 0
+	after := delaystore.Position{}
+	for {
+		page := a.store.Scan(ctx, []delaystore.ScanRequest{{Shard: shard, From: from, To: to, After: after,
+			Count: resumeChunk, Literals: literals}})[0]
+		if page.Err != nil {
+			return moved, fmt.Errorf("resume: scan shard %d: %w", shard, page.Err)
+		}
+		if page.Again {
+			continue
+		}
+		var picks []delaystore.Scanned
+		for _, e := range page.Entries {
+			if e.Err == nil && e.Scheduled%2 == 1 && e.Scheduled > e.Due && match(e.Target) {
+				picks = append(picks, e)
+			}
+		}
+		n, err := a.store.Unpause(ctx, shard, picks)
+		moved += n
+		if err != nil {
+			return moved, fmt.Errorf("resume: %w", err)
+		}
+		if page.Through {
+			return moved, nil
+		}
+		after = page.Next
+	}
+}

@@ -1,0 +1,177 @@
+package egress
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/delaybridge/delaybridge/delaystore"
+	"github.com/delaybridge/delaybridge/internal/glob"
+)
+
+// Paused targets (docs/design.md, "Paused targets"): the set is read every pauseRead; a
+// claimed message of a paused target is put back for pauseHold, or until its expiry.
+const (
+	pauseRead = 500 * time.Millisecond
+	pauseHold = delaystore.PauseHold
+)
+
+// PauseReader reads the fleet's pause set (delaystore.Store.Pauses). Safe for
+// concurrent use; it blocks until Redis answered or ctx is done.
+type PauseReader interface {
+	Pauses(ctx context.Context) ([]delaystore.Pause, error)
+}
+
+// pauses is this replica's view of the pause set: what delivery asks per target group.
+// Safe for concurrent use.
+type pauses struct {
+	view atomic.Pointer[pauseView]
+}
+
+// pauseView is one read of the pause set, compiled, with a cache of the answers per
+// target (a set changes rarely; targets are asked once per group).
+type pauseView struct {
+	set     []delaystore.Pause
+	paused  []*glob.Pattern
+	resumed []resumedGlob
+
+	mu    sync.Mutex
+	cache map[string]pauseAnswer
+}
+
+type resumedGlob struct {
+	p  *glob.Pattern
+	at int64
+}
+
+// pauseAnswer is what a view says of one target.
+type pauseAnswer struct {
+	paused  bool
+	resumed int64 // the latest resume of a glob matching it (Redis ms), 0 none
+}
+
+// newPauseView compiles set; a glob that does not compile (never written by the store)
+// is left out.
+func newPauseView(set []delaystore.Pause) *pauseView {
+	v := &pauseView{set: set, cache: map[string]pauseAnswer{}}
+	for _, p := range set {
+		g, err := glob.Compile(p.Glob)
+		if err != nil {
+			continue
+		}
+		if p.Resumed == 0 {
+			v.paused = append(v.paused, g)
+		} else {
+			v.resumed = append(v.resumed, resumedGlob{g, p.Resumed})
+		}
+	}
+	return v
+}
+
+// of is what v says of target.
+func (v *pauseView) of(target string) pauseAnswer {
+	if len(v.paused) == 0 && len(v.resumed) == 0 {
+		return pauseAnswer{} // the usual case: no lock, nothing per message
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if a, ok := v.cache[target]; ok {
+		return a
+	}
+	var a pauseAnswer
+	for _, g := range v.paused {
+		if g.MatchTarget(target) {
+			a.paused = true
+			break
+		}
+	}
+	for _, r := range v.resumed {
+		if r.at > a.resumed && r.p.MatchTarget(target) {
+			a.resumed = r.at
+		}
+	}
+	if len(v.cache) < 10_000 {
+		v.cache[target] = a
+	}
+	return a
+}
+
+// of is what the current view says of target (nothing paused before the first read).
+func (p *pauses) of(target string) pauseAnswer {
+	v := p.view.Load()
+	if v == nil {
+		return pauseAnswer{}
+	}
+	return v.of(target)
+}
+
+// set makes set the view when it differs from the current one, and reports whether it did.
+func (p *pauses) set(set []delaystore.Pause) bool {
+	if old := p.view.Load(); old != nil && slices.Equal(old.set, set) {
+		return false
+	}
+	p.view.Store(newPauseView(set))
+	return true
+}
+
+// watch reads the pause set every pauseRead until ctx is done (one HGETALL a read). A
+// failed read keeps the last view (logged once until a read works again); each change
+// sets delaybridge_target_paused.
+func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *Metrics) {
+	t := time.NewTicker(pauseRead)
+	defer t.Stop()
+	failing := false
+	for {
+		set, err := r.Pauses(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			log.Warn("cannot read the paused targets; keeping the last known", "err", err)
+		case err == nil:
+			if failing {
+				log.Info("paused targets read again")
+			}
+			failing = false
+			if p.set(set) {
+				m.setPaused(set)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pauseSplit takes the messages of a paused target out of claimed: each is put back
+// unpublished (no attempt counted) for pauseHold, or until just after its expiry
+// deadline when earlier (it is then claimed and dead-lettered as expired). Expired ones
+// stay in claimed: they are dead-lettered now, as for any target. nowMs is the Redis clock.
+func pauseSplit(claimed []delaystore.Claimed, nowMs int64) (rest []delaystore.Claimed, back []delaystore.RetryRequest) {
+	for _, c := range claimed {
+		if expiredAt(c, nowMs) != nil {
+			rest = append(rest, c)
+			continue
+		}
+		wait := pauseHold.Microseconds()
+		if dl, ok := deadline(c); ok && dl-nowMs < pauseHold.Milliseconds() {
+			wait = (dl - nowMs + 1) * 1000
+		}
+		back = append(back, putBack(c, wait))
+	}
+	return rest, back
+}
+
+// sinceResume is c as its lateness is counted: a message due before the latest resume
+// of a glob matching its target (within delaystore.ResumedKeep) is late from the resume,
+// not from its due time: the pause was the operator's.
+func (d *delivery) sinceResume(c delaystore.Claimed) delaystore.Claimed {
+	if r := d.pauses.of(c.Envelope.Target).resumed; r > c.Due {
+		c.Due = r
+	}
+	return c
+}
