@@ -160,7 +160,7 @@ func (r *natsRun) purgeOne(ctx context.Context, m *jetstream.RawStreamMsg) error
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	err = r.stream.DeleteMsg(dctx, m.Sequence)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if gone(err) {
 		t.Other++
 		return nil
 	}
@@ -170,4 +170,14 @@ func (r *natsRun) purgeOne(ctx context.Context, m *jetstream.RawStreamMsg) error
 	t.Selected++
 	t.Purged++
 	return nil
+}
+
+// jsSequenceNotFound is the JetStream error code of a delete of a sequence that is not in
+// the stream (deleted since it was read).
+const jsSequenceNotFound = 10043
+
+// gone reports whether err says the message is no longer in the stream.
+func gone(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.As(err, &api) && api.ErrorCode == jsSequenceNotFound
 }
