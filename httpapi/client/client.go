@@ -118,6 +118,13 @@ func (c *Client) Audit(ctx context.Context, limit int, cursor string) (httpapi.A
 	return out, err
 }
 
+// FleetOverview is GET /v1/overview?scope=fleet: the fleet's counts.
+func (c *Client) FleetOverview(ctx context.Context) (httpapi.FleetOverviewResponse, error) {
+	var out httpapi.FleetOverviewResponse
+	err := c.do(ctx, http.MethodGet, "/v1/overview?scope=fleet", nil, http.StatusOK, &out)
+	return out, err
+}
+
 // AuditQuery is GET /v1/audit with query (limit, cursor, actor, op, state).
 func (c *Client) AuditQuery(ctx context.Context, query url.Values) (httpapi.AuditResponse, error) {
 	var out httpapi.AuditResponse
