@@ -83,9 +83,8 @@ func TestDeadLetterPurgeKilled(t *testing.T) {
 		}
 		return info.CachedInfo().State.Msgs
 	}
-	a, b := startBridge(t, s.env), startBridge(t, s.env)
+	a := startBridge(t, s.env)
 	ca := &client.Client{Base: "http://" + a.APIAddr, Actor: "alice"}
-	cb := &client.Client{Base: "http://" + b.APIAddr}
 	done := make(chan error, 1)
 	go func() {
 		_, err := ca.Purge(context.Background(), httpapi.RedriveRequest{Reason: "publish_failed"})
@@ -107,6 +106,8 @@ func TestDeadLetterPurgeKilled(t *testing.T) {
 		t.Fatalf("%d letters left when the replica was killed: want the middle", left)
 	}
 	t.Logf("killed with %d of %d deleted", n+keep-left, n)
+	b := startBridge(t, s.env)
+	cb := &client.Client{Base: "http://" + b.APIAddr}
 	counts, err := cb.DeadLetterCounts(t.Context(), "")
 	if err != nil || counts.ByReason["expired"] != keep || uint64(counts.Total) != left {
 		t.Fatalf("counts after the kill: %+v %v (%d in the stream)", counts, err, left)
