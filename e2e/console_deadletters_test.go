@@ -156,7 +156,7 @@ func TestConsoleDeadLetterOpen(t *testing.T) {
 	if n := eval(`String(document.querySelectorAll('#dl-payload *, #dl-headers td *').length) + document.title`); n != "0delaybridge console" {
 		t.Fatalf("elements made from the letter, and the title: %q", n)
 	}
-	if got := text("#dl-headers"); !strings.Contains(got, "x-delay-idorder-<script>1</script>") || !strings.Contains(got, "x-target"+target) {
+	if got := text("#dl-headers"); !strings.Contains(got, "x-delay-id\torder-<script>1</script>") || !strings.Contains(got, "x-target\t"+target) {
 		t.Fatalf("headers shown: %q", got)
 	}
 	if got := text("#dl-payload-enc"); got != fmt.Sprintf("%d bytes, text", len(markup)) {
