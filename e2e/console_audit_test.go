@@ -16,8 +16,9 @@ import (
 // TestConsoleAuditPage: in Chromium, an operator names themself on the audit page, makes
 // a bulk change in the console, and sees it in the audit log under that name, next to a
 // shift whose client went away mid-way (interrupted), which the page's Resume button
-// finishes: every message of it shifted exactly once. With UI_SCREENSHOTS=<dir> it saves
-// console-audit.png there.
+// finishes: every message of it shifted exactly once. The filter by state and by actor
+// and operation shows only those entries. With UI_SCREENSHOTS=<dir> it saves
+// console-audit.png and console-audit-filter.png there.
 func TestConsoleAuditPage(t *testing.T) {
 	s := newStack(t)
 	b := startBridge(t, maps.Clone(s.env))
@@ -77,6 +78,20 @@ func TestConsoleAuditPage(t *testing.T) {
 		!strings.Contains(rows, "interrupted") {
 		t.Fatalf("audit table:\n%s", rows)
 	}
+	br.do("the filter: interrupted changes",
+		chromedp.SetValue("#af-state", "interrupted"),
+		chromedp.Click("#af-apply"),
+		chromedp.WaitVisible("#af-clear"), chromedp.Sleep(200*time.Millisecond), screenshot("console-audit-filter"))
+	if got := strings.Split(br.text("#audit tbody"), "\n"); len(got) != 1 || !strings.Contains(got[0], "batch-job") || !strings.Contains(got[0], cutOp) {
+		t.Fatalf("filtered by state interrupted:\n%s", strings.Join(got, "\n"))
+	}
+	br.do("the filter: carol's changes",
+		chromedp.Navigate(ui+"#/audit?actor=carol&op=reschedule"),
+		chromedp.WaitVisible(`//input[@id="af-actor"][@value="carol"]`))
+	if got := strings.Split(br.text("#audit tbody"), "\n"); len(got) != 2 || strings.Contains(strings.Join(got, ""), "batch-job") {
+		t.Fatalf("filtered by actor carol, op reschedule:\n%s", strings.Join(got, "\n"))
+	}
+	br.do("back to the whole log", chromedp.Click("#af-clear"), chromedp.WaitVisible(`//tr[@data-op="`+cutOp+`"]//button[text()="Resume"]`))
 	br.do("resuming the cut-off shift",
 		chromedp.Click(`//tr[@data-op="`+cutOp+`"]//button[text()="Resume"]`),
 		chromedp.WaitVisible(`//p[@id="audit-result"][starts-with(text(), "resumed")]`),

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,5 +68,50 @@ func TestConsoleFleetView(t *testing.T) {
 	do("back to the fleet", chromedp.Click("#scope-fleet"), chromedp.WaitVisible("#fleet-in .big"))
 	if got := text("#fleet-in .big"); got != "12" {
 		t.Fatalf("fleet in after the toggle: %q", got)
+	}
+}
+
+// TestConsoleFleetQuota: quota refusals on two replicas, two API 429s on B and one
+// dead-lettered quota_exceeded from NATS, show as the fleet's on A's overview (the card
+// Quota refusals: 3, dead-lettered 1, API 429 2), while the quota table says its column
+// is this replica's. UI_SCREENSHOTS=<dir> saves console-fleet-quota.png there.
+func TestConsoleFleetQuota(t *testing.T) {
+	s := newStack(t)
+	target := s.name("quota.a")
+	s.env["BRIDGE_TARGET_QUOTA"] = s.name("quota.*") + "=1"
+	bs := startReplicas(t, s, 2)
+	c := &client.Client{Base: "http://" + bs[1].APIAddr}
+	payload := "x"
+	refused := 0
+	for i := range 3 {
+		_, err := c.Send(t.Context(), httpapi.PostRequest{ID: fmt.Sprint("q-", i), Target: target, Delay: []byte(`"1h"`), Payload: &payload})
+		if apiErr := (*client.APIError)(nil); errors.As(err, &apiErr) && apiErr.Status == 429 {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("%d of 3 refused with 429, want 2 (quota 1)", refused)
+	}
+	hdr := nats.Header{}
+	hdr.Set("x-delay", "1h")
+	hdr.Set("x-target", target)
+	if reply := request(t, s.nc, s.name("delay.in"), hdr, "over"); !strings.HasPrefix(fmt.Sprint(reply["error"]), "quota_exceeded") {
+		t.Fatalf("reply %v, want quota_exceeded", reply)
+	}
+	br := openBrowser(t)
+	do, text := br.do, br.text
+	do("the fleet overview", chromedp.Navigate("http://"+bs[0].APIAddr+"/ui/"), chromedp.WaitVisible("#fleet-quota .big"))
+	deadline := time.Now().Add(30 * time.Second)
+	for text("#fleet-quota .big") != "3" {
+		if time.Now().After(deadline) {
+			t.Fatalf("quota card after 30 s: %q %q", text("#fleet-quota .big"), text("#fleet-quota .sub"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	do("the quota card", chromedp.WaitVisible("#quotas"), chromedp.Sleep(300*time.Millisecond), screenshot("console-fleet-quota"))
+	if sub, head := text("#fleet-quota .sub"), text("#quotas thead"); sub != "dead-lettered 1, API 429 2" || !strings.Contains(head, "rejected by this replica") {
+		t.Fatalf("quota card %q, quota table head %q", sub, head)
 	}
 }

@@ -36,4 +36,8 @@ type FleetCounts struct {
 	Delivered    int64            `json:"delivered"`
 	LatenessP50  *float64         `json:"lateness_p50_ms"`
 	LatenessP99  *float64         `json:"lateness_p99_ms"`
+	// QuotaRejected is the messages the fleet refused for a full BRIDGE_TARGET_QUOTA, by
+	// where they came from: "nats" or "kafka" (dead-lettered quota_exceeded, also counted
+	// in DeadLettered) or "http" (the message API's 429s, not dead-lettered).
+	QuotaRejected map[string]int64 `json:"quota_rejected"`
 }

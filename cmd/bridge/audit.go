@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/user"
 	"strconv"
 	"strings"
@@ -47,8 +48,11 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	cursor := fs.String("cursor", "", "go on from an earlier page's cursor")
 	all := fs.Bool("all", false, "follow the cursor to the oldest entry")
 	asJSON := fs.Bool("json", false, "print JSON, one entry per line")
+	actor := fs.String("actor", "", "only the entries of this actor (exactly as recorded)")
+	op := fs.String("op", "", "only this operation: cancel, reschedule, deliver-now, redrive, purge, ...")
+	state := fs.String("state", "", "only entries in this state: running, done or interrupted")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bridge audit [--limit N] [--cursor C | --all] [--json]")
+		fmt.Fprintln(stderr, "usage: bridge audit [--actor A] [--op O] [--state S] [--limit N] [--cursor C | --all] [--json]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -73,9 +77,14 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	} else {
 		fmt.Fprintln(tw, "at (UTC)\top\tselector / id\tdry run\tmatched\tchanged\tstate\tactor\tremote\top id")
 	}
-	next := *cursor
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	for k, v := range map[string]string{"actor": *actor, "op": *op, "state": *state, "cursor": *cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
 	for {
-		page, err := c.Audit(ctx, *limit, next)
+		page, err := c.AuditQuery(ctx, q)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -92,7 +101,7 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 			}
 			return nil
 		}
-		next = *page.NextCursor
+		q.Set("cursor", *page.NextCursor)
 	}
 	return tw.Flush() // nothing to flush with --json
 }

@@ -117,7 +117,8 @@ func TestHelpNamesAPIFlags(t *testing.T) {
 // a bad flag prints the problem and the usage once and exits 2.
 func TestCommandHelpOnce(t *testing.T) {
 	for _, cmd := range [][]string{{"send"}, {"stats"}, {"cancel"}, {"ls"}, {"targets"}, {"bulk"},
-		{"bulk", "resume"}, {"audit"}, {"healthcheck"}, {"redrive"}, {"dev"}} {
+		{"bulk", "resume"}, {"audit"}, {"healthcheck"}, {"redrive"}, {"dev"},
+		{"dead-letters", "ls"}, {"dead-letters", "show"}, {"dead-letters", "purge"}} {
 		usage := "usage: bridge " + strings.Join(cmd, " ")
 		code, out, errOut := runCmd(t, append(cmd, "--help")...)
 		if n := strings.Count(errOut, usage); code != 0 || n != 1 || out != "" {

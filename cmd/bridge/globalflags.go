@@ -14,10 +14,10 @@ var errHelp = errors.New("help")
 // apiCommands are the commands that go through a running bridge's message API: the ones
 // that take --api and --token.
 var apiCommands = map[string]bool{"send": true, "stats": true, "cancel": true, "ls": true,
-	"targets": true, "pause": true, "resume": true, "tail": true, "bulk": true, "audit": true}
+	"targets": true, "pause": true, "resume": true, "tail": true, "bulk": true, "audit": true, "dead-letters": true}
 
 // apiCommandList names apiCommands in the order the help lists them.
-const apiCommandList = "send, stats, cancel, ls, targets, pause, resume, tail, bulk, audit"
+const apiCommandList = "send, stats, cancel, ls, targets, pause, resume, tail, bulk, audit, dead-letters"
 
 // globalFlagNames are the flags that may come before the command as well as after it.
 var globalFlagNames = []string{"api", "token"}
@@ -86,7 +86,7 @@ func flagName(arg string) string {
 // picks its flags. A flag given again after the command wins, as the later one does.
 func withGlobalFlags(cmd string, args, global []string) []string {
 	at := 0
-	if cmd == "bulk" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if (cmd == "bulk" || cmd == "dead-letters") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		at = 1
 	}
 	return slices.Concat(args[:at], global, args[at:])

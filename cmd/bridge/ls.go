@@ -173,7 +173,25 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if err := printPaused(stdout, res.Paused); err != nil {
 		return err
 	}
-	return printQuotas(stdout, res.Quotas)
+	if err := printQuotas(stdout, res.Quotas); err != nil || len(res.Quotas) == 0 {
+		return err
+	}
+	fleet, err := c.FleetOverview(ctx)
+	if err != nil {
+		return fmt.Errorf("the fleet's quota refusals: %w", err)
+	}
+	printFleetQuota(stdout, fleet.LastHour.Total.QuotaRejected)
+	return nil
+}
+
+// printFleetQuota prints the fleet's quota refusals of the last hour under the quota table
+// (whose REJECTED column is the replica's that answered).
+func printFleetQuota(w io.Writer, q map[string]int64) {
+	api, all := q["http"], int64(0)
+	for _, n := range q {
+		all += n
+	}
+	fmt.Fprintf(w, "# the fleet refused %d in the last hour: dead-lettered quota_exceeded %d, API 429 %d\n", all, all-api, api)
 }
 
 // printPaused prints the paused globs of `bridge targets` (nothing when none is).

@@ -76,6 +76,8 @@ func run(ctx context.Context, args, environ []string, stdin io.Reader, stdout, s
 		err = runPause(ctx, cmd, args, environ, stdout, stderr)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args, environ, stdout, stderr)
+	case "dead-letters":
+		err = runDeadLetters(ctx, args, environ, stdout, stderr)
 	case "redrive":
 		err = runRedrive(ctx, args, environ, stdout, stderr)
 	case "version", "--version", "-v":

@@ -23,3 +23,12 @@ func TestPrintQuotas(t *testing.T) {
 		t.Fatalf("table:\n%s", b.String())
 	}
 }
+
+// TestPrintFleetQuota: the fleet's refusals sum the brokers' dead letters and the API's 429s.
+func TestPrintFleetQuota(t *testing.T) {
+	var b strings.Builder
+	printFleetQuota(&b, map[string]int64{"nats": 4, "kafka": 2, "http": 11})
+	if want := "# the fleet refused 17 in the last hour: dead-lettered quota_exceeded 6, API 429 11\n"; b.String() != want {
+		t.Fatalf("%q, want %q", b.String(), want)
+	}
+}

@@ -313,8 +313,14 @@ Usage:
                                change many parked messages at once (through the message API)
   bridge bulk resume [--wait D] [--json] OP_ID
                                finish a bulk change that was cut off, exactly as it began
-  bridge audit [--limit N] [--cursor C | --all] [--json]
+  bridge audit [--actor A] [--op O] [--state S] [--limit N] [--cursor C | --all] [--json]
                                the audit log of changes, newest first (through the message API)
+  bridge dead-letters ls [--reason R] [--limit N] [--cursor C | --all] [--broker B] [--json]
+                               counts by reason, then the dead letters (through the message API)
+  bridge dead-letters show [--broker B] [--json] ID
+                               one dead letter: headers and payload (text, or base64)
+  bridge dead-letters purge (--reason R | ID...) [--dry-run | --yes] [--broker B] [--json]
+                               delete dead letters (NATS): a dry run; --yes deletes (audited)
   bridge healthcheck [--path P | --url URL] [--timeout D]
                                GET /readyz (or P) on BRIDGE_HTTP_ADDR; exit 0 on 200
                                (container health checks: the image has no shell)
@@ -325,7 +331,7 @@ Usage:
   bridge --help                this help; bridge COMMAND --help: the command's flags
 
 The commands that go through a running bridge's message API (send, stats, cancel, ls,
-targets, tail, bulk, audit) take, before or after the command (bridge --api host:port ls):
+targets, pause, resume, tail, bulk, audit, dead-letters) take, before or after the command (bridge --api host:port ls):
   --api host:port   its address; default BRIDGE_API_ADDR, else 127.0.0.1:8081
   --token T         its bearer token; default BRIDGE_API_TOKEN, or the content of
                     BRIDGE_API_TOKEN_FILE (never printed)

@@ -192,6 +192,9 @@ func (a *api) routes() *http.ServeMux {
 	mux.Handle("POST /v1/bulk/{op}", requireJSON(http.HandlerFunc(a.bulk)))
 	mux.HandleFunc("GET /v1/dead-letters", a.deadLetters)
 	mux.Handle("POST /v1/dead-letters/redrive", requireJSON(http.HandlerFunc(a.redrive)))
+	mux.Handle("POST /v1/dead-letters/purge", requireJSON(http.HandlerFunc(a.purge)))
+	mux.HandleFunc("GET /v1/dead-letters/counts", a.deadLetterCounts)
+	mux.HandleFunc("GET /v1/dead-letters/{id}", a.deadLetter)
 	mux.Handle("POST /v1/bulk/resume", requireJSON(http.HandlerFunc(a.resume)))
 	mux.HandleFunc("GET /v1/audit", a.auditList)
 	mux.HandleFunc("GET "+eventsPath, a.events)
@@ -207,7 +210,7 @@ func (a *api) routes() *http.ServeMux {
 	mux.HandleFunc("/v1/overview", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/bulk/{op}", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/dead-letters", methodNotAllowed("GET, HEAD"))
-	mux.HandleFunc("/v1/dead-letters/redrive", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/dead-letters/{id}", deadLetterPathNotAllowed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -177,53 +180,137 @@ func (a *api) deleteInDelivery(w http.ResponseWriter, r *http.Request, rec *Audi
 	writeJSON(w, http.StatusConflict, httpapi.InDeliveryResponse{Error: msg, Stopped: busy.Stopped})
 }
 
-// auditList is GET /v1/audit?limit=<n>&cursor=<c>: newest first, limit 1 to 1000
-// (default 100).
+// auditList is GET /v1/audit?limit=<n>&cursor=<c>[&actor=<a>][&op=<o>][&state=<s>]: newest
+// first, limit 1 to 1000 (default 100), only the entries of that actor (exact), operation
+// and state when given (auditFilter).
 func (a *api) auditList(w http.ResponseWriter, r *http.Request) {
 	if a.admin == nil {
 		writeError(w, http.StatusNotImplemented, "this store keeps no audit log")
 		return
 	}
 	q := r.URL.Query()
-	for k := range q {
-		if k != "limit" && k != "cursor" {
-			writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": unknown parameter "+strconv.Quote(k)+" (limit, cursor)")
+	limit, f, err := auditQuery(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+		return
+	}
+	var after string
+	if v := q.Get("cursor"); v != "" {
+		id, err := a.admin.Open(r.Context(), admin.CursorAudit, f.query(), v)
+		if !cursorOK(w, err) {
 			return
+		}
+		after = id
+	}
+	entries, next, err := a.auditFiltered(r.Context(), after, limit, f)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	out := httpapi.AuditResponse{Entries: make([]httpapi.AuditEntry, len(entries))}
+	for i, e := range entries {
+		out.Entries[i] = httpapi.AuditEntry{OpID: e.OpID, At: e.At, Op: e.Op, Selector: e.Selector, ID: e.ID, OrderingKey: e.OrderingKey, DryRun: e.DryRun,
+			Matched: e.Matched, Changed: e.Changed, State: e.State, Actor: e.Actor, Remote: e.Remote,
+			Shift: e.Shift, DeliverAt: e.DeliverAt, Resumable: e.Resumable}
+	}
+	if next != "" {
+		c := a.admin.Seal(admin.CursorAudit, f.query(), next)
+		out.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// auditFilter keeps the audit entries of one actor, operation and state ("": any).
+type auditFilter struct{ actor, op, state string }
+
+func (f auditFilter) none() bool { return f == auditFilter{} }
+
+func (f auditFilter) keeps(e admin.AuditEntry) bool {
+	return (f.actor == "" || e.Actor == f.actor) && (f.op == "" || e.Op == f.op) && (f.state == "" || e.State == f.state)
+}
+
+// query is what a cursor of this filter is sealed with: "" without a filter (the cursors
+// of an unfiltered list).
+func (f auditFilter) query() string {
+	if f.none() {
+		return ""
+	}
+	return strconv.Quote(f.actor) + "\n" + strconv.Quote(f.op) + "\n" + strconv.Quote(f.state)
+}
+
+// auditOp is the form of an operation name (cancel, deliver-now, redrive, purge, ...).
+var auditOp = regexp.MustCompile(`^[a-z][a-z-]{0,31}$`)
+
+// auditQuery checks GET /v1/audit's parameters, but for the cursor.
+func auditQuery(q url.Values) (int, auditFilter, error) {
+	var f auditFilter
+	for k, v := range q {
+		switch k {
+		case "limit", "cursor", "actor", "op", "state":
+			if len(v) != 1 {
+				return 0, f, fmt.Errorf("parameter %q given %d times", k, len(v))
+			}
+		default:
+			return 0, f, fmt.Errorf("unknown parameter %q (limit, cursor, actor, op, state)", shorten(k))
 		}
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > admin.MaxAuditPage {
-			writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": limit "+strconv.Quote(v)+": want 1 to 1000")
-			return
+			return 0, f, fmt.Errorf("limit %q: want 1 to %d", shorten(v), admin.MaxAuditPage)
 		}
 		limit = n
 	}
-	var after string
-	if v := q.Get("cursor"); v != "" {
-		id, err := a.admin.Open(r.Context(), admin.CursorAudit, "", v)
-		if !cursorOK(w, err) {
-			return
+	f = auditFilter{actor: q.Get("actor"), op: q.Get("op"), state: q.Get("state")}
+	switch {
+	case len(f.actor) > maxActor || f.actor != cleanActor(f.actor):
+		return 0, f, fmt.Errorf("actor %q: want at most %d bytes of printable text, as X-Delay-Actor is kept", shorten(f.actor), maxActor)
+	case f.op != "" && !auditOp.MatchString(f.op):
+		return 0, f, fmt.Errorf("op %q: want an operation such as cancel, reschedule, deliver-now, redrive, purge", shorten(f.op))
+	case f.state != "" && f.state != admin.AuditRunning && f.state != admin.AuditDone && f.state != admin.AuditInterrupted:
+		return 0, f, fmt.Errorf("state %q: want running, done or interrupted", shorten(f.state))
+	}
+	return limit, f, nil
+}
+
+// auditScan bounds what one filtered page reads: at most this many entries, or this long;
+// past either the page ends with what it found and a cursor to go on from.
+const (
+	auditScanMax    = 20 * admin.MaxAuditPage
+	auditScanBudget = 500 * time.Millisecond
+)
+
+// auditFiltered reads the entries after after that f keeps, at most limit, newest first,
+// and the op id to go on after ("" at the end of the log).
+func (a *api) auditFiltered(ctx context.Context, after string, limit int, f auditFilter) ([]admin.AuditEntry, string, error) {
+	if f.none() {
+		page, err := a.admin.AuditList(ctx, after, limit)
+		return page.Entries, page.Next, err
+	}
+	until := time.Now().Add(auditScanBudget)
+	out := []admin.AuditEntry{}
+	for read := 0; ; {
+		page, err := a.admin.AuditList(ctx, after, admin.MaxAuditPage)
+		if err != nil {
+			return nil, "", err
 		}
-		after = id
+		for i, e := range page.Entries {
+			if f.keeps(e) {
+				out = append(out, e)
+			}
+			if len(out) == limit {
+				if i == len(page.Entries)-1 {
+					return out, page.Next, nil
+				}
+				return out, e.OpID, nil
+			}
+		}
+		read += len(page.Entries)
+		if after = page.Next; after == "" || read >= auditScanMax || !time.Now().Before(until) {
+			return out, after, nil
+		}
 	}
-	page, err := a.admin.AuditList(r.Context(), after, limit)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
-		return
-	}
-	out := httpapi.AuditResponse{Entries: make([]httpapi.AuditEntry, len(page.Entries))}
-	for i, e := range page.Entries {
-		out.Entries[i] = httpapi.AuditEntry{OpID: e.OpID, At: e.At, Op: e.Op, Selector: e.Selector, ID: e.ID, OrderingKey: e.OrderingKey, DryRun: e.DryRun,
-			Matched: e.Matched, Changed: e.Changed, State: e.State, Actor: e.Actor, Remote: e.Remote,
-			Shift: e.Shift, DeliverAt: e.DeliverAt, Resumable: e.Resumable}
-	}
-	if page.Next != "" {
-		c := a.admin.Seal(admin.CursorAudit, "", page.Next)
-		out.NextCursor = &c
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // bulkSelector is the audit entry's selector of a bulk request: the target pattern and

@@ -43,6 +43,12 @@ type DeadLetters interface {
 	Redrive(ctx context.Context, opts redrive.Options) (redrive.Counts, error)
 	// CheckID reports whether id has the form of one of its letters' ids.
 	CheckID(id string) error
+	// Get opens one letter: redrive.ErrNotFound when there is none of that id.
+	Get(ctx context.Context, id string) (redrive.Detail, error)
+	// CanPurge is nil when Purge can delete letters, else why not.
+	CanPurge() error
+	// Purge deletes the selected letters (a dry run counts them).
+	Purge(ctx context.Context, opts redrive.Options) (redrive.Counts, error)
 }
 
 // RedriveHook, when set (Config.RedriveHook), is told of every redrive through the API,

@@ -48,6 +48,13 @@ func deadLetterAPI(t *testing.T, n int) (*client.Client, *hookRecord, func() []s
 // deadLetterAPIBudget is deadLetterAPI with a redrive budget (0: the default).
 func deadLetterAPIBudget(t *testing.T, n int, budget time.Duration) (*client.Client, *hookRecord, func() []string) {
 	t.Helper()
+	c, hook, took, _ := deadLetterServer(t, n, budget)
+	return c, hook, took
+}
+
+// deadLetterServer is deadLetterAPIBudget, with the connection to the NATS server.
+func deadLetterServer(t *testing.T, n int, budget time.Duration) (*client.Client, *hookRecord, func() []string, *natsgo.Conn) {
+	t.Helper()
 	srv := testnats.Start(t)
 	nc := testnats.Connect(t, srv.URL())
 	testnats.CreateStream(t, nc, "DLQ", "delay.dlq")
@@ -95,7 +102,7 @@ func deadLetterAPIBudget(t *testing.T, n int, budget time.Duration) (*client.Cli
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(took)
-	}
+	}, nc
 }
 
 // allLetters pages through GET /v1/dead-letters with query and returns the ids.

@@ -68,5 +68,5 @@ func fleetWindow(ctx context.Context, f FleetReader, step time.Duration, now tim
 func fleetCounts(at time.Time, c fleetstats.Counts) httpapi.FleetCounts {
 	p50, p99 := c.Quantiles()
 	return httpapi.FleetCounts{At: at.UnixMilli(), In: c.In, Out: c.Out, DeadLettered: c.Dead,
-		Delivered: c.Delivered(), LatenessP50: p50, LatenessP99: p99}
+		Delivered: c.Delivered(), LatenessP50: p50, LatenessP99: p99, QuotaRejected: c.Quota}
 }

@@ -118,6 +118,24 @@ func (c *Client) Audit(ctx context.Context, limit int, cursor string) (httpapi.A
 	return out, err
 }
 
+// FleetOverview is GET /v1/overview?scope=fleet: the fleet's counts.
+func (c *Client) FleetOverview(ctx context.Context) (httpapi.FleetOverviewResponse, error) {
+	var out httpapi.FleetOverviewResponse
+	err := c.do(ctx, http.MethodGet, "/v1/overview?scope=fleet", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// AuditQuery is GET /v1/audit with query (limit, cursor, actor, op, state).
+func (c *Client) AuditQuery(ctx context.Context, query url.Values) (httpapi.AuditResponse, error) {
+	var out httpapi.AuditResponse
+	path := "/v1/audit"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, http.StatusOK, &out)
+	return out, err
+}
+
 // List returns one page of parked messages (GET /v1/messages with query: target,
 // due_from, due_to, limit, cursor); a NextCursor in the answer means more may follow.
 func (c *Client) List(ctx context.Context, query url.Values) (httpapi.ListResponse, error) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delaybridge/delaybridge/contract"
 )
 
 // The field prefixes of a bucket (see the package doc).
@@ -15,6 +17,9 @@ const (
 	fieldOut  = "out:"
 	fieldDead = "dead:"
 	fieldLate = "late:"
+	// fieldQuota counts the messages refused for a full BRIDGE_TARGET_QUOTA, by where they
+	// came from: a broker's name (dead-lettered quota_exceeded) or "http" (the API's 429).
+	fieldQuota = "quota:"
 )
 
 // The metrics a snapshot reads.
@@ -43,6 +48,9 @@ func Snapshot(g prometheus.Gatherer) (map[string]int64, error) {
 			switch mf.GetName() {
 			case metricIn:
 				out[fieldIn+labels["result"]] += n
+				if labels["reason"] == contract.ReasonQuotaExceeded {
+					out[fieldQuota+labels["broker"]] += n
+				}
 				if labels["result"] == "invalid" && labels["broker"] != "http" {
 					// The message API answered its invalid requests with a 400; the brokers'
 					// went to the dead-letter subject.
@@ -82,6 +90,8 @@ type Counts struct {
 	// Late is the deliveries by the upper bound (seconds) of their lateness bucket, not
 	// cumulative; +Inf for the last.
 	Late map[float64]int64
+	// Quota is the messages refused for a full quota, by broker ("http": the API's 429s).
+	Quota map[string]int64
 }
 
 // Decode reads a bucket's fields. A field of another shape is left out (a newer bridge's
@@ -100,6 +110,8 @@ func Decode(fields map[string]int64) Counts {
 			c.Out[name] += n
 		case fieldDead:
 			c.Dead[name] += n
+		case fieldQuota:
+			c.Quota[name] += n
 		case fieldLate:
 			if le, err := strconv.ParseFloat(name, 64); err == nil && !math.IsNaN(le) {
 				c.Late[le] += n
@@ -110,7 +122,7 @@ func Decode(fields map[string]int64) Counts {
 }
 
 func newCounts() Counts {
-	return Counts{In: map[string]int64{}, Out: map[string]int64{}, Dead: map[string]int64{}, Late: map[float64]int64{}}
+	return Counts{In: map[string]int64{}, Out: map[string]int64{}, Dead: map[string]int64{}, Late: map[float64]int64{}, Quota: map[string]int64{}}
 }
 
 // Add adds o to c (c's maps must be made, as by Decode).
@@ -126,6 +138,9 @@ func (c Counts) Add(o Counts) {
 	}
 	for k, n := range o.Late {
 		c.Late[k] += n
+	}
+	for k, n := range o.Quota {
+		c.Quota[k] += n
 	}
 }
 

@@ -171,3 +171,28 @@ func TestPublisherAddsDeltas(t *testing.T) {
 		}
 	}
 }
+
+// Quota refusals are counted by where they came from: a broker's (dead-lettered
+// quota_exceeded, also a dead letter) and the API's 429s (not one); two replicas' sum.
+func TestSnapshotQuota(t *testing.T) {
+	a, b := newReplica(t), newReplica(t)
+	a.in.WithLabelValues("nats", "invalid", "quota_exceeded").Add(4)
+	a.in.WithLabelValues("http", "invalid", "quota_exceeded").Add(11)
+	b.in.WithLabelValues("kafka", "invalid", "quota_exceeded").Add(2)
+	b.in.WithLabelValues("http", "invalid", "quota_exceeded").Add(1)
+	var cs []Counts
+	for _, r := range []*replica{a, b} {
+		got, err := Snapshot(r.reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, Decode(got))
+	}
+	sum := Sum(cs)
+	if want := map[string]int64{"nats": 4, "kafka": 2, "http": 12}; !maps.Equal(sum.Quota, want) {
+		t.Fatalf("fleet's quota refusals %v, want %v", sum.Quota, want)
+	}
+	if sum.Dead["quota_exceeded"] != 6 {
+		t.Fatalf("dead-lettered quota_exceeded: %d, want the brokers' 6", sum.Dead["quota_exceeded"])
+	}
+}

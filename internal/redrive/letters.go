@@ -25,6 +25,19 @@ func (n NATSLetters) Redrive(ctx context.Context, opts Options) (Counts, error) 
 	return NATS(ctx, n.Conn, n.Config, opts)
 }
 
+// Get opens one letter (GetNATS).
+func (n NATSLetters) Get(ctx context.Context, id string) (Detail, error) {
+	return GetNATS(ctx, n.Conn, n.Config, id)
+}
+
+// CanPurge is nil: NATS letters can be deleted (the stream must allow deletes).
+func (NATSLetters) CanPurge() error { return nil }
+
+// Purge deletes the selected letters (PurgeNATS).
+func (n NATSLetters) Purge(ctx context.Context, opts Options) (Counts, error) {
+	return PurgeNATS(ctx, n.Conn, n.Config, opts)
+}
+
 // CheckID reports whether id is a NATS dead letter's id (ParseNATSID).
 func (NATSLetters) CheckID(id string) error {
 	_, err := ParseNATSID(id)
@@ -48,6 +61,19 @@ func (k KafkaLetters) Redrive(ctx context.Context, opts Options) (Counts, error)
 	cfg := k.Config
 	cfg.FromStart = false // never from the API
 	return Kafka(ctx, cfg, opts)
+}
+
+// Get opens one letter (GetKafka).
+func (k KafkaLetters) Get(ctx context.Context, id string) (Detail, error) {
+	return GetKafka(ctx, k.Config, id)
+}
+
+// CanPurge is ErrPurgeKafka.
+func (KafkaLetters) CanPurge() error { return ErrPurgeKafka }
+
+// Purge is refused: ErrPurgeKafka.
+func (KafkaLetters) Purge(context.Context, Options) (Counts, error) {
+	return Counts{}, ErrPurgeKafka
 }
 
 // CheckID reports whether id is a Kafka dead letter's id (ParseKafkaID).

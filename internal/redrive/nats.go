@@ -53,37 +53,46 @@ const (
 // not confirmed (the error says which letter; it stays), or ctx ends. The counts are
 // valid with an error too.
 func NATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (Counts, error) {
-	counts := Counts{}
+	r, info, err := newNATSRun(ctx, nc, cfg, opts)
+	if err != nil {
+		return Counts{}, err
+	}
+	switch {
+	case len(r.opts.IDs) > 0:
+		seen := map[string]bool{}
+		err = r.byIDs(ctx, seen)
+		r.counts.notFound(r.opts, seen)
+	case info.State.Msgs == 0:
+		return r.counts, nil
+	default:
+		err = r.all(ctx, max(info.State.FirstSeq, 1))
+	}
+	return r.counts, errors.Join(err, r.watchRefused(ctx))
+}
+
+// newNATSRun finds the stream capturing cfg.DLQSubject and returns a run over the letters
+// it holds now (up to its last sequence), and the stream's info.
+func newNATSRun(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Options) (*natsRun, *jetstream.StreamInfo, error) {
 	opts = opts.prepare()
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return counts, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	stream, err := dlqStream(ctx, js, cfg.DLQSubject)
 	if err != nil {
-		return counts, err
+		return nil, nil, err
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return counts, fmt.Errorf("dead-letter stream: %w", err)
+		return nil, nil, fmt.Errorf("dead-letter stream: %w", err)
 	}
-	r := &natsRun{js: js, nc: nc, stream: stream, name: info.Config.Name, cfg: cfg, opts: opts, counts: counts,
+	r := &natsRun{js: js, nc: nc, stream: stream, name: info.Config.Name, cfg: cfg, opts: opts, counts: Counts{},
 		last: info.State.LastSeq, sent: map[string]string{}}
 	r.seen = newLetterWatch(r, info.State.LastSeq+1)
-	switch {
-	case len(opts.IDs) > 0:
-		seen := map[string]bool{}
-		err = r.byIDs(ctx, seen)
-		counts.notFound(opts, seen)
-	case info.State.Msgs == 0:
-		return counts, nil
-	default:
-		err = r.all(ctx, max(info.State.FirstSeq, 1))
-	}
-	return counts, errors.Join(err, r.watchRefused(ctx))
+	return r, info, nil
 }
 
 // byIDs looks at the letters whose ids (stream sequences) opts.IDs names, in sequence
@@ -188,6 +197,8 @@ type natsRun struct {
 	// yet known to be refused again, to its reason.
 	sent map[string]string
 	seen *letterWatch
+	// purge: the selected letters are deleted, not sent back (PurgeNATS).
+	purge bool
 }
 
 // letterRef is the place of the letter at seq: the value of contract.HeaderRedrive on
@@ -239,6 +250,9 @@ const (
 
 // one redrives or leaves one letter.
 func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	if r.purge {
+		return r.purgeOne(ctx, m)
+	}
 	h := fromNATS(m.Header)
 	reason, redrive := judge(h, strconv.FormatUint(m.Sequence, 10), r.opts, r.cfg.IngressStream == "")
 	t := r.counts.of(reason)

@@ -102,6 +102,8 @@ type Tally struct {
 	Selected int `json:"selected"`
 	// Left were not selected (another reason) or cannot be redriven; they stay.
 	Left int `json:"left"`
+	// Purged were deleted by a purge (PurgeNATS), which counts them in Selected too.
+	Purged int `json:"purged,omitempty"`
 }
 
 // Counts is the outcome of a run, by reason code ("no_payload" for letters sent without
@@ -118,13 +120,13 @@ func (c Counts) of(reason string) *Tally {
 }
 
 // Totals are a run's matched and changed, as the API's answer and the audit log count
-// them: matched the letters selected (a dry run: those it would send), changed those sent
-// back that left the dead-letter store (redriven, or refused again and replaced by their
-// new letter).
+// them: matched the letters selected (a dry run: those it would send or delete), changed
+// those that left the dead-letter store (redriven, refused again and replaced by their new
+// letter, or purged).
 func (c Counts) Totals() (matched, changed int) {
 	for _, t := range c {
 		matched += t.Selected
-		changed += t.Redriven + t.Refused
+		changed += t.Redriven + t.Refused + t.Purged
 	}
 	return matched, changed
 }

@@ -190,7 +190,7 @@ function quotaTable(quotas) {
   });
   return el('section', {class: 'card wide'}, el('h3', {}, 'Quotas (BRIDGE_TARGET_QUOTA)'),
     el('table', {id: 'quotas'}, el('thead', {}, el('tr', {}, el('th', {}, 'pattern'), el('th', {}, 'parked'), el('th', {}, 'limit'),
-      el('th', {}, 'used'), el('th', {}, 'rejected here'))), el('tbody', {}, rows)));
+      el('th', {}, 'used'), el('th', {title: 'since this replica started; the fleet\'s refusals of the last hour are on the overview of the fleet'}, 'rejected by this replica'))), el('tbody', {}, rows)));
 }
 
 // --- messages -------------------------------------------------------------------------

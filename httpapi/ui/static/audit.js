@@ -6,7 +6,7 @@
 pages['/audit'] = async function auditPage() {
   const p = params();
   const q = new URLSearchParams({limit: p.get('limit') || '50'});
-  if (p.get('cursor')) q.set('cursor', p.get('cursor'));
+  for (const k of ['cursor', 'actor', 'op', 'state']) if (p.get(k)) q.set(k, p.get(k));
   const res = await api('GET', '/v1/audit?' + q.toString());
   const out = el('p', {id: 'audit-result', class: 'result'});
   const what = e => {
@@ -59,10 +59,30 @@ pages['/audit'] = async function auditPage() {
     if (v) sessionStorage.setItem('dbActor', v); else sessionStorage.removeItem('dbActor');
     out.textContent = v ? `your changes are recorded as ${v}` : 'your changes are recorded without a name';
   }}, 'Record my changes as ', actor, ' ', el('button', {type: 'submit', id: 'actor-save'}, 'Save'));
-  view.replaceChildren(el('h2', {}, 'Audit log'), actorForm,
+  // The filter: actor (exact), operation and state; the same in the API and the CLI.
+  const sel = (name, opts) => el('select', {name, id: 'af-' + name}, opts.map(o => {
+    const opt = el('option', {value: o}, o || 'any ' + name);
+    if (o === (p.get(name) || '')) opt.setAttribute('selected', '');
+    return opt;
+  }));
+  const filter = el('form', {id: 'audit-filter', onsubmit: ev => {
+    ev.preventDefault();
+    const n = new URLSearchParams();
+    for (const k of ['actor', 'op', 'state']) {
+      const v = filter.elements[k].value.trim();
+      if (v) n.set(k, v);
+    }
+    go('/audit', n);
+  }}, el('input', {name: 'actor', id: 'af-actor', placeholder: 'actor (exactly as recorded)', value: p.get('actor') || '', size: 24}),
+  sel('op', ['', 'cancel', 'reschedule', 'deliver-now', 'redrive', 'purge']), sel('state', ['', 'running', 'done', 'interrupted']),
+  el('button', {type: 'submit', id: 'af-apply'}, 'Filter'),
+  (p.get('actor') || p.get('op') || p.get('state')) ? el('a', {href: '#/audit', id: 'af-clear'}, 'clear') : null);
+  const filtered = p.get('actor') || p.get('op') || p.get('state');
+  view.replaceChildren(el('h2', {}, 'Audit log'), actorForm, filter,
     el('table', {id: 'audit'}, el('thead', {}, el('tr', {},
       ['at (UTC)', 'operation', 'selector / id', '', 'matched', 'changed', 'state', 'actor', 'remote', 'op id'].map(h => el('th', {}, h)))),
-    el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 10}, 'no change recorded yet')))),
+    el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', {colspan: 10},
+      res.next_cursor ? 'none matched among the entries read: older ones may' : filtered ? 'no change matches the filter' : 'no change recorded yet')))),
     el('p', {}, p.get('cursor') ? el('a', {href: '#/audit', id: 'audit-newest'}, 'Newest') : null, ' ', more), out,
     el('p', {class: 'sub'}, 'Every change made through the API, the CLI and this console. An interrupted bulk change (its client or replica gone) can be resumed: it finishes exactly as it began.'));
 };

@@ -30,9 +30,17 @@ function fleetCards(ov, card) {
     card('fleet-in', 'In (parked), last hour', num(parked), num(recent('in')) + ' in the last 5 minutes; ' + num(total(h.in) - parked) + ' not parked'),
     card('fleet-out', 'Out (published), last hour', num(published), num(recent('out')) + ' in the last 5 minutes; ' + num(total(h.out) - published) + ' other results'),
     card('fleet-dead', 'Dead-lettered, last hour', num(total(h.dead_lettered)), reasons || 'none'),
+    quotaCard(h.quota_rejected || {}, card),
     card('fleet-lateness', 'Lateness p50 / p99, last hour', h.lateness_p50_ms === null ? '-' : num(h.lateness_p50_ms) + ' / ' + num(h.lateness_p99_ms) + ' ms',
       num(h.delivered) + ' deliveries by the fleet'),
   ];
+}
+
+// quotaCard is the fleet's quota refusals of the last hour: dead-lettered quota_exceeded by
+// the brokers, and the message API's 429s (never dead letters, so not in the card beside).
+function quotaCard(q, card) {
+  const api = q.http || 0, dead = total(q) - api;
+  return card('fleet-quota', 'Quota refusals, last hour', num(dead + api), `dead-lettered ${num(dead)}, API 429 ${num(api)}`);
 }
 
 // historyChart draws a window of the fleet's counts: parked (in) and published (out) as
