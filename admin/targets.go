@@ -69,6 +69,25 @@ func (a *Admin) Targets(ctx context.Context, recount bool, maxRead int) ([]Targe
 	return out, nil
 }
 
+// HeldByOrder returns how many parked messages wait for their ordering key's predecessor
+// (held: docs/design.md "Ordering keys"), over every shard: one ZCOUNT of the held score
+// per shard (delaystore.Store.Observe), O(log n), the figure delaybridge_held_messages
+// gives for the owned shards. It is a total, not per target: the per-target counts are
+// kept by the scripts that park and delete, and a held count per target would have to be
+// kept by them too (on the delivery path) or read from every held message's envelope.
+// It changes nothing and blocks until Redis answered or ctx is done.
+func (a *Admin) HeldByOrder(ctx context.Context) (int64, error) {
+	obs, err := a.store.Observe(ctx, a.allShards(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("held by order: %w", err)
+	}
+	var n int64
+	for _, g := range obs.Shards {
+		n += g.Held
+	}
+	return n, nil
+}
+
 // nextDues fills in the NextDue of targets from held (the targets each shard's counts
 // hold): each shard is read in scheduled order, listChunk entries a round, all shards of a
 // round in one pipeline, until it showed every target it holds or is through, or maxRead

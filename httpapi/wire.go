@@ -173,10 +173,13 @@ type TargetResponse struct {
 }
 
 // TargetsResponse is the 200 body of GET /v1/targets, most parked first; Quotas (an
-// extension) is the use of every BRIDGE_TARGET_QUOTA pattern, in configuration order.
+// extension) is the use of every BRIDGE_TARGET_QUOTA pattern, in configuration order;
+// HeldByOrder (an extension) how many parked messages, of all targets, wait for their
+// ordering key's predecessor (each is counted in its target's Parked too).
 type TargetsResponse struct {
-	Targets []TargetResponse `json:"targets"`
-	Quotas  []QuotaResponse  `json:"quotas"`
+	Targets     []TargetResponse `json:"targets"`
+	Quotas      []QuotaResponse  `json:"quotas"`
+	HeldByOrder int64            `json:"held_by_order"`
 	// Paused are the paused target globs, by glob (also those matching no parked target).
 	Paused []PausedResponse `json:"paused"`
 }

@@ -120,7 +120,8 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 }
 
 // runTargets is `bridge targets`: parked count and next due per target through the
-// message API (GET /v1/targets).
+// message API (GET /v1/targets), and how many messages their ordering key holds (all
+// targets).
 func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge targets", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -169,6 +170,9 @@ func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.W
 	}
 	if len(res.Targets) == 0 {
 		fmt.Fprintln(stdout, "(nothing parked)")
+	}
+	if res.HeldByOrder > 0 {
+		fmt.Fprintf(stdout, "(%d of them held by their ordering key's predecessor)\n", res.HeldByOrder)
 	}
 	if err := printPaused(stdout, res.Paused); err != nil {
 		return err

@@ -20,10 +20,12 @@ const targetsMaxRead = 100_000
 type Targeter interface {
 	Targets(ctx context.Context, recount bool, maxRead int) ([]admin.TargetCount, error)
 	Quotas(ctx context.Context) ([]admin.QuotaUsage, error)
+	HeldByOrder(ctx context.Context) (int64, error)
 }
 
 // targets serves GET /v1/targets: parked count, next due (with that message's window)
-// and quota pattern per target, most parked first; ?recount=1 counts every shard from
+// and quota pattern per target, most parked first, and how many of the parked messages
+// wait for their ordering key's predecessor (held_by_order, all targets); ?recount=1 counts every shard from
 // its entries first. 400 for another parameter, 503 when Redis failed.
 func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 	if a.admin == nil {
@@ -48,6 +50,11 @@ func (a *api) targets(w http.ResponseWriter, r *http.Request) {
 	us, err := a.admin.Quotas(r.Context())
 	if err != nil {
 		a.log.Warn("quotas", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	if out.HeldByOrder, err = a.admin.HeldByOrder(r.Context()); err != nil {
+		a.log.Warn("held by order", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}

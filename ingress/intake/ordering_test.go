@@ -9,7 +9,8 @@ import (
 )
 
 // TestPrepareOrderingKey: x-delay-ordering-key (1 to 256 bytes, as given) is kept with
-// the message and not forwarded; repeated, empty, too long, or on a recurring message it
+// the message and not forwarded; repeated, empty, too long, not UTF-8, with a control
+// character, or on a recurring message it
 // is refused as invalid_ordering_key.
 func TestPrepareOrderingKey(t *testing.T) {
 	r := prepareRules()
@@ -27,6 +28,11 @@ func TestPrepareOrderingKey(t *testing.T) {
 		{name: "256 bytes", hs: []string{"x-delay-ordering-key", long}, key: long},
 		{name: "with an id", hs: []string{"x-delay-id", "d", "x-delay-ordering-key", "o 1"}, key: "o 1"},
 		{name: "257 bytes", hs: []string{"x-delay-ordering-key", long + "k"}, reason: contract.ReasonInvalidOrderingKey},
+		{name: "a star and markup", hs: []string{"x-delay-ordering-key", `<b>*"</b>`}, key: `<b>*"</b>`},
+		{name: "not UTF-8", hs: []string{"x-delay-ordering-key", "k\xff"}, reason: contract.ReasonInvalidOrderingKey},
+		{name: "NUL", hs: []string{"x-delay-ordering-key", "k\x00"}, reason: contract.ReasonInvalidOrderingKey},
+		{name: "escape", hs: []string{"x-delay-ordering-key", "k\x1b[2J"}, reason: contract.ReasonInvalidOrderingKey},
+		{name: "C1", hs: []string{"x-delay-ordering-key", "k\u0085"}, reason: contract.ReasonInvalidOrderingKey},
 		{name: "empty", hs: []string{"x-delay-ordering-key", ""}, reason: contract.ReasonInvalidOrderingKey},
 		{name: "repeated", hs: []string{"x-delay-ordering-key", "a", "x-delay-ordering-key", "a"}, reason: contract.ReasonInvalidOrderingKey},
 		{name: "recurring", hs: []string{"x-delay-id", "d", "x-delay-every", "1m", "x-delay-ordering-key", "a"}, reason: contract.ReasonInvalidOrderingKey},
