@@ -94,7 +94,8 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("send with flags after the payload: %v %s", err, out)
 	}
 	out, err = runCLI(t, "ls", "--api", api, "--target", "demo.l*")
-	if err != nil || !regexp.MustCompile(`(?m)^later2\s+nats:demo\.later\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)\s+0\s+1$`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^later2\s+nats:demo\.later\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(59m\d+s|1h0m0s)\s+0\s+1\s+-$`).MatchString(out) ||
+		!strings.Contains(out, "\n1 match in all\n") {
 		t.Fatalf("ls: %v %s", err, out)
 	}
 	out, err = runCLI(t, "send", "--api", api, "--delay", "1h", "--window", "10m", "--id", "spread", "--target", "demo.spread", "x")
@@ -102,7 +103,7 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("send --window: %v %s", err, out)
 	}
 	out, err = runCLI(t, "ls", "--api", api, "--target", "demo.spread")
-	if err != nil || !regexp.MustCompile(`(?m)^spread\s+nats:demo\.spread\s+\d{4}-\d\d-\d\d [0-9:.]+ \(drawn in a 10m0s window\)\s+(59m\d+s|1h\d+m\d+s)\s+0\s+1$`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^spread\s+nats:demo\.spread\s+\d{4}-\d\d-\d\d [0-9:.]+ \(drawn in a 10m0s window\)\s+(59m\d+s|1h\d+m\d+s)\s+0\s+1\s+-$`).MatchString(out) {
 		t.Fatalf("ls of a message with a window: %v %s", err, out)
 	}
 	if out, err = runCLI(t, "cancel", "--api", api, "spread"); err != nil {

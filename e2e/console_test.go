@@ -119,7 +119,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			const a = [...document.querySelectorAll('#targets a.target-link')].find(a => a.textContent === `+strconv.Quote(target)+`);
 			return a ? [...a.closest('tr').cells].map(c => c.textContent) : [];
 		})()`))
-		if err != nil || len(cells) != 6 || cells[4] != want[0] || cells[5] != want[1] {
+		if err != nil || len(cells) != 7 || cells[4] != want[0] || cells[5] != want[1] || cells[6] != "pause" {
 			t.Errorf("%s's row: %q %v; want window %q, quota %q", target, cells, err, want[0], want[1])
 		}
 	}

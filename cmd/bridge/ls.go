@@ -62,6 +62,9 @@ func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 			return fmt.Errorf("ls: %w", err)
 		}
 		out.Messages, out.NextCursor = append(out.Messages, page.Messages...), page.NextCursor
+		if out.Total == 0 { // the selector's total, as the first page counted it
+			out.Total, out.TotalEstimated = page.Total, page.TotalEstimated
+		}
 		if !*all || page.NextCursor == nil {
 			break
 		}
