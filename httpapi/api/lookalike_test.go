@@ -32,9 +32,8 @@ func TestPostCountsLookalikes(t *testing.T) {
 		DefaultBroker: "nats", Metrics: m,
 		Lookalikes: intake.NewLookalikes(slog.New(slog.NewTextHandler(&logs, nil)), m, nil),
 	}, storetest.New(t, time.Second), nil, nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	c := &client.Client{Base: srv.URL}
+	srv := serveAPI(t, h)
+	c := &client.Client{Base: srv.URL, HTTP: srv.Client}
 	before := time.Now()
 	res, err := c.Send(context.Background(), httpapi.PostRequest{Target: "a.b", Headers: map[string]string{"x-dealy": "30s", "tenant": "x"}})
 	if err != nil {
