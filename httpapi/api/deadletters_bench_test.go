@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"

@@ -91,14 +91,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 		for method := range item.GetOperations().KeysFromOldest() {
 			documented[strings.ToUpper(method)+" "+path] = true
 		}
-		if !fallbacks[path] {
-			t.Errorf("%s: no 405 for other methods (register methodNotAllowed for it)", path)
-		}
 		req := httptest.NewRequest("PATCH", "http://127.0.0.1"+pathParams.ReplaceAllString(path, "x"), nil)
 		rec := httptest.NewRecorder()
 		a.top().ServeHTTP(rec, req)
-		if want := allowOf(item); rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != want {
-			t.Errorf("PATCH %s: %d Allow %q, want 405 Allow %q", path, rec.Code, rec.Header().Get("Allow"), want)
+		if want := allowOf(item); rec.Code != http.StatusMethodNotAllowed || !sameMethods(rec.Header().Get("Allow"), want) {
+			t.Errorf("PATCH %s: %d Allow %q, want 405 Allow %q (register methodNotAllowed for the path)", path, rec.Code, rec.Header().Get("Allow"), want)
 		}
 	}
 	for _, r := range slices.Sorted(keys(registered)) {
@@ -142,7 +139,9 @@ func TestCheckAnswerCatchesDrift(t *testing.T) {
 		}
 		return &http.Response{StatusCode: status, Header: header, Body: io.NopCloser(strings.NewReader(body))}
 	}
-	get := func(target string) *http.Request { return httptest.NewRequest(http.MethodGet, "http://127.0.0.1"+target, nil) }
+	get := func(target string) *http.Request {
+		return httptest.NewRequest(http.MethodGet, "http://127.0.0.1"+target, nil)
+	}
 	stats := `{"parked":1,"per_shard":[1],"next_due":null,"now":5}`
 	for _, tc := range []struct {
 		name string
@@ -187,7 +186,7 @@ func TestTestsUseCheckedClients(t *testing.T) {
 	forbidden := map[string]string{
 		"http.Get": "srv.Client.Get", "http.Post": "srv.Client.Post", "http.Head": "srv.Client.Head",
 		"http.PostForm": "srv.Client.PostForm", "http.DefaultClient": "srv.Client or checkedClient(t)",
-		"httptest.NewServer": "serveAPI(t, h)",
+		"httptest.NewServer":          "serveAPI(t, h)",
 		"httptest.NewUnstartedServer": "serveAPI(t, h)", "httptest.NewTLSServer": "serveAPI(t, h)",
 		"httptest.NewRecorder": "record(t, h, req)",
 	}

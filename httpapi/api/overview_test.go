@@ -3,8 +3,6 @@ package api
 import (
 	"encoding/json"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
