@@ -62,7 +62,7 @@ var loadSpec = sync.OnceValues(func() (*openAPISpec, error) {
 
 // strictMaps are the JSON paths of the document's maps (objects with data as keys).
 var strictMaps = []string{"$.body.headers.*", "$.body.in.*", "$.body.out.*", "$.body.by_reason.*",
-	"$.body.**.in.*", "$.body.**.out.*", "$.body.**.dead_lettered.*", "$.body.entries[*].selector.**"}
+	"$.body.**.in.*", "$.body.**.out.*", "$.body.**.dead_lettered.*", "$.body.**.quota_rejected.*", "$.body.entries[*].selector.**"}
 
 // httpapiActor is the audit log's actor header (httpapi.ActorHeader).
 const httpapiActor = "X-Delay-Actor"
