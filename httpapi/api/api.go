@@ -146,16 +146,25 @@ func New(cfg Config, store Store, adm Admin, logger *slog.Logger) http.Handler {
 	budget = max(budget, cfg.MaxBodyBytes())
 	a := &api{cfg: cfg, store: store, admin: adm, log: logger.With("component", "api"), inflight: semaphore.NewWeighted(budget),
 		redrives: make(chan struct{}, redriveAtOnce)}
-	// The console's page answers 401 without the token (its body still the page, which
-	// asks for it); its script and style hold no data (docs/design.md, "Web console").
-	top := http.NewServeMux()
-	top.Handle("GET /ui/", ui.Handler(a.authorized))
-	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	top.Handle("/", a.auth(a.limitBody(a.routes())))
+	top := a.top()
 	if cfg.Token != "" {
 		return crossOrigin(top)
 	}
 	return hostGuard(cfg.Hosts, crossOrigin(top))
+}
+
+// top routes the console and the OpenAPI document, which hold no data and take no token,
+// and everything else through the token check to routes. The console's page answers 401
+// without the token (its body still the page, which asks for it); its script and style
+// hold no data (docs/design.md, "Web console").
+func (a *api) top() *mux {
+	top := newMux()
+	top.Handle("GET /ui/", ui.Handler(a.authorized))
+	top.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	top.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	top.HandleFunc("/v1/openapi.json", methodNotAllowed("GET, HEAD"))
+	top.Handle("/", a.auth(a.limitBody(a.routes())))
+	return top
 }
 
 // withDefaults is c with its unset clock, start and budgets set.
@@ -176,9 +185,10 @@ func (c Config) withDefaults() Config {
 }
 
 // routes are the message API's endpoints; any other method or path gets a JSON answer
-// like every other error (405 with Allow, or 404).
-func (a *api) routes() *http.ServeMux {
-	mux := http.NewServeMux()
+// like every other error (405 with Allow, or 404). Each route is in openapi.json too
+// (TestOpenAPIRoutes).
+func (a *api) routes() *mux {
+	mux := newMux()
 	mux.Handle("POST /v1/messages", requireJSON(http.HandlerFunc(a.post)))
 	mux.HandleFunc("GET /v1/messages", a.list)
 	mux.HandleFunc("GET /v1/messages/{id}", a.get)

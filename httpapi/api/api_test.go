@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,9 +38,8 @@ func newAPIOn(t testing.TB, token string, st *delaystore.Store) *client.Client {
 		DefaultBroker: "nats",
 		Token:         token,
 	}, st, adminOf(t, st), nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return &client.Client{Base: srv.URL, Token: token}
+	srv := serveAPI(t, h)
+	return &client.Client{Base: srv.URL, Token: token, HTTP: srv.Client}
 }
 
 // adminOf is the initialised operator's side of st.
@@ -246,7 +244,7 @@ func TestPostRejects(t *testing.T) {
 			}
 		})
 	}
-	resp, err := http.Post(c.Base+"/v1/messages", "application/json", strings.NewReader(`{"target":"a.b","nope":1}`))
+	resp, err := c.HTTP.Post(c.Base+"/v1/messages", "application/json", strings.NewReader(`{"target":"a.b","nope":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +266,7 @@ func TestToken(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodGet, c.Base+"/v1/stats", nil)
 	req.Header.Set("Authorization", "bearer s3cret") // the scheme is case-insensitive
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+	if resp, err := c.HTTP.Do(req); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("lower-case scheme: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
@@ -295,7 +293,7 @@ func TestJSONErrorsForOtherMethodsAndPaths(t *testing.T) {
 		{http.MethodGet, "/v2/nothing", http.StatusNotFound, ""},
 	} {
 		req, _ := http.NewRequest(tc.method, c.Base+tc.path, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

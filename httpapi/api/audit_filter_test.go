@@ -73,7 +73,7 @@ func TestAuditFilter(t *testing.T) {
 	wantInvalidCursor(t, "a cursor of actor alice without a filter", err)
 	for _, q := range []string{"state=gone", "op=DROP", "op=" + strings.Repeat("a", 33), "actor=" + strings.Repeat("a", 129),
 		"actor=%0a", "actor=a&actor=b", "who=x"} {
-		resp, err := http.Get(c.Base + "/v1/audit?" + q)
+		resp, err := c.HTTP.Get(c.Base + "/v1/audit?" + q)
 		if err != nil {
 			t.Fatal(err)
 		}

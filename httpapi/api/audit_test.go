@@ -124,7 +124,7 @@ func TestAuditCursorsAndLimits(t *testing.T) {
 	wantInvalidCursor(t, "bulk with an audit cursor", err)
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "after=abc"} {
 		req, _ := http.NewRequest("GET", c.Base+"/v1/audit?"+q, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,20 +71,20 @@ func TestForecastOverflowRefused(t *testing.T) {
 	c, _ := newAPI(t, "")
 	for _, q := range []string{"step=9223372036854775807&buckets=400", "step=9223372036854775807&buckets=1",
 		"step=23058430092136940&buckets=400", "step=3600000&buckets=25"} {
-		if status, body := getRaw(t, c.Base+"/v1/forecast?"+q); status != http.StatusBadRequest {
+		if status, body := getRaw(t, c.HTTP, c.Base+"/v1/forecast?"+q); status != http.StatusBadRequest {
 			t.Errorf("forecast %s: %d %s, want 400", q, status, body)
 		}
 	}
 	for _, q := range []string{"step=60000&buckets=60", "step=3600000&buckets=24"} {
-		if status, body := getRaw(t, c.Base+"/v1/forecast?"+q); status != http.StatusOK {
+		if status, body := getRaw(t, c.HTTP, c.Base+"/v1/forecast?"+q); status != http.StatusOK {
 			t.Errorf("forecast %s: %d %s, want 200", q, status, body)
 		}
 	}
 }
 
-func getRaw(t *testing.T, u string) (int, string) {
+func getRaw(t *testing.T, c *http.Client, u string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(u)
+	resp, err := c.Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,15 +136,13 @@ func FuzzAPITimes(f *testing.F) {
 func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 	t.Helper()
 	post := func(path, body string) (int, string) {
-		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rec, req)
+		rec := record(t, h, req)
 		return rec.Code, rec.Body.String()
 	}
 	get := func(id string) int64 {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/messages/"+url.PathEscape(id), nil))
+		rec := record(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/messages/"+url.PathEscape(id), nil))
 		var m httpapi.MessageResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("get %s: %d %s", id, rec.Code, rec.Body)
@@ -174,8 +172,7 @@ func fuzzCall(t *testing.T, h http.Handler, field, value string) (int64, bool) {
 			return r.Due, true
 		}
 	case "step":
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
+		rec := record(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/forecast?buckets=400&step="+url.QueryEscape(value), nil))
 		code, out = rec.Code, rec.Body.String()
 		if code == http.StatusOK {
 			var r httpapi.ForecastResponse

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -30,9 +29,8 @@ func newAPIBudget(t *testing.T) *client.Client {
 		DefaultBroker: "nats",
 		bulkBudget:    time.Nanosecond,
 	}, st, adminOf(t, st), nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return &client.Client{Base: srv.URL}
+	srv := serveAPI(t, h)
+	return &client.Client{Base: srv.URL, HTTP: srv.Client}
 }
 
 // wantInvalidCursor fails unless err is the API's 400 invalid_cursor.

@@ -24,8 +24,13 @@ const (
 
 // deadLetter serves GET /v1/dead-letters/{id}[?broker=]: one letter with its headers and
 // payload (as text when it is UTF-8, else base64). 400 for an id of the wrong form, 404
-// when there is no letter of that id, 503 when the broker failed.
+// when there is no letter of that id, 503 when the broker failed; a GET of redrive or
+// purge (POST only) is a 405, as any other method of theirs.
 func (a *api) deadLetter(w http.ResponseWriter, r *http.Request) {
+	if id := r.PathValue("id"); id == "redrive" || id == "purge" {
+		deadLetterPathNotAllowed(w, r)
+		return
+	}
 	broker, d, err := a.deadLetterStore(onlyBroker(r))
 	if err == nil {
 		err = d.CheckID(r.PathValue("id"))

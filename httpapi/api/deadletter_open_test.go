@@ -192,7 +192,7 @@ func TestDeadLetterPurgeAttacks(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	req.Header.Set("Origin", "https://evil.example")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,15 +200,17 @@ func TestDeadLetterPurgeAttacks(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-site purge: %d, want 403", resp.StatusCode)
 	}
-	for _, m := range []string{http.MethodGet, http.MethodDelete} {
-		req, _ := http.NewRequestWithContext(t.Context(), m, c.Base+"/v1/dead-letters/purge", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if want := map[string]int{"GET": 400, "DELETE": 405}[m]; resp.StatusCode != want || m == "DELETE" && resp.Header.Get("Allow") != "POST" {
-			t.Fatalf("%s /v1/dead-letters/purge: %d Allow %q", m, resp.StatusCode, resp.Header.Get("Allow"))
+	for _, path := range []string{"/v1/dead-letters/purge", "/v1/dead-letters/redrive"} {
+		for _, m := range []string{http.MethodGet, http.MethodDelete} {
+			req, _ := http.NewRequestWithContext(t.Context(), m, c.Base+path, nil)
+			resp, err := c.HTTP.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+				t.Fatalf("%s %s: %d Allow %q, want 405 Allow POST", m, path, resp.StatusCode, resp.Header.Get("Allow"))
+			}
 		}
 	}
 

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -26,9 +25,8 @@ const benchLetters = 100_000
 func serveDeadLetters(b *testing.B, broker string, d DeadLetters) *client.Client {
 	st := storetest.New(b, time.Second)
 	h := New(Config{DefaultBroker: broker, DeadLetters: map[string]DeadLetters{broker: d}}, st, adminOf(b, st), nil)
-	srv := httptest.NewServer(h)
-	b.Cleanup(srv.Close)
-	return &client.Client{Base: srv.URL}
+	srv := serveAPI(b, h)
+	return &client.Client{Base: srv.URL, HTTP: srv.Client}
 }
 
 // listEvery pages through GET /v1/dead-letters with the largest limit and returns how

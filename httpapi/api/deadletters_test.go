@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -96,9 +95,8 @@ func deadLetterServer(t *testing.T, n int, budget time.Duration) (*client.Client
 		RedriveHook:   hook,
 		redriveBudget: budget,
 	}, st, adminOf(t, st), nil)
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	return &client.Client{Base: hs.URL}, hook, func() []string {
+	hs := serveAPI(t, h)
+	return &client.Client{Base: hs.URL, HTTP: hs.Client}, hook, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(took)
@@ -365,9 +363,8 @@ func TestDeadLettersTwoBrokers(t *testing.T) {
 	}
 	st := storetest.New(t, time.Second)
 	h := New(Config{DefaultBroker: "nats", DeadLetters: map[string]DeadLetters{"nats": store(3), "kafka": store(5)}}, st, adminOf(t, st), nil)
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	c := &client.Client{Base: hs.URL}
+	hs := serveAPI(t, h)
+	c := &client.Client{Base: hs.URL, HTTP: hs.Client}
 	for broker, want := range map[string]int{"": 3, "nats": 3, "kafka": 5} {
 		q := url.Values{"limit": {"1000"}}
 		if broker != "" {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -30,9 +29,9 @@ func newEventsAPI(t *testing.T, token string) (*client.Client, *events.Hub) {
 		}},
 		DefaultBroker: "nats", Token: token, Events: hub,
 	}, st, adminOf(t, st), nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() { hub.Close(); srv.Close() })
-	return &client.Client{Base: srv.URL, Token: token}, hub
+	srv := serveAPI(t, h)
+	t.Cleanup(hub.Close) // before the server closes: the streams end first
+	return &client.Client{Base: srv.URL, Token: token, HTTP: srv.Client}, hub
 }
 
 // tail streams c's events (glob target) into a channel until the test ends; the
@@ -172,7 +171,7 @@ func openStream(t *testing.T, c *client.Client, hdr map[string]string) int {
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +239,7 @@ func TestEventsOutliveServerTimeouts(t *testing.T) {
 		served <- httpapi.ServeListener(ctx, ln, h, httpapi.ServerConfig{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}, nil)
 	}()
 	t.Cleanup(func() { hub.Close(); cancel(); <-served })
-	c := &client.Client{Base: "http://" + ln.Addr().String()}
+	c := &client.Client{Base: "http://" + ln.Addr().String(), HTTP: checkedClient(t)}
 	evs, end, _ := tail(t, c, "")
 	waitTails(t, hub, 1)
 	time.Sleep(500 * time.Millisecond) // five times the server's timeouts

@@ -121,7 +121,7 @@ func TestFindByIDForgedInput(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, c.Base+"/v1/messages/"+url.PathEscape(id), nil)
 		req.Header.Set("Origin", "https://evil.example")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -58,11 +57,10 @@ func TestFleetOverview(t *testing.T) {
 	own := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "delaybridge_messages_in_total"}, []string{"broker", "result", "reason"})
 	reg.MustRegister(own)
 	own.WithLabelValues("nats", "parked", "").Add(3)
-	srv := httptest.NewServer(New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, adm, nil))
-	t.Cleanup(srv.Close)
+	srv := serveAPI(t, New(Config{Gatherer: reg, Now: func() time.Time { return now }}, st, adm, nil))
 
 	var ov httpapi.FleetOverviewResponse
-	get(t, srv.URL+"/v1/overview?scope=fleet", http.StatusOK, &ov)
+	get(t, srv.Client, srv.URL+"/v1/overview?scope=fleet", http.StatusOK, &ov)
 	h, w := ov.LastHour, ov.Last7d
 	if ov.Scope != "fleet" || ov.Replicas != 2 || ov.Now != now.UnixMilli() || ov.Redis != "ok" {
 		t.Fatalf("overview %+v", ov)
@@ -87,23 +85,23 @@ func TestFleetOverview(t *testing.T) {
 	}
 
 	var rep httpapi.OverviewResponse
-	get(t, srv.URL+"/v1/overview", http.StatusOK, &rep)
+	get(t, srv.Client, srv.URL+"/v1/overview", http.StatusOK, &rep)
 	if rep.Scope != "replica" || rep.In["parked"] != 3 {
 		t.Fatalf("default overview %+v, want this replica's", rep)
 	}
-	get(t, srv.URL+"/v1/overview?scope=replica", http.StatusOK, &rep)
+	get(t, srv.Client, srv.URL+"/v1/overview?scope=replica", http.StatusOK, &rep)
 	if rep.Scope != "replica" || rep.In["parked"] != 3 {
 		t.Fatalf("replica overview %+v", rep)
 	}
 	for _, q := range []string{"scope=FLEET", "scope=fleet&scope=fleet", "scope=", "x=1", "scope=fleet&x=1", "scope=%00"} {
-		get(t, srv.URL+"/v1/overview?"+q, http.StatusBadRequest, nil)
+		get(t, srv.Client, srv.URL+"/v1/overview?"+q, http.StatusBadRequest, nil)
 	}
 }
 
 // get GETs url, wants status, and decodes the body into v (when not nil).
-func get(t *testing.T, url string, status int, v any) {
+func get(t *testing.T, c *http.Client, url string, status int, v any) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,9 +29,8 @@ func newAPIHosts(t *testing.T, token string, hosts ...string) (string, *client.C
 		}},
 		DefaultBroker: "nats", Token: token, Hosts: hosts,
 	}, st, adminOf(t, st), nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), &client.Client{Base: srv.URL, Token: token}, st
+	srv := serveAPI(t, h)
+	return srv.Listener.Addr().String(), &client.Client{Base: srv.URL, Token: token, HTTP: srv.Client}, st
 }
 
 // rawRequest writes req (a request head, CRLF line ends added; a body after an empty

@@ -148,7 +148,7 @@ func TestTargetsEndpoint(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodGet, c.Base+"/v1/targets?limit=3", nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("an unknown parameter: %v %v", resp.StatusCode, err)
 	}
@@ -181,7 +181,7 @@ func TestConsoleFilesNeedNoToken(t *testing.T) {
 		if f.token != "" {
 			req.Header.Set("Authorization", "Bearer "+f.token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,12 +196,12 @@ func TestConsoleFilesNeedNoToken(t *testing.T) {
 			t.Errorf("GET %s without the token: WWW-Authenticate %q, Content-Type %q", f.path, resp.Header.Get("WWW-Authenticate"), resp.Header.Get("Content-Type"))
 		}
 	}
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	noRedirect := checked(t, &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})
 	if resp, err := noRedirect.Get(c.Base + "/ui"); err != nil || resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("GET /ui: %v %v", resp, err)
 	}
 	for _, path := range []string{"/v1/overview", "/v1/forecast?step=60000&buckets=60", "/v1/targets", "/v1/messages"} {
-		resp, err := http.Get(c.Base + path)
+		resp, err := c.HTTP.Get(c.Base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +222,7 @@ func TestForecastAndOverview(t *testing.T) {
 		}
 	}
 	get := func(path string, out any) int {
-		resp, err := http.Get(c.Base + path)
+		resp, err := c.HTTP.Get(c.Base + path)
 		if err != nil {
 			t.Fatal(err)
 		}

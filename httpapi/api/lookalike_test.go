@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -32,9 +31,8 @@ func TestPostCountsLookalikes(t *testing.T) {
 		DefaultBroker: "nats", Metrics: m,
 		Lookalikes: intake.NewLookalikes(slog.New(slog.NewTextHandler(&logs, nil)), m, nil),
 	}, storetest.New(t, time.Second), nil, nil)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	c := &client.Client{Base: srv.URL}
+	srv := serveAPI(t, h)
+	c := &client.Client{Base: srv.URL, HTTP: srv.Client}
 	before := time.Now()
 	res, err := c.Send(context.Background(), httpapi.PostRequest{Target: "a.b", Headers: map[string]string{"x-dealy": "30s", "tenant": "x"}})
 	if err != nil {

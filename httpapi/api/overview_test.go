@@ -3,8 +3,6 @@ package api
 import (
 	"encoding/json"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -69,9 +67,8 @@ func TestOverviewHonest(t *testing.T) {
 	late.Observe(5.8)
 	maxLate.Set(5.8)
 	started := time.UnixMilli(1_800_000_000_000)
-	srv := httptest.NewServer(New(Config{Gatherer: reg, Started: started}, nil, nil, nil))
-	t.Cleanup(srv.Close)
-	resp, err := http.Get(srv.URL + "/v1/overview")
+	srv := serveAPI(t, New(Config{Gatherer: reg, Started: started}, nil, nil, nil))
+	resp, err := srv.Client.Get(srv.URL + "/v1/overview")
 	if err != nil {
 		t.Fatal(err)
 	}
