@@ -674,13 +674,15 @@ func TestUUIDHeader(t *testing.T) {
 }
 
 // 500 messages in one Publish are one produce request (one partition), and all arrive.
+// The linger is 100 ms here: with the default 2 ms a loaded machine (-race, CI) can take
+// longer than that to hand the 500 to the client, and the batch then leaves in two.
 func TestPublishBatchIsOneWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	testkafka.CreateTopic(t, e.brokers, "batch", 1)
 	produces := e.cluster.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "batch", Observe: true, Count: -1})
 	defer produces.Remove()
-	pub := e.publisher(t, wmkafka.PublisherConfig{UUIDHeader: uuidHeader})
+	pub := e.publisher(t, wmkafka.PublisherConfig{UUIDHeader: uuidHeader, BatchTimeout: 100 * time.Millisecond})
 	var msgs message.Messages
 	for i := range 500 {
 		msgs = append(msgs, message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i))))
