@@ -119,33 +119,20 @@ func (a *api) deadLetterCounts(w http.ResponseWriter, r *http.Request) {
 // broker failed (letters deleted before stay deleted), else 200 with the counts. 501 on a
 // broker whose letters cannot be deleted (Kafka).
 func (a *api) purge(w http.ResponseWriter, r *http.Request) {
-	var req httpapi.RedriveRequest
-	if err := decodeBody(r.Body, &req); err != nil {
-		writeBodyError(w, err)
+	c, ok := a.deadLetterCall(w, r)
+	if !ok {
 		return
 	}
-	broker, d, err := a.deadLetterStore(req.Broker)
-	var opts redrive.Options
-	var sel string
-	if err == nil {
-		opts, sel, err = redriveOptions(req, d)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
-		return
-	}
+	req, broker, d, opts, sel := c.req, c.broker, c.d, c.opts, c.sel
 	if err := d.CanPurge(); err != nil {
 		writeError(w, http.StatusNotImplemented, "broker "+broker+": "+err.Error())
 		return
 	}
-	select {
-	case a.redrives <- struct{}{}:
-		defer func() { <-a.redrives }()
-	default:
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives or purges are running on this replica: retry later", redriveAtOnce))
+	release, ok := a.redriveSlot(w)
+	if !ok {
 		return
 	}
+	defer release()
 	rec, err := a.BeginAudit(r, "purge", redriveSelector(broker, req), "", req.DryRun)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())

@@ -191,29 +191,16 @@ func shorten(s string) string {
 // redriveAtOnce redrives already, 503 when the broker failed (letters handled before
 // stay handled), else 200 with the counts.
 func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
-	var req httpapi.RedriveRequest
-	if err := decodeBody(r.Body, &req); err != nil {
-		writeBodyError(w, err)
+	c, ok := a.deadLetterCall(w, r)
+	if !ok {
 		return
 	}
-	broker, d, err := a.deadLetterStore(req.Broker)
-	var opts redrive.Options
-	var sel string
-	if err == nil {
-		opts, sel, err = redriveOptions(req, d)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+	req, broker, d, opts, sel := c.req, c.broker, c.d, c.opts, c.sel
+	release, ok := a.redriveSlot(w)
+	if !ok {
 		return
 	}
-	select {
-	case a.redrives <- struct{}{}:
-		defer func() { <-a.redrives }()
-	default:
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives are running on this replica: retry later", redriveAtOnce))
-		return
-	}
+	defer release()
 	end, err := a.redriveBegun(r, broker, sel, req)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
@@ -309,4 +296,46 @@ func redriveSelector(broker string, req httpapi.RedriveRequest) json.RawMessage 
 		IDs    []string `json:"ids,omitempty"`
 	}{broker, req.Reason, req.IDs})
 	return b
+}
+
+// deadLetterCall is a redrive's or a purge's request, read: the body, the broker's name
+// and dead-letter store, the redrive options and the selector.
+type deadLetterCall struct {
+	req    httpapi.RedriveRequest
+	broker string
+	d      DeadLetters
+	opts   redrive.Options
+	sel    string
+}
+
+// deadLetterCall reads the body of a redrive or a purge; it answers a bad one itself
+// (400: ok false).
+func (a *api) deadLetterCall(w http.ResponseWriter, r *http.Request) (c deadLetterCall, ok bool) {
+	if err := decodeBody(r.Body, &c.req); err != nil {
+		writeBodyError(w, err)
+		return c, false
+	}
+	var err error
+	c.broker, c.d, err = a.deadLetterStore(c.req.Broker)
+	if err == nil {
+		c.opts, c.sel, err = redriveOptions(c.req, c.d)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, contract.ReasonInvalidRequest+": "+err.Error())
+		return c, false
+	}
+	return c, true
+}
+
+// redriveSlot takes one of this replica's redriveAtOnce slots of redrives and purges
+// (release gives it back), or answers 429 with Retry-After (ok false). It does not block.
+func (a *api) redriveSlot(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case a.redrives <- struct{}{}:
+		return func() { <-a.redrives }, true
+	default:
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d redrives or purges are running on this replica: retry later", redriveAtOnce))
+		return nil, false
+	}
 }
