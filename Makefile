@@ -35,10 +35,10 @@ tools:
 	  echo "could not install chromium; the console's browser test will fail until it is on PATH"; }
 
 # Fault suite (e2e/fault, docs/faults.md rows): the bridge built with test-only
-# failpoints, killed, stopped and restarted under load; about 9 minutes. FAULT_SEED=N replays
+# failpoints, killed, stopped and restarted under load; about 12 minutes. FAULT_SEED=N replays
 # the random kill loop; FAULT_KILL_LOOP=5m runs it for 5 minutes instead of 15 s.
 test-fault:
-	$(GO) test -tags fault,failpoints -count=1 -timeout 15m ./e2e/fault/ ./internal/failpoint/ ./internal/clock/
+	$(GO) test -tags fault,failpoints -count=1 -timeout 25m ./e2e/fault/ ./internal/failpoint/ ./internal/clock/
 
 # End-to-end user stories (e2e/) against the stack named by E2E_REDIS_URL, E2E_NATS_URL
 # (JetStream on) and E2E_KAFKA_BROKERS, e.g. the one of deploy/docker-compose.yml; each unset
