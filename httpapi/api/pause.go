@@ -51,18 +51,8 @@ func pauseRequest(w http.ResponseWriter, r *http.Request) (string, bool) {
 // 200 with the glob's state (changed false when it already was paused), 409
 // too_many_paused, 503 when Redis or the audit log failed.
 func (a *api) pauseTarget(w http.ResponseWriter, r *http.Request) {
-	p := a.pauser()
-	if p == nil {
-		writeError(w, http.StatusNotImplemented, "this store cannot pause targets")
-		return
-	}
-	pattern, ok := pauseRequest(w, r)
+	p, pattern, rec, ok := a.beginPause(w, r, "pause")
 	if !ok {
-		return
-	}
-	rec, err := a.beginPauseAudit(r, "pause", pattern)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
 	}
 	c, err := p.Pause(r.Context(), pattern)
@@ -90,18 +80,8 @@ func (a *api) pauseTarget(w http.ResponseWriter, r *http.Request) {
 // when Redis or the audit log failed (the glob may be resumed already: repeat the call to
 // finish the pass).
 func (a *api) resumeTarget(w http.ResponseWriter, r *http.Request) {
-	p := a.pauser()
-	if p == nil {
-		writeError(w, http.StatusNotImplemented, "this store cannot pause targets")
-		return
-	}
-	pattern, ok := pauseRequest(w, r)
+	p, pattern, rec, ok := a.beginPause(w, r, "resume")
 	if !ok {
-		return
-	}
-	rec, err := a.beginPauseAudit(r, "resume", pattern)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
 		return
 	}
 	stop := rec.Hold(r.Context())
@@ -116,6 +96,25 @@ func (a *api) resumeTarget(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("target resumed", "target", pattern, "changed", res.Changed, "moved", res.Moved, "op_id", rec.OpID())
 	writeJSON(w, http.StatusOK, httpapi.PauseResponse{Target: pattern, Changed: res.Changed, Since: res.Paused, Moved: res.Moved, OpID: rec.OpID()})
+}
+
+// beginPause is the start of a pause or resume (op): the store's Pauser (501 without
+// one), the request's glob (pauseRequest's answers), the audit entry begun (503 when the
+// audit log failed); ok false when it answered.
+func (a *api) beginPause(w http.ResponseWriter, r *http.Request, op string) (p Pauser, pattern string, rec *AuditRecord, ok bool) {
+	if p = a.pauser(); p == nil {
+		writeError(w, http.StatusNotImplemented, "this store cannot pause targets")
+		return nil, "", nil, false
+	}
+	if pattern, ok = pauseRequest(w, r); !ok {
+		return nil, "", nil, false
+	}
+	rec, err := a.beginPauseAudit(r, op, pattern)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store unavailable (audit log): "+err.Error())
+		return nil, "", nil, false
+	}
+	return p, pattern, rec, true
 }
 
 // beginPauseAudit begins the audit entry of a pause or resume of pattern.
