@@ -474,11 +474,14 @@ func TestOperatorUnderDelivery(t *testing.T) {
 		o.park(fmt.Sprintf("s%03d", i), stay, time.Hour+time.Duration(i)*time.Second)
 	}
 	first := map[string]int64{}
+	// The flow spans 4 s at the target's rate, so most of it is still ahead when the
+	// shifts begin even if parking the 400 took longer than the lead (a loaded CI
+	// machine): the shifts then race delivery instead of finding everything claimed.
 	const n = 400
-	start := time.Now().Add(1500 * time.Millisecond)
+	start := time.Now().Add(2 * time.Second)
 	for i := range n {
 		id := fmt.Sprintf("f%03d", i)
-		first[id] = o.post(id, flow, "deliver_at", start.Add(time.Duration(i)*3*time.Millisecond).UnixMilli())
+		first[id] = o.post(id, flow, "deliver_at", start.Add(time.Duration(i)*10*time.Millisecond).UnixMilli())
 	}
 
 	var wg sync.WaitGroup
