@@ -15,10 +15,6 @@ const (
 	// shards: two of egress's reads of the pause set, so no replica puts a message back
 	// after the pass read past it.
 	pauseSettle = time.Second
-	// resumeChunk is the entries a pass reads per shard and call.
-	resumeChunk = 500
-	// belowHeld bounds the scores read: held entries of ordering keys (2^50 + 1) wait.
-	belowHeld = 1 << 50
 )
 
 // Pause pauses the targets pattern matches for the whole fleet (delaystore.Store.PauseTarget):
@@ -76,45 +72,13 @@ func (a *Admin) Resume(ctx context.Context, pattern string) (ResumeResult, error
 	match := func(target string) bool {
 		return p.MatchTarget(target) && glob.FirstMatch(still, target) < 0
 	}
-	to := min(c.Now+(delaystore.PauseHold+2*pauseSettle).Milliseconds(), belowHeld)
+	to := c.Now + (delaystore.PauseHold + 2*pauseSettle).Milliseconds()
 	for shard := range a.store.Shards() {
-		n, err := a.resumeShard(ctx, shard, p.Literals(), match, c.Now, to)
+		n, err := a.store.UnpauseShard(ctx, shard, p.Literals(), match, c.Now, to)
 		res.Moved += n
 		if err != nil {
-			return res, err
+			return res, fmt.Errorf("resume: %w", err)
 		}
 	}
 	return res, nil
-}
-
-// resumeShard is Resume's pass over one shard: entries scored in [from, to] of targets
-// that match, waiting (odd score) past their due time, are given it back.
-func (a *Admin) resumeShard(ctx context.Context, shard int, literals []string, match func(string) bool, from, to int64) (int, error) {
-	moved := 0
-	after := delaystore.Position{}
-	for {
-		page := a.store.Scan(ctx, []delaystore.ScanRequest{{Shard: shard, From: from, To: to, After: after,
-			Count: resumeChunk, Literals: literals}})[0]
-		if page.Err != nil {
-			return moved, fmt.Errorf("resume: scan shard %d: %w", shard, page.Err)
-		}
-		if page.Again {
-			continue
-		}
-		var picks []delaystore.Scanned
-		for _, e := range page.Entries {
-			if e.Err == nil && e.Scheduled%2 == 1 && e.Scheduled > e.Due && match(e.Target) {
-				picks = append(picks, e)
-			}
-		}
-		n, err := a.store.Unpause(ctx, shard, picks)
-		moved += n
-		if err != nil {
-			return moved, fmt.Errorf("resume: %w", err)
-		}
-		if page.Through {
-			return moved, nil
-		}
-		after = page.Next
-	}
 }

@@ -25,6 +25,8 @@ const (
 	// (or until its expiry, when earlier): so a resume finds them scored within PauseHold
 	// of its time.
 	PauseHold = 10 * time.Minute
+	// unpauseChunk is the entries UnpauseShard reads per call.
+	unpauseChunk = 500
 )
 
 // ErrTooManyPaused: the pause set holds as many globs as it takes (MaxPaused paused, or
@@ -54,15 +56,17 @@ type PauseChange struct {
 // PauseTarget adds pattern to the pause set, for the whole fleet (pause.lua). A glob
 // already paused is left as it is (Changed false, Paused its time). A pattern that is
 // not a valid selector glob (glob.CompileSelector) is an error wrapping glob.ErrMalformed
-// or glob.ErrTooLong, a full set ErrTooManyPaused. It blocks until Redis answered or ctx
-// is done.
+// or glob.ErrTooLong, a full set ErrTooManyPaused. With Config.MinReplicas the call, a
+// repeated one too, is confirmed by WAIT (ErrNotReplicated: the pause may be lost in a
+// failover; call again). It blocks until Redis answered or ctx is done.
 func (s *Store) PauseTarget(ctx context.Context, pattern string) (PauseChange, error) {
 	return s.pause(ctx, "p", pattern)
 }
 
 // ResumeTarget takes pattern out of the pause set (marked resumed for ResumedKeep). A
 // glob that is not paused is left as it is (Changed false). It does not move any message:
-// Unpause does. It blocks until Redis answered or ctx is done.
+// Unpause does. Confirmed by WAIT as PauseTarget is. It blocks until Redis answered or
+// ctx is done.
 func (s *Store) ResumeTarget(ctx context.Context, pattern string) (PauseChange, error) {
 	return s.pause(ctx, "r", pattern)
 }
@@ -71,8 +75,9 @@ func (s *Store) pause(ctx context.Context, op, pattern string) (PauseChange, err
 	if _, err := glob.CompileSelector(pattern); err != nil {
 		return PauseChange{}, fmt.Errorf("pause: %w", err)
 	}
-	res, err := s.scripts[scriptPause].Run(ctx, s.rdb, []string{s.pauseKey}, op, pattern, MaxPaused, pauseFields,
-		ResumedKeep.Milliseconds()).Int64Slice()
+	c := call{keys: []string{s.pauseKey}, args: []any{op, pattern, MaxPaused, pauseFields, ResumedKeep.Milliseconds()},
+		fence: s.pauseFence}
+	res, err := s.evalConfirmed(ctx, s.scripts[scriptPause], []call{c})[0].Int64Slice()
 	if err != nil {
 		return PauseChange{}, fmt.Errorf("pause %q: %w", pattern, err)
 	}
@@ -147,4 +152,41 @@ func (s *Store) Unpause(ctx context.Context, shard int, entries []Scanned) (int,
 		return 0, fmt.Errorf("unpause shard %d: %w", shard, err)
 	}
 	return int(n), nil
+}
+
+// UnpauseShard is a resume's pass over one shard: every entry scored in [from, to] (to is
+// capped below the held entries of ordering keys, which wait for their predecessor) that
+// waits past its due time (a put-back) and whose target match accepts gets its due time
+// back (Unpause), read in chunks of 500 by Scan with literals (glob.Literals of the
+// resumed glob: a target lacking them is not read back). It returns how many moved, also
+// when a call fails. It blocks until done, ctx is done, or a Redis call fails.
+func (s *Store) UnpauseShard(ctx context.Context, shard int, literals []string, match func(target string) bool, from, to int64) (int, error) {
+	to = min(to, heldScore-1)
+	moved := 0
+	after := Position{}
+	for {
+		page := s.Scan(ctx, []ScanRequest{{Shard: shard, From: from, To: to, After: after, Count: unpauseChunk,
+			Literals: literals}})[0]
+		if page.Err != nil {
+			return moved, fmt.Errorf("unpause: scan shard %d: %w", shard, page.Err)
+		}
+		if page.Again {
+			continue
+		}
+		var picks []Scanned
+		for _, e := range page.Entries {
+			if e.Err == nil && e.Scheduled%2 == 1 && e.Scheduled > e.Due && match(e.Target) {
+				picks = append(picks, e)
+			}
+		}
+		n, err := s.Unpause(ctx, shard, picks)
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+		if page.Through {
+			return moved, nil
+		}
+		after = page.Next
+	}
 }

@@ -48,8 +48,9 @@ type Store struct {
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
 	rateKey string
-	// pauseKey is {P:pause}, the paused target globs (pause.go).
-	pauseKey string
+	// pauseKey is {P:pause}, the paused target globs (pause.go); pauseFence, {P:pause}:seq,
+	// the WAIT fence of its writes (wait.go).
+	pauseKey, pauseFence string
 	// cursorKey is P:cursor, the key that seals the operator's cursors (cursorkey.go).
 	cursorKey string
 	// auditKeys are the audit log's records (audit.go): {P:audit}:z, :e, :s.
@@ -227,6 +228,7 @@ func (s *Store) nameKeys(p string, perShard bool) {
 	s.statsPrefix = fleet + ":stats:"
 	s.rateKey = "{" + p + ":rate}:tat"
 	s.pauseKey = "{" + p + ":pause}"
+	s.pauseFence = s.pauseKey + ":seq"
 	audit := "{" + p + ":audit}"
 	s.auditKeys = []string{audit + ":z", audit + ":e", audit + ":s"}
 }

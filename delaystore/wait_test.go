@@ -498,3 +498,55 @@ func TestPrimaryGoneFailsWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitConfirmsPause: with MinReplicas 1 a pause or resume that returned is on the
+// replica already (a failover keeps it), and with the replica stopped both fail with
+// ErrNotReplicated, a repeat that changes nothing too, until the replica is back.
+func TestWaitConfirmsPause(t *testing.T) {
+	r := newReplicated(t)
+	ctx := t.Context()
+	onReplica := func() string {
+		t.Helper()
+		v, err := r.onReplica.HGet(ctx, r.s.pauseKey, "orders.*").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if c, err := r.s.PauseTarget(ctx, "orders.*"); err != nil || !c.Changed {
+		t.Fatalf("pause: %+v %v", c, err)
+	}
+	if v := onReplica(); !strings.HasPrefix(v, "p,") { // read at once: WAIT returned after the replica had it
+		t.Fatalf("paused, but the replica holds %q", v)
+	}
+
+	r.replica.Signal(t, syscall.SIGSTOP)
+	if _, err := r.s.ResumeTarget(ctx, "orders.*"); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("resume with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	if _, err := r.s.PauseTarget(ctx, "billing.*"); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("pause with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	// Repeated from another bridge replica (other connections): billing.* is paused on the
+	// primary already, so the script writes nothing; the answer must still wait for the
+	// first attempt's write.
+	other := redis.NewClient(&redis.Options{Addr: r.primary.Addr()})
+	t.Cleanup(func() { other.Close() })
+	s2, err := New(other, Config{KeyPrefix: r.prefix, Shards: 4, Lease: 30 * time.Second, MinReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s2.PauseTarget(ctx, "billing.*"); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("a repeated pause while the replica lags: %+v %v, want ErrNotReplicated", c, err)
+	}
+	r.replica.Signal(t, syscall.SIGCONT)
+	if c, err := s2.PauseTarget(ctx, "billing.*"); err != nil || c.Changed {
+		t.Fatalf("repeated pause with the replica back: %+v %v, want confirmed, unchanged", c, err)
+	}
+	if c, err := r.s.ResumeTarget(ctx, "orders.*"); err != nil || c.Changed {
+		t.Fatalf("repeated resume with the replica back: %+v %v, want confirmed, unchanged", c, err)
+	}
+	if v := onReplica(); !strings.HasPrefix(v, "r,") {
+		t.Fatalf("resumed, but the replica holds %q", v)
+	}
+}

@@ -146,7 +146,9 @@ func (e *Egress) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.delivery.pauses.watch(ctx, pr, e.log, e.metrics)
+			e.delivery.pauses.watch(ctx, pr, e.log, e.metrics, func(globs []string) {
+				wg.Go(func() { e.unpauseVanished(ctx, pr, globs) })
+			})
 		}()
 	}
 	s.run(ctx)
@@ -163,7 +165,10 @@ func (e *Egress) readPauses(ctx context.Context, r PauseReader) bool {
 		Failed: "reading the paused targets failed; retrying with backoff", Recovered: "paused targets read"},
 		func(ctx context.Context) error {
 			set, err := r.Pauses(ctx)
-			if err == nil && e.delivery.pauses.set(set) {
+			if err != nil {
+				return err
+			}
+			if changed, _ := e.delivery.pauses.set(set); changed {
 				e.metrics.setPaused(set)
 			}
 			return err

@@ -19,10 +19,12 @@ const (
 	pauseHold = delaystore.PauseHold
 )
 
-// PauseReader reads the fleet's pause set (delaystore.Store.Pauses). Safe for
-// concurrent use; it blocks until Redis answered or ctx is done.
+// PauseReader reads the fleet's pause set (delaystore.Store.Pauses) and gives put-back
+// messages their due time again (delaystore.Store.UnpauseShard). Safe for concurrent
+// use; each blocks until Redis answered or ctx is done.
 type PauseReader interface {
 	Pauses(ctx context.Context) ([]delaystore.Pause, error)
+	UnpauseShard(ctx context.Context, shard int, literals []string, match func(target string) bool, from, to int64) (int, error)
 }
 
 // pauses is this replica's view of the pause set: what delivery asks per target group.
@@ -108,19 +110,31 @@ func (p *pauses) of(target string) pauseAnswer {
 	return v.of(target)
 }
 
-// set makes set the view when it differs from the current one, and reports whether it did.
-func (p *pauses) set(set []delaystore.Pause) bool {
-	if old := p.view.Load(); old != nil && slices.Equal(old.set, set) {
-		return false
+// set makes set the view when it differs from the current one, and reports whether it
+// did and which globs vanished: paused in the old view, absent from set (neither paused
+// nor resumed: a Redis that lost its data, or a failover to a replica without the pause).
+func (p *pauses) set(set []delaystore.Pause) (changed bool, vanished []string) {
+	old := p.view.Load()
+	if old != nil && slices.Equal(old.set, set) {
+		return false, nil
 	}
 	p.view.Store(newPauseView(set))
-	return true
+	if old == nil {
+		return true, nil
+	}
+	for _, o := range old.set {
+		if o.Resumed == 0 && !slices.ContainsFunc(set, func(n delaystore.Pause) bool { return n.Glob == o.Glob }) {
+			vanished = append(vanished, o.Glob)
+		}
+	}
+	return true, vanished
 }
 
 // watch reads the pause set every pauseRead until ctx is done (one HGETALL a read). A
 // failed read keeps the last view (logged once until a read works again); each change
-// sets delaybridge_target_paused.
-func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *Metrics) {
+// sets delaybridge_target_paused. Globs that vanished from the set go to vanished, which
+// must not block.
+func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *Metrics, vanished func([]string)) {
 	t := time.NewTicker(pauseRead)
 	defer t.Stop()
 	failing := false
@@ -135,8 +149,11 @@ func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *
 				log.Info("paused targets read again")
 			}
 			failing = false
-			if p.set(set) {
+			if changed, gone := p.set(set); changed {
 				m.setPaused(set)
+				if len(gone) > 0 {
+					vanished(gone)
+				}
 			}
 		}
 		select {
@@ -174,4 +191,40 @@ func (d *delivery) sinceResume(c delaystore.Claimed) delaystore.Claimed {
 		c.Due = r
 	}
 	return c
+}
+
+// unpauseVanished is the resume pass for globs that vanished from the pause set without a
+// resume (pauses.set): no operator's resume runs it then, so the put-back messages of
+// their targets would wait up to pauseHold. After 2 reads of the set (a claim that split
+// with the old view has put its messages back by then), each shard this replica owns (the
+// only replica that puts back its messages) gets them back at their due time, unless a
+// glob still paused matches. It logs what it did; it blocks until done or ctx is done.
+func (e *Egress) unpauseVanished(ctx context.Context, r PauseReader, globs []string) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(2 * pauseRead):
+	}
+	view := e.delivery.pauses.view.Load()
+	from := e.clock.redisNow(e.delivery.now()) - (2 * pauseRead).Milliseconds()
+	to := from + (pauseHold + 4*pauseRead).Milliseconds()
+	moved := 0
+	for _, g := range globs {
+		p, err := glob.Compile(g)
+		if err != nil {
+			continue
+		}
+		match := func(target string) bool { return p.MatchTarget(target) && !view.of(target).paused }
+		for _, shard := range e.Owned() {
+			n, err := r.UnpauseShard(ctx, shard, p.Literals(), match, from, to)
+			moved += n
+			if err != nil {
+				e.log.Warn("a paused target vanished from Redis; its put-back messages go out at their put-back time",
+					"globs", globs, "shard", shard, "err", err)
+				return
+			}
+		}
+	}
+	e.log.Warn("paused targets vanished from Redis without a resume (Redis lost data?): their put-back messages were given their due time",
+		"globs", globs, "moved", moved)
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delaybridge/delaybridge/contract"
 	"github.com/delaybridge/delaybridge/delaystore"
 	"github.com/delaybridge/delaybridge/delaystore/storetest"
 	"github.com/delaybridge/delaybridge/internal/headers"
+	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
 // TestPausedTarget: a paused target's messages are claimed and put back unpublished, no
@@ -162,4 +164,58 @@ func TestPauseSplitAndLateness(t *testing.T) {
 	if !d.pauses.of("nats:c").paused || d.pauses.of("nats:a.b").paused {
 		t.Fatal("paused: want c, not a.b (resumed)")
 	}
+}
+
+// TestPauseViewFollowsRedis: the pause view is Redis's, never more. A Redis that lost its
+// data (FLUSHALL, as a restart without its files) has no pause: a message parked at once
+// after it, claimed while this replica's view still said paused and so put back for the
+// pause hold, is given its due time back when the view sees the glob vanish and goes
+// out within about a second; a pause written after the loss is obeyed again.
+func TestPauseViewFollowsRedis(t *testing.T) {
+	srv := testredis.Start(t) // its own server: FLUSHALL
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := delaystore.New(rdb, delaystore.Config{KeyPrefix: testredis.Prefix(t), Shards: 4, Lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := st.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PauseTarget(ctx, "slow.*"); err != nil {
+		t.Fatal(err)
+	}
+	gc := newBroker(t)
+	slow := collect(t, gc, "slow.a")
+	runEgress(t, Config{}, st, map[string]message.Publisher{"nats": gc})
+	quiet := func(within time.Duration) {
+		t.Helper()
+		select {
+		case g := <-slow:
+			t.Fatalf("paused target published %v", g.msg.Metadata)
+		case <-time.After(within):
+		}
+	}
+	park(t, st, "before", 0, "nats:slow.a", nil)
+	quiet(time.Second)
+
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Init(ctx); err != nil { // as the bridge's dataset check does after a loss
+		t.Fatal(err)
+	}
+	park(t, st, "after", 0, "nats:slow.a", nil)
+	g := waitFor(t, slow, 4*time.Second)
+	if id, _ := headers.FromMetadata(g.msg.Metadata).Get(contract.HeaderID); id != "after" {
+		t.Fatalf("published %q, want after (before was lost with the data)", id)
+	}
+
+	if _, err := st.PauseTarget(ctx, "slow.*"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * pauseRead) // every reader saw it (as admin.Resume waits)
+	park(t, st, "again", 0, "nats:slow.a", nil)
+	quiet(time.Second)
 }
