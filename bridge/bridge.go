@@ -327,6 +327,7 @@ func (b *assembly) assemble(cfg config.Config, store *delaystore.Store, sides []
 	if b.out, err = egress.New(ec, store, publishers, logger, b.outMetrics); err != nil {
 		return err
 	}
+	b.out.HearTails(b.relay.Heard) // the relays' announcements arrive with egress's wake-ups
 	// The store gauges cover the shards this replica owns.
 	b.reg.MustRegister(monitor.NewStoreCollector(store, b.out.Owned, b.redisUp.Err))
 	b.admin = admin.New(store, admin.WithAudit(cfg.Audit))

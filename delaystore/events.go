@@ -8,19 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Tails records, for ttl, whether relay id has live-event tails (listening false removes
-// its record) and reports whether another relay has: one tails.lua call on
-// {P:fleet}:tails (docs/design.md "Live events"). Safe for concurrent use.
-func (s *Store) Tails(ctx context.Context, id string, listening bool, ttl time.Duration) (bool, error) {
-	flag := "0"
-	if listening {
-		flag = "1"
+// AnnounceTails tells every replica that relay id has live-event tails: one PUBLISH on
+// the fleet channel, heard through Wakeups as Wake{Shard: WakeTails, ID: id}
+// (docs/design.md "Live events"). It blocks until Redis answered or ctx is done; safe for
+// concurrent use.
+func (s *Store) AnnounceTails(ctx context.Context, id string) error {
+	if err := s.rdb.Publish(ctx, s.fleetChannel, noticeTails+id).Err(); err != nil {
+		return fmt.Errorf("announce tails: %w", err)
 	}
-	n, err := s.scripts[scriptTails].Run(ctx, s.rdb, []string{s.tailsKey}, id, flag, ceilMS(ttl)).Int()
-	if err != nil {
-		return false, fmt.Errorf("tails: %w", err)
-	}
-	return n == 1, nil
+	return nil
 }
 
 // PublishEvents publishes payload on the fleet's event channel (P:events). Safe for

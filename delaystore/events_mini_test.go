@@ -7,15 +7,22 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// TestEventsMiniredis: the live events' script and channel work on the dev bridge's
-// store (miniredis).
+// TestEventsMiniredis: the live events' announcement and channel work on the dev
+// bridge's store (miniredis).
 func TestEventsMiniredis(t *testing.T) {
 	s := miniredisStore(t, miniredis.RunT(t), Config{KeyPrefix: "dev", Shards: 2, Lease: time.Minute})
-	if others, err := s.Tails(t.Context(), "a", true, time.Minute); err != nil || others {
-		t.Fatalf("a listens: others %v, %v", others, err)
+	wakes, err := s.Wakeups(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if others, err := s.Tails(t.Context(), "b", false, time.Minute); err != nil || !others {
-		t.Fatalf("b asks: others %v, %v", others, err)
+	defer wakes.Close()
+	if err := s.AnnounceTails(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	for w := range wakes.C {
+		if w.Shard == WakeTails && w.ID == "a" {
+			break
+		}
 	}
 	batches, stop, err := s.SubscribeEvents(t.Context())
 	if err != nil {

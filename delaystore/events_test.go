@@ -13,40 +13,55 @@ import (
 	"github.com/delaybridge/delaybridge/internal/testredis"
 )
 
-// TestTailsScript: a relay with tails is seen by the others, not by itself; its record
-// goes when it says so and when its ttl passes.
-func TestTailsScript(t *testing.T) {
+// TestFleetNotices: a relay's announcement of tails and a change of the pause set reach
+// every replica's Wakeups as notices (WakeTails with the relay's id, WakePauses); a pause
+// that changes nothing tells nobody.
+func TestFleetNotices(t *testing.T) {
 	st := storetest.New(t, time.Second)
 	ctx := t.Context()
-	check := func(id string, listening bool, ttl time.Duration, want bool) {
+	wakes, err := st.Wakeups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wakes.Close() })
+	next := func() delaystore.Wake {
 		t.Helper()
-		others, err := st.Tails(ctx, id, listening, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if others != want {
-			t.Fatalf("Tails(%s, %v): others %v, want %v", id, listening, others, want)
+		for {
+			select {
+			case w := <-wakes.C:
+				if w.Shard != delaystore.WakeResync && w.Shard != delaystore.WakeFleet {
+					return w
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no notice")
+			}
 		}
 	}
-	check("a", true, time.Minute, false) // only itself
-	check("b", false, time.Minute, true)
-	check("b", true, time.Minute, true)
-	check("a", false, time.Minute, true) // b still listens
-	check("b", false, time.Minute, false)
-	check("a", true, 50*time.Millisecond, false)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		others, err := st.Tails(ctx, "b", false, time.Minute)
-		if err != nil {
+	if err := st.AnnounceTails(ctx, "relay-a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := next(); w.Shard != delaystore.WakeTails || w.ID != "relay-a" {
+		t.Fatalf("after AnnounceTails: %+v", w)
+	}
+	for _, change := range []func() (delaystore.PauseChange, error){
+		func() (delaystore.PauseChange, error) { return st.PauseTarget(ctx, "orders.*") },
+		func() (delaystore.PauseChange, error) { return st.PauseTarget(ctx, "orders.*") }, // no change
+		func() (delaystore.PauseChange, error) { return st.ResumeTarget(ctx, "orders.*") },
+	} {
+		if _, err := change(); err != nil {
 			t.Fatal(err)
 		}
-		if !others {
-			break
+	}
+	for range 2 {
+		if w := next(); w.Shard != delaystore.WakePauses {
+			t.Fatalf("after a pause change: %+v", w)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a's record outlived its ttl")
-		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	if err := st.AnnounceTails(ctx, "relay-b"); err != nil {
+		t.Fatal(err)
+	}
+	if w := next(); w.Shard != delaystore.WakeTails || w.ID != "relay-b" { // not a third WakePauses
+		t.Fatalf("after a pause that changed nothing: %+v, want the next announcement", w)
 	}
 }
 
@@ -59,11 +74,25 @@ func TestRelayAcrossReplicas(t *testing.T) {
 	stA, stB := replicaOn(t, srv), replicaOn(t, srv)
 	hubA, hubB := events.NewHub(nil), events.NewHub(nil)
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{}, 2)
-	for _, r := range []*events.Relay{events.NewRelay(hubA, stA, 20*time.Millisecond, nil), events.NewRelay(hubB, stB, 20*time.Millisecond, nil)} {
+	done := make(chan struct{}, 4)
+	relays := map[*delaystore.Store]*events.Relay{stA: events.NewRelay(hubA, stA, 20*time.Millisecond, nil),
+		stB: events.NewRelay(hubB, stB, 20*time.Millisecond, nil)}
+	for st, r := range relays {
 		go func() { _ = r.Run(ctx); done <- struct{}{} }()
+		wakes, err := st.Wakeups(ctx) // as egress hands the relays' announcements on
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for w := range wakes.C {
+				if w.Shard == delaystore.WakeTails {
+					r.Heard(w.ID)
+				}
+			}
+			done <- struct{}{}
+		}()
 	}
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	t.Cleanup(func() { cancel(); <-done; <-done; <-done; <-done })
 	time.Sleep(100 * time.Millisecond) // several checks with nobody tailing
 	if hubA.Active() || hubB.Active() {
 		t.Fatal("a relay publishes while no replica has tails")

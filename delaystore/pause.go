@@ -53,7 +53,8 @@ type PauseChange struct {
 	Now, Paused int64
 }
 
-// PauseTarget adds pattern to the pause set, for the whole fleet (pause.lua). A glob
+// PauseTarget adds pattern to the pause set, for the whole fleet (pause.lua; a change is
+// told to every replica's Wakeups as WakePauses). A glob
 // already paused is left as it is (Changed false, Paused its time). A pattern that is
 // not a valid selector glob (glob.CompileSelector) is an error wrapping glob.ErrMalformed
 // or glob.ErrTooLong, a full set ErrTooManyPaused. With Config.MinReplicas the call, a
@@ -75,8 +76,8 @@ func (s *Store) pause(ctx context.Context, op, pattern string) (PauseChange, err
 	if _, err := glob.CompileSelector(pattern); err != nil {
 		return PauseChange{}, fmt.Errorf("pause: %w", err)
 	}
-	c := call{keys: []string{s.pauseKey}, args: []any{op, pattern, MaxPaused, pauseFields, ResumedKeep.Milliseconds()},
-		fence: s.pauseFence}
+	c := call{keys: []string{s.pauseKey}, args: []any{op, pattern, MaxPaused, pauseFields, ResumedKeep.Milliseconds(),
+		s.fleetChannel}, fence: s.pauseFence}
 	res, err := s.evalConfirmed(ctx, s.scripts[scriptPause], []call{c})[0].Int64Slice()
 	if err != nil {
 		return PauseChange{}, fmt.Errorf("pause %q: %w", pattern, err)

@@ -40,7 +40,6 @@ const (
 	scriptAuditList
 	scriptQuotaCount
 	scriptIntern
-	scriptTails
 	scriptPause
 	scriptUnpause
 	numScripts
@@ -84,7 +83,6 @@ var scriptDefs = [numScripts]scriptDef{
 	scriptIntern:     {name: "intern"}, // no flags: refused when Redis is full, as park is
 	scriptAudit:      {name: "audit", flags: "allow-oom"},
 	scriptAuditList:  {name: "auditlist", flags: "no-writes"},
-	scriptTails:      {name: "tails", flags: "allow-oom"},
 	scriptPause:      {name: "pause", flags: "allow-oom"},
 	scriptUnpause:    {name: "unpause", includes: []string{"envelope.lua"}, flags: "allow-oom"},
 }

@@ -42,8 +42,8 @@ type Store struct {
 	// P:wake:fleet.
 	fleetKeys    []string
 	fleetChannel string
-	// tailsKey is {P:fleet}:tails (tails.lua), eventsChannel P:events: the fleet's live events.
-	tailsKey, eventsChannel string
+	// eventsChannel is P:events: the fleet's live events (events.go).
+	eventsChannel string
 	// statsPrefix is {P:fleet}:stats:, the fleet's counts by time bucket (stats.go).
 	statsPrefix string
 	// rateKey is {P:rate}:tat, the publish slots of rate-limited targets (rate.go).
@@ -224,7 +224,7 @@ func (s *Store) nameKeys(p string, perShard bool) {
 	fleet := "{" + p + ":fleet}"
 	s.fleetKeys = []string{fleet + ":members", fleet + ":version", fleet + ":pending", fleet + ":tokens"}
 	s.fleetChannel = p + ":wake:fleet"
-	s.tailsKey, s.eventsChannel = fleet+":tails", p+":events"
+	s.eventsChannel = p + ":events"
 	s.statsPrefix = fleet + ":stats:"
 	s.rateKey = "{" + p + ":rate}:tat"
 	s.pauseKey = "{" + p + ":pause}"

@@ -323,7 +323,8 @@ type Stats struct {
 }
 
 // Wake tells that a shard's head became earlier (a message due at Due was parked).
-// Shard -1 means "resync every shard": wake-ups may have been missed (reconnect).
+// A negative Shard is a notice of the fleet instead: WakeResync, WakeFleet, WakePauses,
+// WakeTails (its ID is the announcing relay's, not a withdrawal).
 // With ID set it is a withdrawal instead: the entry ID at Version of Shard was cancelled
 // or replaced, so a copy of it claimed ahead and not published yet is not to be published
 // (Due is 0). Withdrawals are best effort: one missed leaves that copy to be published.

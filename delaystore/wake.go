@@ -20,6 +20,17 @@ const (
 	// WakeFleet: the membership version moved (Heartbeat, Leave); Wake.Due holds the new
 	// version.
 	WakeFleet = -2
+	// WakePauses: the pause set changed (PauseTarget, ResumeTarget): read it again.
+	WakePauses = -3
+	// WakeTails: a relay announced that it has live-event tails (AnnounceTails); Wake.ID
+	// is its id.
+	WakeTails = -4
+)
+
+// Notices on the fleet channel besides the membership version (a number).
+const (
+	noticePauses = "pause"
+	noticeTails  = "tails:"
 )
 
 // ErrWakeupsClosed is returned by Wakeups.Follow after Close or after the context of
@@ -31,9 +42,10 @@ var ErrWakeupsClosed = errors.New("delaystore: wake-up subscription closed")
 // are safe for concurrent use.
 type Wakeups struct {
 	// C delivers the wake-ups: Wake{Shard: s, Due} when a park made followed shard s's head
-	// earlier, Wake{Shard: WakeFleet, Due: version} when the membership version moved, and
-	// Wake{Shard: WakeResync} once the subscription is established and again after every
-	// reconnect. It is closed when the context of Store.Wakeups ends or Close is called.
+	// earlier, Wake{Shard: WakeFleet, Due: version} when the membership version moved,
+	// Wake{Shard: WakePauses} when the pause set changed, Wake{Shard: WakeTails, ID: relay}
+	// when a relay announced tails, and Wake{Shard: WakeResync} once the subscription is
+	// established and again after every reconnect (notices may have been missed). It is closed when the context of Store.Wakeups ends or Close is called.
 	// The caller must keep reading it: while it does not, wake-ups queue up coalesced (per
 	// shard the earliest due, the latest fleet version, one resync), so a slow reader loses
 	// nothing but their order and count.
@@ -148,11 +160,7 @@ func (w *Wakeups) receive(m any) (Wake, bool) {
 		w.mu.Unlock()
 	case *redis.Message:
 		if m.Channel == w.s.fleetChannel {
-			v, err := strconv.ParseInt(m.Payload, 10, 64)
-			if err != nil {
-				return Wake{}, false // not ours; the heartbeat reads the version anyway
-			}
-			return Wake{Shard: WakeFleet, Due: v}, true
+			return fleetNotice(m.Payload)
 		}
 		w.mu.Lock()
 		_, followed := w.followed[m.Channel]
@@ -312,6 +320,22 @@ func (s *Store) parseWake(p string) (Wake, bool) {
 		return Wake{}, false
 	}
 	return Wake{Shard: sh, Due: due}, true
+}
+
+// fleetNotice reads a message of the fleet channel: the membership version, the pause
+// notice, or a relay's tails notice (false: none of them, not ours).
+func fleetNotice(p string) (Wake, bool) {
+	if p == noticePauses {
+		return Wake{Shard: WakePauses}, true
+	}
+	if id, ok := strings.CutPrefix(p, noticeTails); ok && id != "" {
+		return Wake{Shard: WakeTails, ID: id}, true
+	}
+	v, err := strconv.ParseInt(p, 10, 64)
+	if err != nil {
+		return Wake{}, false // the heartbeat reads the version anyway
+	}
+	return Wake{Shard: WakeFleet, Due: v}, true
 }
 
 // wakeQueue holds the wake-ups not yet taken by the reader, coalesced: per shard the

@@ -49,7 +49,7 @@ func newDelivery(cfg Config, publishers map[string]message.Publisher, reserver R
 	return &delivery{cfg: cfg, publishers: publishers, log: log, metrics: metrics, clock: clock, now: cfg.Now,
 		limits:   newLimiter(cfg.TargetInflight, cfg.Now),
 		rates:    &rates{rules: rules, store: reserver, held: map[heldKey]heldSlot{}},
-		pauses:   &pauses{},
+		pauses:   newPauses(),
 		failures: newFailureLog(log, cfg.Now, cfg.FailureLogInterval)}, nil
 }
 

@@ -65,6 +65,7 @@ type Egress struct {
 	clock    *redisClock
 	own      *ownership
 	delivery *delivery
+	tails    func(relay string) // HearTails
 }
 
 // New returns an Egress publishing through publishers, keyed by broker name ("nats",
@@ -132,6 +133,7 @@ func (e *Egress) Run(ctx context.Context) error {
 		return nil
 	}
 	s := newScheduler(e.cfg, e.store, e.own, wakes, e.clock, e.log, e.metrics, e.delivery.submit)
+	s.notice = e.notice
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -155,6 +157,25 @@ func (e *Egress) Run(ctx context.Context) error {
 	_ = wakes.Close() // ends listen
 	wg.Wait()
 	return nil
+}
+
+// HearTails makes f hear every relay's announcement of live-event tails that reaches this
+// replica (delaystore.WakeTails, with the relay's id). Call it before Run; f must not
+// block.
+func (e *Egress) HearTails(f func(relay string)) { e.tails = f }
+
+// notice handles the fleet's notices the scheduler passes on: a changed pause set (or a
+// resubscription, after which one may have been missed) is read again at once; a relay's
+// tails go to HearTails' f.
+func (e *Egress) notice(w delaystore.Wake) {
+	switch w.Shard {
+	case delaystore.WakePauses, delaystore.WakeResync:
+		e.delivery.pauses.poke()
+	case delaystore.WakeTails:
+		if e.tails != nil {
+			e.tails(w.ID)
+		}
+	}
 }
 
 // readPauses reads the pause set before anything is claimed (a replica started while a

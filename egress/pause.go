@@ -12,11 +12,16 @@ import (
 	"github.com/delaybridge/delaybridge/internal/glob"
 )
 
-// Paused targets (docs/design.md, "Paused targets"): the set is read every pauseRead; a
-// claimed message of a paused target is put back for pauseHold, or until its expiry.
+// Paused targets (docs/design.md, "Paused targets"): the set is read when its notice
+// arrives (delaystore.WakePauses), after a resubscription, and every pausePoll; a claimed
+// message of a paused target is put back for pauseHold, or until its expiry.
 const (
-	pauseRead = 500 * time.Millisecond
-	pauseHold = delaystore.PauseHold
+	pausePoll = 5 * time.Second
+	// pauseSettle is how long after a change every replica has read the set and put back
+	// what it claimed with the old view (a notice arrives within milliseconds); as
+	// admin.Resume waits before its pass.
+	pauseSettle = time.Second
+	pauseHold   = delaystore.PauseHold
 )
 
 // PauseReader reads the fleet's pause set (delaystore.Store.Pauses) and gives put-back
@@ -30,7 +35,18 @@ type PauseReader interface {
 // pauses is this replica's view of the pause set: what delivery asks per target group.
 // Safe for concurrent use.
 type pauses struct {
-	view atomic.Pointer[pauseView]
+	view  atomic.Pointer[pauseView]
+	nudge chan struct{} // poke: read the set now (capacity 1)
+}
+
+func newPauses() *pauses { return &pauses{nudge: make(chan struct{}, 1)} }
+
+// poke makes watch read the set now. Never blocks.
+func (p *pauses) poke() {
+	select {
+	case p.nudge <- struct{}{}:
+	default:
+	}
 }
 
 // pauseView is one read of the pause set, compiled, with a cache of the answers per
@@ -130,12 +146,12 @@ func (p *pauses) set(set []delaystore.Pause) (changed bool, vanished []string) {
 	return true, vanished
 }
 
-// watch reads the pause set every pauseRead until ctx is done (one HGETALL a read). A
-// failed read keeps the last view (logged once until a read works again); each change
-// sets delaybridge_target_paused. Globs that vanished from the set go to vanished, which
-// must not block.
+// watch reads the pause set when poked and every pausePoll until ctx is done (one
+// HGETALL a read). A failed read keeps the last view (logged once until a read works
+// again); each change sets delaybridge_target_paused. Globs that vanished from the set go
+// to vanished, which must not block.
 func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *Metrics, vanished func([]string)) {
-	t := time.NewTicker(pauseRead)
+	t := time.NewTicker(pausePoll)
 	defer t.Stop()
 	failing := false
 	for {
@@ -160,6 +176,7 @@ func (p *pauses) watch(ctx context.Context, r PauseReader, log *slog.Logger, m *
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-p.nudge:
 		}
 	}
 }
@@ -195,19 +212,19 @@ func (d *delivery) sinceResume(c delaystore.Claimed) delaystore.Claimed {
 
 // unpauseVanished is the resume pass for globs that vanished from the pause set without a
 // resume (pauses.set): no operator's resume runs it then, so the put-back messages of
-// their targets would wait up to pauseHold. After 2 reads of the set (a claim that split
-// with the old view has put its messages back by then), each shard this replica owns (the
+// their targets would wait up to pauseHold. After pauseSettle (a claim that split with
+// the old view has put its messages back by then), each shard this replica owns (the
 // only replica that puts back its messages) gets them back at their due time, unless a
 // glob still paused matches. It logs what it did; it blocks until done or ctx is done.
 func (e *Egress) unpauseVanished(ctx context.Context, r PauseReader, globs []string) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(2 * pauseRead):
+	case <-time.After(pauseSettle):
 	}
 	view := e.delivery.pauses.view.Load()
-	from := e.clock.redisNow(e.delivery.now()) - (2 * pauseRead).Milliseconds()
-	to := from + (pauseHold + 4*pauseRead).Milliseconds()
+	from := e.clock.redisNow(e.delivery.now()) - (pausePoll + pauseSettle).Milliseconds()
+	to := from + (pauseHold + 2*(pausePoll+pauseSettle)).Milliseconds()
 	moved := 0
 	for _, g := range globs {
 		p, err := glob.Compile(g)

@@ -74,7 +74,7 @@ func TestPausedTarget(t *testing.T) {
 	if _, err := st.ResumeTarget(ctx, "slow.*"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * pauseRead) // every reader saw the resume (as admin.Resume waits)
+	time.Sleep(pauseSettle) // every reader saw the resume (as admin.Resume waits)
 	moved := 0
 	for shard := range st.Shards() {
 		var mine []delaystore.Scanned
@@ -207,7 +207,7 @@ func TestPauseViewFollowsRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	park(t, st, "after", 0, "nats:slow.a", nil)
-	g := waitFor(t, slow, 4*time.Second)
+	g := waitFor(t, slow, pausePoll+3*time.Second)
 	if id, _ := headers.FromMetadata(g.msg.Metadata).Get(contract.HeaderID); id != "after" {
 		t.Fatalf("published %q, want after (before was lost with the data)", id)
 	}
@@ -215,7 +215,7 @@ func TestPauseViewFollowsRedis(t *testing.T) {
 	if _, err := st.PauseTarget(ctx, "slow.*"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * pauseRead) // every reader saw it (as admin.Resume waits)
+	time.Sleep(pauseSettle) // every reader saw it (as admin.Resume waits)
 	park(t, st, "again", 0, "nats:slow.a", nil)
 	quiet(time.Second)
 }

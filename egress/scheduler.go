@@ -59,6 +59,9 @@ type scheduler struct {
 	log     *slog.Logger
 	metrics *Metrics
 	deliver deliverFunc
+	// notice gets the fleet's notices that are not the scheduler's: WakePauses,
+	// WakeTails and WakeResync (after which notices may have been missed). Must not block.
+	notice func(delaystore.Wake)
 
 	shards map[int]*shardState
 	view   ownedView
@@ -89,7 +92,7 @@ type scheduler struct {
 func newScheduler(cfg Config, store Claimer, own *ownership, wakes *delaystore.Wakeups, clock *redisClock,
 	log *slog.Logger, metrics *Metrics, deliver deliverFunc) *scheduler {
 	s := &scheduler{cfg: cfg, store: store, own: own, wakes: wakes, clock: clock, now: cfg.Now, log: log,
-		metrics: metrics, deliver: deliver, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
+		metrics: metrics, deliver: deliver, notice: func(delaystore.Wake) {}, shards: map[int]*shardState{}, kick: make(chan struct{}, 1),
 		offers: map[int]int64{}, ackHold: ackHold, ahead: cfg.ahead(), hold: newHolder(clock, cfg.Now)}
 	own.notify = s.poke
 	return s
@@ -175,6 +178,9 @@ func (s *scheduler) listen() {
 			s.resync = true
 			s.mu.Unlock()
 			s.poke()
+			s.notice(w)
+		case w.Shard == delaystore.WakePauses, w.Shard == delaystore.WakeTails:
+			s.notice(w)
 		case w.Shard >= 0 && w.ID != "":
 			s.withdraw(w)
 		case w.Shard >= 0:

@@ -4,7 +4,9 @@
 -- KEYS: 1 = {P:pause} (glob -> 'p,<paused ms>' while paused, 'r,<paused ms>,<resumed ms>'
 --       after a resume)
 -- ARGV: 1 = op ('p' pause | 'r' resume), 2 = the glob (already checked by the caller),
---       3 = most paused globs, 4 = most fields, 5 = how long a resumed field is kept (ms)
+--       3 = most paused globs, 4 = most fields, 5 = how long a resumed field is kept (ms),
+--       6 = the fleet channel (P:wake:fleet), told 'pause' after a change: every replica
+--       reads the set again at once
 -- returns: {answer, now ms, paused ms}: answer 1 = changed (paused, or resumed),
 -- 0 = nothing to do (already paused, or not paused: paused ms 0 then), -1 = refused: as
 -- many globs paused, or fields kept, as allowed.
@@ -43,8 +45,10 @@ if op == 'p' then
   if isPaused then return {0, now, since} end
   if paused >= maxPaused or (not cur and fields >= maxFields) then return {-1, now, 0} end
   redis.call('HSET', key, glob, 'p,' .. now)
+  redis.call('PUBLISH', ARGV[6], 'pause')
   return {1, now, now}
 end
 if not isPaused then return {0, now, 0} end
 redis.call('HSET', key, glob, 'r,' .. since .. ',' .. now)
+redis.call('PUBLISH', ARGV[6], 'pause')
 return {1, now, since}

@@ -7,15 +7,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
 // Fleet is what the Relay needs of the delay store (delaystore.Store). Safe for
 // concurrent use.
 type Fleet interface {
-	// Tails records, for ttl, whether relay id has tails (listening false removes it) and
-	// reports whether another relay has: one script call.
-	Tails(ctx context.Context, id string, listening bool, ttl time.Duration) (others bool, err error)
+	// AnnounceTails tells every replica that relay id has tails (one PUBLISH on the
+	// fleet channel; each replica's egress hands it to Heard).
+	AnnounceTails(ctx context.Context, id string) error
 	// PublishEvents publishes one batch to the fleet's event channel.
 	PublishEvents(ctx context.Context, payload []byte) error
 	// SubscribeEvents subscribes to the fleet's event channel: the batches arrive on the
@@ -25,16 +26,17 @@ type Fleet interface {
 }
 
 // Relay shares a Hub's events with the other replicas' tails (docs/design.md "Live
-// events"): once every Every it tells the fleet whether its hub has tails and learns
-// whether another replica has; only then does it publish its events, in batches.
+// events"): while its hub has tails it announces them every Every; while another relay's
+// announcement is younger than TTL (Heard) it publishes its events, in batches.
 type Relay struct {
 	hub   *Hub
 	fleet Fleet
 	log   *slog.Logger
 	id    string
-	// Every is how often the relay checks the fleet (default 1 s); TTL how long its
-	// record lives without a check (default 5 s).
+	// Every is how often the relay announces its tails and looks at the others' (default
+	// 1 s); TTL how long an announcement counts (3 Every).
 	every, ttl time.Duration
+	others     atomic.Int64 // unix ns until which another relay's announcement counts
 }
 
 // Relay batching and buffering (docs/design.md "Live events").
@@ -56,7 +58,16 @@ func NewRelay(hub *Hub, fleet Fleet, every time.Duration, logger *slog.Logger) *
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Relay{hub: hub, fleet: fleet, log: logger.With("component", "events"), id: hex.EncodeToString(b[:]),
-		every: every, ttl: 5 * every}
+		every: every, ttl: 3 * every}
+}
+
+// Heard notes an announcement of relay id (delaystore.WakeTails): another relay's makes
+// this one publish its events for TTL; its own is ignored. Safe for concurrent use; it
+// does not block.
+func (r *Relay) Heard(id string) {
+	if id != r.id {
+		r.others.Store(time.Now().Add(r.ttl).UnixNano())
+	}
 }
 
 // batch is the wire form of one PUBLISH: the relay that sent it, the events it dropped
@@ -67,8 +78,9 @@ type batch struct {
 	Events []Event `json:"events"`
 }
 
-// Run checks the fleet every r.every until ctx ends, then removes its record (bounded)
-// and returns nil. Redis errors are logged at Debug and retried at the next check.
+// Run announces its tails and follows the others' every r.every until ctx ends, then
+// returns nil. With no tails anywhere it sends nothing to Redis. Redis errors are logged
+// at Debug and retried at the next tick.
 func (r *Relay) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.every)
 	defer tick.Stop()
@@ -80,18 +92,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		if out != nil {
 			out()
 		}
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = r.fleet.Tails(lctx, r.id, false, r.ttl)
 	}()
 	for {
 		listening := r.hub.Tails() > 0
-		others, err := r.fleet.Tails(ctx, r.id, listening, r.ttl)
-		if err != nil && ctx.Err() == nil {
-			r.log.Debug("events: fleet check failed", "err", err)
-		}
 		switch {
 		case listening && in == nil:
+			var err error
 			if in, err = r.inbound(ctx); err != nil && ctx.Err() == nil {
 				r.log.Debug("events: subscribe failed", "err", err)
 			}
@@ -99,10 +105,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			in()
 			in = nil
 		}
+		if listening { // subscribed first: what the others publish on hearing it arrives
+			if err := r.fleet.AnnounceTails(ctx, r.id); err != nil && ctx.Err() == nil {
+				r.log.Debug("events: announcing tails failed", "err", err)
+			}
+		}
+		others := time.Now().UnixNano() < r.others.Load()
 		switch {
-		case err == nil && others && out == nil:
+		case others && out == nil:
 			out = r.outbound(ctx)
-		case err == nil && !others && out != nil:
+		case !others && out != nil:
 			out()
 			out = nil
 		}
