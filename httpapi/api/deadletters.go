@@ -217,6 +217,9 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		err = nil
 	}
 	end(RedriveOutcome{Matched: out.Matched, Changed: out.Changed, More: out.More, Err: err})
+	if !req.DryRun && out.Changed > 0 {
+		a.emit("redrive", "", "", 0, int64(out.Changed)) // no id, no target: every stream gets it
+	}
 	a.log.Info("redrive", "broker", broker, "selector", shorten(sel), "dry_run", req.DryRun, "matched", out.Matched,
 		"changed", out.Changed, "more", out.More, "err", err)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/delaybridge/delaybridge/httpapi"
 	"github.com/delaybridge/delaybridge/httpapi/client"
 	"github.com/delaybridge/delaybridge/ingress/intake"
+	"github.com/delaybridge/delaybridge/internal/events"
 	"github.com/delaybridge/delaybridge/internal/redrive"
 	"github.com/delaybridge/delaybridge/internal/testnats"
 )
@@ -26,6 +27,21 @@ import (
 type hookRecord struct {
 	mu  sync.Mutex
 	ops []string
+	// live is a tail of the API's event hub: the changed events it emitted.
+	live *events.Sub
+}
+
+// changed drains the live tail: "op count" of each changed event emitted so far.
+func (h *hookRecord) changed() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.live.Events():
+			out = append(out, fmt.Sprintf("%s %d", e.Op, e.Count))
+		default:
+			return out
+		}
+	}
 }
 
 func (h *hookRecord) Begin(r *http.Request, op RedriveOp) func(RedriveOutcome) {
@@ -86,13 +102,19 @@ func deadLetterServer(t *testing.T, n int, budget time.Duration) (*client.Client
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	hook := &hookRecord{}
+	hub := events.NewHub(nil)
+	live, err := hub.Tail()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &hookRecord{live: live}
 	st := storetest.New(t, time.Second)
 	h := New(Config{
 		Rules:         intake.Rules{MaxDelay: 24 * time.Hour, MaxPayload: 64, Targets: intake.TargetPolicy{Brokers: map[string]bool{"nats": true}, Allow: []string{"*"}}},
 		DefaultBroker: "nats",
 		DeadLetters:   map[string]DeadLetters{"nats": redrive.NATSLetters{Conn: nc, Config: redrive.NATSConfig{DLQSubject: "delay.dlq", Ingress: "delay.in"}}},
 		RedriveHook:   hook,
+		Events:        hub,
 		redriveBudget: budget,
 	}, st, adminOf(t, st), nil)
 	hs := serveAPI(t, h)
@@ -267,6 +289,9 @@ func TestDeadLettersRedrive(t *testing.T) {
 	}
 	if n := len(took()); n != 6 {
 		t.Fatalf("the refused requests sent letters: the ingress took %d", n)
+	}
+	if got := hook.changed(); strings.Join(got, ",") != "redrive 4,redrive 2" {
+		t.Fatalf("changed events %v, want one per redrive that sent letters (4, then 2)", got)
 	}
 	hook.mu.Lock()
 	defer hook.mu.Unlock()
