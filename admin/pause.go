@@ -12,8 +12,9 @@ import (
 // The resume pass (docs/design.md, "Paused targets").
 const (
 	// pauseSettle is how long Resume waits after the set changed before it reads the
-	// shards: two of egress's reads of the pause set, so no replica puts a message back
-	// after the pass read past it.
+	// shards: the change's notice reaches every replica within milliseconds and each
+	// reads the set at once (egress pauses.watch), so no replica puts a message back after
+	// the pass read past it.
 	pauseSettle = time.Second
 )
 
