@@ -43,7 +43,7 @@ func resumeHint(opID string) string {
 func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge audit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	limit := fs.Int("limit", 50, "entries per page, 1 to 1000")
 	cursor := fs.String("cursor", "", "go on from an earlier page's cursor")
 	all := fs.Bool("all", false, "follow the cursor to the oldest entry")
@@ -66,7 +66,7 @@ func runAudit(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "bridge audit: --limit %d: want 1 to 1000\n", *limit)
 		return errUsage
 	}
-	c, err := newClient(*api, *token, environ)
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -153,21 +153,14 @@ func auditWhat(e httpapi.AuditEntry) string {
 func runBulkResume(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge bulk resume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	wait := fs.Duration("wait", 30*time.Second, "while the operation still runs elsewhere, retry this long")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge bulk resume [--wait D] [--json] OP_ID")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 1)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	pos, c, err := api.start(fs, args, 1)
 	if err != nil {
 		return err
 	}

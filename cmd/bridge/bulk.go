@@ -19,7 +19,7 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	}
 	fs := flag.NewFlagSet("bridge bulk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	target, from, to := selectorFlags(fs)
 	shift := fs.String("shift", "", "reschedule: move the due time by a signed duration (+1h, -30m)")
 	at := fs.String("deliver-at", "", "reschedule: the new due time, RFC 3339 or unix ms")
@@ -38,7 +38,7 @@ func runBulk(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	}
 	req := httpapi.BulkRequest{Target: *target, DryRun: *dryRun, Shift: *shift}
 	req.DueFrom, req.DueTo, req.DeliverAt = jsonString(*from), jsonString(*to), jsonString(*at)
-	c, err := newClient(*api, *token, environ)
+	c, err := api.client()
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func runDeadLetters(ctx context.Context, args, environ []string, stdout, stderr 
 	}
 	fs := flag.NewFlagSet("bridge dead-letters "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	broker := fs.String("broker", "", "nats or kafka, when both are configured (default: the API's default broker)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	var reason, cursor *string
@@ -53,7 +53,7 @@ func runDeadLetters(ctx context.Context, args, environ []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	c, err := newClient(*api, *token, environ)
+	c, err := api.client()
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ const (
 func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge ls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	target, from, to := selectorFlags(fs)
 	limit := fs.Int("limit", 100, "messages per page, 1-1000")
 	cursor := fs.String("cursor", "", "go on from a page's next cursor")
@@ -51,7 +51,7 @@ func runLs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 			q.Set(name, v)
 		}
 	}
-	c, err := newClient(*api, *token, environ)
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -128,21 +128,14 @@ func printListed(w io.Writer, page httpapi.ListResponse, now time.Time) error {
 func runTargets(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge targets", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	recount := fs.Bool("recount", false, "count every shard from its entries first (when the counts look wrong)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge targets [--recount] [--json]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 0)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	_, c, err := api.start(fs, args, 0)
 	if err != nil {
 		return err
 	}

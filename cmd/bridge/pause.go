@@ -16,20 +16,13 @@ import (
 func runPause(ctx context.Context, op string, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge "+op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: bridge %s [--json] GLOB   (a target glob, as BRIDGE_TARGET_RATE's: orders.*, kafka:billing.*)\n", op)
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 1)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	pos, c, err := api.start(fs, args, 1)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 func runTail(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	target := fs.String("target", "", "only events of targets matching this glob (as bridge ls --target)")
 	asJSON := fs.Bool("json", false, "print each event as one line of JSON")
 	fs.Usage = func() {
@@ -25,14 +25,7 @@ func runTail(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		fmt.Fprintln(stderr, "prints deliveries, dead letters, expiries and changes made through the API, fleet-wide, until interrupted")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 0)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	_, c, err := api.start(fs, args, 0)
 	if err != nil {
 		return err
 	}

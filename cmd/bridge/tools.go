@@ -20,18 +20,42 @@ import (
 // errUsage: a command line error already explained to the user.
 var errUsage = errors.New("usage")
 
-// apiClient builds a message API client from BRIDGE_API_ADDR / BRIDGE_API_TOKEN, or the
-// --api / --token flags.
-func apiFlags(fs *flag.FlagSet, environ []string) (*string, *string) {
+// apiFlags adds the --api and --token flags to fs, defaulting to BRIDGE_API_ADDR and
+// BRIDGE_API_TOKEN(_FILE) of environ.
+func apiFlags(fs *flag.FlagSet, environ []string) *apiOpts {
 	env := config.EnvMap(environ)
 	addr := env["BRIDGE_API_ADDR"]
 	if _, set := env["BRIDGE_API_ADDR"]; !set {
 		addr = config.DefaultAPIAddr
 	}
-	api := fs.String("api", addr, "message API address of the running bridge (BRIDGE_API_ADDR)")
-	token := new(string)
-	fs.Var(secretFlag{token}, "token", "bearer token (default: BRIDGE_API_TOKEN, or the content of BRIDGE_API_TOKEN_FILE)")
-	return api, token
+	o := &apiOpts{addr: fs.String("api", addr, "message API address of the running bridge (BRIDGE_API_ADDR)"), token: new(string), environ: environ}
+	fs.Var(secretFlag{o.token}, "token", "bearer token (default: BRIDGE_API_TOKEN, or the content of BRIDGE_API_TOKEN_FILE)")
+	return o
+}
+
+// apiOpts are the --api and --token flags of a command that talks to a running bridge's
+// message API (apiFlags), with the environment their defaults come from.
+type apiOpts struct {
+	addr, token *string
+	environ     []string
+}
+
+// client makes the API client of the flags (newClient).
+func (o *apiOpts) client() (*client.Client, error) { return newClient(*o.addr, *o.token, o.environ) }
+
+// start is the prologue of a command that checks nothing else before it calls the API:
+// it parses args into fs (parseFlags), wants n positional arguments (wantArgs) and makes
+// the client.
+func (o *apiOpts) start(fs *flag.FlagSet, args []string, n int) ([]string, *client.Client, error) {
+	pos, err := parseFlags(fs, args)
+	if err == nil {
+		err = wantArgs(fs, pos, n)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := o.client()
+	return pos, c, err
 }
 
 // secretFlag is a string flag that never shows its value (usage texts print defaults).
@@ -92,7 +116,7 @@ func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
 func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge send", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	target := fs.String("target", "", "target: subject, nats:subject or kafka:topic (required)")
 	delay := fs.String("delay", "", "delay: 1500 (ms), 30s, 1h30m or PT30S")
 	at := fs.String("deliver-at", "", "absolute due time: RFC 3339 or unix ms")
@@ -133,7 +157,7 @@ func runSend(ctx context.Context, args, environ []string, stdin io.Reader, stdou
 	if req.Headers, err = headerMap(hdrs); err != nil {
 		return err
 	}
-	c, err := newClient(*api, *token, environ)
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -172,20 +196,13 @@ func readPayload(arg string, stdin io.Reader) (string, error) {
 func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge stats", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge stats [--json]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 0)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	_, c, err := api.start(fs, args, 0)
 	if err != nil {
 		return err
 	}
@@ -213,20 +230,13 @@ func runStats(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 func runCancel(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bridge cancel", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api, token := apiFlags(fs, environ)
+	api := apiFlags(fs, environ)
 	key := fs.String("ordering-key", "", "the message's x-delay-ordering-key: a keyed message is named by its id and key")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bridge cancel [--ordering-key K] ID")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(fs, args)
-	if err == nil {
-		err = wantArgs(fs, pos, 1)
-	}
-	if err != nil {
-		return err
-	}
-	c, err := newClient(*api, *token, environ)
+	pos, c, err := api.start(fs, args, 1)
 	if err != nil {
 		return err
 	}
