@@ -259,3 +259,10 @@ func TestParseIDs(t *testing.T) {
 		t.Errorf("largest Kafka id: %d %d %v", p, o, err)
 	}
 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -248,6 +248,27 @@ const (
 	duplicate                   // the ingress stream already had it: not stored by this run
 )
 
+// take counts letter seq of reason in its tally: left when the run did not select it,
+// selected in a dry run; otherwise it claims the letter for this run (claim), counting it
+// other when another run has it. mine reports whether this run acts on it now (t then
+// counts what it does); an error is the claim's.
+func (r *natsRun) take(ctx context.Context, seq uint64, reason string, selected bool) (t *Tally, mine bool, err error) {
+	t = r.counts.of(reason)
+	switch {
+	case !selected:
+		t.Left++
+		return t, false, nil
+	case r.opts.DryRun:
+		t.Selected++
+		return t, false, nil
+	}
+	mine, err = r.claim(ctx, seq)
+	if err == nil && !mine {
+		t.Other++
+	}
+	return t, mine, err
+}
+
 // one redrives or leaves one letter.
 func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	if r.purge {
@@ -255,18 +276,8 @@ func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	}
 	h := fromNATS(m.Header)
 	reason, redrive := judge(h, strconv.FormatUint(m.Sequence, 10), r.opts, r.cfg.IngressStream == "")
-	t := r.counts.of(reason)
-	switch {
-	case !redrive:
-		t.Left++
-		return nil
-	case r.opts.DryRun:
-		t.Selected++
-		return nil
-	}
-	mine, err := r.claim(ctx, m.Sequence)
+	t, mine, err := r.take(ctx, m.Sequence, reason, redrive)
 	if err != nil || !mine {
-		t.Other += b2i(err == nil)
 		return err
 	}
 	ref := r.letterRef(m.Sequence)
@@ -294,13 +305,6 @@ func (r *natsRun) one(ctx context.Context, m *jetstream.RawStreamMsg) error {
 		r.sent[ref] = reason
 	}
 	return r.letGo(ctx, m.Sequence)
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // claim reports whether this run may send the letter at seq: it created the letter's

@@ -143,18 +143,8 @@ func PurgeNATS(ctx context.Context, nc *natsgo.Conn, cfg NATSConfig, opts Option
 // purgeOne deletes or leaves one letter of a purge.
 func (r *natsRun) purgeOne(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	reason := reasonOf(fromNATS(m.Header))
-	t := r.counts.of(reason)
-	switch {
-	case !r.opts.selects(reason, strconv.FormatUint(m.Sequence, 10)):
-		t.Left++
-		return nil
-	case r.opts.DryRun:
-		t.Selected++
-		return nil
-	}
-	mine, err := r.claim(ctx, m.Sequence)
+	t, mine, err := r.take(ctx, m.Sequence, reason, r.opts.selects(reason, strconv.FormatUint(m.Sequence, 10)))
 	if err != nil || !mine {
-		t.Other += b2i(err == nil)
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
